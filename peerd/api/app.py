@@ -1,0 +1,133 @@
+"""The aiohttp applications: the local API (Unix socket) and the network listener (TCP + TLS).
+
+Errors are mapped in one place (`error_middleware`): a `PeerdError` becomes `{code, message}` with
+the status from `peerd.errors.HTTP_STATUS`; malformed or oversized bodies are typed 400/413; an
+unexpected exception is logged with its traceback and answered `internal_error` without details.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pydantic
+import structlog
+from aiohttp import web
+
+from peerd import contracts as c
+from peerd.errors import CapabilityDenied, InvalidRequest, PayloadTooLarge, PeerdError, http_status
+from peerd.operations import Operations
+
+log = structlog.get_logger(__name__)
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+
+OPERATIONS = web.AppKey("operations", Operations)
+DESCRIPTOR = web.AppKey("descriptor", c.Descriptor)
+StatusFn = Callable[[], Awaitable[c.Status]]
+STATUS_FN: web.AppKey[StatusFn] = web.AppKey("status_fn")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def error_response(err: PeerdError) -> web.Response:
+    return web.json_response(err.to_wire(), status=http_status(err.code))
+
+
+def validation_message(exc: pydantic.ValidationError) -> str:
+    """One line per problem, naming the wire field: what a person needs to fix the request."""
+    parts = []
+    for e in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in e["loc"]) or "body"
+        parts.append(f"{where}: {e['msg']}")
+    return "Invalid request: " + "; ".join(parts)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except PeerdError as err:
+        return error_response(err)
+    except pydantic.ValidationError as exc:
+        return error_response(InvalidRequest(validation_message(exc)))
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes."))
+    except web.HTTPNotFound:
+        return error_response(
+            PeerdError(f"No such endpoint: {request.method} {request.path}", code="not_found")
+        )
+    except web.HTTPMethodNotAllowed:
+        return error_response(InvalidRequest(f"{request.method} is not allowed on {request.path}."))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("api.unhandled", method=request.method, path=request.path)
+        return error_response(PeerdError("peerd hit an internal error; its log has the details."))
+
+
+@web.middleware
+async def no_browsers_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A page in a browser must never drive peerd: requests carrying `Origin` are refused."""
+    if "Origin" in request.headers:
+        return error_response(
+            CapabilityDenied("Requests from web pages (with an Origin header) are refused.")
+        )
+    return await handler(request)
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object (empty body = {}); anything else is a typed invalid_request."""
+    if not request.can_read_body:
+        data: Any = {}
+    else:
+        raw = await request.read()
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidRequest("The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    return data
+
+
+async def json_body(request: web.Request, model: type[M]) -> M:
+    return model.model_validate(await json_object(request))
+
+
+def query_model(request: web.Request, model: type[M], renames: dict[str, str] | None = None) -> M:
+    data: dict[str, Any] = {}
+    for key, value in request.query.items():
+        data[(renames or {}).get(key, key)] = value
+    return model.model_validate(data)
+
+
+def ok(model: c.Wire | dict[str, Any], status: int = 200) -> web.Response:
+    body = model.wire() if isinstance(model, c.Wire) else model
+    return web.json_response(body, status=status)
+
+
+def base_app() -> web.Application:
+    return web.Application(
+        middlewares=[error_middleware, no_browsers_middleware], client_max_size=MAX_BODY_BYTES
+    )
+
+
+async def descriptor(request: web.Request) -> web.Response:
+    return ok(request.app[DESCRIPTOR])
+
+
+def network_app(ops: Operations, desc: c.Descriptor) -> web.Application:
+    """The TCP listener: the public descriptor now; the link-authenticated API arrives with links."""
+    app = base_app()
+    app[OPERATIONS] = ops
+    app[DESCRIPTOR] = desc
+    app.router.add_get("/.well-known/peerd", descriptor)
+
+    async def needs_link(request: web.Request) -> web.Response:
+        raise CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
+
+    app.router.add_route("*", "/v1/{tail:.*}", needs_link)
+    return app

@@ -1,0 +1,131 @@
+"""The local API, served on the Unix socket (0600: only this user reaches it).
+
+Routes (all JSON; errors are `{code, message}`):
+
+    GET    /v1/status
+    GET    /v1/projects?cursor=&limit=          POST /v1/projects {path, name?}
+    GET    /v1/projects/{id}                    DELETE /v1/projects/{id}
+    GET    /v1/threads?projectId=&includeArchived=&cursor=&limit=
+    POST   /v1/threads                          (launch: ThreadLaunch)
+    GET    /v1/threads/{id}
+    GET    /v1/threads/{id}/items?afterPosition=&limit=&runId=&itemId=&textOffset=&maxCharsPerItem=
+    POST   /v1/threads/{id}/runs {text, clientRequestId?}          (send)
+    GET    /v1/threads/{id}/wait?run=&timeout=  (long-poll, timeout <= 50 s)
+    POST   /v1/threads/{id}/interrupt {stop?, reason?}
+    POST   /v1/threads/{id}/archive
+    GET    /v1/threads/{id}/events?after=&timeout=&limit=            (event cursor, long-poll)
+    POST   /v1/tools/{name}                     (agent tools, `Authorization: Bearer <run token>`)
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from peerd import contracts as c
+from peerd.api.app import (
+    DESCRIPTOR,
+    OPERATIONS,
+    STATUS_FN,
+    StatusFn,
+    base_app,
+    descriptor,
+    json_body,
+    ok,
+    query_model,
+)
+from peerd.api.tools import call_tool
+from peerd.operations import Caller, Operations
+
+LOCAL = Caller.local()
+
+
+def _ops(request: web.Request) -> Operations:
+    return request.app[OPERATIONS]
+
+
+async def status(request: web.Request) -> web.Response:
+    return ok(await request.app[STATUS_FN]())
+
+
+async def project_list(request: web.Request) -> web.Response:
+    return ok(await _ops(request).project_list(LOCAL, query_model(request, c.ProjectList)))
+
+
+async def project_add(request: web.Request) -> web.Response:
+    return ok(await _ops(request).project_add(LOCAL, await json_body(request, c.ProjectAdd)), status=201)
+
+
+async def project_show(request: web.Request) -> web.Response:
+    return ok(await _ops(request).project_show(LOCAL, request.match_info["id"]))
+
+
+async def project_remove(request: web.Request) -> web.Response:
+    return ok(await _ops(request).project_remove(LOCAL, request.match_info["id"]))
+
+
+async def thread_list(request: web.Request) -> web.Response:
+    return ok(await _ops(request).thread_list(LOCAL, query_model(request, c.ThreadList)))
+
+
+async def thread_launch(request: web.Request) -> web.Response:
+    result = await _ops(request).thread_launch(LOCAL, await json_body(request, c.ThreadLaunch))
+    return ok(result, status=200 if result.replayed else 201)
+
+
+async def thread_show(request: web.Request) -> web.Response:
+    return ok(await _ops(request).thread_show(LOCAL, request.match_info["id"]))
+
+
+async def thread_items(request: web.Request) -> web.Response:
+    req = query_model(request, c.ThreadRead)
+    return ok(await _ops(request).thread_read(LOCAL, request.match_info["id"], req))
+
+
+async def thread_send(request: web.Request) -> web.Response:
+    req = await json_body(request, c.ThreadSend)
+    result = await _ops(request).thread_send(LOCAL, request.match_info["id"], req)
+    return ok(result, status=200 if result.replayed else 201)
+
+
+async def thread_wait(request: web.Request) -> web.Response:
+    req = query_model(request, c.ThreadWait, renames={"run": "runId"})
+    return ok(await _ops(request).thread_wait(LOCAL, request.match_info["id"], req))
+
+
+async def thread_interrupt(request: web.Request) -> web.Response:
+    req = await json_body(request, c.ThreadInterrupt)
+    return ok(await _ops(request).thread_interrupt(LOCAL, request.match_info["id"], req))
+
+
+async def thread_archive(request: web.Request) -> web.Response:
+    return ok(await _ops(request).thread_archive(LOCAL, request.match_info["id"]))
+
+
+async def thread_events(request: web.Request) -> web.Response:
+    req = query_model(request, c.EventsRead)
+    return ok(await _ops(request).thread_events(LOCAL, request.match_info["id"], req))
+
+
+def local_app(ops: Operations, desc: c.Descriptor, status_fn: StatusFn) -> web.Application:
+    app = base_app()
+    app[OPERATIONS] = ops
+    app[DESCRIPTOR] = desc
+    app[STATUS_FN] = status_fn
+    r = app.router
+    r.add_get("/.well-known/peerd", descriptor)
+    r.add_get("/v1/status", status)
+    r.add_get("/v1/projects", project_list)
+    r.add_post("/v1/projects", project_add)
+    r.add_get("/v1/projects/{id}", project_show)
+    r.add_delete("/v1/projects/{id}", project_remove)
+    r.add_get("/v1/threads", thread_list)
+    r.add_post("/v1/threads", thread_launch)
+    r.add_get("/v1/threads/{id}", thread_show)
+    r.add_get("/v1/threads/{id}/items", thread_items)
+    r.add_post("/v1/threads/{id}/runs", thread_send)
+    r.add_get("/v1/threads/{id}/wait", thread_wait)
+    r.add_post("/v1/threads/{id}/interrupt", thread_interrupt)
+    r.add_post("/v1/threads/{id}/archive", thread_archive)
+    r.add_get("/v1/threads/{id}/events", thread_events)
+    r.add_post("/v1/tools/{name}", call_tool)
+    return app

@@ -1,0 +1,67 @@
+"""The CLI's client for the local daemon: HTTP over the Unix socket, typed errors back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from peerd.errors import PeerdError, from_wire
+
+
+class DaemonNotRunning(Exception):
+    def __init__(self, socket_path: Path) -> None:
+        super().__init__(
+            f"peerd is not running (no daemon answers at {socket_path}). Start it with `peerd serve`."
+        )
+
+
+class LocalClient:
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> LocalClient:
+        connector = aiohttp.UnixConnector(path=str(self.socket_path))
+        # Long-polls last up to 50 s on the wire; allow for that plus slack.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=70)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        if self._session is None:
+            raise RuntimeError("LocalClient used outside `async with`")
+        query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
+        try:
+            async with self._session.request(method, f"http://peerd{path}", json=body, params=query) as resp:
+                try:
+                    data = await resp.json(content_type=None)
+                except ValueError:
+                    raise PeerdError(
+                        f"The daemon sent a response that is not JSON (HTTP {resp.status})."
+                    ) from None
+        except (aiohttp.ClientConnectorError, FileNotFoundError, ConnectionRefusedError):
+            raise DaemonNotRunning(self.socket_path) from None
+        if resp.status >= 400:
+            if isinstance(data, dict) and "code" in data and "message" in data:
+                raise from_wire(str(data["code"]), str(data["message"]))
+            raise PeerdError(f"The daemon answered HTTP {resp.status}.")
+        return data
+
+
+def _q(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,118 @@
+"""`peerd`: the command line. Each command talks to the daemon over its local socket."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+
+from peerd import __version__
+from peerd.cli.client import LocalClient
+from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_option, with_client
+from peerd.cli.output import emit_json, fields
+from peerd.cli.projects import project
+from peerd.cli.threads import thread
+from peerd.daemon import DaemonConfig, parse_listen
+from peerd.daemon import serve as run_daemon
+from peerd.errors import PeerdError
+from peerd.logs import configure_logging
+from peerd.paths import resolve_home
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="PEERD_HOME",
+    help="Data directory (default: $PEERD_HOME, else $XDG_DATA_HOME/peerd).",
+)
+@click.version_option(__version__, prog_name="peerd")
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None) -> None:
+    """peerd links the machines your coding agents run on."""
+    ctx.obj = CliContext(resolve_home(home))
+
+
+@cli.command()
+@click.option("--label", default=None, help="A name people know this machine by (default: the host name).")
+@click.option(
+    "--listen",
+    default="127.0.0.1:7433",
+    show_default=True,
+    help="HOST:PORT of the network listener (TLS). Use --no-listen to serve only the local socket.",
+)
+@click.option("--no-listen", is_flag=True, help="Serve only the local Unix socket.")
+@click.option("--no-tls", is_flag=True, help="Plain HTTP on the listener; allowed on loopback only.")
+@click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    label: str | None,
+    listen: str,
+    no_listen: bool,
+    no_tls: bool,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Run the daemon in the foreground until SIGTERM or SIGINT."""
+    configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
+    if not no_listen:
+        try:
+            parse_listen(listen, tls=not no_tls)
+        except PeerdError as exc:
+            fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+    config = DaemonConfig(
+        home=cli_context(ctx).home,
+        label=label or socket.gethostname(),
+        listen=None if no_listen else listen,
+        tls=not no_tls,
+    )
+    try:
+        asyncio.run(run_daemon(config))
+    except PeerdError as exc:
+        fail(f"{exc.code}: {exc.message}")
+
+
+@cli.command()
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show this environment: id, label, listeners, certificate fingerprint, counts."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/status")
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+        return
+    counts = data["counts"]
+    fields(
+        [
+            ("environment", data["envId"]),
+            ("label", data["label"]),
+            ("version", data["version"]),
+            ("fingerprint", data["fingerprint"]),
+            ("home", data["home"]),
+            *[
+                ("listener", f"{x['address']} ({x['kind']}{', tls' if x['tls'] else ''})")
+                for x in data["listeners"]
+            ],
+            ("projects", counts["projects"]),
+            ("threads", counts["threads"]),
+            ("live runs", counts["liveRuns"]),
+        ]
+    )
+
+
+cli.add_command(project)
+cli.add_command(thread)
+
+
+def main() -> None:
+    cli(prog_name="peerd")

@@ -1,0 +1,98 @@
+"""`peerd project ...`: register git checkouts with this environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from peerd.cli.client import LocalClient
+from peerd.cli.common import json_option, with_client
+from peerd.cli.output import ago, emit_json, fields, table
+
+
+@click.group()
+def project() -> None:
+    """Projects: git checkouts agents work in."""
+
+
+def _show(data: dict[str, Any]) -> None:
+    fields(
+        [
+            ("id", data["id"]),
+            ("name", data["name"]),
+            ("path", data["path"]),
+            ("repository", data["repositoryKey"] or "(no origin remote)"),
+            ("added", ago(data["createdAt"])),
+        ]
+    )
+
+
+@project.command("add")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--name", default=None, help="A short name (default: the checkout's folder name).")
+@json_option
+@click.pass_context
+def project_add(ctx: click.Context, path: Path, name: str | None, as_json: bool) -> None:
+    """Register the git checkout at PATH."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("POST", "/v1/projects", body={"path": str(path.resolve()), "name": name})
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else _show(data)
+
+
+@project.command("list")
+@json_option
+@click.pass_context
+def project_list(ctx: click.Context, as_json: bool) -> None:
+    """List projects (all pages)."""
+
+    async def go(client: LocalClient) -> list[Any]:
+        items: list[Any] = []
+        cursor = None
+        while True:
+            page = await client.call("GET", "/v1/projects", params={"cursor": cursor, "limit": 100})
+            items.extend(page["items"])
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return items
+
+    items = with_client(ctx, go)
+    if as_json:
+        emit_json(items)
+        return
+    table(
+        ["id", "name", "repository", "path"],
+        [[p["id"], p["name"], p["repositoryKey"], p["path"]] for p in items],
+    )
+
+
+@project.command("show")
+@click.argument("project_id")
+@json_option
+@click.pass_context
+def project_show(ctx: click.Context, project_id: str, as_json: bool) -> None:
+    """Show one project (by id or name)."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", f"/v1/projects/{project_id}")
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else _show(data)
+
+
+@project.command("remove")
+@click.argument("project_id")
+@json_option
+@click.pass_context
+def project_remove(ctx: click.Context, project_id: str, as_json: bool) -> None:
+    """Forget a project (its threads must be archived first). The checkout is left untouched."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("DELETE", f"/v1/projects/{project_id}")
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else click.echo(f"removed project {data['id']} ({data['name']})")

@@ -1,0 +1,323 @@
+"""`peerd thread ...`: launch agent conversations, follow their runs, read what they did."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import click
+
+from peerd.cli.client import LocalClient
+from peerd.cli.common import EXIT_TIMED_OUT, json_option, with_client
+from peerd.cli.output import ago, emit_json, fields, table
+from peerd.contracts import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
+
+
+@click.group()
+def thread() -> None:
+    """Threads: agent conversations, each in its own git worktree."""
+
+
+async def read_all_items(
+    client: LocalClient, thread_id: str, *, run_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Every item of the thread, each long text read whole (paged by itemId + textOffset)."""
+    items: list[dict[str, Any]] = []
+    after = None
+    while True:
+        page = await client.call(
+            "GET",
+            f"/v1/threads/{thread_id}/items",
+            params={"afterPosition": after, "runId": run_id, "limit": 100},
+        )
+        for item in page["items"]:
+            text, part = item["text"], item
+            while part["textTruncated"]:
+                more = await client.call(
+                    "GET",
+                    f"/v1/threads/{thread_id}/items",
+                    params={"itemId": item["id"], "textOffset": part["nextTextOffset"]},
+                )
+                part = more["items"][0]
+                text += part["text"]
+            items.append(
+                {**item, "text": text, "textOffset": 0, "textTruncated": False, "nextTextOffset": None}
+            )
+        if not page["hasMore"]:
+            return items
+        after = page["nextPosition"]
+
+
+async def wait_for_run(
+    client: LocalClient, thread_id: str, run_id: str | None, seconds: float
+) -> dict[str, Any]:
+    """Wait up to `seconds`, as a loop of long-polls of at most 50 s each."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        chunk = max(0.0, min(LONG_POLL_MAX_S, deadline - loop.time()))
+        result: dict[str, Any] = await client.call(
+            "GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": chunk}
+        )
+        run_id = run_id or result["runId"]  # later chunks stay pinned to the run the first one saw
+        if result["terminal"] or loop.time() >= deadline:
+            return result
+
+
+def _print_items(items: list[dict[str, Any]]) -> None:
+    for item in items:
+        label = item["kind"].replace("_", " ")
+        extra = ""
+        if item["kind"] == "command" and "exit_code" in item["data"]:
+            extra = f"  (exit {item['data']['exit_code']})"
+        click.echo(f"[{item['position']}] {label}{extra}: {item['text']}")
+        if item["kind"] == "command" and item["data"].get("output"):
+            click.echo("    " + item["data"]["output"].rstrip().replace("\n", "\n    "))
+
+
+@thread.command("launch")
+@click.option("--project", "project_id", required=True, help="Project id or name.")
+@click.option("--provider", default="script", show_default=True, help="Which coder runs the thread.")
+@click.option("--prompt", default=None, help="The first message ('-' reads standard input).")
+@click.option("--prompt-file", type=click.File("r"), default=None, help="Read the first message from a file.")
+@click.option("--title", default=None)
+@click.option("--model", default=None)
+@click.option(
+    "--runtime-mode", type=click.Choice(RUNTIME_MODES), default=None, help="Access level of the run."
+)
+@click.option("--interaction-mode", type=click.Choice(INTERACTION_MODES), default=None)
+@click.option("--client-request-id", default=None, help="Idempotency key: a retry returns the same thread.")
+@click.option("--in-place", is_flag=True, help="Work in the project checkout itself, not a new worktree.")
+@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to this many seconds for the run.")
+@json_option
+@click.pass_context
+def thread_launch(
+    ctx: click.Context,
+    project_id: str,
+    provider: str,
+    prompt: str | None,
+    prompt_file: Any,
+    title: str | None,
+    model: str | None,
+    runtime_mode: str | None,
+    interaction_mode: str | None,
+    client_request_id: str | None,
+    in_place: bool,
+    wait_s: float | None,
+    as_json: bool,
+) -> None:
+    """Launch a thread in a project with a first message."""
+    if (prompt is None) == (prompt_file is None):
+        raise click.UsageError("Give exactly one of --prompt and --prompt-file.")
+    text = prompt_file.read() if prompt_file is not None else prompt
+    if text == "-":
+        text = sys.stdin.read()
+    body = {
+        "projectId": project_id,
+        "provider": provider,
+        "prompt": text,
+        "title": title,
+        "model": model,
+        "runtimeMode": runtime_mode,
+        "interactionMode": interaction_mode,
+        "clientRequestId": client_request_id,
+        "inPlace": in_place,
+    }
+
+    async def go(client: LocalClient) -> dict[str, Any]:
+        launched: dict[str, Any] = await client.call(
+            "POST", "/v1/threads", body={k: v for k, v in body.items() if v is not None}
+        )
+        if wait_s is not None:
+            launched["wait"] = await wait_for_run(client, launched["threadId"], launched["runId"], wait_s)
+        return launched
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+    else:
+        note = " (an earlier launch with this key)" if data["replayed"] else ""
+        click.echo(f"thread {data['threadId']} run {data['runId']} {data['status']}{note}")
+        click.echo(f"worktree {data['worktreePath']}")
+        if "wait" in data:
+            click.echo(f"run {data['wait']['runId']} {data['wait']['status']}")
+    if "wait" in data and not data["wait"]["terminal"]:
+        ctx.exit(EXIT_TIMED_OUT)
+
+
+@thread.command("list")
+@click.option("--project", "project_id", default=None, help="Only this project's threads.")
+@click.option("--all", "include_archived", is_flag=True, help="Include archived threads.")
+@json_option
+@click.pass_context
+def thread_list(ctx: click.Context, project_id: str | None, include_archived: bool, as_json: bool) -> None:
+    """List threads (all pages)."""
+
+    async def go(client: LocalClient) -> list[Any]:
+        items: list[Any] = []
+        cursor = None
+        while True:
+            params = {"projectId": project_id, "includeArchived": include_archived, "cursor": cursor}
+            page = await client.call("GET", "/v1/threads", params=params)
+            items.extend(page["items"])
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return items
+
+    items = with_client(ctx, go)
+    if as_json:
+        emit_json(items)
+        return
+    rows = []
+    for t in items:
+        run = t["latestRun"] or {}
+        rows.append(
+            [t["id"], t["title"][:40], t["provider"], t["runtimeMode"], run.get("status"), t["status"]]
+        )
+    table(["id", "title", "provider", "mode", "last run", "status"], rows)
+
+
+@thread.command("show")
+@click.argument("thread_id")
+@click.option("--run", "run_id", default=None, help="Only this run's items.")
+@json_option
+@click.pass_context
+def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json: bool) -> None:
+    """Show a thread and its items (long texts read whole)."""
+
+    async def go(client: LocalClient) -> dict[str, Any]:
+        info = await client.call("GET", f"/v1/threads/{thread_id}")
+        return {"thread": info, "items": await read_all_items(client, thread_id, run_id=run_id)}
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+        return
+    t = data["thread"]
+    run = t["latestRun"] or {}
+    fields(
+        [
+            ("thread", t["id"]),
+            ("title", t["title"]),
+            ("project", t["projectId"]),
+            ("provider", f"{t['provider']}{' / ' + t['model'] if t['model'] else ''}"),
+            ("modes", f"{t['runtimeMode']}, {t['interactionMode']}"),
+            ("worktree", f"{t['worktreePath']}{' (in place)' if t['inPlace'] else ''}"),
+            ("branch", t["branch"]),
+            ("status", t["status"] + (", queue held" if t["queueHeld"] else "")),
+            ("last run", f"{run.get('id')} #{run.get('number')} {run.get('status')}" if run else "none"),
+            ("reason", run.get("reason")),
+            ("updated", ago(t["updatedAt"])),
+        ]
+    )
+    click.echo("")
+    _print_items(data["items"])
+
+
+@thread.command("send")
+@click.argument("thread_id")
+@click.argument("text")
+@click.option("--client-request-id", default=None, help="Idempotency key: a retry returns the same run.")
+@json_option
+@click.pass_context
+def thread_send(
+    ctx: click.Context, thread_id: str, text: str, client_request_id: str | None, as_json: bool
+) -> None:
+    """Send a message: a new run, queued while another is live. Releases a held queue."""
+    body = {"text": text, "clientRequestId": client_request_id}
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call(
+            "POST", f"/v1/threads/{thread_id}/runs", body={k: v for k, v in body.items() if v is not None}
+        )
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else click.echo(f"run {data['runId']} {data['status']}")
+
+
+@thread.command("wait")
+@click.argument("thread_id")
+@click.option("--run", "run_id", default=None, help="The run to wait for (default: the latest).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait in all.")
+@json_option
+@click.pass_context
+def thread_wait(
+    ctx: click.Context, thread_id: str, run_id: str | None, timeout: float, as_json: bool
+) -> None:
+    """Wait for a run to end (exit 4 if it is still live at the timeout)."""
+
+    async def go(client: LocalClient) -> dict[str, Any]:
+        return await wait_for_run(client, thread_id, run_id, timeout)
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(
+            f"run {data['runId']} {data['status']}{'' if data['terminal'] else ' (still live: timed out)'}"
+        )
+    if not data["terminal"]:
+        ctx.exit(EXIT_TIMED_OUT)
+
+
+@thread.command("interrupt")
+@click.argument("thread_id")
+@click.option("--stop", is_flag=True, help="Also hold the queue: nothing queued starts until the next send.")
+@click.option("--reason", default=None, help="Why (recorded on the run).")
+@json_option
+@click.pass_context
+def thread_interrupt(
+    ctx: click.Context, thread_id: str, stop: bool, reason: str | None, as_json: bool
+) -> None:
+    """Interrupt the live run (signals the provider's whole process group)."""
+
+    async def go(client: LocalClient) -> Any:
+        body = {"stop": stop, **({"reason": reason} if reason else {})}
+        return await client.call("POST", f"/v1/threads/{thread_id}/interrupt", body=body)
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+    else:
+        held = ", queue held" if data["queueHeld"] else ""
+        run = f" (run {data['runId']})" if data["runId"] else ""
+        click.echo(f"{data['status'].replace('_', ' ')}{run}{held}")
+
+
+@thread.command("archive")
+@click.argument("thread_id")
+@json_option
+@click.pass_context
+def thread_archive(ctx: click.Context, thread_id: str, as_json: bool) -> None:
+    """Archive a thread and remove its worktree (its branch is kept)."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("POST", f"/v1/threads/{thread_id}/archive")
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(f"archived {data['threadId']}{'; worktree removed' if data['worktreeRemoved'] else ''}")
+
+
+@thread.command("events")
+@click.argument("thread_id")
+@click.option("--after", type=int, default=0, show_default=True, help="Cursor: the last event seen.")
+@click.option("--timeout", type=float, default=0.0, help="Long-poll up to this many seconds (max 50).")
+@json_option
+@click.pass_context
+def thread_events(ctx: click.Context, thread_id: str, after: int, timeout: float, as_json: bool) -> None:
+    """Print the thread's events after a cursor."""
+
+    async def go(client: LocalClient) -> Any:
+        params = {"after": after, "timeout": min(timeout, LONG_POLL_MAX_S)}
+        return await client.call("GET", f"/v1/threads/{thread_id}/events", params=params)
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+        return
+    table(["seq", "type", "data"], [[e["seq"], e["type"], e["data"]] for e in data["events"]])
+    click.echo(f"next cursor: {data['nextCursor']}")

@@ -1,0 +1,283 @@
+"""One contract: the wire models of every operation, shared by the HTTP API, the CLI and agent tools.
+
+Field names are snake_case in Python and camelCase on the wire (`project_id` <-> `projectId`).
+Inputs forbid unknown fields, so a misspelt option is a typed `invalid_request`, not a silent no-op.
+Errors are `ErrorBody {code, message}`; the codes live in `peerd.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+PROTOCOL_VERSION = 1
+
+RuntimeMode = Literal["read-only", "approval-required", "auto-accept-edits", "auto", "full-access"]
+RUNTIME_MODES: tuple[RuntimeMode, ...] = (
+    "read-only",
+    "approval-required",
+    "auto-accept-edits",
+    "auto",
+    "full-access",
+)
+InteractionMode = Literal["default", "plan"]
+INTERACTION_MODES: tuple[InteractionMode, ...] = ("plan", "default")  # narrowest first
+RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
+ItemKind = Literal["user_message", "assistant_message", "command", "file_change", "tool_call", "error"]
+ThreadStatus = Literal["active", "archived"]
+
+MAX_PROMPT_CHARS = 120_000
+MAX_TITLE_CHARS = 512
+MAX_REQUEST_ID_CHARS = 256
+DEFAULT_ITEM_CHARS = 20_000
+MAX_ITEM_CHARS = 100_000
+LONG_POLL_MAX_S = 50.0
+PAGE_LIMIT = 100
+
+T = TypeVar("T")
+
+
+class Wire(BaseModel):
+    """Base of every wire model: camelCase aliases, accepts either name when parsing."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class Input(Wire):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+
+ClientRequestId = Field(default=None, min_length=1, max_length=MAX_REQUEST_ID_CHARS)
+
+
+class ErrorBody(Wire):
+    code: str
+    message: str
+
+
+class Page(Wire, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+
+
+# --- status -------------------------------------------------------------------------------------
+
+
+class Listener(Wire):
+    kind: Literal["unix", "tcp"]
+    address: str
+    tls: bool
+
+
+class StatusCounts(Wire):
+    projects: int
+    threads: int
+    live_runs: int
+
+
+class Status(Wire):
+    env_id: str
+    label: str
+    version: str
+    protocol_version: int = PROTOCOL_VERSION
+    fingerprint: str
+    listeners: list[Listener]
+    counts: StatusCounts
+    home: str
+
+
+class Descriptor(Wire):
+    """What `/.well-known/peerd` tells anyone, without credentials."""
+
+    service: Literal["peerd"] = "peerd"
+    env_id: str
+    label: str
+    protocol_version: int = PROTOCOL_VERSION
+    version: str
+    capabilities: list[str]
+
+
+# --- projects -----------------------------------------------------------------------------------
+
+
+class Project(Wire):
+    id: str
+    name: str
+    path: str
+    repository_key: str | None
+    created_at: float
+
+
+class ProjectAdd(Input):
+    path: str = Field(min_length=1, max_length=4096)
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ProjectList(Input):
+    cursor: str | None = None
+    limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+
+
+# --- threads, runs, items -----------------------------------------------------------------------
+
+
+class Run(Wire):
+    id: str
+    thread_id: str
+    number: int
+    status: RunStatus
+    reason: str | None = None
+    exit_code: int | None = None
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+class Thread(Wire):
+    id: str
+    project_id: str
+    title: str
+    provider: str
+    model: str | None
+    runtime_mode: RuntimeMode
+    interaction_mode: InteractionMode
+    status: ThreadStatus
+    queue_held: bool
+    in_place: bool
+    worktree_path: str
+    branch: str | None
+    provider_session: str | None
+    created_at: float
+    updated_at: float
+    latest_run: Run | None = None
+
+
+class ThreadLaunch(Input):
+    project_id: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    provider: str = Field(default="script", min_length=1, max_length=64)
+    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    runtime_mode: RuntimeMode | None = None
+    interaction_mode: InteractionMode | None = None
+    in_place: bool = False
+    client_request_id: str | None = ClientRequestId
+
+
+class ThreadLaunchResult(Wire):
+    thread_id: str
+    project_id: str
+    run_id: str
+    status: RunStatus
+    provider: str
+    model: str | None
+    runtime_mode: RuntimeMode
+    interaction_mode: InteractionMode
+    worktree_path: str
+    replayed: bool = False
+
+
+class ThreadList(Input):
+    project_id: str | None = None
+    include_archived: bool = False
+    cursor: str | None = None
+    limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+
+
+class Item(Wire):
+    id: str
+    thread_id: str
+    run_id: str
+    position: int
+    kind: ItemKind
+    text: str
+    text_length: int
+    text_offset: int = 0
+    text_truncated: bool = False
+    next_text_offset: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    created_at: float
+
+
+class ThreadRead(Input):
+    after_position: int | None = Field(default=None, ge=-1)
+    limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+    item_id: str | None = None
+    text_offset: int = Field(default=0, ge=0)
+    max_chars_per_item: int = Field(default=DEFAULT_ITEM_CHARS, ge=1, le=MAX_ITEM_CHARS)
+    run_id: str | None = None
+
+
+class ThreadReadResult(Wire):
+    thread: Thread
+    items: list[Item]
+    has_more: bool
+    next_position: int | None
+
+
+class ThreadSend(Input):
+    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    client_request_id: str | None = ClientRequestId
+
+
+class ThreadSendResult(Wire):
+    thread_id: str
+    run_id: str
+    status: RunStatus
+    queue_held: bool
+    replayed: bool = False
+
+
+class ThreadWait(Input):
+    run_id: str | None = None
+    timeout: float = Field(default=30.0, ge=0, le=LONG_POLL_MAX_S)
+
+
+class ThreadWaitResult(Wire):
+    thread_id: str
+    run_id: str | None
+    status: RunStatus | None
+    terminal: bool
+    timed_out: bool
+
+
+class ThreadInterrupt(Input):
+    stop: bool = False
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class ThreadInterruptResult(Wire):
+    thread_id: str
+    run_id: str | None
+    status: Literal["interrupt_requested", "no_active_run"] | RunStatus
+    queue_held: bool
+
+
+class ThreadArchiveResult(Wire):
+    thread_id: str
+    status: ThreadStatus
+    worktree_removed: bool
+
+
+class Event(Wire):
+    seq: int
+    thread_id: str
+    type: str
+    data: dict[str, Any]
+    created_at: float
+
+
+class EventsRead(Input):
+    after: int = Field(default=0, ge=0)
+    timeout: float = Field(default=0.0, ge=0, le=LONG_POLL_MAX_S)
+    limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+
+
+class EventsResult(Wire):
+    events: list[Event]
+    next_cursor: int

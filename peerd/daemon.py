@@ -1,0 +1,230 @@
+"""The composition root: wires the store, identity, runs and listeners; recovers; shuts down.
+
+Start-up order: take the home lock, load the identity, open and migrate the store, interrupt runs
+a dead daemon left live, prune old receipts, start the listeners, then start queued runs.
+Shutdown (SIGTERM/SIGINT): long-polls return at once, live runs are interrupted and recorded as
+such, the listeners stop, the store closes. Nothing is half-written: each change is a transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import ipaddress
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import structlog
+from aiohttp import web
+
+from peerd import __version__
+from peerd import contracts as c
+from peerd.api.app import network_app
+from peerd.api.local import local_app
+from peerd.core.idempotency import RECEIPT_RETENTION_S
+from peerd.errors import InvalidRequest, PeerdError
+from peerd.operations import Operations
+from peerd.paths import Paths
+from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
+from peerd.providers.base import Provider
+from peerd.providers.script import ScriptProvider
+from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.runner import RunManager
+from peerd.store import projects, receipts, threads
+from peerd.store.db import Database
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_LISTEN = "127.0.0.1:7433"
+CAPABILITIES = ["threads", "projects", "long-poll", "events"]
+HTTP_SHUTDOWN_TIMEOUT_S = 5.0
+
+
+class AlreadyRunning(PeerdError):
+    code = "already_running"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    home: Path
+    label: str = field(default_factory=socket.gethostname)
+    listen: str | None = DEFAULT_LISTEN  # None: no TCP listener
+    tls: bool = True
+
+
+def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:7433`); plain HTTP is refused off loopback."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not port_text.isdigit() or not host:
+        raise InvalidRequest(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:7433.")
+    host = host.strip("[]")
+    port = int(port_text)
+    if port > 65535:
+        raise InvalidRequest(f"--listen port {port} is out of range.")
+    if not tls and not _is_loopback(host):
+        raise InvalidRequest(
+            f"Refusing to listen on {host} without TLS: only loopback addresses may serve plain HTTP."
+        )
+    return host, port
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.paths = Paths(config.home)
+        self._stop = asyncio.Event()
+        self._listeners: list[c.Listener] = []
+        self._runners: list[web.AppRunner] = []
+        self._lock_file: IO[str] | None = None
+        self.identity: Identity | None = None
+        self.db: Database | None = None
+        self.runs: RunManager | None = None
+        self.feed = ChangeFeed()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _take_lock(self) -> None:
+        self.paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handle = open(self.paths.lock, "a+")  # noqa: SIM115  # held for the daemon's lifetime
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise AlreadyRunning(
+                f"Another peerd is already running with home {self.paths.home} (`peerd status` shows it)."
+            ) from None
+        self._lock_file = handle
+
+    async def start(self) -> None:
+        self._take_lock()
+        identity = load_or_create_identity(self.paths.home)
+        self.identity = identity
+        self.db = db = await Database.open(self.paths.db)
+        now = time.time()
+        recovered = await threads.recover(db, now=now)
+        if recovered:
+            log.info("daemon.recovered_runs", count=len(recovered))
+        async with db.write() as tx:
+            await receipts.prune(tx, older_than=now - RECEIPT_RETENTION_S)
+        providers: dict[str, Provider] = {"script": ScriptProvider()}
+        socket_path = self.paths.socket
+        self.runs = RunManager(
+            db,
+            self.feed,
+            providers,
+            state_dir=self.paths.provider_state,
+            tool_env={"PEERD_SOCKET": str(socket_path)},
+        )
+        ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees)
+        desc = c.Descriptor(
+            env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
+        )
+        await self._serve_unix(local_app(ops, desc, self.status), socket_path)
+        if self.config.listen:
+            await self._serve_tcp(network_app(ops, desc), identity)
+        await self.runs.kick_all()
+        log.info(
+            "daemon.ready",
+            env_id=identity.env_id,
+            label=self.config.label,
+            listeners=[listener.address for listener in self._listeners],
+        )
+
+    async def _serve_unix(self, app: web.Application, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # stale: the home lock proves no other daemon owns it
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+        try:
+            await web.UnixSite(runner, str(path)).start()
+        finally:
+            os.umask(old_umask)
+        self._runners.append(runner)
+        self._listeners.append(c.Listener(kind="unix", address=str(path), tls=False))
+
+    async def _serve_tcp(self, app: web.Application, identity: Identity) -> None:
+        assert self.config.listen is not None  # noqa: S101  # checked by the caller
+        host, port = parse_listen(self.config.listen, tls=self.config.tls)
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        ssl_ctx = server_ssl_context(identity) if self.config.tls else None
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise InvalidRequest(f"Cannot listen on {self.config.listen}: {exc.strerror or exc}.") from None
+        self._runners.append(runner)
+        for address in runner.addresses:
+            bound_host, bound_port = address[0], address[1]
+            shown = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
+            scheme = "https" if self.config.tls else "http"
+            self._listeners.append(c.Listener(kind="tcp", address=f"{scheme}://{shown}", tls=self.config.tls))
+
+    async def status(self) -> c.Status:
+        if self.db is None or self.identity is None:
+            raise PeerdError("The daemon is still starting.", code="unavailable")
+        thread_count, live = await threads.counts(self.db)
+        return c.Status(
+            env_id=self.identity.env_id,
+            label=self.config.label,
+            version=__version__,
+            fingerprint=self.identity.fingerprint_text,
+            listeners=list(self._listeners),
+            counts=c.StatusCounts(
+                projects=await projects.count(self.db), threads=thread_count, live_runs=live
+            ),
+            home=str(self.paths.home),
+        )
+
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
+    async def shutdown(self) -> None:
+        log.info("daemon.stopping")
+        self.feed.close()  # long-polls answer now instead of at their timeout
+        if self.runs is not None:
+            await self.runs.shutdown()
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self.db is not None:
+            await self.db.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.socket.unlink()
+        if self._lock_file is not None:
+            self._lock_file.close()
+        log.info("daemon.stopped")
+
+
+async def serve(config: DaemonConfig) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    daemon = Daemon(config)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, daemon.request_stop)
+    try:
+        await daemon.start()
+        await daemon.wait_stopped()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await daemon.shutdown()

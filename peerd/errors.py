@@ -1,0 +1,157 @@
+"""The exception tree: every failure a user or a peer can see carries a stable code.
+
+    PeerdError(code, message)              -> {"code", "message"} on the wire
+    ├── InvalidRequest        invalid_request          400
+    ├── NotFound              not_found                404
+    │   ├── ProjectNotFound   project_not_found        404
+    │   ├── ThreadNotFound    thread_not_found         404
+    │   ├── RunNotFound       run_not_found            404
+    │   └── ItemNotFound      item_not_found           404
+    ├── Conflict              conflict                 409
+    │   ├── IdempotencyKeyReused  idempotency_key_reused  409
+    │   └── ProjectExists     project_exists           409
+    ├── CapabilityDenied      capability_denied        403
+    │   └── ParentNotActive   parent_not_active        403
+    ├── PayloadTooLarge       payload_too_large        413
+    ├── ProviderError         provider_error           502
+    ├── GitError              git_error                500
+    └── Unavailable           unavailable              503  (shutting down, retry later)
+
+Handlers raise these; the HTTP layer maps `code` to a status in one place (`HTTP_STATUS`), and the
+CLI prints `code: message`. Anything else that escapes is a bug: it is logged with its traceback and
+the client gets `internal_error` without details.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PeerdError(Exception):
+    """A failure with a stable code and a message a person can act on."""
+
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code  # type: ignore[misc]  # per-instance override of the class code
+
+    def to_wire(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class InvalidRequest(PeerdError):
+    code = "invalid_request"
+
+
+class NotFound(PeerdError):
+    code = "not_found"
+
+
+class ProjectNotFound(NotFound):
+    code = "project_not_found"
+
+
+class ThreadNotFound(NotFound):
+    code = "thread_not_found"
+
+
+class RunNotFound(NotFound):
+    code = "run_not_found"
+
+
+class ItemNotFound(NotFound):
+    code = "item_not_found"
+
+
+class Conflict(PeerdError):
+    code = "conflict"
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+
+
+class ProjectExists(Conflict):
+    code = "project_exists"
+
+
+class CapabilityDenied(PeerdError):
+    code = "capability_denied"
+
+
+class ParentNotActive(CapabilityDenied):
+    code = "parent_not_active"
+
+
+class PayloadTooLarge(PeerdError):
+    code = "payload_too_large"
+
+
+class ProviderError(PeerdError):
+    code = "provider_error"
+
+
+class GitError(PeerdError):
+    code = "git_error"
+
+
+class Unavailable(PeerdError):
+    code = "unavailable"
+
+
+HTTP_STATUS: dict[str, int] = {
+    "invalid_request": 400,
+    "not_found": 404,
+    "project_not_found": 404,
+    "thread_not_found": 404,
+    "run_not_found": 404,
+    "item_not_found": 404,
+    "conflict": 409,
+    "idempotency_key_reused": 409,
+    "project_exists": 409,
+    "capability_denied": 403,
+    "parent_not_active": 403,
+    "runtime_mode_escalation_denied": 403,
+    "interaction_mode_escalation_denied": 403,
+    "payload_too_large": 413,
+    "provider_error": 502,
+    "git_error": 500,
+    "unavailable": 503,
+    "internal_error": 500,
+}
+
+
+def http_status(code: str) -> int:
+    """The HTTP status for an error code; unknown codes are server errors."""
+    return HTTP_STATUS.get(code, 500)
+
+
+_BY_CODE: dict[str, type[PeerdError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidRequest,
+        NotFound,
+        ProjectNotFound,
+        ThreadNotFound,
+        RunNotFound,
+        ItemNotFound,
+        Conflict,
+        IdempotencyKeyReused,
+        ProjectExists,
+        CapabilityDenied,
+        ParentNotActive,
+        PayloadTooLarge,
+        ProviderError,
+        GitError,
+        Unavailable,
+    )
+}
+
+
+def from_wire(code: str, message: str) -> PeerdError:
+    """Rebuild the typed error a daemon reported (the client side of `to_wire`)."""
+    cls = _BY_CODE.get(code, PeerdError)
+    return cls(message, code=code)

@@ -1,0 +1,283 @@
+"""The operations of the contract, one method each, shared by the HTTP API and the agent tools.
+
+Each takes a `Caller` (who asks: the local owner, an agent's run, later a linked environment) and a
+validated input model from `peerd.contracts`, and returns an output model. Bad input raises a typed
+`PeerdError` before anything changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from peerd import contracts as c
+from peerd.core.idempotency import request_hash
+from peerd.core.runs import is_live, is_terminal
+from peerd.errors import Conflict, InvalidRequest, RunNotFound
+from peerd.runtime import git
+from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.runner import RunManager
+from peerd.store import projects, threads
+from peerd.store.db import Database
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_RUNTIME_MODE: c.RuntimeMode = "full-access"
+DEFAULT_INTERACTION_MODE: c.InteractionMode = "default"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking. `namespace` scopes idempotency keys so two callers never collide."""
+
+    namespace: str
+    thread_id: str | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def local(cls) -> Caller:
+        return cls(namespace="local")
+
+
+class Operations:
+    def __init__(
+        self,
+        db: Database,
+        feed: ChangeFeed,
+        runs: RunManager,
+        *,
+        worktrees_dir: Path,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.feed = feed
+        self.runs = runs
+        self.worktrees_dir = worktrees_dir
+        self.clock = clock
+
+    # --- projects ---------------------------------------------------------------------------
+
+    async def project_add(self, caller: Caller, req: c.ProjectAdd) -> c.Project:
+        del caller
+        path = Path(req.path).expanduser()
+        if not path.is_absolute():
+            raise InvalidRequest(f"Project path {req.path!r} must be absolute (the CLI resolves it for you).")
+        if not path.is_dir():
+            raise InvalidRequest(f"{path} is not a directory.")
+        top = await git.toplevel(path)
+        key = await git.repository_key(top)
+        return await projects.add(
+            self.db, name=req.name or top.name, path=str(top), repository_key=key, now=self.clock()
+        )
+
+    async def _fresh_key(self, project: c.Project) -> c.Project:
+        """A project's repository key, recomputed when missing, never served stale-blank."""
+        if project.repository_key is not None:
+            return project
+        try:
+            key = await git.repository_key(Path(project.path))
+        except Exception as exc:  # a moved or broken checkout must not break listing
+            log.warning("project.key_unavailable", project_id=project.id, error=str(exc))
+            return project
+        if key is None:
+            return project
+        await projects.set_repository_key(self.db, project.id, key)
+        return project.model_copy(update={"repository_key": key})
+
+    async def project_list(self, caller: Caller, req: c.ProjectList) -> c.Page[c.Project]:
+        del caller
+        page = await projects.page(self.db, cursor=req.cursor, limit=req.limit)
+        fresh = await asyncio.gather(*(self._fresh_key(p) for p in page.items))
+        return c.Page[c.Project](items=list(fresh), next_cursor=page.next_cursor)
+
+    async def project_show(self, caller: Caller, project_id: str) -> c.Project:
+        del caller
+        return await self._fresh_key(await projects.get(self.db, project_id))
+
+    async def project_remove(self, caller: Caller, project_id: str) -> c.Project:
+        del caller
+        return await projects.remove(self.db, project_id)
+
+    # --- threads ----------------------------------------------------------------------------
+
+    async def thread_launch(self, caller: Caller, req: c.ThreadLaunch) -> c.ThreadLaunchResult:
+        project = await projects.get(self.db, req.project_id)
+        if req.provider not in self.runs.providers():
+            known = ", ".join(self.runs.providers())
+            raise InvalidRequest(f"Unknown provider {req.provider!r}; this environment has: {known}.")
+        body = req.model_dump(mode="json", exclude={"client_request_id"})
+        body["project_id"] = project.id  # a name and an id for one project are the same request
+        spec = threads.NewThread(
+            project_id=project.id,
+            title=req.title or _title_from(req.prompt),
+            provider=req.provider,
+            model=req.model,
+            runtime_mode=req.runtime_mode or DEFAULT_RUNTIME_MODE,
+            interaction_mode=req.interaction_mode or DEFAULT_INTERACTION_MODE,
+            in_place=req.in_place,
+            worktree_path=project.path if req.in_place else str(self.worktrees_dir / project.id / "{thread}"),
+            branch=None if req.in_place else "peerd/{thread}",
+        )
+        key = threads.Idempotency(
+            caller.namespace, req.client_request_id, request_hash("thread_launch", body)
+        )
+        result, replayed = await threads.launch(
+            self.db, key=key, spec=spec, prompt=req.prompt, now=self.clock()
+        )
+        thread_id, run_id = result["threadId"], result["runId"]
+        if not replayed:
+            await self.runs.kick(thread_id)
+        thread = await threads.get_thread(self.db, thread_id)
+        run = await threads.get_run(self.db, run_id)
+        return c.ThreadLaunchResult(
+            thread_id=thread.id,
+            project_id=thread.project_id,
+            run_id=run.id,
+            status=run.status,
+            provider=thread.provider,
+            model=thread.model,
+            runtime_mode=thread.runtime_mode,
+            interaction_mode=thread.interaction_mode,
+            worktree_path=thread.worktree_path,
+            replayed=replayed,
+        )
+
+    async def thread_list(self, caller: Caller, req: c.ThreadList) -> c.Page[c.Thread]:
+        del caller
+        project_id = None if req.project_id is None else (await projects.get(self.db, req.project_id)).id
+        return await threads.page(
+            self.db,
+            project_id=project_id,
+            include_archived=req.include_archived,
+            cursor=req.cursor,
+            limit=req.limit,
+        )
+
+    async def thread_show(self, caller: Caller, thread_id: str) -> c.Thread:
+        del caller
+        return await threads.get_thread(self.db, thread_id)
+
+    async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
+        del caller
+        thread = await threads.get_thread(self.db, thread_id)
+        if req.item_id is not None:
+            row = await threads.get_item(self.db, thread_id, req.item_id)
+            item = threads.item_from_row(row, text_offset=req.text_offset, max_chars=req.max_chars_per_item)
+            return c.ThreadReadResult(thread=thread, items=[item], has_more=False, next_position=None)
+        if req.run_id is not None:
+            run = await threads.get_run(self.db, req.run_id)
+            if run.thread_id != thread_id:
+                raise RunNotFound(f"Run {req.run_id} is not in thread {thread_id}.")
+        rows = await threads.read_items(
+            self.db, thread_id, after_position=req.after_position, limit=req.limit, run_id=req.run_id
+        )
+        more = len(rows) > req.limit
+        rows = rows[: req.limit]
+        items = [threads.item_from_row(r, max_chars=req.max_chars_per_item) for r in rows]
+        next_position = items[-1].position if more else None
+        return c.ThreadReadResult(thread=thread, items=items, has_more=more, next_position=next_position)
+
+    async def thread_send(self, caller: Caller, thread_id: str, req: c.ThreadSend) -> c.ThreadSendResult:
+        body = req.model_dump(mode="json", exclude={"client_request_id"})
+        key = threads.Idempotency(caller.namespace, req.client_request_id, request_hash("thread_send", body))
+        result, replayed = await threads.send(
+            self.db, key=key, thread_id=thread_id, text=req.text, now=self.clock()
+        )
+        if not replayed:
+            await self.runs.kick(thread_id)
+        run = await threads.get_run(self.db, result["runId"])
+        thread = await threads.get_thread(self.db, thread_id)
+        return c.ThreadSendResult(
+            thread_id=thread_id,
+            run_id=run.id,
+            status=run.status,
+            queue_held=thread.queue_held,
+            replayed=replayed,
+        )
+
+    async def thread_wait(self, caller: Caller, thread_id: str, req: c.ThreadWait) -> c.ThreadWaitResult:
+        """Return when the run is terminal or after `timeout` seconds (at most 50: a long-poll)."""
+        del caller
+        deadline = asyncio.get_running_loop().time() + req.timeout
+        while True:
+            changed = self.feed.watch(thread_id)
+            run = await self._run_to_wait_on(thread_id, req.run_id)
+            if run is not None and is_terminal(run.status):
+                return c.ThreadWaitResult(
+                    thread_id=thread_id, run_id=run.id, status=run.status, terminal=True, timed_out=False
+                )
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0 or self.feed.closed:
+                return c.ThreadWaitResult(
+                    thread_id=thread_id,
+                    run_id=None if run is None else run.id,
+                    status=None if run is None else run.status,
+                    terminal=False,
+                    timed_out=True,
+                )
+            await self.feed.wait(changed, remaining)
+
+    async def _run_to_wait_on(self, thread_id: str, run_id: str | None) -> c.Run | None:
+        if run_id is None:
+            await threads.get_thread(self.db, thread_id)  # thread_not_found before anything else
+            return await threads.latest_run(self.db, thread_id)
+        run = await threads.get_run(self.db, run_id)
+        if run.thread_id != thread_id:
+            raise RunNotFound(f"Run {run_id} is not in thread {thread_id}.")
+        return run
+
+    async def thread_interrupt(
+        self, caller: Caller, thread_id: str, req: c.ThreadInterrupt
+    ) -> c.ThreadInterruptResult:
+        del caller
+        run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
+        return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)
+
+    async def thread_archive(self, caller: Caller, thread_id: str) -> c.ThreadArchiveResult:
+        del caller
+        thread = await threads.get_thread(self.db, thread_id)
+        if thread.latest_run is not None and is_live(thread.latest_run.status):
+            raise Conflict(
+                f"Thread {thread_id} has a live run; stop it first"
+                f" (`peerd thread interrupt {thread_id} --stop`)."
+            )
+        removed = False
+        if not thread.in_place and thread.status != "archived":
+            project = await projects.get(self.db, thread.project_id)
+            # The branch is kept: it may hold commits the user still wants.
+            await git.remove_worktree(Path(project.path), Path(thread.worktree_path), delete_branch=None)
+            removed = True
+        if thread.status != "archived":
+            await threads.archive(self.db, thread_id, now=self.clock())
+            self.feed.changed(thread_id)
+        return c.ThreadArchiveResult(thread_id=thread_id, status="archived", worktree_removed=removed)
+
+    async def thread_events(self, caller: Caller, thread_id: str, req: c.EventsRead) -> c.EventsResult:
+        """Events after a cursor; with a timeout, a long-poll that returns as soon as one arrives."""
+        del caller
+        await threads.get_thread(self.db, thread_id)
+        deadline = asyncio.get_running_loop().time() + req.timeout
+        while True:
+            changed = self.feed.watch(thread_id)
+            events = await threads.events_after(self.db, thread_id, after=req.after, limit=req.limit)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if events or remaining <= 0 or self.feed.closed:
+                cursor = events[-1].seq if events else req.after
+                return c.EventsResult(events=events, next_cursor=cursor)
+            await self.feed.wait(changed, remaining)
+
+
+_FENCED = re.compile(r"```.*?(```|\Z)", re.DOTALL)
+
+
+def _title_from(prompt: str) -> str:
+    """The first line of prose: fenced blocks (scripts, code) make poor titles."""
+    prose = _FENCED.sub("", prompt)
+    first = next((line.strip() for line in prose.splitlines() if line.strip()), "Untitled")
+    return first[:80]

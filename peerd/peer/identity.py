@@ -1,0 +1,342 @@
+"""This machine's long-lived Ed25519 identity: key, self-signed TLS cert, environment id, pin.
+
+Files under ``<home>/identity/`` (directory 0700):
+
+    key.pem    PKCS8 PEM, unencrypted, mode 0600. Losing it means a new environment id.
+    cert.pem   self-signed X.509 over that key (CN = env id). Rebuilt when missing, unparsable or
+               made for another key; a rebuilt cert keeps the env id but changes the fingerprint.
+
+The environment id is derived from the public key the way Syncthing derives device ids, only
+shorter: base32 of sha256(raw public key), first 20 characters, 4 groups of 5, each group followed
+by one Luhn mod 32 check character (Syncthing's ``luhn32``), e.g. ``ABCDEF-GHIJKL-MNOPQR-STUVWX``.
+100 bits of hash is plenty for a human-checked label; the TLS pin (full sha256) is what
+authenticates a peer.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import os
+import re
+import secrets
+import ssl
+import stat
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.x509.oid import NameOID
+
+from peerd.errors import InvalidRequest, PeerdError
+from peerd.logs import get_logger
+
+__all__ = [
+    "Identity",
+    "IdentityError",
+    "InvalidEnvId",
+    "env_id_from_public_key",
+    "env_id_matches",
+    "format_fingerprint",
+    "load_or_create_identity",
+    "normalize_env_id",
+    "parse_fingerprint",
+    "pinned_fingerprint",
+    "server_ssl_context",
+]
+
+log = get_logger(__name__)
+
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648 alphabet, also the Luhn code points
+_GROUPS, _GROUP_LEN = 4, 5
+ENV_ID_LEN = _GROUPS * (_GROUP_LEN + 1)  # 24 significant characters, dashes not counted
+_TYPOS = str.maketrans({"0": "O", "1": "I", "8": "B"})  # Syncthing's untypeoify
+_CERT_VALIDITY = timedelta(days=20 * 365 + 5)  # 20 years, leap days included
+_FP_PREFIX = "sha256:"
+
+
+class InvalidEnvId(InvalidRequest):
+    """An environment id a person typed or pasted is malformed; the message says what to fix."""
+
+    code = "invalid_request"
+
+
+class IdentityError(PeerdError):
+    """The identity files exist but cannot be used; never overwritten, so the id is not lost."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """This machine's identity. ``fingerprint`` is what peers pin (see ``pinned_fingerprint``)."""
+
+    private_key: Ed25519PrivateKey = field(repr=False, compare=False)
+    public_key_raw: bytes
+    env_id: str
+    cert_pem: bytes = field(repr=False)
+    cert_der: bytes = field(repr=False)
+    key_path: Path
+    cert_path: Path
+
+    @property
+    def fingerprint(self) -> bytes:
+        """sha256 of the certificate DER: the digest ``aiohttp.Fingerprint`` compares."""
+        return hashlib.sha256(self.cert_der).digest()
+
+    @property
+    def fingerprint_text(self) -> str:
+        """``"sha256:"`` + 64 lowercase hex characters; ``parse_fingerprint`` reads it back."""
+        return format_fingerprint(self.fingerprint)
+
+
+# --- environment ids ---------------------------------------------------------------------------
+
+
+def _luhn32(s: str) -> str:
+    """Syncthing's ``luhn32`` check character (lib/protocol/luhn.go).
+
+    Not textbook Luhn: the factor starts at 1 on the *first* character. Kept as is so ids can be
+    checked with Syncthing's algorithm and its published vectors.
+    """
+    factor, total = 1, 0
+    for ch in s:
+        addend = factor * _B32.index(ch)
+        factor = 1 if factor == 2 else 2
+        total += addend // 32 + addend % 32
+    return _B32[(32 - total % 32) % 32]
+
+
+def env_id_from_public_key(raw: bytes) -> str:
+    """The environment id (``XXXXXX-XXXXXX-XXXXXX-XXXXXX``) of a raw 32-byte Ed25519 public key."""
+    if len(raw) != 32:
+        raise ValueError(f"an Ed25519 public key is 32 bytes, got {len(raw)}")
+    body = base64.b32encode(hashlib.sha256(raw).digest()).decode("ascii")[: _GROUPS * _GROUP_LEN]
+    chunks = (body[i : i + _GROUP_LEN] for i in range(0, len(body), _GROUP_LEN))
+    return "-".join(chunk + _luhn32(chunk) for chunk in chunks)
+
+
+def normalize_env_id(text: str) -> str:
+    """Canonical form of a typed environment id, or ``InvalidEnvId`` saying what is wrong.
+
+    Accepts any case, missing or misplaced dashes and spaces, and the typos 0->O, 1->I, 8->B
+    (base32 has none of 0, 1, 8). Every group's check character must be right.
+    """
+    example = "e.g. ABCDEF-GHIJKL-MNOPQR-STUVWX"
+    compact = "".join(text.split()).replace("-", "").upper().translate(_TYPOS)
+    if not compact:
+        raise InvalidEnvId(f"environment id is empty; expected 4 groups of 6 characters, {example}")
+    bad = sorted({ch for ch in compact if ch not in _B32})
+    if bad:
+        shown = ", ".join(repr(ch) for ch in bad)
+        raise InvalidEnvId(
+            f"environment id {text.strip()!r} contains {shown}; only letters A-Z and digits 2-7 are used"
+        )
+    if len(compact) != ENV_ID_LEN:
+        raise InvalidEnvId(
+            f"environment id {text.strip()!r} has {len(compact)} characters without dashes; "
+            f"expected {ENV_ID_LEN} (4 groups of 6, {example})"
+        )
+    groups = [compact[i : i + _GROUP_LEN + 1] for i in range(0, ENV_ID_LEN, _GROUP_LEN + 1)]
+    for n, group in enumerate(groups, start=1):
+        if _luhn32(group[:-1]) != group[-1]:
+            raise InvalidEnvId(
+                f"environment id {text.strip()!r}: group {n} ({group}) fails its check character, "
+                "so a character in it was mistyped; copy the id again from the other machine"
+            )
+    return "-".join(groups)
+
+
+def env_id_matches(env_id: str, raw_public_key: bytes) -> bool:
+    """Whether ``env_id`` (any accepted spelling) names ``raw_public_key``. Never raises."""
+    try:
+        expected = env_id_from_public_key(raw_public_key)
+        given = normalize_env_id(env_id)
+    except (ValueError, InvalidEnvId):
+        return False
+    return hmac.compare_digest(given, expected)
+
+
+# --- fingerprints ------------------------------------------------------------------------------
+
+
+def format_fingerprint(fp: bytes) -> str:
+    """``"sha256:"`` + lowercase hex of a 32-byte sha256 digest."""
+    if len(fp) != 32:
+        raise ValueError(f"a sha256 fingerprint is 32 bytes, got {len(fp)}")
+    return _FP_PREFIX + fp.hex()
+
+
+def parse_fingerprint(text: str) -> bytes:
+    """The 32 digest bytes of ``sha256:<64 hex>``, or plain 64 hex with or without colons."""
+    s = text.strip()
+    algo = re.match(r"([A-Za-z0-9-]+):", s)
+    if algo and len(algo.group(1)) != 2:  # a two-character head is a hex byte pair, not a name
+        if algo.group(1).lower() != "sha256":
+            raise ValueError(f"fingerprint {s!r}: only sha256 is supported, not {algo.group(1)!r}")
+        s = s[algo.end() :]
+    digits = s.replace(":", "")
+    if len(digits) != 64 or any(ch not in "0123456789abcdefABCDEF" for ch in digits):
+        raise ValueError(
+            f"fingerprint {text.strip()!r} is not a sha256 fingerprint; expected 'sha256:' followed by "
+            "64 hex characters (colons between byte pairs are allowed)"
+        )
+    return bytes.fromhex(digits)
+
+
+# aiohttp.Fingerprint has no __eq__/__hash__ and is part of the pool's ConnectionKey: a fresh
+# object per request means a fresh TLS connection per request. One object per pin fixes that.
+_PINS: dict[bytes, aiohttp.Fingerprint] = {}
+
+
+def pinned_fingerprint(fp: bytes) -> aiohttp.Fingerprint:
+    """The shared ``aiohttp.Fingerprint`` for a sha256 pin; pass it as ``ssl=`` on requests."""
+    key = bytes(fp)
+    pin = _PINS.get(key)
+    if pin is None:
+        if len(key) != 32:  # aiohttp would also take md5/sha1 lengths, only to refuse them
+            raise ValueError(f"a sha256 fingerprint is 32 bytes, got {len(key)}")
+        pin = _PINS[key] = aiohttp.Fingerprint(key)
+    return pin
+
+
+# --- TLS -----------------------------------------------------------------------------------------
+
+
+def server_ssl_context(identity: Identity) -> ssl.SSLContext:
+    """Server-side TLS with this identity's cert. TLS 1.3 only: Ed25519 certs need it."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.load_cert_chain(certfile=identity.cert_path, keyfile=identity.key_path)
+    return ctx
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Write via a temp file created with ``mode`` (never briefly world-readable), then rename."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    # Persist the rename itself, so a crash cannot leave a cert without its key.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _tighten(path: Path, wanted: int) -> None:
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current & ~wanted:
+        path.chmod(wanted)
+        log.warning("identity_permissions_tightened", path=str(path), was=oct(current), now=oct(wanted))
+
+
+def _load_or_create_key(key_path: Path) -> tuple[Ed25519PrivateKey, bool]:
+    """The key and whether it was just created."""
+    if not key_path.exists():
+        key = Ed25519PrivateKey.generate()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        _write_atomic(key_path, pem, 0o600)
+        return key, True
+    _tighten(key_path, 0o600)
+    try:
+        loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:
+        # Refuse rather than regenerate: a new key would silently become a new environment.
+        raise IdentityError(
+            f"identity key {key_path} is not a readable unencrypted PEM key ({exc}); "
+            "restore it from a backup, or move it away to create a new identity"
+        ) from exc
+    if not isinstance(loaded, Ed25519PrivateKey):
+        raise IdentityError(
+            f"identity key {key_path} is a {type(loaded).__name__}, not Ed25519; "
+            "move it away to create a new identity"
+        )
+    return loaded, False
+
+
+def _build_cert(key: Ed25519PrivateKey, env_id: str) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, env_id)])
+    now = datetime.now(UTC)
+    san = x509.SubjectAlternativeName(
+        [
+            x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1")),
+        ]
+    )
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))  # tolerate a peer whose clock is behind
+        .not_valid_after(now + _CERT_VALIDITY)
+        .add_extension(san, critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, algorithm=None)  # Ed25519 signs without a separate digest
+    )
+
+
+def _load_cert(cert_path: Path, public_key_raw: bytes) -> x509.Certificate | None:
+    """The stored cert if it parses and is for this key, else None (caller rebuilds it)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        cert_pub = cert.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    except (OSError, ValueError):
+        return None
+    return cert if hmac.compare_digest(cert_pub, public_key_raw) else None
+
+
+def load_or_create_identity(home: Path) -> Identity:
+    """Load this machine's identity from ``home/identity``, creating what is missing.
+
+    The key is never replaced once written, so the env id is stable across restarts; the cert is
+    rebuilt if it is missing, unparsable or belongs to another key.
+    """
+    id_dir = home / "identity"
+    id_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(id_dir, 0o700)
+    key_path, cert_path = id_dir / "key.pem", id_dir / "cert.pem"
+
+    key, created = _load_or_create_key(key_path)
+    public_key_raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    env_id = env_id_from_public_key(public_key_raw)
+    if created:
+        log.info("identity_created", env_id=env_id, path=str(key_path))
+
+    cert = _load_cert(cert_path, public_key_raw)
+    if cert is None:
+        cert = _build_cert(key, env_id)
+        _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        log.info("identity_cert_written", env_id=env_id, path=str(cert_path))
+
+    return Identity(
+        private_key=key,
+        public_key_raw=public_key_raw,
+        env_id=env_id,
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        cert_der=cert.public_bytes(serialization.Encoding.DER),
+        key_path=key_path,
+        cert_path=cert_path,
+    )

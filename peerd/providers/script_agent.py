@@ -1,0 +1,402 @@
+"""The scripted coder: a deterministic stand-in for a coder CLI, for the demo and tests.
+
+Run as `python -m peerd.providers.script_agent --state-dir DIR [--resume SESSION_ID] [--model M]
+[--runtime-mode MODE] [--interaction-mode MODE]` with the worktree as cwd and the prompt on stdin.
+Standard library only, so it starts fast.
+
+Wire format ("script"): one JSON object per stdout line; stderr is logs.
+
+    {"type": "session", "session_id": "<hex>"}                       always first
+    {"type": "item", "kind": "assistant_message", "text": "..."}
+    {"type": "item", "kind": "command", "text": "<cmd>", "data": {"exit_code": N, "output": "..."}}
+    {"type": "item", "kind": "file_change", "text": "<path>",
+     "data": {"action": "write"|"edit", "path": "..."}}
+    {"type": "item", "kind": "tool_call", "text": "<tool>",
+     "data": {"arguments": {...}, "result": {...}|null, "error": {"code", "message"}|null}}
+    {"type": "item", "kind": "error", "text": "..."}
+    {"type": "result", "status": "completed"|"failed"|"interrupted", "error": "..." (failed only)}
+
+Exit codes: 0 completed, 1 failed (also: unknown --resume id, with no events at all), 130 on SIGINT.
+
+The script comes from the prompt: a fenced block opened by a line "```peerd-script" and closed by
+"```", or a line "peerd-script: <path>" naming a JSON file (relative to cwd). It is either
+{"steps": [...]} (this run's steps) or {"runs": [{"steps": [...]}, ...]}: the run that carries
+it takes entry 0, and each later run of the session whose prompt has no script (a follow-up, a
+wake message) takes the next entry. Without a script or a remaining entry the reply is
+"(script) " + the first 2,000 characters of the prompt.
+
+Steps, one action key each:
+
+    {"reply": "text"}                      {"reply_repeat": {"text": "ab", "times": N}}
+    {"write": {"path": "p", "content": "..."}}
+    {"edit": {"path": "p", "old": "...", "new": "..."}}       fails if `old` is not in the file
+    {"run": "cmd"} or {"run": "cmd", "check": true} or {"run": {"cmd": "...", "check": true}}
+    {"tool": {"name": "project_list", "arguments": {...}, "check": false}}
+    {"wait": seconds}                      {"wait_for_file": "path"}     (polls every 50 ms)
+    {"fail": "message"}
+
+Modes, like a coder's sandbox: runtime modes rank read-only < approval-required <
+auto-accept-edits < auto < full-access (the default); write/edit need auto-accept-edits, run
+needs auto; interaction mode "plan" allows none of them. A denied step fails the run. Paths must
+stay inside the worktree unless the mode is full-access.
+
+Tools: POST /v1/tools/<name> over the Unix socket in $PEERD_SOCKET, with
+"Authorization: Bearer $PEERD_RUN_TOKEN" and the arguments as the JSON body; the answer is
+{"result": {...}} on 2xx, else {"code", "message"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+RUNTIME_MODES = ("read-only", "approval-required", "auto-accept-edits", "auto", "full-access")
+OUTPUT_LIMIT = 64 * 1024
+ECHO_LIMIT = 2000
+TOOL_TIMEOUT = 600.0
+ACTIONS = ("reply", "reply_repeat", "write", "edit", "run", "tool", "wait", "wait_for_file", "fail")
+_FENCED = re.compile(r"^```peerd-script[ \t]*\r?\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_FILE_REF = re.compile(r"^peerd-script:[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
+
+
+class RunFailed(Exception):
+    """Ends the run as failed; the message becomes the error item and the result's error."""
+
+
+def emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def emit_item(kind: str, text: str, data: dict[str, Any] | None = None) -> None:
+    event: dict[str, Any] = {"type": "item", "kind": kind, "text": text}
+    if data is not None:
+        event["data"] = data
+    emit(event)
+
+
+def log(message: str) -> None:
+    print(f"script-agent: {message}", file=sys.stderr, flush=True)
+
+
+# --- script parsing ---------------------------------------------------------------------------
+
+
+def find_script(prompt: str, cwd: Path) -> dict[str, Any] | None:
+    """The script the prompt carries, validated; None when it has none. Raises RunFailed."""
+    fenced = _FENCED.search(prompt)
+    if fenced:
+        source, origin = fenced.group(1), "the peerd-script block"
+    else:
+        ref = _FILE_REF.search(prompt)
+        if not ref:
+            return None
+        path = cwd / ref.group(1)
+        origin = f"peerd-script file {ref.group(1)}"
+        try:
+            source = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RunFailed(f"Invalid script: cannot read {origin}: {exc.strerror or exc}") from exc
+    try:
+        script = json.loads(source)
+    except ValueError as exc:
+        raise RunFailed(f"Invalid script: {origin} is not valid JSON: {exc}") from exc
+    validate_script(script, origin)
+    return script  # type: ignore[no-any-return]
+
+
+def validate_script(script: Any, origin: str) -> None:
+    def bad(why: str) -> RunFailed:
+        return RunFailed(f"Invalid script: {origin}: {why}")
+
+    if not isinstance(script, dict) or ("steps" in script) == ("runs" in script):
+        raise bad('expected an object with either "steps" or "runs"')
+    runs = script.get("runs", [script])
+    if not isinstance(runs, list) or not runs:
+        raise bad('"runs" must be a non-empty list')
+    for r, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("steps"), list):
+            raise bad(f'run {r} must be an object with a "steps" list')
+        for s, step in enumerate(run["steps"]):
+            actions = [key for key in step if key in ACTIONS] if isinstance(step, dict) else []
+            extra = set(step) - {*ACTIONS, "check"} if isinstance(step, dict) else set()
+            if len(actions) != 1 or extra:
+                raise bad(f"step {s} must have exactly one action of {', '.join(ACTIONS)}: {step!r}")
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def load_session(state_dir: Path, session_id: str) -> dict[str, Any] | None:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", session_id):
+        return None
+    try:
+        return json.loads((state_dir / f"{session_id}.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+def save_session(state_dir: Path, session: dict[str, Any]) -> None:
+    path = state_dir / f"{session['session_id']}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(session), encoding="utf-8")
+    tmp.replace(path)
+
+
+def steps_for_run(session: dict[str, Any], script: dict[str, Any] | None) -> list[Any] | None:
+    """This run's steps (None: echo the prompt); advances the session's `runs` script."""
+    if script is not None and "steps" in script:
+        return list(script["steps"])
+    if script is not None:
+        session["runs_script"] = script["runs"]
+        session["next_run"] = 0
+    runs = session.get("runs_script") or []
+    index = int(session.get("next_run", 0))
+    if index >= len(runs):
+        return None
+    session["next_run"] = index + 1
+    return list(runs[index]["steps"])
+
+
+# --- steps ------------------------------------------------------------------------------------
+
+
+class Agent:
+    def __init__(self, cwd: Path, runtime_mode: str, interaction_mode: str) -> None:
+        self.cwd = cwd
+        self.runtime_mode = runtime_mode
+        self.interaction_mode = interaction_mode
+
+    def run_steps(self, steps: list[Any]) -> None:
+        for step in steps:
+            action = next(key for key in step if key in ACTIONS)
+            getattr(self, f"step_{action}")(step[action], bool(step.get("check", False)))
+
+    def allow(self, what: str, needed: str) -> None:
+        if self.interaction_mode == "plan":
+            raise RunFailed(
+                f"Denied by interaction mode plan: {what} is not allowed, plan mode makes no changes."
+            )
+        if RUNTIME_MODES.index(self.runtime_mode) < RUNTIME_MODES.index(needed):
+            raise RunFailed(f"Denied by runtime mode {self.runtime_mode}: {what} needs {needed}.")
+
+    def resolve(self, raw: Any) -> Path:
+        if not isinstance(raw, str) or not raw:
+            raise RunFailed(f"Invalid script: a path must be a non-empty string, got {raw!r}")
+        path = (self.cwd / raw).resolve()
+        if self.runtime_mode != "full-access" and not path.is_relative_to(self.cwd.resolve()):
+            raise RunFailed(f"Denied by runtime mode {self.runtime_mode}: {raw} is outside the worktree.")
+        return path
+
+    def step_reply(self, text: Any, _check: bool) -> None:
+        emit_item("assistant_message", str(text))
+
+    def step_reply_repeat(self, spec: Any, _check: bool) -> None:
+        emit_item("assistant_message", str(spec["text"]) * int(spec["times"]))
+
+    def step_write(self, spec: Any, _check: bool) -> None:
+        self.allow("write", "auto-accept-edits")
+        path = self.resolve(spec.get("path"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(spec.get("content", "")), encoding="utf-8")
+        emit_item("file_change", spec["path"], {"action": "write", "path": spec["path"]})
+
+    def step_edit(self, spec: Any, _check: bool) -> None:
+        self.allow("edit", "auto-accept-edits")
+        path = self.resolve(spec.get("path"))
+        try:
+            content = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise RunFailed(f"Edit failed: cannot read {spec['path']}: {why}") from exc
+        old, new = str(spec.get("old", "")), str(spec.get("new", ""))
+        if old not in content:
+            raise RunFailed(f"Edit failed: the text to replace was not found in {spec['path']}.")
+        path.write_text(content.replace(old, new, 1), encoding="utf-8")
+        emit_item("file_change", spec["path"], {"action": "edit", "path": spec["path"]})
+
+    def step_run(self, spec: Any, check: bool) -> None:
+        if isinstance(spec, dict):
+            cmd, check = str(spec.get("cmd", "")), bool(spec.get("check", check))
+        else:
+            cmd = str(spec)
+        self.allow("run", "auto")
+        exit_code, output = run_command(cmd, self.cwd)
+        emit_item("command", cmd, {"exit_code": exit_code, "output": output})
+        if check and exit_code != 0:
+            raise RunFailed(f"Command failed with exit code {exit_code}: {cmd}")
+
+    def step_tool(self, spec: Any, check: bool) -> None:
+        name = str(spec.get("name", ""))
+        arguments = spec.get("arguments") or {}
+        result, error = call_tool(name, arguments)
+        emit_item("tool_call", name, {"arguments": arguments, "result": result, "error": error})
+        if error is not None and (check or spec.get("check")):
+            raise RunFailed(f"Tool {name} failed: {error['code']}: {error['message']}")
+
+    def step_wait(self, seconds: Any, _check: bool) -> None:
+        time.sleep(float(seconds))
+
+    def step_wait_for_file(self, raw: Any, _check: bool) -> None:
+        path = self.cwd / str(raw)
+        while not path.exists():
+            time.sleep(0.05)
+
+    def step_fail(self, message: Any, _check: bool) -> None:
+        raise RunFailed(str(message))
+
+
+def run_command(cmd: str, cwd: Path) -> tuple[int, str]:
+    """Run `cmd` with /bin/sh in our process group; (exit code, first 64 KiB of its output)."""
+    kept = bytearray()
+    with subprocess.Popen(
+        ["/bin/sh", "-c", cmd],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    ) as proc:
+        stdout = proc.stdout
+        if stdout is None:
+            raise RuntimeError("the command has no stdout pipe")
+        try:
+            while chunk := stdout.read(OUTPUT_LIMIT):
+                if len(kept) < OUTPUT_LIMIT:
+                    kept += chunk[: OUTPUT_LIMIT - len(kept)]
+            exit_code = proc.wait()
+        except BaseException:
+            # Interrupted: the command must not outlive us, and must be reaped, not left a zombie.
+            proc.kill()
+            proc.wait()
+            raise
+    return exit_code, kept.decode("utf-8", errors="replace")
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def call_tool(name: str, arguments: Any) -> tuple[Any, dict[str, str] | None]:
+    """(result, None) on success, (None, {"code", "message"}) on any failure."""
+    socket_path = os.environ.get("PEERD_SOCKET")
+    if not socket_path:
+        return None, {"code": "unavailable", "message": "peerd agent tools are not configured for this run"}
+    conn = UnixHTTPConnection(socket_path, TOOL_TIMEOUT)
+    try:
+        conn.request(
+            "POST",
+            f"/v1/tools/{name}",
+            body=json.dumps(arguments).encode(),
+            headers={
+                "Authorization": f"Bearer {os.environ.get('PEERD_RUN_TOKEN', '')}",
+                "Content-Type": "application/json",
+            },
+        )
+        response = conn.getresponse()
+        status, raw = response.status, response.read()
+    except OSError as exc:
+        return None, {"code": "unavailable", "message": f"cannot reach peerd at {socket_path}: {exc}"}
+    finally:
+        conn.close()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return None, {
+            "code": "bad_response",
+            "message": f"peerd answered HTTP {status} without a JSON object",
+        }
+    if 200 <= status < 300:
+        return body.get("result"), None
+    code = str(body.get("code") or f"http_{status}")
+    return None, {"code": code, "message": str(body.get("message") or f"HTTP {status}")}
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="script-agent", description="peerd's scripted coder")
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--resume", metavar="SESSION_ID")
+    parser.add_argument("--model")
+    parser.add_argument("--runtime-mode", choices=RUNTIME_MODES, default="full-access")
+    parser.add_argument("--interaction-mode", default="default")
+    args = parser.parse_args(argv)
+
+    prompt = sys.stdin.read()
+    cwd = Path.cwd()
+    state_dir: Path = args.state_dir
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log(f"model={args.model} runtime={args.runtime_mode} interaction={args.interaction_mode} cwd={cwd}")
+
+    if args.resume:
+        session = load_session(state_dir, args.resume)
+        if session is None:
+            log(f"No session found with id {args.resume}")
+            return 1
+    else:
+        session = {"session_id": uuid.uuid4().hex, "runs": 0}
+    session["runs"] = int(session.get("runs", 0)) + 1
+    emit({"type": "session", "session_id": session["session_id"]})
+
+    try:
+        try:
+            steps = steps_for_run(session, find_script(prompt, cwd))
+        finally:
+            save_session(state_dir, session)
+        if steps is None:
+            emit_item("assistant_message", "(script) " + prompt[:ECHO_LIMIT])
+        else:
+            Agent(cwd, args.runtime_mode, args.interaction_mode).run_steps(steps)
+    except RunFailed as exc:
+        emit_item("error", str(exc))
+        emit({"type": "result", "status": "failed", "error": str(exc)})
+        return 1
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        message = f"Invalid script step: {type(exc).__name__}: {exc}"
+        emit_item("error", message)
+        emit({"type": "result", "status": "failed", "error": message})
+        return 1
+    emit({"type": "result", "status": "completed"})
+    return 0
+
+
+def run() -> None:
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError, ValueError, KeyboardInterrupt):
+            emit({"type": "result", "status": "interrupted"})
+        code = 130
+    except BrokenPipeError:
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,50 @@
+"""Change notifications for long-polls: "thread X changed", never the change itself.
+
+Waiters re-read the store after waking, so a missed or merged notification can never lose state;
+it can only cost one extra read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class ChangeFeed:
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+        self._closed = asyncio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def watch(self, thread_id: str) -> asyncio.Event:
+        """Take this before reading the store, then wait on it: no change can slip in between."""
+        return self._events.setdefault(thread_id, asyncio.Event())
+
+    def changed(self, thread_id: str) -> None:
+        event = self._events.pop(thread_id, None)
+        if event is not None:
+            event.set()
+
+    async def wait(self, event: asyncio.Event, seconds: float) -> None:
+        """Until the thread changes, the feed closes (shutdown) or `seconds` pass."""
+        if seconds <= 0 or self.closed:
+            return
+        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closed.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            for waiter in waiters:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+
+    def close(self) -> None:
+        """Shutdown: every long-poll returns now."""
+        self._closed.set()
+        for event in self._events.values():
+            event.set()
+        self._events.clear()

@@ -1,0 +1,351 @@
+"""A small typed wrapper around the `git` command line.
+
+Every call runs `git -C <dir> ...` through `asyncio.create_subprocess_exec` with an argument list
+(never a shell), stdin closed and a fixed environment (see `_git_env`). A failure raises `GitError`
+carrying git's own stderr, with any `//user:password@` credentials scrubbed; a path that is not in
+a git repository raises `InvalidRequest`.
+
+The user's checkout is only read, never changed: status and diff run without optional locks and
+`diff` lists untracked files without touching the index. Only `create_worktree`/`remove_worktree`
+write, and only to the worktree and branch peerd owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from peerd.core.repo_identity import canonical_repo_key
+from peerd.errors import GitError, InvalidRequest
+
+__all__ = [
+    "create_worktree",
+    "diff",
+    "head_commit",
+    "origin_url",
+    "remove_worktree",
+    "repository_key",
+    "status_porcelain",
+    "toplevel",
+]
+
+# Variables that would point git at another repository, index or object store than the `-C`
+# directory (they are set, e.g., when peerd is started from inside a git hook).
+_REPO_LOCATION_VARS = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_PREFIX",
+        "GIT_CEILING_DIRECTORIES",
+    }
+)
+
+_ENV_OVERRIDES: Mapping[str, str] = {
+    # Never wait for a password on a terminal nobody is watching.
+    "GIT_TERMINAL_PROMPT": "0",
+    # English messages: the stderr checks below match git's wording.
+    "LC_ALL": "C",
+    # `git status`/`git diff` otherwise refresh and rewrite the index opportunistically, which
+    # takes `index.lock` and can make the user's own git command fail while we look.
+    "GIT_OPTIONAL_LOCKS": "0",
+}
+
+# Stable, config-independent patch output: the user's color, external diff tool, `diff.relative`
+# or `diff.noprefix` settings must not change what a peer receives.
+_DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-relative", "--src-prefix=a/", "--dst-prefix=b/")
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")
+_MAX_STDERR_CHARS = 2000
+# Untracked files are diffed one `git diff --no-index` process each; bound how many run at once.
+_UNTRACKED_DIFF_CONCURRENCY = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATION_VARS}
+    env.update(_ENV_OVERRIDES)
+    return env
+
+
+def _scrub(text: str) -> str:
+    """Drop `user:password@` from any URL in `text`, so tokens never reach a message or log."""
+    return _CREDENTIALS.sub(r"\g<scheme>", text)
+
+
+def _trim(stderr: str) -> str:
+    text = stderr.strip()
+    if len(text) > _MAX_STDERR_CHARS:
+        # The end of git's stderr holds the `fatal:` line that explains the failure.
+        text = "..." + text[-_MAX_STDERR_CHARS:]
+    return text
+
+
+async def _git(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Result:
+    """Run `git -C cwd *args`; raise unless the exit code is in `ok`."""
+    argv = ["git", "-C", str(cwd), *args]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=_git_env(),
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed or not on PATH.") from exc
+    try:
+        out, err = await proc.communicate(stdin)
+    except BaseException:
+        # Cancelled (or failed) mid-run: do not leave a git process behind.
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
+    returncode = proc.returncode if proc.returncode is not None else -1
+    # `replace`: file contents in a diff need not be UTF-8, and a message must still be built.
+    result = _Result(returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    if returncode not in ok:
+        _raise_for(cwd, args, result)
+    return result
+
+
+def _raise_for(cwd: Path, args: tuple[str, ...], result: _Result) -> NoReturn:
+    stderr = _trim(result.stderr)
+    if "fatal: not a git repository" in stderr:
+        raise InvalidRequest(f"{cwd} is not inside a git repository.")
+    if "fatal: cannot change to" in stderr:
+        raise InvalidRequest(f"{cwd} does not exist or is not a directory.")
+    if "fatal: this operation must be run in a work tree" in stderr:
+        raise InvalidRequest(f"{cwd} is not inside a git working tree (is it a bare repository?).")
+    command = " ".join(["git", *args])
+    detail = f": {stderr}" if stderr else ""
+    raise GitError(_scrub(f"`{command}` in {cwd} failed (exit {result.returncode}){detail}"))
+
+
+def _check_rev(rev: str) -> None:
+    # A revision that starts with `-` would be read as an option.
+    if not rev or rev.startswith("-"):
+        raise InvalidRequest(f"Invalid git revision: {rev!r}.")
+
+
+async def toplevel(path: Path) -> Path:
+    """The top directory of the working tree that contains `path`."""
+    result = await _git(path, "rev-parse", "--show-toplevel")
+    return Path(result.stdout.strip())
+
+
+async def origin_url(repo: Path) -> str | None:
+    """The URL of the `origin` remote (after `insteadOf` rewriting), or None without one."""
+    result = await _git(repo, "remote", "get-url", "origin", ok=(0, 2, 128))
+    if result.returncode == 0:
+        return result.stdout.strip() or None
+    if "No such remote" in result.stderr:
+        return None
+    _raise_for(repo, ("remote", "get-url", "origin"), result)
+
+
+async def repository_key(repo: Path) -> str | None:
+    """The canonical key of `repo`'s origin (see `canonical_repo_key`); None without an origin."""
+    url = await origin_url(repo)
+    if url is None:
+        return None
+    key = canonical_repo_key(url)
+    if key is None and "://" not in url and not url.startswith("/"):
+        # Possibly a relative local path: git resolves it against the working tree's top level.
+        key = canonical_repo_key(url, base=str(await toplevel(repo)))
+    if key is not None and key.startswith("file:"):
+        # Resolve symlinked directories (e.g. /tmp -> /private/tmp) so that clones made through
+        # different spellings of one origin's path still match.
+        key = "file:" + str(Path(key.removeprefix("file:")).resolve())
+    return key
+
+
+async def head_commit(repo: Path) -> str | None:
+    """The commit id HEAD points at, or None in a repository with no commits yet."""
+    result = await _git(
+        repo, "rev-parse", "--verify", "--quiet", "--end-of-options", "HEAD^{commit}", ok=(0, 1)
+    )
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+async def _commit_exists(repo: Path, rev: str) -> bool:
+    result = await _git(
+        repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", ok=(0, 1)
+    )
+    return result.returncode == 0
+
+
+async def _branch_exists(repo: Path, branch: str) -> bool:
+    result = await _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1))
+    return result.returncode == 0
+
+
+async def _check_branch_name(repo: Path, branch: str) -> None:
+    if not branch or branch.startswith("-"):
+        raise InvalidRequest(f"Invalid branch name: {branch!r}.")
+    result = await _git(repo, "check-ref-format", f"refs/heads/{branch}", ok=(0, 1))
+    if result.returncode != 0:
+        raise InvalidRequest(f"Invalid branch name: {branch!r}.")
+
+
+@dataclass(frozen=True, slots=True)
+class _Worktree:
+    path: Path
+    branch: str | None  # None when detached or bare
+    prunable: bool
+
+
+async def _worktrees(repo: Path) -> list[_Worktree]:
+    result = await _git(repo, "worktree", "list", "--porcelain")
+    found: list[_Worktree] = []
+    for record in result.stdout.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in record.splitlines():
+            name, _, value = line.partition(" ")
+            fields[name] = value
+        if "worktree" not in fields:
+            continue
+        branch = fields.get("branch")
+        found.append(
+            _Worktree(
+                path=Path(fields["worktree"]),
+                branch=branch.removeprefix("refs/heads/") if branch is not None else None,
+                prunable="prunable" in fields,
+            )
+        )
+    return found
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    # git records worktree paths as absolute real paths; `worktree` may be relative or symlinked.
+    return a.resolve() == b.resolve()
+
+
+async def create_worktree(repo: Path, worktree: Path, branch: str, base: str | None) -> None:
+    """Check out a new worktree at `worktree` on a new `branch` made from `base` (default HEAD).
+
+    Idempotent, so a launch retried after a crash converges: a worktree already at `worktree`
+    on `branch` is kept as is, and a `branch` that exists without its worktree (the directory was
+    deleted) is checked out again as it stands; `base` is then ignored, so no work on the branch
+    is lost.
+    """
+    await _check_branch_name(repo, branch)
+    if base is not None:
+        _check_rev(base)
+    worktree = worktree.absolute()
+
+    for existing in await _worktrees(repo):
+        if not _same_path(existing.path, worktree):
+            continue
+        if existing.branch != branch:
+            raise GitError(
+                f"{worktree} is already a worktree of {repo} on "
+                f"{'branch ' + existing.branch if existing.branch else 'a detached HEAD'}, not on {branch}."
+            )
+        # `prunable` is only reported by git >= 2.31; the directory check covers older versions.
+        if not existing.prunable and existing.path.is_dir():
+            return
+        break
+
+    if await _branch_exists(repo, branch):
+        # Forget worktrees whose directories are gone, or git refuses to check the branch out
+        # again ("already checked out") or to reuse the path ("missing but already registered").
+        await _git(repo, "worktree", "prune")
+        await _git(repo, "worktree", "add", "--", str(worktree), branch)
+        return
+
+    start = base if base is not None else "HEAD"
+    if not await _commit_exists(repo, start):
+        if await head_commit(repo) is None:
+            raise GitError(
+                f"{repo} has no commits yet, so there is nothing to start a worktree from; "
+                "commit once or launch with --in-place."
+            )
+        raise GitError(f"{start!r} is not a commit in {repo}.")
+    await _git(repo, "worktree", "prune")
+    await _git(repo, "worktree", "add", "-b", branch, "--", str(worktree), start)
+
+
+async def remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | None) -> None:
+    """Remove the worktree at `worktree` (discarding its changes) and optionally its branch.
+
+    Idempotent: a worktree that is already gone, or a branch that no longer exists, is fine. A
+    directory at `worktree` that git does not know as a worktree is left alone: it is not ours.
+    """
+    worktree = worktree.absolute()
+    if any(_same_path(w.path, worktree) for w in await _worktrees(repo)):
+        # `--force`: an agent's uncommitted and untracked files go with its worktree.
+        await _git(repo, "worktree", "remove", "--force", "--", str(worktree))
+    await _git(repo, "worktree", "prune")
+    if delete_branch is not None:
+        await _check_branch_name(repo, delete_branch)
+        if await _branch_exists(repo, delete_branch):
+            await _git(repo, "branch", "-D", "--", delete_branch)
+
+
+async def _empty_tree(repo: Path) -> str:
+    # The empty tree's id depends on the repository's hash (SHA-1 or SHA-256); ask git.
+    result = await _git(repo, "hash-object", "-t", "tree", "--stdin", stdin=b"")
+    return result.stdout.strip()
+
+
+async def diff(worktree: Path, base: str | None = None) -> str:
+    """The working tree's changes against `base` (default HEAD), untracked files included.
+
+    Tracked changes come from `git diff <base>`; untracked (not ignored) files follow as
+    new-file patches from `git diff --no-index /dev/null <file>`, so the index of the checkout is
+    never touched. In a repository with no commits, the diff is against the empty tree.
+    """
+    if base is not None:
+        _check_rev(base)
+    top = await toplevel(worktree)
+    if base is None:
+        base = "HEAD" if await head_commit(top) is not None else await _empty_tree(top)
+    tracked = await _git(top, "diff", *_DIFF_OPTIONS, "--end-of-options", base, "--")
+    listed = await _git(top, "ls-files", "--others", "--exclude-standard", "-z")
+    # A trailing `/` marks a nested repository, which has no content to diff as a file.
+    untracked = [name for name in listed.stdout.split("\0") if name and not name.endswith("/")]
+
+    limit = asyncio.Semaphore(_UNTRACKED_DIFF_CONCURRENCY)
+
+    async def new_file_patch(name: str) -> str:
+        async with limit:
+            # Exit 1 means "there are differences", the expected outcome here.
+            result = await _git(top, "diff", "--no-index", *_DIFF_OPTIONS, "--", os.devnull, name, ok=(0, 1))
+            return result.stdout
+
+    tasks = [asyncio.ensure_future(new_file_patch(name)) for name in untracked]
+    try:
+        patches = await asyncio.gather(*tasks)
+    except BaseException:
+        # gather leaves the other diffs running on failure; stop them (each kills its git).
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return tracked.stdout + "".join(patches)
+
+
+async def status_porcelain(path: Path) -> list[str]:
+    """`git status --porcelain=v1` lines for the working tree at `path`, every untracked file listed."""
+    result = await _git(path, "status", "--porcelain=v1", "--untracked-files=all")
+    return result.stdout.splitlines()

@@ -1,0 +1,243 @@
+"""An async driver for one provider CLI process: spawn, read JSON lines, interrupt the whole group.
+
+Every provider CLI (the scripted coder, Codex, Claude Code, Gemini) runs the same way:
+
+- in its own session and process group (`start_new_session=True`), so signals go to the group
+  (`os.killpg`) and reach the helpers a CLI spawns (Gemini's launcher ignores INT/TERM and runs
+  the real CLI as a child);
+- stdout is the event stream, one JSON object per line; a line that is not a JSON object is kept
+  as a raw diagnostic string;
+- stderr is logs: it is drained all the time (a full pipe would block the child) and only its
+  last 64 KiB are kept, for error messages;
+- stdin gets the prompt and is closed, or is /dev/null.
+
+Interrupting escalates SIGINT -> SIGTERM -> SIGKILL on the group, and once the leader is gone
+SIGKILLs whatever is left in the group. When the leader exits by itself but members of its group
+still hold our stdout/stderr after `straggler_grace` seconds, they are orphans of the run and are
+killed too, so reading never hangs on a forgotten background process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from asyncio.subprocess import DEVNULL, PIPE, Process, SubprocessStreamProtocol
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from peerd.errors import ProviderError
+
+LINE_LIMIT = 16 * 1024 * 1024
+STDERR_TAIL_BYTES = 64 * 1024
+_CHUNK = 64 * 1024
+_T = TypeVar("_T")
+
+
+def _pipe(stream: _T | None) -> _T:
+    if stream is None:
+        raise RuntimeError("the provider process was started without this pipe")
+    return stream
+
+
+class _Protocol(SubprocessStreamProtocol):
+    """The stock stream protocol, plus an event for "stdout and stderr are both closed"."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.pipes_closed = asyncio.Event()
+        self.transport: asyncio.SubprocessTransport | None = None
+        self._open_fds = {1, 2}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if isinstance(transport, asyncio.SubprocessTransport):
+            self.transport = transport
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        super().pipe_connection_lost(fd, exc)
+        self._open_fds.discard(fd)
+        if not self._open_fds:
+            self.pipes_closed.set()
+
+
+class ProviderProcess:
+    """One running provider CLI in its own process group. Create it with `spawn`."""
+
+    def __init__(self, proc: Process, protocol: _Protocol, straggler_grace: float) -> None:
+        self._proc = proc
+        self._protocol = protocol
+        self._pid = proc.pid
+        self._straggler_grace = straggler_grace
+        self._stderr = bytearray()
+        self._lines_taken = False
+        # Set once a probe after the leader's exit found the group empty: from then on its id may
+        # belong to someone else, so it is never signalled again.
+        self._group_gone = False
+        self._interrupt_task: asyncio.Task[None] | None = None
+        self._exit_task = asyncio.create_task(proc.wait())
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        self._reaper_task = asyncio.create_task(self._reap_stragglers())
+        self._stdin_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        stdin_data: bytes | None,
+        straggler_grace: float = 2.0,
+    ) -> ProviderProcess:
+        """Start `argv` in a new process group; raise `ProviderError` if it cannot start."""
+        if not argv:
+            raise ProviderError("cannot start a provider: empty command")
+        loop = asyncio.get_running_loop()
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(limit=LINE_LIMIT, loop=loop),
+                *argv,
+                cwd=cwd,
+                env=dict(env),
+                stdin=PIPE if stdin_data is not None else DEVNULL,
+                stdout=PIPE,
+                stderr=PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ProviderError(f"cannot start {argv[0]}: {exc}") from exc
+        self = cls(Process(transport, protocol, loop), protocol, straggler_grace)
+        if stdin_data is not None:
+            self._stdin_task = asyncio.create_task(self._feed_stdin(stdin_data))
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def pgid(self) -> int:
+        # start_new_session makes the child a session and group leader: its pgid is its pid.
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def lines(self) -> AsyncIterator[dict[str, Any] | str]:
+        """Each stdout line as a JSON object, or the raw text when it is not one; ends at EOF."""
+        if self._lines_taken:
+            raise RuntimeError("ProviderProcess.lines() can be consumed only once")
+        self._lines_taken = True
+        stdout = _pipe(self._proc.stdout)
+        while True:
+            try:
+                raw = await stdout.readline()
+            except ValueError:
+                # Over LINE_LIMIT: the reader dropped what it had; report it instead of failing.
+                yield f"<stdout line over {LINE_LIMIT} bytes dropped>"
+                continue
+            if not raw:
+                return
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text)
+            except ValueError:
+                yield text
+                continue
+            yield value if isinstance(value, dict) else text
+
+    def stderr_tail(self) -> str:
+        """The last ~64 KiB the process wrote to stderr."""
+        return self._stderr.decode("utf-8", errors="replace")
+
+    async def wait(self) -> int:
+        """Wait for the leader to exit and its output to be collected; return its returncode."""
+        rc = await asyncio.shield(self._exit_task)
+        await asyncio.shield(self._reaper_task)
+        await asyncio.shield(self._stderr_task)
+        if self._stdin_task is not None:
+            await asyncio.shield(self._stdin_task)
+        return rc
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the whole group now; a group that is already gone is fine."""
+        if self._group_gone:
+            return
+        try:
+            os.killpg(self._pid, sig)
+        except ProcessLookupError:
+            if self._proc.returncode is not None:
+                self._group_gone = True
+        except PermissionError:
+            # Only possible once the id was reused by someone else's group: ours is gone.
+            self._group_gone = True
+
+    async def interrupt(self, *, grace_int: float = 2.0, grace_term: float = 3.0) -> None:
+        """SIGINT, then SIGTERM, then SIGKILL the group, each after a grace; idempotent."""
+        if self._interrupt_task is None:
+            self._interrupt_task = asyncio.create_task(self._escalate(grace_int, grace_term))
+        await asyncio.shield(self._interrupt_task)
+
+    async def kill_group(self) -> None:
+        """SIGKILL the group at once (shutdown) and wait for the leader."""
+        self.send_signal(signal.SIGKILL)
+        await asyncio.shield(self._exit_task)
+        self.send_signal(signal.SIGKILL)
+
+    async def _escalate(self, grace_int: float, grace_term: float) -> None:
+        for sig, grace in ((signal.SIGINT, grace_int), (signal.SIGTERM, grace_term)):
+            if self._exit_task.done():
+                break
+            self.send_signal(sig)
+            await asyncio.wait({self._exit_task}, timeout=grace)
+        else:
+            if not self._exit_task.done():
+                self.send_signal(signal.SIGKILL)
+        await asyncio.shield(self._exit_task)
+        # A child that ignored the signals (or outlived the leader) must not survive the run.
+        self.send_signal(signal.SIGKILL)
+
+    async def _reap_stragglers(self) -> None:
+        await asyncio.shield(self._exit_task)
+        pipes_closed = self._protocol.pipes_closed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pipes_closed.wait(), self._straggler_grace)
+            self._probe_group()
+            return
+        self.send_signal(signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pipes_closed.wait(), 1.0)
+            return
+        # Something outside the group (it called setsid) still holds our pipes: stop reading.
+        if self._protocol.transport is not None:
+            self._protocol.transport.close()
+
+    def _probe_group(self) -> None:
+        try:
+            os.killpg(self._pid, 0)
+        except (ProcessLookupError, PermissionError):
+            self._group_gone = True
+
+    async def _drain_stderr(self) -> None:
+        stderr = _pipe(self._proc.stderr)
+        while chunk := await stderr.read(_CHUNK):
+            self._stderr += chunk
+            if len(self._stderr) > STDERR_TAIL_BYTES:
+                del self._stderr[:-STDERR_TAIL_BYTES]
+
+    async def _feed_stdin(self, data: bytes) -> None:
+        stdin = _pipe(self._proc.stdin)
+        # The child may exit without reading its input; that is its business, not an error here.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data)
+            await stdin.drain()
+        stdin.close()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            await stdin.wait_closed()

@@ -1,0 +1,253 @@
+"""The run manager: starts queued runs, streams provider events into the store, interrupts.
+
+One thread runs at most one run at a time; the next queued run starts when the live one ends,
+unless the thread's queue is held (a Stop). Every status change and item is committed before the
+run moves on, so a crash leaves a store that startup recovery can finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import structlog
+
+from peerd.contracts import Thread
+from peerd.core.runs import SHUTDOWN_REASON, next_to_start, plan_interrupt
+from peerd.errors import PeerdError, ProviderError
+from peerd.providers.base import ItemProduced, Provider, ProviderRun, RunFinished, RunSpec, SessionStarted
+from peerd.runtime import git
+from peerd.runtime.feed import ChangeFeed
+from peerd.store import projects
+from peerd.store import threads as store
+from peerd.store.db import Database
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_GRACE_S = 10.0
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class RunManager:
+    def __init__(
+        self,
+        db: Database,
+        feed: ChangeFeed,
+        providers: Mapping[str, Provider],
+        *,
+        state_dir: Path,
+        tool_env: Mapping[str, str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self._feed = feed
+        self._providers = providers
+        self._state_dir = state_dir
+        self._tool_env = dict(tool_env)
+        self._clock = clock
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._live: dict[str, ProviderRun] = {}
+        self._interrupts: dict[str, str] = {}  # run id -> why it is being interrupted
+        self._background: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    def providers(self) -> list[str]:
+        return sorted(self._providers)
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(thread_id, asyncio.Lock())
+
+    def _spawn(self, coro: object, name: str) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def kick(self, thread_id: str) -> None:
+        """Start the thread's next queued run if nothing is live and the queue flows."""
+        if self._closing:
+            return
+        async with self._lock(thread_id):
+            thread = await store.get_thread(self._db, thread_id)
+            views = await store.run_views(self._db, thread_id)
+            run_id = next_to_start(views, queue_held=thread.queue_held, archived=thread.status == "archived")
+            if run_id is None:
+                return
+            token = secrets.token_urlsafe(32)
+            await store.transition_run(
+                self._db, run_id, "starting", now=self._clock(), token_hash=token_hash(token)
+            )
+            self._feed.changed(thread_id)
+            self._tasks[run_id] = asyncio.create_task(
+                self._execute(thread, run_id, token), name=f"run:{run_id}"
+            )
+
+    async def _kick_logged(self, thread_id: str) -> None:
+        try:
+            await self.kick(thread_id)
+        except Exception:
+            log.exception("run.kick_failed", thread_id=thread_id)
+
+    async def kick_all(self) -> None:
+        for thread_id in await store.queued_threads(self._db):
+            await self.kick(thread_id)
+
+    async def _workspace(self, thread: Thread) -> Path:
+        worktree = Path(thread.worktree_path)
+        if thread.in_place:
+            return worktree
+        project = await projects.get(self._db, thread.project_id)
+        await git.create_worktree(Path(project.path), worktree, thread.branch or f"peerd/{thread.id}", None)
+        return worktree
+
+    async def _execute(self, thread: Thread, run_id: str, token: str) -> None:
+        log.info("run.start", thread_id=thread.id, run_id=run_id, provider=thread.provider)
+        try:
+            await self._drive(thread, run_id, token)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("run.crashed", run_id=run_id)
+            await self._finish(run_id, "failed", reason=f"peerd failed while running this run: {exc}")
+        finally:
+            self._live.pop(run_id, None)
+            self._interrupts.pop(run_id, None)
+            self._tasks.pop(run_id, None)
+            self._feed.changed(thread.id)
+            if not self._closing:
+                self._spawn(self._kick_logged(thread.id), f"kick:{thread.id}")
+
+    async def _drive(self, thread: Thread, run_id: str, token: str) -> None:
+        provider = self._providers.get(thread.provider)
+        if provider is None:
+            known = ", ".join(self.providers())
+            await self._finish(
+                run_id, "failed", reason=f"Unknown provider {thread.provider!r}; known: {known}."
+            )
+            return
+        try:
+            cwd = await self._workspace(thread)
+        except PeerdError as exc:
+            await self._finish(run_id, "failed", reason=exc.message)
+            return
+        if run_id in self._interrupts:
+            await self._finish(run_id, "interrupted", reason=self._interrupts[run_id])
+            return
+        current = await store.get_thread(self._db, thread.id)  # the session may have changed
+        spec = RunSpec(
+            thread_id=thread.id,
+            run_id=run_id,
+            prompt=await store.run_prompt(self._db, run_id),
+            cwd=cwd,
+            model=thread.model,
+            runtime_mode=thread.runtime_mode,
+            interaction_mode=thread.interaction_mode,
+            resume_session=current.provider_session,
+            state_dir=self._state_dir / thread.provider,
+            tool_env={
+                **self._tool_env,
+                "PEERD_RUN_TOKEN": token,
+                "PEERD_THREAD_ID": thread.id,
+                "PEERD_RUN_ID": run_id,
+            },
+        )
+        spec.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            provider_run = await provider.start(spec)
+        except ProviderError as exc:
+            await self._finish(run_id, "failed", reason=exc.message)
+            return
+        self._live[run_id] = provider_run
+        await store.transition_run(self._db, run_id, "running", now=self._clock(), pgid=provider_run.pgid)
+        self._feed.changed(thread.id)
+        if run_id in self._interrupts:  # asked while it was starting
+            self._spawn(provider_run.interrupt(), f"interrupt:{run_id}")
+        final = RunFinished("failed", "The provider ended without reporting a result.")
+        async for event in provider_run.events():
+            if isinstance(event, SessionStarted):
+                await store.set_provider_session(self._db, thread.id, event.session_id, now=self._clock())
+            elif isinstance(event, ItemProduced):
+                await store.add_item(
+                    self._db,
+                    thread_id=thread.id,
+                    run_id=run_id,
+                    kind=event.kind,
+                    text=event.text,
+                    data=dict(event.data),
+                    now=self._clock(),
+                )
+            elif isinstance(event, RunFinished):
+                final = event
+            self._feed.changed(thread.id)
+        reason = final.error
+        status = final.status
+        if run_id in self._interrupts:
+            status, reason = "interrupted", self._interrupts[run_id]
+        await self._finish(run_id, status, reason=reason, exit_code=final.exit_code)
+
+    async def _finish(
+        self, run_id: str, status: str, *, reason: str | None, exit_code: int | None = None
+    ) -> None:
+        # A failure's reason is also an error item, so readers of the items see why.
+        await store.transition_run(
+            self._db,
+            run_id,
+            status,  # type: ignore[arg-type]  # one of the terminal statuses
+            now=self._clock(),
+            reason=reason,
+            exit_code=exit_code,
+            error_item=reason if status == "failed" and reason else None,
+        )
+        log.info("run.end", run_id=run_id, status=status)
+
+    async def interrupt(
+        self, thread_id: str, *, stop: bool, reason: str | None
+    ) -> tuple[str | None, str, bool]:
+        """Interrupt the live run (and with `stop` hold the queue). Returns (run, outcome, held)."""
+        async with self._lock(thread_id):
+            thread = await store.get_thread(self._db, thread_id)
+            plan = plan_interrupt(await store.run_views(self._db, thread_id), stop=stop)
+            if plan.hold_queue and not thread.queue_held:
+                await store.set_queue_held(self._db, thread_id, True, now=self._clock())
+            if plan.target_run is not None:
+                why = reason or ("Stopped." if stop else "Interrupted.")
+                self._interrupts.setdefault(plan.target_run, why)
+                live = self._live.get(plan.target_run)
+                if live is not None:
+                    self._spawn(live.interrupt(), f"interrupt:{plan.target_run}")
+        self._feed.changed(thread_id)
+        return plan.target_run, plan.outcome, plan.hold_queue or thread.queue_held
+
+    def is_executing(self, run_id: str) -> bool:
+        return run_id in self._tasks
+
+    async def shutdown(self) -> None:
+        """Interrupt every live run and record it; nothing is left half-written."""
+        self._closing = True
+        for run_id, live in list(self._live.items()):
+            self._interrupts.setdefault(run_id, SHUTDOWN_REASON)
+            self._spawn(live.interrupt(), f"interrupt:{run_id}")
+        for run_id in list(self._tasks):
+            self._interrupts.setdefault(run_id, SHUTDOWN_REASON)
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for task in list(self._background):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        # Whatever a cancelled task could not record is recorded here.
+        await store.recover(self._db, now=self._clock(), reason=SHUTDOWN_REASON)

@@ -1,0 +1,83 @@
+"""Schema migrations, append-only: entry i moves `PRAGMA user_version` from i to i + 1.
+
+Each migration is a list of statements (no naive splitting on ';'). Never edit a shipped entry;
+add a new one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE projects (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            path TEXT NOT NULL UNIQUE,
+            repository_key TEXT,
+            created_at REAL NOT NULL
+        )""",
+        """CREATE TABLE threads (
+            id TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+            title TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            model TEXT,
+            runtime_mode TEXT NOT NULL,
+            interaction_mode TEXT NOT NULL,
+            in_place INTEGER NOT NULL,
+            worktree_path TEXT NOT NULL,
+            branch TEXT,
+            status TEXT NOT NULL DEFAULT 'active',
+            queue_held INTEGER NOT NULL DEFAULT 0,
+            provider_session TEXT,
+            next_position INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        "CREATE INDEX threads_project ON threads(project_id)",
+        """CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            number INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            reason TEXT,
+            exit_code INTEGER,
+            pgid INTEGER,
+            token_hash TEXT,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            ended_at REAL,
+            UNIQUE (thread_id, number)
+        )""",
+        "CREATE INDEX runs_status ON runs(status)",
+        """CREATE TABLE items (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            UNIQUE (thread_id, position)
+        )""",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        "CREATE INDEX events_thread ON events(thread_id, seq)",
+        """CREATE TABLE receipts (
+            namespace TEXT NOT NULL,
+            op TEXT NOT NULL,
+            command_id TEXT NOT NULL,
+            request_hash TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (namespace, op, command_id)
+        )""",
+        "CREATE INDEX receipts_created ON receipts(created_at)",
+    ],
+]

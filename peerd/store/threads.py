@@ -1,0 +1,462 @@
+"""Threads, runs, items and the per-thread event log.
+
+Every change here writes its rows and one event in the same transaction, so the event cursor and
+the state can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from peerd.contracts import Event, Item, Page, Run, RunStatus, Thread
+from peerd.core.idempotency import replay
+from peerd.core.runs import RunView, check_transition, is_terminal, recover_at_startup
+from peerd.core.text import slice_text
+from peerd.errors import InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
+from peerd.store import receipts
+from peerd.store.db import Database
+from peerd.store.ids import new_id
+
+
+@dataclass(frozen=True)
+class NewThread:
+    project_id: str
+    title: str
+    provider: str
+    model: str | None
+    runtime_mode: str
+    interaction_mode: str
+    in_place: bool
+    worktree_path: str
+    branch: str | None
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """Who asked and under which key; `command_id` None means the command is not retry-safe."""
+
+    namespace: str
+    command_id: str | None
+    request_hash: str
+
+
+def _run(row: aiosqlite.Row) -> Run:
+    return Run(
+        id=row["id"],
+        thread_id=row["thread_id"],
+        number=row["number"],
+        status=row["status"],
+        reason=row["reason"],
+        exit_code=row["exit_code"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+    )
+
+
+def _thread(row: aiosqlite.Row, latest: Run | None) -> Thread:
+    return Thread(
+        id=row["id"],
+        project_id=row["project_id"],
+        title=row["title"],
+        provider=row["provider"],
+        model=row["model"],
+        runtime_mode=row["runtime_mode"],
+        interaction_mode=row["interaction_mode"],
+        status=row["status"],
+        queue_held=bool(row["queue_held"]),
+        in_place=bool(row["in_place"]),
+        worktree_path=row["worktree_path"],
+        branch=row["branch"],
+        provider_session=row["provider_session"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        latest_run=latest,
+    )
+
+
+def item_from_row(row: aiosqlite.Row, *, text_offset: int = 0, max_chars: int | None = None) -> Item:
+    text: str = row["text"]
+    part = slice_text(text, offset=text_offset, max_chars=max_chars or max(len(text), 1))
+    return Item(
+        id=row["id"],
+        thread_id=row["thread_id"],
+        run_id=row["run_id"],
+        position=row["position"],
+        kind=row["kind"],
+        text=part.text,
+        text_length=len(text),
+        text_offset=part.offset,
+        text_truncated=part.truncated,
+        next_text_offset=part.next_offset,
+        data=json.loads(row["data"]),
+        created_at=row["created_at"],
+    )
+
+
+async def _event(
+    tx: aiosqlite.Connection, thread_id: str, type_: str, data: dict[str, Any], now: float
+) -> None:
+    await tx.execute(
+        "INSERT INTO events (thread_id, type, data, created_at) VALUES (?, ?, ?, ?)",
+        (thread_id, type_, json.dumps(data), now),
+    )
+
+
+async def _one(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
+    async with tx.execute(sql, params) as cur:
+        row: aiosqlite.Row | None = await cur.fetchone()
+        return row
+
+
+async def _must(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row:
+    """A row this transaction just wrote; its absence would be a bug, not user input."""
+    row = await _one(tx, sql, params)
+    if row is None:
+        raise RuntimeError(f"row vanished inside its own transaction: {sql}")
+    return row
+
+
+async def _insert_item(
+    tx: aiosqlite.Connection,
+    thread_id: str,
+    run_id: str,
+    kind: str,
+    text: str,
+    data: dict[str, Any],
+    now: float,
+) -> aiosqlite.Row:
+    row = await _one(tx, "SELECT next_position FROM threads WHERE id = ?", (thread_id,))
+    if row is None:
+        raise ThreadNotFound(f"Thread {thread_id} was not found.")
+    position = int(row["next_position"])
+    item_id = new_id("itm")
+    await tx.execute(
+        "INSERT INTO items (id, thread_id, run_id, position, kind, text, data, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (item_id, thread_id, run_id, position, kind, text, json.dumps(data), now),
+    )
+    await tx.execute(
+        "UPDATE threads SET next_position = ?, updated_at = ? WHERE id = ?", (position + 1, now, thread_id)
+    )
+    await _event(
+        tx,
+        thread_id,
+        "item.added",
+        {"itemId": item_id, "runId": run_id, "kind": kind, "position": position},
+        now,
+    )
+    return await _must(tx, "SELECT * FROM items WHERE id = ?", (item_id,))
+
+
+async def _insert_run(tx: aiosqlite.Connection, thread_id: str, prompt: str, now: float) -> str:
+    row = await _one(tx, "SELECT coalesce(max(number), 0) AS n FROM runs WHERE thread_id = ?", (thread_id,))
+    number = int(row["n"]) + 1 if row else 1
+    run_id = new_id("run")
+    await tx.execute(
+        "INSERT INTO runs (id, thread_id, number, status, prompt, created_at)"
+        " VALUES (?, ?, ?, 'queued', ?, ?)",
+        (run_id, thread_id, number, prompt, now),
+    )
+    await _event(tx, thread_id, "run.updated", {"runId": run_id, "status": "queued", "number": number}, now)
+    await _insert_item(tx, thread_id, run_id, "user_message", prompt, {}, now)
+    return run_id
+
+
+async def launch(
+    db: Database, *, key: Idempotency, spec: NewThread, prompt: str, now: float
+) -> tuple[dict[str, Any], bool]:
+    """Create a thread with its first (queued) run; a retried key returns the first result."""
+    async with db.write() as tx:
+        if key.command_id is not None:
+            found = await receipts.find(tx, key.namespace, "thread_launch", key.command_id)
+            first = replay(found, request_hash=key.request_hash)
+            if first is not None:
+                return first, True
+        thread_id = new_id("thr")
+        worktree_path = spec.worktree_path.replace("{thread}", thread_id)
+        branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
+        await tx.execute(
+            "INSERT INTO threads (id, project_id, title, provider, model, runtime_mode, interaction_mode,"
+            " in_place, worktree_path, branch, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                thread_id,
+                spec.project_id,
+                spec.title,
+                spec.provider,
+                spec.model,
+                spec.runtime_mode,
+                spec.interaction_mode,
+                int(spec.in_place),
+                worktree_path,
+                branch,
+                now,
+                now,
+            ),
+        )
+        await _event(tx, thread_id, "thread.created", {"threadId": thread_id}, now)
+        run_id = await _insert_run(tx, thread_id, prompt, now)
+        result = {"threadId": thread_id, "runId": run_id}
+        if key.command_id is not None:
+            await receipts.record(
+                tx,
+                namespace=key.namespace,
+                op="thread_launch",
+                command_id=key.command_id,
+                request_hash=key.request_hash,
+                result=result,
+                now=now,
+            )
+    return result, False
+
+
+async def send(
+    db: Database, *, key: Idempotency, thread_id: str, text: str, now: float
+) -> tuple[dict[str, Any], bool]:
+    """Queue a new run on the thread. A new message from its owner also releases a held queue."""
+    async with db.write() as tx:
+        if key.command_id is not None:
+            found = await receipts.find(tx, key.namespace, f"thread_send:{thread_id}", key.command_id)
+            first = replay(found, request_hash=key.request_hash)
+            if first is not None:
+                return first, True
+        row = await _one(tx, "SELECT status FROM threads WHERE id = ?", (thread_id,))
+        if row is None:
+            raise ThreadNotFound(f"Thread {thread_id} was not found.")
+        if row["status"] == "archived":
+            raise InvalidRequest(f"Thread {thread_id} is archived; launch a new thread instead.")
+        await tx.execute("UPDATE threads SET queue_held = 0 WHERE id = ?", (thread_id,))
+        run_id = await _insert_run(tx, thread_id, text, now)
+        result = {"threadId": thread_id, "runId": run_id}
+        if key.command_id is not None:
+            await receipts.record(
+                tx,
+                namespace=key.namespace,
+                op=f"thread_send:{thread_id}",
+                command_id=key.command_id,
+                request_hash=key.request_hash,
+                result=result,
+                now=now,
+            )
+    return result, False
+
+
+async def transition_run(
+    db: Database,
+    run_id: str,
+    new: RunStatus,
+    *,
+    now: float,
+    reason: str | None = None,
+    exit_code: int | None = None,
+    pgid: int | None = None,
+    token_hash: str | None = None,
+    error_item: str | None = None,
+) -> Run:
+    """Move a run to `new` (checked by the core rules); optionally record an error item with it."""
+    async with db.write() as tx:
+        row = await _one(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise RunNotFound(f"Run {run_id} was not found.")
+        check_transition(row["status"], new)
+        started = now if new == "starting" else row["started_at"]
+        ended = now if is_terminal(new) else None
+        await tx.execute(
+            "UPDATE runs SET status = ?, reason = coalesce(?, reason), exit_code = coalesce(?, exit_code),"
+            " pgid = coalesce(?, pgid), token_hash = CASE WHEN ? THEN NULL ELSE coalesce(?, token_hash) END,"
+            " started_at = ?, ended_at = ? WHERE id = ?",
+            (new, reason, exit_code, pgid, is_terminal(new), token_hash, started, ended, run_id),
+        )
+        if error_item:
+            await _insert_item(tx, row["thread_id"], run_id, "error", error_item, {}, now)
+        await _event(
+            tx, row["thread_id"], "run.updated", {"runId": run_id, "status": new, "reason": reason}, now
+        )
+        updated = await _must(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
+    return _run(updated)
+
+
+async def add_item(
+    db: Database, *, thread_id: str, run_id: str, kind: str, text: str, data: dict[str, Any], now: float
+) -> Item:
+    async with db.write() as tx:
+        row = await _insert_item(tx, thread_id, run_id, kind, text, data, now)
+    return item_from_row(row)
+
+
+async def set_provider_session(db: Database, thread_id: str, session: str, *, now: float) -> None:
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE threads SET provider_session = ?, updated_at = ? WHERE id = ?", (session, now, thread_id)
+        )
+        await _event(tx, thread_id, "thread.updated", {"providerSession": session}, now)
+
+
+async def set_queue_held(db: Database, thread_id: str, held: bool, *, now: float) -> None:
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE threads SET queue_held = ?, updated_at = ? WHERE id = ?", (int(held), now, thread_id)
+        )
+        await _event(tx, thread_id, "thread.updated", {"queueHeld": held}, now)
+
+
+async def archive(db: Database, thread_id: str, *, now: float) -> None:
+    """Archive the thread; its queued runs will never start, so they end cancelled."""
+    async with db.write() as tx:
+        async with tx.execute(
+            "SELECT id FROM runs WHERE thread_id = ? AND status = 'queued'", (thread_id,)
+        ) as cur:
+            queued = [r["id"] for r in await cur.fetchall()]
+        for run_id in queued:
+            await tx.execute(
+                "UPDATE runs SET status = 'cancelled', reason = 'The thread was archived.', ended_at = ?"
+                " WHERE id = ?",
+                (now, run_id),
+            )
+            await _event(tx, thread_id, "run.updated", {"runId": run_id, "status": "cancelled"}, now)
+        await tx.execute(
+            "UPDATE threads SET status = 'archived', queue_held = 1, updated_at = ? WHERE id = ?",
+            (now, thread_id),
+        )
+        await _event(tx, thread_id, "thread.updated", {"status": "archived"}, now)
+
+
+async def recover(db: Database, *, now: float, reason: str | None = None) -> list[str]:
+    """At startup: runs left live by a dead daemon become interrupted, with the reason, in one txn."""
+    async with db.write() as tx:
+        async with tx.execute(
+            "SELECT id, number, status, thread_id FROM runs WHERE status IN ('starting', 'running')"
+        ) as cur:
+            rows = list(await cur.fetchall())
+        threads = {r["id"]: r["thread_id"] for r in rows}
+        plan = recover_at_startup([RunView(r["id"], r["number"], r["status"]) for r in rows])
+        for run_id, status, default_reason in plan:
+            why = reason or default_reason
+            await tx.execute(
+                "UPDATE runs SET status = ?, reason = ?, ended_at = ?, token_hash = NULL WHERE id = ?",
+                (status, why, now, run_id),
+            )
+            await _insert_item(tx, threads[run_id], run_id, "error", why, {}, now)
+            await _event(
+                tx, threads[run_id], "run.updated", {"runId": run_id, "status": status, "reason": why}, now
+            )
+    return [run_id for run_id, _, _ in plan]
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+async def get_run(db: Database, run_id: str) -> Run:
+    row = await db.fetchone("SELECT * FROM runs WHERE id = ?", (run_id,))
+    if row is None:
+        raise RunNotFound(f"Run {run_id} was not found.")
+    return _run(row)
+
+
+async def run_prompt(db: Database, run_id: str) -> str:
+    prompt = await db.scalar("SELECT prompt FROM runs WHERE id = ?", (run_id,))
+    if prompt is None:
+        raise RunNotFound(f"Run {run_id} was not found.")
+    return str(prompt)
+
+
+async def latest_run(db: Database, thread_id: str) -> Run | None:
+    row = await db.fetchone(
+        "SELECT * FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT 1", (thread_id,)
+    )
+    return None if row is None else _run(row)
+
+
+async def run_views(db: Database, thread_id: str) -> list[RunView]:
+    rows = await db.fetchall(
+        "SELECT id, number, status FROM runs WHERE thread_id = ? ORDER BY number", (thread_id,)
+    )
+    return [RunView(r["id"], r["number"], r["status"]) for r in rows]
+
+
+async def get_thread(db: Database, thread_id: str) -> Thread:
+    row = await db.fetchone("SELECT * FROM threads WHERE id = ?", (thread_id,))
+    if row is None:
+        raise ThreadNotFound(f"Thread {thread_id} was not found.")
+    return _thread(row, await latest_run(db, thread_id))
+
+
+async def page(
+    db: Database, *, project_id: str | None, include_archived: bool, cursor: str | None, limit: int
+) -> Page[Thread]:
+    try:
+        after = int(cursor) if cursor else 0
+    except ValueError:
+        raise InvalidRequest(f"cursor {cursor!r} is not one this API returned.") from None
+    clauses, params = ["rowid > ?"], [after]
+    if project_id is not None:
+        clauses.append("project_id = ?")
+        params.append(project_id)  # type: ignore[arg-type]  # mixed params list
+    if not include_archived:
+        clauses.append("status != 'archived'")
+    rows = await db.fetchall(
+        f"SELECT rowid, * FROM threads WHERE {' AND '.join(clauses)} ORDER BY rowid LIMIT ?",  # noqa: S608
+        (*params, limit + 1),
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [_thread(r, await latest_run(db, r["id"])) for r in rows]
+    return Page[Thread](items=items, next_cursor=str(rows[-1]["rowid"]) if more else None)
+
+
+async def read_items(
+    db: Database, thread_id: str, *, after_position: int | None, limit: int, run_id: str | None
+) -> list[aiosqlite.Row]:
+    sql = "SELECT * FROM items WHERE thread_id = ? AND position > ?"
+    params: list[Any] = [thread_id, -1 if after_position is None else after_position]
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params.append(run_id)
+    return await db.fetchall(sql + " ORDER BY position LIMIT ?", (*params, limit + 1))
+
+
+async def get_item(db: Database, thread_id: str, item_id: str) -> aiosqlite.Row:
+    row = await db.fetchone("SELECT * FROM items WHERE id = ? AND thread_id = ?", (item_id, thread_id))
+    if row is None:
+        raise ItemNotFound(f"Item {item_id} is not in thread {thread_id}.")
+    return row
+
+
+async def events_after(db: Database, thread_id: str, *, after: int, limit: int) -> list[Event]:
+    rows = await db.fetchall(
+        "SELECT * FROM events WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?", (thread_id, after, limit)
+    )
+    return [
+        Event(
+            seq=r["seq"],
+            thread_id=r["thread_id"],
+            type=r["type"],
+            data=json.loads(r["data"]),
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+
+
+async def queued_threads(db: Database) -> list[str]:
+    rows = await db.fetchall(
+        "SELECT DISTINCT r.thread_id FROM runs r JOIN threads t ON t.id = r.thread_id"
+        " WHERE r.status = 'queued' AND t.queue_held = 0 AND t.status = 'active'"
+    )
+    return [r["thread_id"] for r in rows]
+
+
+async def run_by_token_hash(db: Database, token_hash: str) -> Run | None:
+    row = await db.fetchone("SELECT * FROM runs WHERE token_hash = ?", (token_hash,))
+    return None if row is None else _run(row)
+
+
+async def counts(db: Database) -> tuple[int, int]:
+    threads = int(await db.scalar("SELECT count(*) FROM threads WHERE status = 'active'"))
+    live = int(await db.scalar("SELECT count(*) FROM runs WHERE status IN ('starting', 'running')"))
+    return threads, live

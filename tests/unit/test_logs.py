@@ -1,0 +1,176 @@
+"""Logging: JSON on stderr, one chain for stdlib records, secrets redacted by key and by pattern."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from peerd.logs import REDACTED, configure_logging, get_logger, redact_secrets, scrub_text
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """Leave the root logger and structlog as we found them, for other tests' sake."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    access_level = logging.getLogger("aiohttp.access").level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.getLogger("aiohttp.access").setLevel(access_level)
+    structlog.contextvars.clear_contextvars()
+    structlog.reset_defaults()
+
+
+def json_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    out, err = capsys.readouterr()
+    assert out == ""  # stdout belongs to MCP stdio
+    return [json.loads(line) for line in err.splitlines() if line.strip()]
+
+
+def test_json_lines_go_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    get_logger("peerd.test").info("hello", peer="ABCDEF", count=3)
+    [line] = json_lines(capsys)
+    assert line["event"] == "hello"
+    assert line["level"] == "info"
+    assert line["logger"] == "peerd.test"
+    assert line["peer"] == "ABCDEF"
+    assert line["count"] == 3
+    assert line["timestamp"].endswith("Z")
+
+
+def test_secret_keys_are_redacted_at_any_depth(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    get_logger("peerd.test").info(
+        "request",
+        token="t0",
+        Authorization="Basic dXNlcjpwYXNz",
+        headers={"Set-Cookie": "sid=1", "Accept": "application/json"},
+        items=[{"refresh_token": "r1", "id": 1}, ("keep", {"password": "p"})],
+        creds={"client_secret": "cs", "nested": {"private_key": "pk", "run_token": "rt"}},
+        pairing_code="pc",
+        code_secret="s",
+        secret="x",
+        cookie="c",
+        access_token="a",
+    )
+    [line] = json_lines(capsys)
+    for key in ("token", "Authorization", "pairing_code", "code_secret", "secret", "cookie", "access_token"):
+        assert line[key] == REDACTED, key
+    assert line["headers"] == {"Set-Cookie": REDACTED, "Accept": "application/json"}
+    assert line["items"] == [{"refresh_token": REDACTED, "id": 1}, ["keep", {"password": REDACTED}]]
+    assert line["creds"] == {
+        "client_secret": REDACTED,
+        "nested": {"private_key": REDACTED, "run_token": REDACTED},
+    }
+    for secret in ("t0", "dXNlcjpwYXNz", "sid=1", "r1", "cs", "pk", "rt"):
+        assert secret not in json.dumps(line)
+
+
+def test_secrets_inside_strings_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    log = get_logger("peerd.test")
+    log.info("calling peer with Authorization: Bearer eyJhbGciOi.payload.sig-_~+/=")
+    log.info("pair with peerd-pair:AbC.12_3~x+y/z=", note="env PEERD_RUN_TOKEN=abc123 next")
+    log.info("env", env="{'PEERD_RUN_TOKEN': 'q1w2', 'HOME': '/root'}", args=["bearer zz9"])
+    first, second, third = json_lines(capsys)
+    assert first["event"] == f"calling peer with Authorization: Bearer {REDACTED}"
+    assert second["event"] == f"pair with peerd-pair:{REDACTED}"
+    assert second["note"] == f"env PEERD_RUN_TOKEN={REDACTED} next"
+    assert third["env"] == f"{{'PEERD_RUN_TOKEN': {REDACTED}, 'HOME': '/root'}}"
+    assert third["args"] == [f"bearer {REDACTED}"]
+
+
+def test_stdlib_records_share_the_chain(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    structlog.contextvars.bind_contextvars(request_id="req-1")
+    logging.getLogger("aiohttp.server").error(
+        "bad header %s", "Authorization: Bearer zzz", extra={"token": "t", "peer": "p1"}
+    )
+    [line] = json_lines(capsys)
+    assert line["logger"] == "aiohttp.server"
+    assert line["level"] == "error"
+    assert line["event"] == f"bad header Authorization: Bearer {REDACTED}"
+    assert line["token"] == REDACTED
+    assert line["peer"] == "p1"
+    assert line["request_id"] == "req-1"
+
+
+def test_exception_messages_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    try:
+        raise RuntimeError("peer said: Bearer sekrit-value")
+    except RuntimeError:
+        get_logger("peerd.test").exception("call failed")
+    _, err = capsys.readouterr()
+    assert "sekrit" not in err
+    [line] = [json.loads(x) for x in err.splitlines()]
+    assert line["exception"][0]["exc_type"] == "RuntimeError"
+    assert line["exception"][0]["exc_value"] == f"peer said: Bearer {REDACTED}"
+
+
+def test_configuring_twice_keeps_one_handler(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    other = logging.NullHandler()
+    root.addHandler(other)
+    configure_logging()
+    configure_logging()
+    ours = [h for h in root.handlers if type(h).__name__ == "_StderrHandler"]
+    assert len(ours) == 1
+    assert other in root.handlers  # someone else's handler is left alone
+    get_logger("peerd.test").info("once")
+    assert [line["event"] for line in json_lines(capsys)] == ["once"]
+
+
+def test_levels(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level=logging.WARNING)
+    log = get_logger("peerd.test")
+    log.info("quiet")
+    log.warning("loud")
+    logging.getLogger("aiohttp.access").info("GET / 200")
+    assert [line["event"] for line in json_lines(capsys)] == ["loud"]
+    configure_logging(level=logging.DEBUG)
+    logging.getLogger("aiohttp.access").info("GET / 200")  # access lines stay at WARNING
+    log.debug("detail")
+    assert [line["event"] for line in json_lines(capsys)] == ["detail"]
+
+
+def test_console_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(json=False)
+    get_logger("peerd.test").info("hello console", token="t0", note="Bearer abc")
+    logging.getLogger("aiohttp.client").warning("retrying peerd-pair:xyz")
+    out, err = capsys.readouterr()
+    assert out == ""
+    first, second = err.splitlines()
+    assert "hello console" in first
+    assert "peerd.test" in first
+    assert f"token={REDACTED}" in first
+    assert "t0" not in first
+    assert "abc" not in first
+    assert f"retrying peerd-pair:{REDACTED}" in second
+    assert "\x1b[" not in err  # no colour codes when stderr is not a terminal
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(first)
+
+
+def test_redact_secrets_processor_directly() -> None:
+    event = {"event": "x Bearer abc", "TOKEN": "t", "data": ({"Password": "p"}, "ok"), "n": 5}
+    out = redact_secrets(None, "info", event)
+    assert out == {
+        "event": f"x Bearer {REDACTED}",
+        "TOKEN": REDACTED,
+        "data": ({"Password": REDACTED}, "ok"),
+        "n": 5,
+    }
+
+
+def test_scrub_text_prefers_over_redaction() -> None:
+    assert scrub_text("peer at 127.0.0.1 said no") == "peer at 127.0.0.1 said no"
+    # Any word after "bearer" goes: a false positive in prose is cheaper than a leaked token.
+    assert scrub_text("bearer of bad news") == f"bearer {REDACTED} bad news"
