@@ -190,6 +190,7 @@ class Operations:
             self.db, key=key, thread_id=thread_id, text=req.text, now=self.clock()
         )
         if not replayed:
+            self.feed.changed(thread_id)  # the queued run is an event even when nothing starts
             await self.runs.kick(thread_id)
         run = await threads.get_run(self.db, result["runId"])
         thread = await threads.get_thread(self.db, thread_id)

@@ -90,9 +90,6 @@ def log(message: str) -> None:
     print(f"script-agent: {message}", file=sys.stderr, flush=True)
 
 
-# --- script parsing ---------------------------------------------------------------------------
-
-
 def find_script(prompt: str, cwd: Path) -> dict[str, Any] | None:
     """The script the prompt carries, validated; None when it has none. Raises RunFailed."""
     fenced = _FENCED.search(prompt)
@@ -135,9 +132,6 @@ def validate_script(script: Any, origin: str) -> None:
                 raise bad(f"step {s} must have exactly one action of {', '.join(ACTIONS)}: {step!r}")
 
 
-# --- sessions ---------------------------------------------------------------------------------
-
-
 def load_session(state_dir: Path, session_id: str) -> dict[str, Any] | None:
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", session_id):
         return None
@@ -167,9 +161,6 @@ def steps_for_run(session: dict[str, Any], script: dict[str, Any] | None) -> lis
         return None
     session["next_run"] = index + 1
     return list(runs[index]["steps"])
-
-
-# --- steps ------------------------------------------------------------------------------------
 
 
 class Agent:
@@ -336,9 +327,6 @@ def call_tool(name: str, arguments: Any) -> tuple[Any, dict[str, str] | None]:
     return None, {"code": code, "message": str(body.get("message") or f"HTTP {status}")}
 
 
-# --- entry point ------------------------------------------------------------------------------
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="script-agent", description="peerd's scripted coder")
     parser.add_argument("--state-dir", required=True, type=Path)
@@ -348,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interaction-mode", default="default")
     args = parser.parse_args(argv)
 
-    prompt = sys.stdin.read()
+    # Bytes, not the locale's text encoding: peerd always sends UTF-8.
+    prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     cwd = Path.cwd()
     state_dir: Path = args.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -386,10 +375,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def reap_children(timeout: float) -> None:
+    """Reap children the SIGINT killed, also one whose Popen it cut short (nobody else waits)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no children left
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return  # still alive: peerd SIGKILLs the group once we are gone
+            time.sleep(0.01)
+
+
 def run() -> None:
     try:
         code = main()
     except KeyboardInterrupt:
+        reap_children(0.5)
         with contextlib.suppress(OSError, ValueError, KeyboardInterrupt):
             emit({"type": "result", "status": "interrupted"})
         code = 130

@@ -37,10 +37,10 @@ _CHUNK = 64 * 1024
 _T = TypeVar("_T")
 
 
-def _pipe(stream: _T | None) -> _T:
-    if stream is None:
-        raise RuntimeError("the provider process was started without this pipe")
-    return stream
+def _required(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise RuntimeError(f"the provider process has no {what}")
+    return value
 
 
 class _Protocol(SubprocessStreamProtocol):
@@ -49,6 +49,7 @@ class _Protocol(SubprocessStreamProtocol):
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
         self.pipes_closed = asyncio.Event()
+        self.exited = asyncio.Event()
         self.transport: asyncio.SubprocessTransport | None = None
         self._open_fds = {1, 2}
 
@@ -56,6 +57,12 @@ class _Protocol(SubprocessStreamProtocol):
         super().connection_made(transport)
         if isinstance(transport, asyncio.SubprocessTransport):
             self.transport = transport
+
+    def process_exited(self) -> None:
+        # Python 3.11's Process.wait() also waits for the pipes to close, which a straggler holding
+        # stdout delays forever; the leader's exit is what the escalation needs to know.
+        super().process_exited()
+        self.exited.set()
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         super().pipe_connection_lost(fd, exc)
@@ -78,7 +85,7 @@ class ProviderProcess:
         # belong to someone else, so it is never signalled again.
         self._group_gone = False
         self._interrupt_task: asyncio.Task[None] | None = None
-        self._exit_task = asyncio.create_task(proc.wait())
+        self._exit_task = asyncio.create_task(self._wait_exit())
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         self._reaper_task = asyncio.create_task(self._reap_stragglers())
         self._stdin_task: asyncio.Task[None] | None = None
@@ -110,10 +117,10 @@ class ProviderProcess:
             )
         except OSError as exc:
             raise ProviderError(f"cannot start {argv[0]}: {exc}") from exc
-        self = cls(Process(transport, protocol, loop), protocol, straggler_grace)
+        process = cls(Process(transport, protocol, loop), protocol, straggler_grace)
         if stdin_data is not None:
-            self._stdin_task = asyncio.create_task(self._feed_stdin(stdin_data))
-        return self
+            process._stdin_task = asyncio.create_task(process._feed_stdin(stdin_data))
+        return process
 
     @property
     def pid(self) -> int:
@@ -133,7 +140,7 @@ class ProviderProcess:
         if self._lines_taken:
             raise RuntimeError("ProviderProcess.lines() can be consumed only once")
         self._lines_taken = True
-        stdout = _pipe(self._proc.stdout)
+        stdout = _required(self._proc.stdout, "stdout pipe")
         while True:
             try:
                 raw = await stdout.readline()
@@ -204,6 +211,10 @@ class ProviderProcess:
         # A child that ignored the signals (or outlived the leader) must not survive the run.
         self.send_signal(signal.SIGKILL)
 
+    async def _wait_exit(self) -> int:
+        await self._protocol.exited.wait()
+        return _required(self._proc.returncode, "returncode after exit")
+
     async def _reap_stragglers(self) -> None:
         await asyncio.shield(self._exit_task)
         pipes_closed = self._protocol.pipes_closed
@@ -226,14 +237,14 @@ class ProviderProcess:
             self._group_gone = True
 
     async def _drain_stderr(self) -> None:
-        stderr = _pipe(self._proc.stderr)
+        stderr = _required(self._proc.stderr, "stderr pipe")
         while chunk := await stderr.read(_CHUNK):
             self._stderr += chunk
             if len(self._stderr) > STDERR_TAIL_BYTES:
                 del self._stderr[:-STDERR_TAIL_BYTES]
 
     async def _feed_stdin(self, data: bytes) -> None:
-        stdin = _pipe(self._proc.stdin)
+        stdin = _required(self._proc.stdin, "stdin pipe")
         # The child may exit without reading its input; that is its business, not an error here.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             stdin.write(data)

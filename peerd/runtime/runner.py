@@ -232,11 +232,10 @@ class RunManager:
     async def shutdown(self) -> None:
         """Interrupt every live run and record it; nothing is left half-written."""
         self._closing = True
-        for run_id, live in list(self._live.items()):
-            self._interrupts.setdefault(run_id, SHUTDOWN_REASON)
-            self._spawn(live.interrupt(), f"interrupt:{run_id}")
         for run_id in list(self._tasks):
             self._interrupts.setdefault(run_id, SHUTDOWN_REASON)
+        # Awaited, not spawned: escalation (SIGINT -> SIGTERM -> SIGKILL) must finish before exit.
+        await asyncio.gather(*(live.interrupt() for live in list(self._live.values())), return_exceptions=True)
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)

@@ -55,6 +55,16 @@ def is_dead(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
+async def all_dead(pgid: int, *pids: int) -> bool:
+    """Whether the group and `pids` are all dead, allowing a SIGKILL sent a moment ago to land."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not live_members(pgid) and all(is_dead(pid) for pid in pids):
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
 async def test_lines_parse_json_objects_and_keep_other_lines_raw(tmp_path: Path) -> None:
     script = """
 echo '{"type": "a", "n": 1}'
@@ -148,8 +158,18 @@ async def test_ignored_int_and_term_escalate_to_sigkill_for_the_whole_group(tmp_
     await proc.interrupt(grace_int=0.2, grace_term=0.2)
     assert 0.35 < time.monotonic() - started < 5
     assert await proc.wait() == -9
-    assert is_dead(child)
-    assert live_members(proc.pgid) == []
+    assert await all_dead(proc.pgid, child)
+
+
+async def test_sigkill_escalation_reaches_a_foreground_child(tmp_path: Path) -> None:
+    proc = await spawn('trap "" INT TERM; sleep 30', tmp_path)
+    async with asyncio.timeout(10):
+        while len(live_members(proc.pgid)) < 2:  # the shell and its sleep
+            await asyncio.sleep(0.01)
+    (child,) = set(live_members(proc.pgid)) - {proc.pid}
+    await proc.interrupt(grace_int=0.1, grace_term=0.1)
+    assert await proc.wait() == -9
+    assert await all_dead(proc.pgid, child)
 
 
 async def test_stragglers_are_killed_when_the_leader_exits_on_sigint(tmp_path: Path) -> None:
@@ -161,8 +181,7 @@ async def test_stragglers_are_killed_when_the_leader_exits_on_sigint(tmp_path: P
     await proc.interrupt(grace_int=10, grace_term=10)
     assert time.monotonic() - started < 5
     assert await proc.wait() == -2
-    assert is_dead(child)
-    assert live_members(proc.pgid) == []
+    assert await all_dead(proc.pgid, child)
 
 
 async def test_interrupt_is_idempotent_and_safe_concurrently(tmp_path: Path) -> None:
@@ -194,7 +213,7 @@ async def test_kill_group_kills_at_once(tmp_path: Path) -> None:
     async with asyncio.timeout(5):
         await proc.kill_group()
     assert await proc.wait() == -9
-    assert is_dead(child)
+    assert await all_dead(proc.pgid, child)
 
 
 async def test_background_child_holding_stdout_is_reaped_after_the_leader_exits(tmp_path: Path) -> None:
@@ -204,4 +223,4 @@ async def test_background_child_holding_stdout_is_reaped_after_the_leader_exits(
         lines = await collect(proc)
         assert await proc.wait() == 0
     assert len(lines) == 1
-    assert is_dead(int(str(lines[0])))
+    assert await all_dead(proc.pgid, int(str(lines[0])))

@@ -1,0 +1,3 @@
+from peerd.cli.main import main
+
+main()

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from peerd.cli.client import LocalClient
+from peerd.daemon import Daemon
+from tests.helpers import client_for, make_repo, running_daemon
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path) -> AsyncIterator[Daemon]:
+    async with running_daemon(tmp_path / "home") as d:
+        yield d
+
+
+@pytest.fixture
+async def client(daemon: Daemon) -> AsyncIterator[LocalClient]:
+    async with client_for(daemon.paths.home) as c:
+        yield c
+
+
+@pytest.fixture
+async def project(client: LocalClient, repo: Path) -> dict[str, object]:
+    data: dict[str, object] = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+    return data

@@ -1,0 +1,141 @@
+"""Test helpers: real git repositories, real daemons (in-process or as subprocesses), scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.daemon import Daemon, DaemonConfig
+from peerd.paths import Paths
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "peerd tests",
+    "GIT_AUTHOR_EMAIL": "tests@peerd.invalid",
+    "GIT_COMMITTER_NAME": "peerd tests",
+    "GIT_COMMITTER_EMAIL": "tests@peerd.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def make_repo(path: Path, *, origin: str | None = "git@github.com:peerd/demo.git") -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# demo\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    if origin:
+        git(path, "remote", "add", "origin", origin)
+    return path
+
+
+def script(*steps: dict[str, Any]) -> str:
+    """A prompt holding an inline script for the `script` provider."""
+    return "```peerd-script\n" + json.dumps({"steps": list(steps)}) + "\n```"
+
+
+@asynccontextmanager
+async def running_daemon(
+    home: Path, *, label: str = "test", listen: str | None = "127.0.0.1:0"
+) -> AsyncIterator[Daemon]:
+    """A real daemon in this event loop: real Unix socket, real TLS listener, real SQLite file."""
+    daemon = Daemon(DaemonConfig(home=home, label=label, listen=listen))
+    try:
+        await daemon.start()
+        yield daemon
+    finally:
+        await daemon.shutdown()
+
+
+@asynccontextmanager
+async def client_for(home: Path) -> AsyncIterator[LocalClient]:
+    async with LocalClient(Paths(home).socket) as client:
+        yield client
+
+
+async def wait_terminal(
+    client: LocalClient, thread_id: str, run_id: str | None = None, total: float = 30
+) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
+    while True:
+        result: dict[str, Any] = await client.call(
+            "GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": min(10.0, total)}
+        )
+        if result["terminal"] or loop.time() > deadline:
+            return result
+        run_id = result["runId"]
+
+
+class DaemonProcess:
+    """`peerd serve` as a real subprocess, for crash and signal tests."""
+
+    def __init__(self, home: Path, *, label: str = "proc") -> None:
+        self.home = home
+        self.label = label
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = open(self.home / "daemon.log", "ab")  # noqa: SIM115  # closed with the process
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "peerd",
+                "--home",
+                str(self.home),
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--label",
+                self.label,
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+
+    async def ready(self, timeout: float = 20.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                async with client_for(self.home) as client:
+                    await client.call("GET", "/v1/status")
+                    return
+            except DaemonNotRunning:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(f"daemon exited: {(self.home / 'daemon.log').read_text()}") from None
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)  # polling a socket that does not exist yet has no event
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    async def exited(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        return await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()

@@ -1,0 +1,302 @@
+"""The SQLite store on real files: migrations, pragmas, permissions, transactions, recovery."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from peerd.core.runs import RECOVERY_REASON
+from peerd.store import projects, receipts, threads
+from peerd.store.db import Database, migrate, user_version
+from peerd.store.schema import MIGRATIONS
+
+TABLES = {"projects", "threads", "runs", "items", "events", "receipts"}
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await Database.open(tmp_path / "peerd.db")
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+async def raw_conn(tmp_path: Path) -> AsyncIterator[aiosqlite.Connection]:
+    conn = await aiosqlite.connect(str(tmp_path / "raw.db"), isolation_level=None)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def sqlite_file(path: Path, sql: str) -> list[tuple[object, ...]]:
+    """Read the file with a separate, plain sqlite3 connection: what is really on disk."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+async def table_names(conn: aiosqlite.Connection) -> set[str]:
+    async with conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'") as cur:
+        return {r[0] for r in await cur.fetchall()} - {"sqlite_sequence"}
+
+
+# --- opening and migrating -------------------------------------------------------------------------
+
+
+async def test_open_migrates_an_empty_file_to_the_latest_schema(db: Database) -> None:
+    assert await db.scalar("PRAGMA user_version") == len(MIGRATIONS)
+    rows = await db.fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+    assert TABLES <= {r["name"] for r in rows}
+    on_disk = sqlite_file(db.path, "PRAGMA user_version")
+    assert on_disk == [(len(MIGRATIONS),)]
+
+
+async def test_reopen_is_a_no_op_and_keeps_the_data(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.db"
+    first = await Database.open(path)
+    added = await projects.add(first, name="demo", path="/srv/demo", repository_key=None, now=1.0)
+    await first.close()
+
+    second = await Database.open(path)
+    try:
+        assert await second.scalar("PRAGMA user_version") == len(MIGRATIONS)
+        kept = await projects.get(second, added.id)
+        assert kept == added
+        assert await projects.count(second) == 1
+    finally:
+        await second.close()
+
+
+async def test_journal_mode_is_wal(db: Database) -> None:
+    assert await db.scalar("PRAGMA journal_mode") == "wal"
+    assert sqlite_file(db.path, "PRAGMA journal_mode") == [("wal",)]
+
+
+async def test_foreign_keys_are_enforced(db: Database) -> None:
+    assert await db.scalar("PRAGMA foreign_keys") == 1
+    with pytest.raises(sqlite3.IntegrityError):
+        async with db.write() as tx:
+            await tx.execute(
+                "INSERT INTO threads (id, project_id, title, provider, runtime_mode, interaction_mode,"
+                " in_place, worktree_path, created_at, updated_at)"
+                " VALUES ('thr_x', 'prj_missing', 't', 'script', 'auto', 'default', 0, '/w', 1, 1)"
+            )
+    assert await db.scalar("SELECT count(*) FROM threads") == 0
+
+
+async def test_the_database_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.db"
+    database = await Database.open(path)
+    await database.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_an_existing_world_readable_file_is_made_private(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.db"
+    path.touch(mode=0o644)
+    path.chmod(0o644)
+    database = await Database.open(path)
+    await database.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_a_database_from_a_newer_peerd_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.db"
+    database = await Database.open(path)
+    await database.close()
+    newer = len(MIGRATIONS) + 3
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {newer}")
+    conn.close()
+
+    with pytest.raises(RuntimeError) as err:
+        await Database.open(path)
+    message = str(err.value)
+    assert f"schema version {newer}" in message
+    assert "upgrade peerd" in message
+    assert sqlite_file(path, "PRAGMA user_version") == [(newer,)], "the file is left as it was"
+
+
+async def test_migrate_applies_each_step_and_reports_the_version(raw_conn: aiosqlite.Connection) -> None:
+    steps = [["CREATE TABLE a (x INTEGER)"], ["CREATE TABLE b (y INTEGER)", "INSERT INTO b VALUES (7)"]]
+    assert await migrate(raw_conn, steps) == 2
+    assert await user_version(raw_conn) == 2
+    assert await table_names(raw_conn) == {"a", "b"}
+    # Running again applies nothing (a re-run CREATE TABLE would fail).
+    assert await migrate(raw_conn, steps) == 2
+    async with raw_conn.execute("SELECT count(*) FROM b") as cur:
+        assert (await cur.fetchone())[0] == 1
+
+
+async def test_a_failing_migration_rolls_back_and_keeps_the_version(raw_conn: aiosqlite.Connection) -> None:
+    good = ["CREATE TABLE good (x INTEGER)"]
+    bad = ["CREATE TABLE half (y INTEGER)", "INSERT INTO half VALUES (1)", "THIS IS NOT SQL"]
+    with pytest.raises(sqlite3.OperationalError):
+        await migrate(raw_conn, [good, bad])
+    assert await user_version(raw_conn) == 1, "the good step stays, the bad one is undone"
+    assert await table_names(raw_conn) == {"good"}
+    assert not raw_conn.in_transaction
+
+
+async def test_a_failing_first_migration_leaves_an_empty_database(raw_conn: aiosqlite.Connection) -> None:
+    with pytest.raises(sqlite3.OperationalError):
+        await migrate(raw_conn, [["CREATE TABLE t (x INTEGER)", "CREATE TABLE t (x INTEGER)"]])
+    assert await user_version(raw_conn) == 0
+    assert await table_names(raw_conn) == set()
+
+
+# --- transactions ----------------------------------------------------------------------------------
+
+
+async def test_a_failing_write_rolls_back_entirely(db: Database) -> None:
+    with pytest.raises(Boom):
+        async with db.write() as tx:
+            await tx.execute(
+                "INSERT INTO projects (id, name, path, repository_key, created_at)"
+                " VALUES ('prj_1', 'one', '/one', NULL, 1)"
+            )
+            await tx.execute(
+                "INSERT INTO projects (id, name, path, repository_key, created_at)"
+                " VALUES ('prj_2', 'two', '/two', NULL, 1)"
+            )
+            raise Boom
+    assert await projects.count(db) == 0
+    assert sqlite_file(db.path, "SELECT count(*) FROM projects") == [(0,)]
+    # The writer is usable again: the lock and the transaction were released.
+    await projects.add(db, name="three", path="/three", repository_key=None, now=1.0)
+    assert await projects.count(db) == 1
+
+
+async def test_a_committed_write_is_visible_to_other_connections(db: Database) -> None:
+    await projects.add(db, name="one", path="/one", repository_key=None, now=1.0)
+    assert sqlite_file(db.path, "SELECT name FROM projects") == [("one",)]
+
+
+# --- receipts --------------------------------------------------------------------------------------
+
+
+async def test_prune_removes_only_old_receipts(db: Database) -> None:
+    async with db.write() as tx:
+        for command_id, created in (("old-1", 100.0), ("old-2", 199.0), ("edge", 200.0), ("new", 300.0)):
+            await receipts.record(
+                tx,
+                namespace="local",
+                op="thread_launch",
+                command_id=command_id,
+                request_hash="h",
+                result={"id": command_id},
+                now=created,
+            )
+    async with db.write() as tx:
+        removed = await receipts.prune(tx, older_than=200.0)
+    assert removed == 2
+    rows = await db.fetchall("SELECT command_id FROM receipts ORDER BY command_id")
+    assert [r["command_id"] for r in rows] == ["edge", "new"]
+    async with db.write() as tx:
+        kept = await receipts.find(tx, "local", "thread_launch", "new")
+        gone = await receipts.find(tx, "local", "thread_launch", "old-1")
+    assert kept is not None and kept.result == {"id": "new"}
+    assert gone is None
+
+
+# --- startup recovery ------------------------------------------------------------------------------
+
+
+async def _thread_with_run(db: Database, project_id: str, title: str) -> tuple[str, str]:
+    spec = threads.NewThread(
+        project_id=project_id,
+        title=title,
+        provider="script",
+        model=None,
+        runtime_mode="full-access",
+        interaction_mode="default",
+        in_place=False,
+        worktree_path="/w/{thread}",
+        branch="peerd/{thread}",
+    )
+    key = threads.Idempotency("local", None, "h")
+    result, _ = await threads.launch(db, key=key, spec=spec, prompt=f"prompt {title}", now=10.0)
+    return result["threadId"], result["runId"]
+
+
+async def test_recover_interrupts_live_runs_and_leaves_the_rest(db: Database) -> None:
+    project = await projects.add(db, name="p", path="/p", repository_key=None, now=1.0)
+    paths: dict[str, list[str]] = {
+        "queued": [],
+        "starting": ["starting"],
+        "running": ["starting", "running"],
+        "completed": ["starting", "running", "completed"],
+        "failed": ["starting", "failed"],
+        "cancelled": ["cancelled"],
+    }
+    runs: dict[str, tuple[str, str]] = {}
+    for name, steps in paths.items():
+        thread_id, run_id = await _thread_with_run(db, project.id, name)
+        for step in steps:
+            await threads.transition_run(
+                db, run_id, step, now=20.0, token_hash="tok" if step == "starting" else None
+            )
+        runs[name] = (thread_id, run_id)
+    before = {
+        name: await db.fetchone("SELECT * FROM runs WHERE id = ?", (run_id,))
+        for name, (_, run_id) in runs.items()
+    }
+    items_before = {
+        name: await db.scalar("SELECT count(*) FROM items WHERE thread_id = ?", (thread_id,))
+        for name, (thread_id, _) in runs.items()
+    }
+
+    recovered = await threads.recover(db, now=99.0)
+
+    assert sorted(recovered) == sorted([runs["starting"][1], runs["running"][1]])
+    for name in ("starting", "running"):
+        thread_id, run_id = runs[name]
+        run = await threads.get_run(db, run_id)
+        assert run.status == "interrupted"
+        assert run.reason == RECOVERY_REASON
+        assert run.ended_at == 99.0
+        assert await db.scalar("SELECT token_hash FROM runs WHERE id = ?", (run_id,)) is None
+        last = await db.fetchone(
+            "SELECT kind, text, run_id FROM items WHERE thread_id = ? ORDER BY position DESC LIMIT 1",
+            (thread_id,),
+        )
+        assert last is not None
+        assert (last["kind"], last["text"], last["run_id"]) == ("error", RECOVERY_REASON, run_id)
+        event = await db.fetchone(
+            "SELECT type, data FROM events WHERE thread_id = ? ORDER BY seq DESC LIMIT 1", (thread_id,)
+        )
+        assert event is not None and event["type"] == "run.updated" and "interrupted" in event["data"]
+    for name in ("queued", "completed", "failed", "cancelled"):
+        thread_id, run_id = runs[name]
+        after = await db.fetchone("SELECT * FROM runs WHERE id = ?", (run_id,))
+        assert dict(after) == dict(before[name]), f"the {name} run must not change"
+        items = await db.scalar("SELECT count(*) FROM items WHERE thread_id = ?", (thread_id,))
+        assert items == items_before[name], f"the {name} run gets no error item"
+
+    assert await threads.recover(db, now=100.0) == [], "a second recovery finds nothing"
+
+
+async def test_recover_records_a_given_reason(db: Database) -> None:
+    project = await projects.add(db, name="p", path="/p", repository_key=None, now=1.0)
+    thread_id, run_id = await _thread_with_run(db, project.id, "t")
+    await threads.transition_run(db, run_id, "starting", now=2.0)
+    await threads.transition_run(db, run_id, "running", now=3.0)
+    assert await threads.recover(db, now=4.0, reason="shut down") == [run_id]
+    run = await threads.get_run(db, run_id)
+    assert (run.status, run.reason) == ("interrupted", "shut down")
+    texts = await db.fetchall("SELECT text FROM items WHERE thread_id = ? AND kind = 'error'", (thread_id,))
+    assert [r["text"] for r in texts] == ["shut down"]
