@@ -155,6 +155,8 @@ class Thread(Wire):
     created_at: float
     updated_at: float
     latest_run: Run | None = None
+    link_origin: str | None = None
+    link_label: str | None = None
 
 
 class ThreadLaunch(Input):
@@ -281,3 +283,77 @@ class EventsRead(Input):
 class EventsResult(Wire):
     events: list[Event]
     next_cursor: int
+
+
+# --- pairing and links --------------------------------------------------------------------------
+
+LinkStatus = Literal["reachable", "unreachable", "expired", "revoked"]
+PairingState = Literal["open", "used", "burnt", "cancelled", "expired"]
+ClientStatus = Literal["active", "revoked", "expired"]
+
+
+class PairCreate(Input):
+    access: RuntimeMode = "approval-required"
+    ttl_s: float = Field(default=600.0, gt=0, le=24 * 3600)
+    label_hint: str | None = Field(default=None, max_length=200)
+    max_age_s: float | None = Field(default=None, gt=0)
+    urls: list[str] = Field(default_factory=list, max_length=16)
+
+
+class PairingCodeInfo(Wire):
+    id: str
+    access: RuntimeMode
+    label_hint: str | None
+    created_at: float
+    expires_at: float
+    state: PairingState
+    failed_attempts: int
+    client_id: str | None = None
+
+
+class PairCreateResult(Wire):
+    code: str
+    info: PairingCodeInfo
+    urls: list[str]
+
+
+class ClientInfo(Wire):
+    id: str
+    label: str
+    env_id: str | None
+    access: RuntimeMode
+    created_at: float
+    last_seen_at: float | None
+    last_address: str | None
+    expires_at: float | None
+    revoked_at: float | None
+    revoked_reason: str | None
+    status: ClientStatus
+
+
+class LinkCreate(Input):
+    code: str = Field(min_length=1, max_length=8192)
+    access: RuntimeMode = "approval-required"
+    label: str | None = Field(default=None, max_length=200)
+    urls: list[str] = Field(default_factory=list, max_length=16)
+    max_age_s: float | None = Field(default=None, gt=0)
+
+
+class LinkInfo(Wire):
+    env_id: str
+    label: str
+    urls: list[str]
+    access: RuntimeMode
+    fingerprint: str
+    status: LinkStatus
+    linked_at: float
+    last_reached_at: float | None
+    last_error: str | None
+    expires_at: float | None
+
+
+class UnlinkResult(Wire):
+    env_id: str
+    label: str
+    revoked_there: bool
+    message: str

@@ -25,16 +25,19 @@ from aiohttp import web
 
 from peerd import __version__
 from peerd import contracts as c
-from peerd.api.app import network_app
 from peerd.api.local import local_app
+from peerd.api.remote import network_app
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.operations import Operations
 from peerd.paths import Paths
+from peerd.peer.client import PeerClient
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
+from peerd.peer.links import LinkService
 from peerd.providers.base import Provider
 from peerd.providers.script import ScriptProvider
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
 from peerd.store import projects, receipts, threads
 from peerd.store.db import Database
@@ -42,8 +45,9 @@ from peerd.store.db import Database
 log = structlog.get_logger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:7433"
-CAPABILITIES = ["threads", "projects", "long-poll", "events"]
+CAPABILITIES = ["threads", "projects", "long-poll", "events", "links", "mode-limit-header", "link-fence"]
 HTTP_SHUTDOWN_TIMEOUT_S = 5.0
+PRUNE_EVERY_S = 3600.0
 
 
 class AlreadyRunning(PeerdError):
@@ -56,6 +60,7 @@ class DaemonConfig:
     label: str = field(default_factory=socket.gethostname)
     listen: str | None = DEFAULT_LISTEN  # None: no TCP listener
     tls: bool = True
+    advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
 
 
 def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
@@ -94,6 +99,8 @@ class Daemon:
         self.identity: Identity | None = None
         self.db: Database | None = None
         self.runs: RunManager | None = None
+        self.peers: PeerClient | None = None
+        self._pruner: asyncio.Task[None] | None = None
         self.feed = ChangeFeed()
 
     def request_stop(self) -> None:
@@ -117,11 +124,14 @@ class Daemon:
         self.identity = identity
         self.db = db = await Database.open(self.paths.db)
         now = time.time()
+        for run_id, pgid in await threads.live_run_groups(db):
+            if kill_orphaned_group(pgid, run_id):
+                log.info("daemon.killed_orphan", run_id=run_id, pgid=pgid)
         recovered = await threads.recover(db, now=now)
         if recovered:
             log.info("daemon.recovered_runs", count=len(recovered))
-        async with db.write() as tx:
-            await receipts.prune(tx, older_than=now - RECEIPT_RETENTION_S)
+        await self._prune_receipts()
+        self._pruner = asyncio.create_task(self._prune_hourly(), name="peerd.prune")
         providers: dict[str, Provider] = {"script": ScriptProvider()}
         socket_path = self.paths.socket
         self.runs = RunManager(
@@ -135,9 +145,14 @@ class Daemon:
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
         )
-        await self._serve_unix(local_app(ops, desc, self.status), socket_path)
+        self.peers = PeerClient(db, own_env_id=identity.env_id)
+        await self.peers.start()
+        link_service = LinkService(
+            db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
+        )
+        await self._serve_unix(local_app(ops, desc, self.status, link_service), socket_path)
         if self.config.listen:
-            await self._serve_tcp(network_app(ops, desc), identity)
+            await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.runs.kick_all()
         log.info(
             "daemon.ready",
@@ -148,6 +163,14 @@ class Daemon:
 
     async def _serve_unix(self, app: web.Application, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.parent != self.paths.home:
+            # The short fallback socket dir is in a shared temp dir: it must be ours and private,
+            # or another user could stand in for the daemon (and collect run tokens).
+            st = path.parent.stat()
+            if st.st_uid != os.getuid() or st.st_mode & 0o077:
+                raise PeerdError(
+                    f"{path.parent} is not a private directory of this user; remove it or use a shorter --home."
+                )
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # stale: the home lock proves no other daemon owns it
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
@@ -179,6 +202,36 @@ class Daemon:
             scheme = "https" if self.config.tls else "http"
             self._listeners.append(c.Listener(kind="tcp", address=f"{scheme}://{shown}", tls=self.config.tls))
 
+    async def _prune_receipts(self) -> None:
+        if self.db is None:
+            return
+        async with self.db.write() as tx:
+            await receipts.prune(tx, older_than=time.time() - RECEIPT_RETENTION_S)
+
+    async def _prune_hourly(self) -> None:
+        """Idempotency receipts are kept 7 days, also in a daemon that runs for months."""
+        while True:
+            await asyncio.sleep(PRUNE_EVERY_S)
+            try:
+                await self._prune_receipts()
+            except Exception:
+                log.exception("daemon.prune_failed")
+
+    def advertised_urls(self) -> list[str]:
+        """What a pairing code tells a laptop: `--advertise` addresses, else the bound listeners
+        (a wildcard bind is shown as this host's name)."""
+        if self.config.advertise:
+            return list(self.config.advertise)
+        urls = []
+        for listener in self._listeners:
+            if listener.kind != "tcp":
+                continue
+            url = listener.address
+            for wildcard in ("0.0.0.0", "[::]"):  # noqa: S104  # recognising a wildcard, not binding one
+                url = url.replace(f"//{wildcard}:", f"//{socket.gethostname()}:")
+            urls.append(url)
+        return urls
+
     async def status(self) -> c.Status:
         if self.db is None or self.identity is None:
             raise PeerdError("The daemon is still starting.", code="unavailable")
@@ -201,16 +254,22 @@ class Daemon:
     async def shutdown(self) -> None:
         log.info("daemon.stopping")
         self.feed.close()  # long-polls answer now instead of at their timeout
+        if self._pruner is not None:
+            self._pruner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pruner
         if self.runs is not None:
             await self.runs.shutdown()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
+        if self.peers is not None:
+            await self.peers.close()
         if self.db is not None:
             await self.db.close()
-        with contextlib.suppress(FileNotFoundError):
-            self.paths.socket.unlink()
-        if self._lock_file is not None:
+        if self._lock_file is not None:  # only the daemon holding the home lock owns the socket
+            with contextlib.suppress(FileNotFoundError):
+                self.paths.socket.unlink()
             self._lock_file.close()
         log.info("daemon.stopped")
 

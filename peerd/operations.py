@@ -17,9 +17,18 @@ from pathlib import Path
 import structlog
 
 from peerd import contracts as c
+from peerd.core.access import (
+    InteractionModeEscalationDenied,
+    ModeCap,
+    RuntimeModeEscalationDenied,
+    interaction_rank,
+    require_write,
+    resolve_modes,
+    runtime_rank,
+)
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live, is_terminal
-from peerd.errors import Conflict, InvalidRequest, RunNotFound
+from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, RunNotFound
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
@@ -33,16 +42,52 @@ DEFAULT_INTERACTION_MODE: c.InteractionMode = "default"
 
 
 @dataclass(frozen=True)
+class LinkContext:
+    """A caller that came in through a link: the box enforces its access and fence from this."""
+
+    client_id: str
+    label: str
+    access: c.RuntimeMode
+    cap: ModeCap
+
+
+@dataclass(frozen=True)
 class Caller:
     """Who is asking. `namespace` scopes idempotency keys so two callers never collide."""
 
     namespace: str
     thread_id: str | None = None
     run_id: str | None = None
+    link: LinkContext | None = None
 
     @classmethod
     def local(cls) -> Caller:
         return cls(namespace="local")
+
+    @classmethod
+    def for_link(cls, link: LinkContext) -> Caller:
+        return cls(namespace=f"link:{link.client_id}", link=link)
+
+
+def _fence(caller: Caller, thread: c.Thread, what: str, cap: ModeCap | None) -> None:
+    """Links need write access and may change only threads they started; any capped caller (a link,
+    an agent's run) may change only threads whose modes fit under its cap."""
+    link = caller.link
+    if link is not None:
+        require_write(link.access, what)
+        if thread.link_origin != link.client_id:
+            raise CapabilityDenied(
+                f"This link may change only threads it started; thread {thread.id} was not started through it."
+            )
+    if cap is None:
+        return
+    above_runtime = runtime_rank(thread.runtime_mode) > runtime_rank(cap.runtime)
+    if above_runtime or interaction_rank(thread.interaction_mode) > interaction_rank(cap.interaction):
+        error = RuntimeModeEscalationDenied if above_runtime else InteractionModeEscalationDenied
+        raise error(
+            f"Thread {thread.id} runs in {thread.runtime_mode}/{thread.interaction_mode} mode, above what this "
+            f"caller may change ({cap.describe()})."
+        )
 
 
 class Operations:
@@ -60,6 +105,15 @@ class Operations:
         self.runs = runs
         self.worktrees_dir = worktrees_dir
         self.clock = clock
+
+    async def _cap_of(self, caller: Caller) -> ModeCap | None:
+        """The widest modes this caller may use: a link's cap, or an agent run's own thread modes."""
+        if caller.link is not None:
+            return caller.link.cap
+        if caller.thread_id is not None:
+            own = await threads.get_thread(self.db, caller.thread_id)
+            return ModeCap(own.runtime_mode, own.interaction_mode)
+        return None
 
     # --- projects ---------------------------------------------------------------------------
 
@@ -113,16 +167,30 @@ class Operations:
             raise InvalidRequest(f"Unknown provider {req.provider!r}; this environment has: {known}.")
         body = req.model_dump(mode="json", exclude={"client_request_id"})
         body["project_id"] = project.id  # a name and an id for one project are the same request
+        runtime_mode = req.runtime_mode or DEFAULT_RUNTIME_MODE
+        interaction_mode = req.interaction_mode or DEFAULT_INTERACTION_MODE
+        if caller.link is not None:
+            require_write(caller.link.access, "launch threads")
+            if req.in_place:
+                raise CapabilityDenied(
+                    "Work started through a link gets its own worktree; it cannot work in the checkout itself."
+                )
+            # Omitted modes take the link's cap (narrowed by the caller's limit); explicit ones must fit.
+            runtime_mode, interaction_mode = resolve_modes(
+                caller.link.cap, req.runtime_mode, req.interaction_mode
+            )
         spec = threads.NewThread(
             project_id=project.id,
             title=req.title or _title_from(req.prompt),
             provider=req.provider,
             model=req.model,
-            runtime_mode=req.runtime_mode or DEFAULT_RUNTIME_MODE,
-            interaction_mode=req.interaction_mode or DEFAULT_INTERACTION_MODE,
+            runtime_mode=runtime_mode,
+            interaction_mode=interaction_mode,
             in_place=req.in_place,
             worktree_path=project.path if req.in_place else str(self.worktrees_dir / project.id / "{thread}"),
             branch=None if req.in_place else "peerd/{thread}",
+            link_origin=None if caller.link is None else caller.link.client_id,
+            link_label=None if caller.link is None else caller.link.label,
         )
         key = threads.Idempotency(
             caller.namespace, req.client_request_id, request_hash("thread_launch", body)
@@ -184,6 +252,9 @@ class Operations:
         return c.ThreadReadResult(thread=thread, items=items, has_more=more, next_position=next_position)
 
     async def thread_send(self, caller: Caller, thread_id: str, req: c.ThreadSend) -> c.ThreadSendResult:
+        _fence(
+            caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
+        )
         body = req.model_dump(mode="json", exclude={"client_request_id"})
         key = threads.Idempotency(caller.namespace, req.client_request_id, request_hash("thread_send", body))
         result, replayed = await threads.send(
@@ -236,13 +307,14 @@ class Operations:
     async def thread_interrupt(
         self, caller: Caller, thread_id: str, req: c.ThreadInterrupt
     ) -> c.ThreadInterruptResult:
-        del caller
+        thread = await threads.get_thread(self.db, thread_id)
+        _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
         run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)
 
     async def thread_archive(self, caller: Caller, thread_id: str) -> c.ThreadArchiveResult:
-        del caller
         thread = await threads.get_thread(self.db, thread_id)
+        _fence(caller, thread, "archive threads", await self._cap_of(caller))
         if thread.latest_run is not None and is_live(thread.latest_run.status):
             raise Conflict(
                 f"Thread {thread_id} has a live run; stop it first"

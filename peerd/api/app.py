@@ -60,7 +60,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             PeerdError(f"No such endpoint: {request.method} {request.path}", code="not_found")
         )
     except web.HTTPMethodNotAllowed:
-        return error_response(InvalidRequest(f"{request.method} is not allowed on {request.path}."))
+        return error_response(
+            PeerdError(f"{request.method} is not allowed on {request.path}.", code="method_not_allowed")
+        )
     except web.HTTPException:
         raise
     except Exception:
@@ -117,17 +119,3 @@ def base_app() -> web.Application:
 
 async def descriptor(request: web.Request) -> web.Response:
     return ok(request.app[DESCRIPTOR])
-
-
-def network_app(ops: Operations, desc: c.Descriptor) -> web.Application:
-    """The TCP listener: the public descriptor now; the link-authenticated API arrives with links."""
-    app = base_app()
-    app[OPERATIONS] = ops
-    app[DESCRIPTOR] = desc
-    app.router.add_get("/.well-known/peerd", descriptor)
-
-    async def needs_link(request: web.Request) -> web.Response:
-        raise CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
-
-    app.router.add_route("*", "/v1/{tail:.*}", needs_link)
-    return app

@@ -15,6 +15,11 @@ Routes (all JSON; errors are `{code, message}`):
     POST   /v1/threads/{id}/archive
     GET    /v1/threads/{id}/events?after=&timeout=&limit=            (event cursor, long-poll)
     POST   /v1/tools/{name}                     (agent tools, `Authorization: Bearer <run token>`)
+    POST   /v1/pair {access?, ttlS?, labelHint?, maxAgeS?, urls?}   GET /v1/pair?all=
+    POST   /v1/pair/{id}/cancel
+    GET    /v1/clients                          POST /v1/clients/{id}/revoke
+    POST   /v1/links {code, access?, label?, urls?, maxAgeS?}
+    GET    /v1/environments?probe=              GET/DELETE /v1/environments/{id}
 """
 
 from __future__ import annotations
@@ -35,12 +40,22 @@ from peerd.api.app import (
 )
 from peerd.api.tools import call_tool
 from peerd.operations import Caller, Operations
+from peerd.peer.links import LinkService
+
+LINKS = web.AppKey("links", LinkService)
 
 LOCAL = Caller.local()
+CALLER_KEY = "peerd.caller"
 
 
 def _ops(request: web.Request) -> Operations:
     return request.app[OPERATIONS]
+
+
+def caller_of(request: web.Request) -> Caller:
+    """The link caller the network app's auth middleware set, else the local owner."""
+    caller = request.get(CALLER_KEY)
+    return caller if isinstance(caller, Caller) else LOCAL
 
 
 async def status(request: web.Request) -> web.Response:
@@ -48,67 +63,119 @@ async def status(request: web.Request) -> web.Response:
 
 
 async def project_list(request: web.Request) -> web.Response:
-    return ok(await _ops(request).project_list(LOCAL, query_model(request, c.ProjectList)))
+    return ok(await _ops(request).project_list(caller_of(request), query_model(request, c.ProjectList)))
 
 
 async def project_add(request: web.Request) -> web.Response:
-    return ok(await _ops(request).project_add(LOCAL, await json_body(request, c.ProjectAdd)), status=201)
+    return ok(
+        await _ops(request).project_add(caller_of(request), await json_body(request, c.ProjectAdd)),
+        status=201,
+    )
 
 
 async def project_show(request: web.Request) -> web.Response:
-    return ok(await _ops(request).project_show(LOCAL, request.match_info["id"]))
+    return ok(await _ops(request).project_show(caller_of(request), request.match_info["id"]))
 
 
 async def project_remove(request: web.Request) -> web.Response:
-    return ok(await _ops(request).project_remove(LOCAL, request.match_info["id"]))
+    return ok(await _ops(request).project_remove(caller_of(request), request.match_info["id"]))
 
 
 async def thread_list(request: web.Request) -> web.Response:
-    return ok(await _ops(request).thread_list(LOCAL, query_model(request, c.ThreadList)))
+    return ok(await _ops(request).thread_list(caller_of(request), query_model(request, c.ThreadList)))
 
 
 async def thread_launch(request: web.Request) -> web.Response:
-    result = await _ops(request).thread_launch(LOCAL, await json_body(request, c.ThreadLaunch))
+    result = await _ops(request).thread_launch(caller_of(request), await json_body(request, c.ThreadLaunch))
     return ok(result, status=200 if result.replayed else 201)
 
 
 async def thread_show(request: web.Request) -> web.Response:
-    return ok(await _ops(request).thread_show(LOCAL, request.match_info["id"]))
+    return ok(await _ops(request).thread_show(caller_of(request), request.match_info["id"]))
 
 
 async def thread_items(request: web.Request) -> web.Response:
     req = query_model(request, c.ThreadRead)
-    return ok(await _ops(request).thread_read(LOCAL, request.match_info["id"], req))
+    return ok(await _ops(request).thread_read(caller_of(request), request.match_info["id"], req))
 
 
 async def thread_send(request: web.Request) -> web.Response:
     req = await json_body(request, c.ThreadSend)
-    result = await _ops(request).thread_send(LOCAL, request.match_info["id"], req)
+    result = await _ops(request).thread_send(caller_of(request), request.match_info["id"], req)
     return ok(result, status=200 if result.replayed else 201)
 
 
 async def thread_wait(request: web.Request) -> web.Response:
     req = query_model(request, c.ThreadWait, renames={"run": "runId"})
-    return ok(await _ops(request).thread_wait(LOCAL, request.match_info["id"], req))
+    return ok(await _ops(request).thread_wait(caller_of(request), request.match_info["id"], req))
 
 
 async def thread_interrupt(request: web.Request) -> web.Response:
     req = await json_body(request, c.ThreadInterrupt)
-    return ok(await _ops(request).thread_interrupt(LOCAL, request.match_info["id"], req))
+    return ok(await _ops(request).thread_interrupt(caller_of(request), request.match_info["id"], req))
 
 
 async def thread_archive(request: web.Request) -> web.Response:
-    return ok(await _ops(request).thread_archive(LOCAL, request.match_info["id"]))
+    return ok(await _ops(request).thread_archive(caller_of(request), request.match_info["id"]))
 
 
 async def thread_events(request: web.Request) -> web.Response:
     req = query_model(request, c.EventsRead)
-    return ok(await _ops(request).thread_events(LOCAL, request.match_info["id"], req))
+    return ok(await _ops(request).thread_events(caller_of(request), request.match_info["id"], req))
 
 
-def local_app(ops: Operations, desc: c.Descriptor, status_fn: StatusFn) -> web.Application:
+# --- pairing, clients and links: local only -----------------------------------------------------
+
+
+def _links(request: web.Request) -> LinkService:
+    return request.app[LINKS]
+
+
+async def pair_create(request: web.Request) -> web.Response:
+    return ok(await _links(request).pair_create(await json_body(request, c.PairCreate)), status=201)
+
+
+async def pair_list(request: web.Request) -> web.Response:
+    include_done = request.query.get("all", "false").lower() == "true"
+    codes = await _links(request).pair_list(include_done=include_done)
+    return ok({"items": [x.wire() for x in codes]})
+
+
+async def pair_cancel(request: web.Request) -> web.Response:
+    return ok(await _links(request).pair_cancel(request.match_info["id"]))
+
+
+async def client_list(request: web.Request) -> web.Response:
+    return ok({"items": [x.wire() for x in await _links(request).client_list()]})
+
+
+async def client_revoke(request: web.Request) -> web.Response:
+    return ok(await _links(request).client_revoke(request.match_info["id"]))
+
+
+async def link_create(request: web.Request) -> web.Response:
+    return ok(await _links(request).link(await json_body(request, c.LinkCreate)), status=201)
+
+
+async def environment_list(request: web.Request) -> web.Response:
+    probe = request.query.get("probe", "true").lower() != "false"
+    return ok({"items": [x.wire() for x in await _links(request).environment_list(probe=probe)]})
+
+
+async def environment_show(request: web.Request) -> web.Response:
+    return ok(await _links(request).environment_show(request.match_info["id"]))
+
+
+async def environment_unlink(request: web.Request) -> web.Response:
+    return ok(await _links(request).unlink(request.match_info["id"]))
+
+
+def local_app(
+    ops: Operations, desc: c.Descriptor, status_fn: StatusFn, link_service: LinkService
+) -> web.Application:
     app = base_app()
     app[OPERATIONS] = ops
+    app[LINKS] = link_service
     app[DESCRIPTOR] = desc
     app[STATUS_FN] = status_fn
     r = app.router
@@ -128,4 +195,13 @@ def local_app(ops: Operations, desc: c.Descriptor, status_fn: StatusFn) -> web.A
     r.add_post("/v1/threads/{id}/archive", thread_archive)
     r.add_get("/v1/threads/{id}/events", thread_events)
     r.add_post("/v1/tools/{name}", call_tool)
+    r.add_post("/v1/pair", pair_create)
+    r.add_get("/v1/pair", pair_list)
+    r.add_post("/v1/pair/{id}/cancel", pair_cancel)
+    r.add_get("/v1/clients", client_list)
+    r.add_post("/v1/clients/{id}/revoke", client_revoke)
+    r.add_post("/v1/links", link_create)
+    r.add_get("/v1/environments", environment_list)
+    r.add_get("/v1/environments/{id}", environment_show)
+    r.add_delete("/v1/environments/{id}", environment_unlink)
     return app

@@ -171,10 +171,13 @@ class RunManager:
         if run_id in self._interrupts:  # asked while it was starting
             self._spawn(provider_run.interrupt(), f"interrupt:{run_id}")
         final = RunFinished("failed", "The provider ended without reporting a result.")
+        errors_seen: set[str] = set()
         async for event in provider_run.events():
             if isinstance(event, SessionStarted):
                 await store.set_provider_session(self._db, thread.id, event.session_id, now=self._clock())
             elif isinstance(event, ItemProduced):
+                if event.kind == "error":
+                    errors_seen.add(event.text)
                 await store.add_item(
                     self._db,
                     thread_id=thread.id,
@@ -189,14 +192,23 @@ class RunManager:
             self._feed.changed(thread.id)
         reason = final.error
         status = final.status
-        if run_id in self._interrupts:
+        if run_id in self._interrupts and status != "completed":  # a run that finished first stays completed
             status, reason = "interrupted", self._interrupts[run_id]
-        await self._finish(run_id, status, reason=reason, exit_code=final.exit_code)
+        await self._finish(
+            run_id, status, reason=reason, exit_code=final.exit_code, reported=reason in errors_seen
+        )
 
     async def _finish(
-        self, run_id: str, status: str, *, reason: str | None, exit_code: int | None = None
+        self,
+        run_id: str,
+        status: str,
+        *,
+        reason: str | None,
+        exit_code: int | None = None,
+        reported: bool = False,
     ) -> None:
-        # A failure's reason is also an error item, so readers of the items see why.
+        # A failure's reason is also an error item, so readers of the items see why (once: not
+        # again when the provider already reported that very error as an item).
         await store.transition_run(
             self._db,
             run_id,
@@ -204,7 +216,7 @@ class RunManager:
             now=self._clock(),
             reason=reason,
             exit_code=exit_code,
-            error_item=reason if status == "failed" and reason else None,
+            error_item=reason if status == "failed" and reason and not reported else None,
         )
         log.info("run.end", run_id=run_id, status=status)
 
@@ -235,7 +247,9 @@ class RunManager:
         for run_id in list(self._tasks):
             self._interrupts.setdefault(run_id, SHUTDOWN_REASON)
         # Awaited, not spawned: escalation (SIGINT -> SIGTERM -> SIGKILL) must finish before exit.
-        await asyncio.gather(*(live.interrupt() for live in list(self._live.values())), return_exceptions=True)
+        await asyncio.gather(
+            *(live.interrupt() for live in list(self._live.values())), return_exceptions=True
+        )
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)

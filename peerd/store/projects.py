@@ -26,6 +26,12 @@ async def add(db: Database, *, name: str, path: str, repository_key: str | None,
             existing = await cur.fetchone()
         if existing is not None:
             raise ProjectExists(f"{path} is already registered as project {existing['id']}.")
+        async with tx.execute("SELECT id FROM projects WHERE name = ?", (name,)) as cur:
+            same_name = await cur.fetchone()
+        if same_name is not None:
+            raise ProjectExists(
+                f"A project named {name!r} exists already ({same_name['id']}); choose another with --name."
+            )
         project_id = new_id("prj")
         await tx.execute(
             "INSERT INTO projects (id, name, path, repository_key, created_at) VALUES (?, ?, ?, ?, ?)",

@@ -80,4 +80,60 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX receipts_created ON receipts(created_at)",
     ],
+    # 2: links. Box side: pairing codes (secret hashed), clients (linked laptops) and their
+    # refresh tokens (hashed; rotated on use). Laptop side: links to boxes. Threads record the
+    # link that started them (the fence) and where a delegation came from.
+    [
+        """CREATE TABLE pairing_codes (
+            id TEXT PRIMARY KEY,
+            secret_hash TEXT NOT NULL,
+            access TEXT NOT NULL,
+            label_hint TEXT,
+            max_age_s REAL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            failed_attempts INTEGER NOT NULL DEFAULT 0,
+            state TEXT NOT NULL DEFAULT 'open',
+            client_id TEXT
+        )""",
+        """CREATE TABLE clients (
+            id TEXT PRIMARY KEY,
+            label TEXT NOT NULL,
+            env_id TEXT,
+            access TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            last_seen_at REAL,
+            last_address TEXT,
+            expires_at REAL,
+            revoked_at REAL,
+            revoked_reason TEXT
+        )""",
+        """CREATE TABLE refresh_tokens (
+            token_hash TEXT PRIMARY KEY,
+            client_id TEXT NOT NULL REFERENCES clients(id) ON DELETE CASCADE,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            rotated_at REAL
+        )""",
+        "CREATE INDEX refresh_tokens_client ON refresh_tokens(client_id)",
+        """CREATE TABLE links (
+            env_id TEXT PRIMARY KEY,
+            label TEXT NOT NULL,
+            urls TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            access TEXT NOT NULL,
+            client_id TEXT NOT NULL,
+            refresh_token TEXT NOT NULL,
+            refresh_expires_at REAL,
+            access_token TEXT,
+            access_expires_at REAL,
+            linked_at REAL NOT NULL,
+            last_reached_at REAL,
+            last_error TEXT,
+            status TEXT NOT NULL DEFAULT 'reachable'
+        )""",
+        "ALTER TABLE threads ADD COLUMN link_origin TEXT",
+        "ALTER TABLE threads ADD COLUMN link_label TEXT",
+        "ALTER TABLE threads ADD COLUMN delegated_from TEXT",
+    ],
 ]

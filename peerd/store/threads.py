@@ -33,6 +33,8 @@ class NewThread:
     in_place: bool
     worktree_path: str
     branch: str | None
+    link_origin: str | None = None  # the client id of the link that started it (the fence)
+    link_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ def _thread(row: aiosqlite.Row, latest: Run | None) -> Thread:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         latest_run=latest,
+        link_origin=row["link_origin"],
+        link_label=row["link_label"],
     )
 
 
@@ -182,8 +186,8 @@ async def launch(
         branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
         await tx.execute(
             "INSERT INTO threads (id, project_id, title, provider, model, runtime_mode, interaction_mode,"
-            " in_place, worktree_path, branch, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 thread_id,
                 spec.project_id,
@@ -197,6 +201,8 @@ async def launch(
                 branch,
                 now,
                 now,
+                spec.link_origin,
+                spec.link_label,
             ),
         )
         await _event(tx, thread_id, "thread.created", {"threadId": thread_id}, now)
@@ -324,6 +330,14 @@ async def archive(db: Database, thread_id: str, *, now: float) -> None:
             (now, thread_id),
         )
         await _event(tx, thread_id, "thread.updated", {"status": "archived"}, now)
+
+
+async def live_run_groups(db: Database) -> list[tuple[str, int]]:
+    """(run id, process group) of runs recorded live: at start-up, what a dead daemon left running."""
+    rows = await db.fetchall(
+        "SELECT id, pgid FROM runs WHERE status IN ('starting', 'running') AND pgid IS NOT NULL"
+    )
+    return [(r["id"], int(r["pgid"])) for r in rows]
 
 
 async def recover(db: Database, *, now: float, reason: str | None = None) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
+from peerd.contracts import RunStatus
 from peerd.core.runs import RECOVERY_REASON
 from peerd.store import projects, receipts, threads
 from peerd.store.db import Database, migrate, user_version
@@ -60,7 +61,7 @@ async def table_names(conn: aiosqlite.Connection) -> set[str]:
 async def test_open_migrates_an_empty_file_to_the_latest_schema(db: Database) -> None:
     assert await db.scalar("PRAGMA user_version") == len(MIGRATIONS)
     rows = await db.fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
-    assert TABLES <= {r["name"] for r in rows}
+    assert {r["name"] for r in rows} >= TABLES
     on_disk = sqlite_file(db.path, "PRAGMA user_version")
     assert on_disk == [(len(MIGRATIONS),)]
 
@@ -139,7 +140,7 @@ async def test_migrate_applies_each_step_and_reports_the_version(raw_conn: aiosq
     # Running again applies nothing (a re-run CREATE TABLE would fail).
     assert await migrate(raw_conn, steps) == 2
     async with raw_conn.execute("SELECT count(*) FROM b") as cur:
-        assert (await cur.fetchone())[0] == 1
+        assert [tuple(r) for r in await cur.fetchall()] == [(1,)]
 
 
 async def test_a_failing_migration_rolls_back_and_keeps_the_version(raw_conn: aiosqlite.Connection) -> None:
@@ -235,7 +236,7 @@ async def _thread_with_run(db: Database, project_id: str, title: str) -> tuple[s
 
 async def test_recover_interrupts_live_runs_and_leaves_the_rest(db: Database) -> None:
     project = await projects.add(db, name="p", path="/p", repository_key=None, now=1.0)
-    paths: dict[str, list[str]] = {
+    paths: dict[str, list[RunStatus]] = {
         "queued": [],
         "starting": ["starting"],
         "running": ["starting", "running"],
@@ -283,7 +284,9 @@ async def test_recover_interrupts_live_runs_and_leaves_the_rest(db: Database) ->
     for name in ("queued", "completed", "failed", "cancelled"):
         thread_id, run_id = runs[name]
         after = await db.fetchone("SELECT * FROM runs WHERE id = ?", (run_id,))
-        assert dict(after) == dict(before[name]), f"the {name} run must not change"
+        earlier = before[name]
+        assert after is not None and earlier is not None
+        assert dict(after) == dict(earlier), f"the {name} run must not change"
         items = await db.scalar("SELECT count(*) FROM items WHERE thread_id = ?", (thread_id,))
         assert items == items_before[name], f"the {name} run gets no error item"
 

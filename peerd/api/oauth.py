@@ -1,0 +1,321 @@
+"""The box's OAuth 2.0 endpoints on the network listener: token (pairing code, refresh) and revoke.
+
+    POST /oauth/token    grant_type=urn:peerd:params:oauth:grant-type:pairing-code
+                           code_id, code_secret, access?, client_label?, client_env_id?, max_age?
+                         grant_type=refresh_token   refresh_token
+    POST /oauth/revoke   token, token_type_hint?    (RFC 7009: 200 {} whether or not it was known)
+
+Our own async handlers over `peerd.store.clients`; authlib's error classes give the RFC 6749 §5.2
+bodies, statuses and headers (`no-store`). Every error carries a description a person can act on
+and, for the grant failures, a stable `peerd_reason`. Nothing secret is echoed or logged.
+
+Guessing is slowed twice: each code burns after 5 wrong secrets (in the store), and failed pairing
+redemptions are limited globally; past that limit pairing requests are answered 429 `slow_down`
+without looking at the code at all, so a guesser learns nothing while it lasts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from authlib.oauth2.base import OAuth2Error
+from authlib.oauth2.rfc6749.errors import (
+    InvalidGrantError,
+    InvalidRequestError,
+    InvalidScopeError,
+    UnsupportedGrantTypeError,
+)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from peerd.core.access import ACCESS_LEVELS, DEFAULT_LINK_ACCESS
+from peerd.errors import NotFound
+from peerd.logs import get_logger
+from peerd.peer.ratelimit import SlidingWindow
+from peerd.peer.tokens import ACCESS_TOKEN_TTL_S, TokenRejected, sign_access_token, verify_access_token
+from peerd.store import clients
+from peerd.store.clients import AccessExceedsCode, PairingRejected, RefreshRejected
+from peerd.store.db import Database
+
+log = get_logger(__name__)
+
+PAIRING_GRANT = "urn:peerd:params:oauth:grant-type:pairing-code"
+REFRESH_GRANT = "refresh_token"
+PAIRING_FAILURES_PER_WINDOW = 20
+PAIRING_WINDOW_S = 60.0
+_GLOBAL = "pairing"
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+class _Reject(Exception):
+    """An OAuth error response to send, with peerd's own reason when there is one."""
+
+    def __init__(
+        self, error: OAuth2Error, reason: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(error.error)
+        self.error = error
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def _printable(text: str) -> str:
+    # RFC 6749 §5.2 allows only %x20-21 / %x23-5B / %x5D-7E in error_description (authlib
+    # enforces it), and a box label may hold anything.
+    return "".join(ch if 0x20 <= ord(ch) <= 0x7E and ch not in '"\\' else "?" for ch in text)
+
+
+def _error_response(reject: _Reject) -> web.Response:
+    status, body, headers = reject.error()
+    if reject.reason is not None:
+        body["peerd_reason"] = reject.reason
+    # Not web.json_response: authlib's headers already carry the Content-Type.
+    return web.Response(text=json.dumps(body), status=status, headers={**dict(headers), **reject.headers})
+
+
+Form = dict[str, list[str]]
+
+
+async def _read_form(request: web.Request) -> Form:
+    # Only urlencoded fields count; a JSON body reads as an empty form (so: missing grant_type).
+    form: Form = {}
+    for key, value in (await request.post()).items():
+        if isinstance(value, str):
+            form.setdefault(key, []).append(value)
+    return form
+
+
+def _optional(form: Form, name: str) -> str | None:
+    values = form.get(name, [])
+    if len(values) > 1:  # RFC 6749 §3.2: parameters MUST NOT repeat
+        raise _Reject(InvalidRequestError(description=f"Send {name} only once."))
+    value = values[0].strip() if values else ""
+    return value or None
+
+
+def _required(form: Form, name: str) -> str:
+    value = _optional(form, name)
+    if value is None:
+        raise _Reject(InvalidRequestError(description=f"The request is missing {name}."))
+    return value
+
+
+class OAuthEndpoints:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        signing_key: Ed25519PrivateKey,
+        env_id: str,
+        label: str,
+        clock: Callable[[], float],
+        pairing_limit: SlidingWindow,
+    ) -> None:
+        self.db = db
+        self.signing_key = signing_key
+        self.env_id = env_id
+        self.label = label  # as configured, for the token response
+        self.name = _printable(label)  # for error descriptions (RFC 6749 §5.2 characters only)
+        self.clock = clock
+        self.pairing_limit = pairing_limit
+
+    def _new_code(self) -> str:
+        return f"Run `peerd pair` on {self.name} for a new code."
+
+    def _relink(self) -> str:
+        return f"Link it again with a new pairing code from `peerd pair` on {self.name}."
+
+    # --- token ----------------------------------------------------------------------------------
+
+    async def token(self, request: web.Request) -> web.Response:
+        form = await _read_form(request)
+        try:
+            # grant_type first: an unknown grant is unsupported_grant_type whatever else is wrong.
+            grant = _optional(form, "grant_type")
+            if grant is None:
+                raise _Reject(
+                    InvalidRequestError(
+                        description="The token request is missing grant_type; send it as a form "
+                        "(application/x-www-form-urlencoded)."
+                    )
+                )
+            if grant == PAIRING_GRANT:
+                body = await self._pairing(form)
+            elif grant == REFRESH_GRANT:
+                body = await self._refresh(form)
+            else:
+                unsupported = UnsupportedGrantTypeError(grant)
+                unsupported.description = (
+                    f"grant_type {_printable(grant[:100])} is not supported here; use {PAIRING_GRANT} "
+                    f"or {REFRESH_GRANT}."
+                )
+                raise _Reject(unsupported)
+        except _Reject as reject:
+            return _error_response(reject)
+        return web.json_response(body, headers=_NO_STORE)
+
+    async def _pairing(self, form: Form) -> dict[str, Any]:
+        if not self.pairing_limit.allowed(_GLOBAL):
+            wait_s = max(1, math.ceil(self.pairing_limit.retry_after(_GLOBAL)))
+            log.warning("oauth.pairing_slowed_down", retry_after_s=wait_s)
+            raise _Reject(
+                OAuth2Error(
+                    error="slow_down",
+                    status_code=429,
+                    description=f"Too many failed pairing attempts on {self.name}; try again in {wait_s} s.",
+                ),
+                headers={"Retry-After": str(wait_s)},
+            )
+        code_id = _required(form, "code_id")
+        secret = _required(form, "code_secret")
+        access = _optional(form, "access") or _optional(form, "scope") or DEFAULT_LINK_ACCESS
+        if access not in ACCESS_LEVELS:
+            raise _Reject(
+                InvalidScopeError(
+                    description=f"Unknown access level {_printable(access[:60])}; use one of: "
+                    f"{', '.join(ACCESS_LEVELS)}."
+                )
+            )
+        max_age = self._max_age(_optional(form, "max_age"))
+        label, env_id = _optional(form, "client_label"), _optional(form, "client_env_id")
+        now = self.clock()
+        try:
+            redeemed = await clients.redeem_pairing_code(
+                self.db,
+                code_id=code_id,
+                secret=secret,
+                access=access,
+                label=label,
+                env_id=env_id,
+                max_age_s=max_age,
+                now=now,
+            )
+        except PairingRejected as exc:
+            self.pairing_limit.hit(_GLOBAL)
+            log.info("oauth.pairing_rejected", code_id=code_id, reason=exc.reason)
+            raise _Reject(InvalidGrantError(description=self._pairing_text(exc.reason)), exc.reason) from None
+        except AccessExceedsCode as exc:
+            raise _Reject(
+                InvalidScopeError(
+                    description=f"You asked for {exc.requested} access, but this pairing code allows at "
+                    f"most {exc.ceiling}. Link with --access {exc.ceiling} (or lower), or run "
+                    f"`peerd pair --access {exc.requested}` on {self.name} for a code that allows it."
+                ),
+                "access_exceeds_code",
+            ) from None
+        log.info("oauth.linked", code_id=code_id, client_id=redeemed.client.id, access=access)
+        return self._token_body(redeemed, now)
+
+    def _max_age(self, text: str | None) -> float | None:
+        if text is None:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise _Reject(InvalidRequestError(description="max_age must be a positive number of seconds."))
+        return value
+
+    def _pairing_text(self, reason: str) -> str:
+        texts = {
+            "unknown_code": f"{self.name} has no such pairing code.",
+            "wrong_secret": "The pairing code's secret does not match; copy the whole code again. "
+            "A code is burnt after 5 wrong attempts.",
+            "expired": "This pairing code expired.",
+            "used": "This pairing code was already used.",
+            "burnt": "This pairing code was burnt after too many wrong attempts.",
+            "cancelled": f"This pairing code was cancelled on {self.name}.",
+        }
+        return f"{texts.get(reason, 'This pairing code cannot be used.')} {self._new_code()}"
+
+    async def _refresh(self, form: Form) -> dict[str, Any]:
+        token = _required(form, "refresh_token")
+        now = self.clock()
+        try:
+            rotated = await clients.rotate_refresh(self.db, token, now=now)
+        except RefreshRejected as exc:
+            log.info("oauth.refresh_rejected", client_id=exc.client_id, reason=exc.reason)
+            raise _Reject(InvalidGrantError(description=self._refresh_text(exc.reason)), exc.reason) from None
+        return self._token_body(rotated, now)
+
+    def _refresh_text(self, reason: str) -> str:
+        texts = {
+            "unknown": f"{self.name} does not know this refresh token.",
+            "reused": f"This refresh token was already used once, so {self.name} revoked the link to be "
+            "safe.",
+            "revoked": f"The link to {self.name} was revoked there.",
+            "expired": f"The link to {self.name} expired.",
+        }
+        return f"{texts.get(reason, 'This refresh token cannot be used.')} {self._relink()}"
+
+    def _token_body(self, grant: clients.Redeemed | clients.Rotated, now: float) -> dict[str, Any]:
+        client = grant.client
+        ttl = ACCESS_TOKEN_TTL_S
+        if client.expires_at is not None:  # never outlive the link's hard max age
+            ttl = max(1, min(ttl, int(client.expires_at - now)))
+        access_token, _exp = sign_access_token(
+            self.signing_key, env_id=self.env_id, client_id=client.id, access=client.access, ttl=ttl
+        )
+        return {
+            "access_token": access_token,
+            "token_type": "Bearer",
+            "expires_in": ttl,
+            "refresh_token": grant.refresh_token,
+            "refresh_expires_in": max(0, int(grant.refresh_expires_at - now)),
+            "scope": client.access,
+            "client_id": client.id,
+            "env_id": self.env_id,
+            "label": self.label,
+        }
+
+    # --- revoke ---------------------------------------------------------------------------------
+
+    async def revoke(self, request: web.Request) -> web.Response:
+        try:
+            token = _required(await _read_form(request), "token")
+        except _Reject as reject:
+            return _error_response(reject)
+        now = self.clock()
+        if await clients.revoke_by_refresh_token(self.db, token, now=now):
+            log.info("oauth.revoked", via="refresh_token")
+        elif token.count(".") == 2:
+            # RFC 7009 §2.1: access tokens SHOULD be revocable too; ours name their client.
+            try:
+                claims = verify_access_token(self.signing_key.public_key(), token, env_id=self.env_id)
+                await clients.revoke_client(
+                    self.db, claims.client_id, reason=clients.UNLINKED_REASON, now=now
+                )
+            except (TokenRejected, NotFound):
+                pass
+            else:
+                log.info("oauth.revoked", via="access_token", client_id=claims.client_id)
+        # 200 whether or not the token was known (RFC 7009 §2.2): no oracle for guessed tokens.
+        return web.json_response({}, headers=_NO_STORE)
+
+
+def add_oauth_routes(
+    app: web.Application,
+    *,
+    db: Database,
+    signing_key: Ed25519PrivateKey,
+    env_id: str,
+    label: str,
+    clock: Callable[[], float] = time.time,
+    pairing_limit: SlidingWindow | None = None,
+) -> None:
+    """Mount `/oauth/token` and `/oauth/revoke` (the network listener's app)."""
+    endpoints = OAuthEndpoints(
+        db=db,
+        signing_key=signing_key,
+        env_id=env_id,
+        label=label,
+        clock=clock,
+        pairing_limit=pairing_limit or SlidingWindow(PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S),
+    )
+    app.router.add_post("/oauth/token", endpoints.token)
+    app.router.add_post("/oauth/revoke", endpoints.revoke)

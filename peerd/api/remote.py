@@ -1,0 +1,108 @@
+"""The network listener's API: the descriptor, the OAuth endpoints, and `/v1/*` for links.
+
+Every `/v1/*` request carries a link's access token. The box checks the signature, the audience
+and the expiry, and then that the client is still active, so a revocation takes effect on the
+very next request, access tokens included. The caller's access level and the narrower of its
+mode cap and the `X-Peerd-Mode-Limit` header it sends are enforced in `peerd.operations`.
+
+Links may read projects and threads, launch threads (capped), and send to or interrupt the
+threads they started. Projects, archiving, pairing and clients stay local.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import structlog
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from peerd import contracts as c
+from peerd.api import local
+from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response
+from peerd.api.oauth import add_oauth_routes
+from peerd.core.access import cap_for, parse_mode_limit
+from peerd.errors import CapabilityDenied, PeerdError
+from peerd.operations import Caller, LinkContext, Operations
+from peerd.peer.client import MODE_LIMIT_HEADER
+from peerd.peer.tokens import TokenRejected, verify_access_token
+from peerd.store import clients
+from peerd.store.db import Database
+
+log = structlog.get_logger(__name__)
+
+NOT_ACCEPTED = "This environment no longer accepts this link: it was revoked or expired here. Link again."
+
+
+def link_auth_middleware(
+    db: Database, signing_key: Ed25519PrivateKey, env_id: str, clock: Callable[[], float]
+) -> Callable[[web.Request, Handler], object]:
+    public_key = signing_key.public_key()
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith("/v1/"):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer "):
+            return _unauthorized(
+                CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
+            )
+        try:
+            claims = verify_access_token(public_key, header.removeprefix("Bearer ").strip(), env_id=env_id)
+        except TokenRejected as exc:
+            log.info("link.token_rejected", reason=str(exc))
+            return _unauthorized(CapabilityDenied(NOT_ACCEPTED))
+        now = clock()
+        client = await clients.active_client(db, claims.client_id, now=now)
+        if client is None:
+            return _unauthorized(CapabilityDenied(NOT_ACCEPTED))
+        try:
+            limit = parse_mode_limit(request.headers.get(MODE_LIMIT_HEADER))
+        except PeerdError as err:
+            return error_response(err)
+        await clients.touch(db, client.id, address=request.remote or "", now=now)
+        link = LinkContext(
+            client_id=client.id, label=client.label, access=client.access, cap=cap_for(client.access, limit)
+        )
+        request[local.CALLER_KEY] = Caller.for_link(link)
+        return await handler(request)
+
+    return middleware
+
+
+def _unauthorized(err: PeerdError) -> web.Response:
+    response = error_response(err)
+    response.set_status(401)
+    response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    return response
+
+
+def network_app(
+    ops: Operations,
+    desc: c.Descriptor,
+    *,
+    signing_key: Ed25519PrivateKey,
+    clock: Callable[[], float] = time.time,
+) -> web.Application:
+    app = base_app()
+    app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.env_id, clock))  # type: ignore[arg-type]
+    app[OPERATIONS] = ops
+    app[DESCRIPTOR] = desc
+    r = app.router
+    r.add_get("/.well-known/peerd", descriptor)
+    add_oauth_routes(
+        app, db=ops.db, signing_key=signing_key, env_id=desc.env_id, label=desc.label, clock=clock
+    )
+    r.add_get("/v1/projects", local.project_list)
+    r.add_get("/v1/projects/{id}", local.project_show)
+    r.add_get("/v1/threads", local.thread_list)
+    r.add_post("/v1/threads", local.thread_launch)
+    r.add_get("/v1/threads/{id}", local.thread_show)
+    r.add_get("/v1/threads/{id}/items", local.thread_items)
+    r.add_post("/v1/threads/{id}/runs", local.thread_send)
+    r.add_get("/v1/threads/{id}/wait", local.thread_wait)
+    r.add_post("/v1/threads/{id}/interrupt", local.thread_interrupt)
+    r.add_get("/v1/threads/{id}/events", local.thread_events)
+    return app

@@ -1,0 +1,326 @@
+"""The peer client: calls a linked environment's API with its link.
+
+One `aiohttp.ClientSession` per daemon; TLS pinned to the box's certificate fingerprint (one
+cached `aiohttp.Fingerprint` per peer, so connections are pooled); the access token refreshed
+under a per-link lock, the rotated refresh token persisted before the new access token is used.
+
+Errors say whether retrying can help (`is_transient`): an unreachable box is transient; a pin
+mismatch, a revoked or expired link, or a typed refusal from the box is terminal. aiohttp's
+`ServerFingerprintMismatch` subclasses `ClientConnectionError`, so it is caught first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import structlog
+
+from peerd import contracts as c
+from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError, from_wire
+from peerd.peer.identity import pinned_fingerprint
+from peerd.store import links
+from peerd.store.db import Database
+from peerd.store.links import LinkRow
+
+log = structlog.get_logger(__name__)
+
+PAIRING_GRANT = "urn:peerd:params:oauth:grant-type:pairing-code"
+MODE_LIMIT_HEADER = "X-Peerd-Mode-Limit"
+REFRESH_MARGIN_S = 60.0
+PROBE_TIMEOUT_LOOPBACK_S = 3.0
+PROBE_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 70.0  # a long-poll is at most 50 s on the wire
+
+REVOKED_MESSAGE = (
+    "The linked environment no longer accepts this link. It may have been revoked there; link it again."
+)
+
+
+class PeerUnreachable(PeerdError):
+    """Transient: the box did not answer (asleep, network down, restarting)."""
+
+    code = "unreachable"
+
+
+class PinMismatch(PeerdError):
+    """Terminal: something answered with another certificate; nothing secret was sent."""
+
+    code = "pin_mismatch"
+
+
+class NotAPeerd(PeerdError):
+    code = "not_a_peerd"
+
+
+class WrongEnvironment(PeerdError):
+    code = "wrong_environment"
+
+
+class Incompatible(PeerdError):
+    code = "incompatible"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Only an unreachable box is worth retrying; every other failure would fail the same way."""
+    return isinstance(exc, PeerUnreachable)
+
+
+def expired_message(label: str) -> str:
+    return f"The link to {label} expired. Link it again with a new pairing code from {label}."
+
+
+def not_linked_message(env_id: str) -> str:
+    return f"This environment is not linked to {env_id}. `peerd environment list` shows the linked ones."
+
+
+def unreachable_message(label: str, urls: tuple[str, ...] | list[str]) -> str:
+    return f"{label} did not answer at {', '.join(urls)}."
+
+
+def is_loopback_url(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_url(url: str) -> str:
+    """https anywhere; plain http only on loopback (it would carry the link's credentials in clear)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise InvalidRequest(f"{url!r} is not an http(s) address of a peerd listener.")
+    if parts.scheme == "http" and not is_loopback_url(url):
+        raise InvalidRequest(
+            f"{url} is plain http, which would send the link's credentials unencrypted. Use its https address."
+        )
+    return url.rstrip("/")
+
+
+def _ssl_for(url: str, fingerprint: bytes) -> aiohttp.Fingerprint | bool:
+    return pinned_fingerprint(fingerprint) if url.startswith("https:") else True
+
+
+class PeerClient:
+    def __init__(self, db: Database, *, own_env_id: str, clock: Callable[[], float] = time.time) -> None:
+        self._db = db
+        self._own_env_id = own_env_id
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._good_url: dict[str, str] = {}
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=REQUEST_TIMEOUT_S)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("PeerClient used before start()")
+        return self._session
+
+    # --- descriptor probes (no credentials) --------------------------------------------------
+
+    async def probe(self, url: str, fingerprint: bytes) -> c.Descriptor:
+        """GET the descriptor at `url` over pinned TLS; typed errors for every way it can be wrong."""
+        timeout = PROBE_TIMEOUT_LOOPBACK_S if is_loopback_url(url) else PROBE_TIMEOUT_S
+        try:
+            async with self.session.get(
+                f"{url}/.well-known/peerd",
+                ssl=_ssl_for(url, fingerprint),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                body = await resp.json(content_type=None) if resp.status == 200 else None
+        except aiohttp.ServerFingerprintMismatch:
+            raise PinMismatch(
+                f"The machine at {url} presented a different certificate than the one pinned for it; "
+                "nothing was sent. If that machine was reinstalled, link it again with a new pairing code."
+            ) from None
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            raise PeerUnreachable(f"Nothing answered at {url}.") from None
+        if not isinstance(body, dict) or body.get("service") != "peerd":
+            raise NotAPeerd(f"Nothing at {url} answered as a peerd.")
+        try:
+            desc = c.Descriptor.model_validate(body)
+        except ValueError:
+            raise Incompatible(
+                f"{url} answered in a shape this peerd does not understand; update both."
+            ) from None
+        if desc.protocol_version != c.PROTOCOL_VERSION:
+            raise Incompatible(
+                f"{desc.label} speaks peerd protocol {desc.protocol_version}, this one {c.PROTOCOL_VERSION}; "
+                "update both, then link again."
+            )
+        return desc
+
+    async def _base_url(self, link: LinkRow) -> str:
+        """The first address whose descriptor says it is the linked environment; tokens go nowhere else."""
+        cached = self._good_url.get(link.env_id)
+        if cached is not None:
+            return cached
+        for url in link.urls:
+            try:
+                desc = await self.probe(url, link.fingerprint)
+            except PinMismatch:
+                continue  # an impostor or a reused address: never sign in there
+            except PeerdError:
+                continue
+            if desc.env_id == link.env_id:
+                self._good_url[link.env_id] = url
+                return url
+        raise PeerUnreachable(unreachable_message(link.label, link.urls))
+
+    # --- tokens ------------------------------------------------------------------------------
+
+    async def load_link(self, env_id: str) -> LinkRow:
+        link = await links.get(self._db, env_id)
+        if link is None:
+            raise InvalidRequest(not_linked_message(env_id))
+        if link.status == "revoked":
+            raise CapabilityDenied(REVOKED_MESSAGE)
+        if link.status == "expired" or (link.refresh_expires_at and link.refresh_expires_at < self._clock()):
+            raise CapabilityDenied(expired_message(link.label))
+        return link
+
+    async def _fail_link(self, link: LinkRow, status: c.LinkStatus, message: str) -> CapabilityDenied:
+        await links.record_outcome(
+            self._db, link.env_id, status=status, error=message, reached_at=self._clock()
+        )
+        return CapabilityDenied(message)
+
+    async def access_token(self, env_id: str, *, force_refresh: bool = False) -> tuple[LinkRow, str]:
+        """A valid access token; at most one refresh per link at a time."""
+        async with self._locks.setdefault(env_id, asyncio.Lock()):
+            link = await self.load_link(env_id)
+            fresh = (
+                link.access_expires_at is not None
+                and link.access_expires_at - REFRESH_MARGIN_S > self._clock()
+            )
+            if link.access_token and fresh and not force_refresh:
+                return link, link.access_token
+            base = await self._base_url(link)
+            form = {"grant_type": "refresh_token", "refresh_token": link.refresh_token}
+            status, body = await self.post_form(link, base, "/oauth/token", form)
+            if status != 200:
+                reason = body.get("peerd_reason") if isinstance(body, dict) else None
+                if status == 400 and reason == "expired":
+                    raise await self._fail_link(link, "expired", expired_message(link.label))
+                if status == 400:  # revoked, reused or unknown: the box no longer accepts this link
+                    raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
+                raise PeerUnreachable(f"{link.label} answered HTTP {status} while refreshing the link.")
+            now = self._clock()
+            updated = link.with_tokens(
+                refresh_token=str(body["refresh_token"]),
+                refresh_expires_at=now + float(body.get("refresh_expires_in") or 0) or None,
+                access_token=str(body["access_token"]),
+                access_expires_at=now + float(body["expires_in"]),
+            )
+            await links.save_tokens(self._db, updated)  # persisted before it is used
+            return updated, str(body["access_token"])
+
+    async def post_form(self, link: LinkRow, base: str, path: str, form: dict[str, str]) -> tuple[int, Any]:
+        try:
+            async with self.session.post(
+                f"{base}{path}", data=form, ssl=_ssl_for(base, link.fingerprint)
+            ) as resp:
+                return resp.status, await resp.json(content_type=None)
+        except aiohttp.ServerFingerprintMismatch:
+            self._good_url.pop(link.env_id, None)
+            raise PinMismatch(
+                f"{link.label} at {base} presented another certificate; nothing was sent."
+            ) from None
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            self._good_url.pop(link.env_id, None)
+            raise PeerUnreachable(unreachable_message(link.label, link.urls)) from None
+
+    # --- calls -------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        env_id: str,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        mode_limit: str | None = None,
+    ) -> Any:
+        """Call the linked environment's API as this link; the peer's own error codes are kept."""
+        for attempt in (1, 2):
+            link, token = await self.access_token(env_id, force_refresh=attempt == 2)
+            base = await self._base_url(link)
+            headers = {"Authorization": f"Bearer {token}"}
+            if mode_limit:
+                headers[MODE_LIMIT_HEADER] = mode_limit
+            query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
+            try:
+                async with self.session.request(
+                    method,
+                    f"{base}{path}",
+                    json=body,
+                    params=query,
+                    headers=headers,
+                    ssl=_ssl_for(base, link.fingerprint),
+                ) as resp:
+                    status = resp.status
+                    data = await resp.json(content_type=None)
+            except aiohttp.ServerFingerprintMismatch:
+                self._good_url.pop(env_id, None)
+                raise PinMismatch(
+                    f"{link.label} at {base} presented another certificate; nothing was sent."
+                ) from None
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                self._good_url.pop(env_id, None)
+                message = unreachable_message(link.label, link.urls)
+                await links.record_outcome(
+                    self._db, env_id, status="unreachable", error=message, reached_at=None
+                )
+                raise PeerUnreachable(message) from exc
+            if status == 401 and attempt == 1:
+                continue  # the access token may have expired early: refresh once and retry
+            if status == 401:
+                raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
+            if status >= 500 or not isinstance(data, (dict, list)):
+                message = f"{link.label} answered HTTP {status}."
+                await links.record_outcome(
+                    self._db, env_id, status="unreachable", error=message, reached_at=None
+                )
+                raise PeerUnreachable(message)
+            await links.record_outcome(
+                self._db, env_id, status="reachable", error=None, reached_at=self._clock()
+            )
+            if status >= 400:
+                if isinstance(data, dict) and "code" in data:
+                    raise from_wire(str(data["code"]), str(data.get("message", "")))
+                raise PeerdError(f"{link.label} answered HTTP {status}.")
+            return data
+        raise AssertionError("unreachable")  # pragma: no cover  # the loop always returns or raises
+
+    async def revoke(self, link: LinkRow) -> bool:
+        """RFC 7009 revocation at the box; False when the box could not be told."""
+        try:
+            base = await self._base_url(link)
+            status, _ = await self.post_form(link, base, "/oauth/revoke", {"token": link.refresh_token})
+        except PeerdError:
+            return False
+        return status == 200
+
+
+def _q(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,282 @@
+"""Pairing and links as operations: the box mints codes and lists/revokes clients; the laptop links,
+lists its environments and unlinks. Everything here is local-only (never reachable over a link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from peerd import contracts as c
+from peerd.core.access import access_within
+from peerd.errors import InvalidRequest, NotFound, PeerdError
+from peerd.peer import pairing_code
+from peerd.peer.client import (
+    PAIRING_GRANT,
+    PeerClient,
+    PeerUnreachable,
+    PinMismatch,
+    WrongEnvironment,
+    check_url,
+    unreachable_message,
+)
+from peerd.peer.identity import Identity, normalize_env_id
+from peerd.store import clients, links, pairing
+from peerd.store.db import Database
+from peerd.store.links import LinkRow
+
+log = structlog.get_logger(__name__)
+
+
+class SelfLink(PeerdError):
+    code = "self"
+
+
+class AccessExceedsCode(PeerdError):
+    code = "access_exceeds_code"
+
+
+class PairingRefused(PeerdError):
+    code = "pairing_rejected"
+
+
+class RateLimited(PeerdError):
+    code = "rate_limited"
+
+
+_REASONS = {
+    "unknown_code": "it does not know this code",
+    "wrong_secret": "the code's secret is wrong",
+    "expired": "the code expired",
+    "used": "the code was already used",
+    "burnt": "the code saw too many wrong attempts and was burnt",
+    "cancelled": "the code was cancelled",
+}
+
+
+class LinkService:
+    def __init__(
+        self,
+        db: Database,
+        identity: Identity,
+        peers: PeerClient,
+        *,
+        label: str,
+        advertised_urls: Callable[[], list[str]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.identity = identity
+        self.peers = peers
+        self.label = label
+        self.advertised_urls = advertised_urls
+        self.clock = clock
+
+    # --- box side ----------------------------------------------------------------------------
+
+    async def pair_create(self, req: c.PairCreate) -> c.PairCreateResult:
+        urls = [check_url(u) for u in req.urls] or self.advertised_urls()
+        if not urls:
+            raise InvalidRequest(
+                "This daemon has no network listener, so a laptop could not reach it. Restart it with "
+                "`peerd serve --listen HOST:PORT`, or pass --url with the address the laptop should use."
+            )
+        info, secret = await pairing.create_code(
+            self.db,
+            access=req.access,
+            ttl_s=req.ttl_s,
+            label_hint=req.label_hint,
+            max_age_s=req.max_age_s,
+            now=self.clock(),
+        )
+        code = pairing_code.PairingCode(
+            code_id=info.id,
+            secret=secret,
+            env_id=self.identity.env_id,
+            fingerprint=self.identity.fingerprint,
+            urls=tuple(urls),
+            access=req.access,
+        )
+        log.info("pair.created", code_id=info.id, access=req.access, expires_at=info.expires_at)
+        return c.PairCreateResult(code=code.encode(), info=info, urls=urls)
+
+    async def pair_list(self, *, include_done: bool) -> list[c.PairingCodeInfo]:
+        return await pairing.list_codes(self.db, now=self.clock(), include_done=include_done)
+
+    async def pair_cancel(self, code_id: str) -> c.PairingCodeInfo:
+        return await pairing.cancel_code(self.db, code_id, now=self.clock())
+
+    async def client_list(self) -> list[c.ClientInfo]:
+        return await clients.list_clients(self.db, now=self.clock())
+
+    async def client_revoke(self, client_id: str) -> c.ClientInfo:
+        return await clients.revoke_client(self.db, client_id, reason="Revoked here.", now=self.clock())
+
+    # --- laptop side -------------------------------------------------------------------------
+
+    async def link(self, req: c.LinkCreate) -> c.LinkInfo:
+        code = pairing_code.decode(req.code)
+        if code.env_id == self.identity.env_id:
+            raise SelfLink(
+                "That pairing code is this environment's own; run `peerd link` on the other machine."
+            )
+        if not access_within(req.access, code.access):
+            raise AccessExceedsCode(
+                f"Access {req.access} exceeds what this pairing code allows ({code.access}). Ask for "
+                f"--access {code.access} or lower, or make a new code with `peerd pair --access {req.access}`."
+            )
+        urls = list(dict.fromkeys(check_url(u) for u in [*req.urls, *code.urls]))
+        good: list[str] = []
+        label = code.env_id
+        failures: list[PeerdError] = []
+        for url in urls:
+            try:
+                desc = await self.peers.probe(url, code.fingerprint)
+            except PinMismatch:
+                raise  # fail closed: something else holds this address
+            except PeerdError as exc:
+                failures.append(exc)
+                continue
+            if desc.env_id == self.identity.env_id:
+                raise SelfLink("That address is this environment.")
+            if desc.env_id != code.env_id:
+                raise WrongEnvironment(
+                    f"{url} answered as environment {desc.env_id}, but the pairing code is for {code.env_id}; "
+                    "nothing was sent."
+                )
+            label = desc.label
+            good.append(url)
+        if not good:
+            if failures and not all(isinstance(f, PeerUnreachable) for f in failures):
+                raise next(f for f in failures if not isinstance(f, PeerUnreachable))
+            raise PeerUnreachable(unreachable_message(code.env_id, urls))
+        form = {
+            "grant_type": PAIRING_GRANT,
+            "code_id": code.code_id,
+            "code_secret": code.secret,
+            "access": req.access,
+            "client_label": req.label or self.label,
+            "client_env_id": self.identity.env_id,
+        }
+        if req.max_age_s:
+            form["max_age"] = str(int(req.max_age_s))
+        provisional = LinkRow(
+            env_id=code.env_id,
+            label=label,
+            urls=tuple(good),
+            fingerprint=code.fingerprint,
+            access=req.access,
+            client_id="",
+            refresh_token="",
+            refresh_expires_at=None,
+            access_token=None,
+            access_expires_at=None,
+            linked_at=self.clock(),
+        )
+        status, body = await self.peers.post_form(provisional, good[0], "/oauth/token", form)
+        if status != 200:
+            raise self._token_error(status, body, label)
+        now = self.clock()
+        row = LinkRow(
+            env_id=code.env_id,
+            label=label,
+            urls=tuple(good),
+            fingerprint=code.fingerprint,
+            access=body.get("scope") or req.access,
+            client_id=str(body["client_id"]),
+            refresh_token=str(body["refresh_token"]),
+            refresh_expires_at=now + float(body["refresh_expires_in"])
+            if body.get("refresh_expires_in")
+            else None,
+            access_token=str(body["access_token"]),
+            access_expires_at=now + float(body["expires_in"]),
+            linked_at=now,
+            last_reached_at=now,
+        )
+        replaced = await links.upsert(self.db, row)
+        if replaced is not None and replaced.client_id != row.client_id:
+            # The earlier link's session would otherwise live on at the box, unused.
+            told = await self.peers.revoke(replaced)
+            log.info("link.replaced", env_id=row.env_id, old_revoked_there=told)
+        log.info("link.created", env_id=row.env_id, label=label, access=row.access)
+        return row.info(now=now)
+
+    @staticmethod
+    def _token_error(status: int, body: Any, label: str) -> PeerdError:
+        error = body.get("error") if isinstance(body, dict) else None
+        reason = body.get("peerd_reason") if isinstance(body, dict) else None
+        described = body.get("error_description") if isinstance(body, dict) else None
+        if status == 429 or error == "slow_down":
+            return RateLimited(
+                f"{label} is refusing pairing attempts for a while (too many failures); try later."
+            )
+        if reason == "access_exceeds_code":
+            return AccessExceedsCode(str(described or "The requested access exceeds the pairing code's."))
+        if error == "invalid_grant":
+            why = _REASONS.get(str(reason), "it refused the code")
+            return PairingRefused(
+                f"{label} did not accept the pairing code: {why}. Run `peerd pair` there for a new one."
+            )
+        return PairingRefused(f"{label} refused the link: {described or error or f'HTTP {status}'}.")
+
+    async def environment_list(self, *, probe: bool = True) -> list[c.LinkInfo]:
+        rows = await links.all_links(self.db)
+        if probe:
+            await asyncio.gather(*(self._refresh_status(r) for r in rows))
+            rows = await links.all_links(self.db)
+        now = self.clock()
+        return [r.info(now=now) for r in rows]
+
+    async def _refresh_status(self, row: LinkRow) -> None:
+        """Probe without credentials; a revoked or expired link keeps its status."""
+        if row.status in ("revoked", "expired"):
+            return
+        for url in row.urls:
+            try:
+                desc = await self.peers.probe(url, row.fingerprint)
+            except PeerdError:
+                continue
+            if desc.env_id == row.env_id:
+                await links.record_outcome(
+                    self.db, row.env_id, status="reachable", error=row.last_error, reached_at=self.clock()
+                )
+                return
+        message = unreachable_message(row.label, row.urls)
+        await links.record_outcome(self.db, row.env_id, status="unreachable", error=message, reached_at=None)
+
+    async def environment_show(self, env_id: str) -> c.LinkInfo:
+        row = await self._row(env_id)
+        await self._refresh_status(row)
+        return (await self._row(env_id)).info(now=self.clock())
+
+    async def unlink(self, env_id: str) -> c.UnlinkResult:
+        row = await self._row(env_id)
+        told = False if row.status == "revoked" else await self.peers.revoke(row)
+        await links.delete(self.db, row.env_id)
+        if told:
+            message = f"Unlinked {row.label}: the link was revoked there and forgotten here."
+        else:
+            message = (
+                f"Forgot the link to {row.label} here, but {row.label} could not be told; "
+                f"revoke it there with `peerd client revoke {row.client_id}`."
+            )
+        return c.UnlinkResult(env_id=row.env_id, label=row.label, revoked_there=told, message=message)
+
+    async def _row(self, env_id: str) -> LinkRow:
+        try:
+            key = normalize_env_id(env_id)
+        except PeerdError:
+            key = env_id
+        row = await links.get(self.db, key)
+        if row is None:
+            for candidate in await links.all_links(self.db):
+                if candidate.label == env_id:
+                    return candidate
+            raise NotFound(
+                f"This environment is not linked to {env_id}. `peerd environment list` shows the linked ones."
+            )
+        return row

@@ -1,0 +1,81 @@
+"""Link credentials: short-lived Ed25519-signed access tokens and rotating refresh tokens.
+
+An access token is a JWT (RFC 9068 shape, `typ: at+jwt`) signed with the box's identity key,
+audience and issuer = the box's environment id, subject = the client id, with the link's access
+level. It proves who the caller is for 15 minutes, but the box still checks on every request
+that the client has not been revoked, so revocation takes effect at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import OKPKey
+from joserfc.jwt import JWTClaimsRegistry
+
+from peerd.core.access import ACCESS_LEVELS, AccessLevel
+
+ACCESS_TOKEN_TTL_S = 15 * 60
+ALGORITHM = "Ed25519"  # joserfc flags the older "EdDSA" name as deprecated (RFC 9864)
+
+
+class TokenRejected(Exception):
+    """The bearer token is not one this box issued, or it expired; the reason is for logs only."""
+
+
+@dataclass(frozen=True)
+class AccessClaims:
+    client_id: str
+    access: AccessLevel
+    expires_at: int
+
+
+def sign_access_token(
+    key: Ed25519PrivateKey, *, env_id: str, client_id: str, access: AccessLevel, ttl: int = ACCESS_TOKEN_TTL_S
+) -> tuple[str, int]:
+    now = int(time.time())
+    claims = {
+        "iss": env_id,
+        "aud": env_id,
+        "sub": client_id,
+        "client_id": client_id,
+        "access": access,
+        "iat": now,
+        "exp": now + ttl,
+        "jti": secrets.token_urlsafe(12),
+    }
+    token = jwt.encode(
+        {"alg": ALGORITHM, "typ": "at+jwt"}, claims, OKPKey.import_key(key), algorithms=[ALGORITHM]
+    )
+    return token, now + ttl
+
+
+def verify_access_token(public_key: Ed25519PublicKey, token: str, *, env_id: str) -> AccessClaims:
+    try:
+        decoded = jwt.decode(token, OKPKey.import_key(public_key), algorithms=[ALGORITHM])
+        JWTClaimsRegistry(
+            iss={"essential": True, "value": env_id},
+            aud={"essential": True, "value": env_id},
+            exp={"essential": True},
+            sub={"essential": True},
+        ).validate(decoded.claims)
+    except (JoseError, ValueError) as exc:
+        raise TokenRejected(type(exc).__name__) from None
+    access = decoded.claims.get("access")
+    if access not in ACCESS_LEVELS:
+        raise TokenRejected("unknown access level")
+    return AccessClaims(str(decoded.claims["sub"]), access, int(decoded.claims["exp"]))
+
+
+def new_refresh_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def refresh_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
