@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean
+.PHONY: demo test lint typecheck unit venv clean docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,11 +15,14 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check peerd tests bench examples
-	$(VENV)/bin/ruff format --check peerd tests bench examples
+	$(VENV)/bin/ruff check peerd tests examples tools
+	$(VENV)/bin/ruff format --check peerd tests examples tools
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+
+docs: $(STAMP)
+	$(PY) tools/gen_cli_docs.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q

@@ -101,6 +101,7 @@ class Daemon:
         self.runs: RunManager | None = None
         self.peers: PeerClient | None = None
         self._pruner: asyncio.Task[None] | None = None
+        self._stopped = False
         self.feed = ChangeFeed()
 
     def request_stop(self) -> None:
@@ -252,6 +253,9 @@ class Daemon:
         await self._stop.wait()
 
     async def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         log.info("daemon.stopping")
         self.feed.close()  # long-polls answer now instead of at their timeout
         if self._pruner is not None:

@@ -45,7 +45,7 @@ from peerd.peer.links import LinkService
 LINKS = web.AppKey("links", LinkService)
 
 LOCAL = Caller.local()
-CALLER_KEY = "peerd.caller"
+CALLER_KEY = web.RequestKey("caller", Caller)
 
 
 def _ops(request: web.Request) -> Operations:
@@ -54,8 +54,8 @@ def _ops(request: web.Request) -> Operations:
 
 def caller_of(request: web.Request) -> Caller:
     """The link caller the network app's auth middleware set, else the local owner."""
-    caller = request.get(CALLER_KEY)
-    return caller if isinstance(caller, Caller) else LOCAL
+    caller: Caller = request.get(CALLER_KEY, LOCAL)
+    return caller
 
 
 async def status(request: web.Request) -> web.Response:

@@ -196,7 +196,9 @@ class OAuthEndpoints:
             )
         except PairingRejected as exc:
             self.pairing_limit.hit(_GLOBAL)
-            log.info("oauth.pairing_rejected", code_id=code_id, reason=exc.reason)
+            log.info(
+                "oauth.pairing_rejected", code_id=code_id[:64], reason=exc.reason
+            )  # caller-chosen: bounded
             raise _Reject(InvalidGrantError(description=self._pairing_text(exc.reason)), exc.reason) from None
         except AccessExceedsCode as exc:
             raise _Reject(
@@ -315,7 +317,11 @@ def add_oauth_routes(
         env_id=env_id,
         label=label,
         clock=clock,
-        pairing_limit=pairing_limit or SlidingWindow(PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S),
+        pairing_limit=(
+            SlidingWindow(PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S)
+            if pairing_limit is None
+            else pairing_limit
+        ),
     )
     app.router.add_post("/oauth/token", endpoints.token)
     app.router.add_post("/oauth/revoke", endpoints.revoke)

@@ -13,11 +13,10 @@ import click
 from peerd import __version__
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_option, with_client
+from peerd.cli.links import client, environment, link, pair
 from peerd.cli.output import emit_json, fields
 from peerd.cli.projects import project
 from peerd.cli.threads import thread
-from peerd.daemon import DaemonConfig, parse_listen
-from peerd.daemon import serve as run_daemon
 from peerd.errors import PeerdError
 from peerd.logs import configure_logging
 from peerd.paths import resolve_home
@@ -47,6 +46,11 @@ def cli(ctx: click.Context, home: Path | None) -> None:
 )
 @click.option("--no-listen", is_flag=True, help="Serve only the local Unix socket.")
 @click.option("--no-tls", is_flag=True, help="Plain HTTP on the listener; allowed on loopback only.")
+@click.option(
+    "--advertise",
+    multiple=True,
+    help="Address pairing codes give out (repeatable), e.g. https://box.tailnet.ts.net:7433.",
+)
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.pass_context
@@ -56,10 +60,15 @@ def serve(
     listen: str,
     no_listen: bool,
     no_tls: bool,
+    advertise: tuple[str, ...],
     log_format: str,
     log_level: str,
 ) -> None:
     """Run the daemon in the foreground until SIGTERM or SIGINT."""
+    # Only `serve` needs the server stack; importing it here keeps every other command quick.
+    from peerd.daemon import DaemonConfig, parse_listen  # noqa: PLC0415
+    from peerd.daemon import serve as run_daemon  # noqa: PLC0415
+
     configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
     if not no_listen:
         try:
@@ -71,6 +80,7 @@ def serve(
         label=label or socket.gethostname(),
         listen=None if no_listen else listen,
         tls=not no_tls,
+        advertise=tuple(a.rstrip("/") for a in advertise),
     )
     try:
         asyncio.run(run_daemon(config))
@@ -112,6 +122,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 cli.add_command(project)
 cli.add_command(thread)
+cli.add_command(pair)
+cli.add_command(link)
+cli.add_command(environment)
+cli.add_command(client)
 
 
 def main() -> None:

@@ -73,7 +73,7 @@ class SlidingWindow:
     def reset(self, key: str = "") -> None:
         self._events.pop(key, None)
 
-    def __len__(self) -> int:
+    def key_count(self) -> int:
         """How many keys are tracked (stale ones may linger until touched or swept)."""
         return len(self._events)
 

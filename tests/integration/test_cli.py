@@ -26,14 +26,14 @@ CLI_TIMEOUT_S = 90.0
 LONG_REPLY = "abcde" * 9000  # 45,000 characters: more than two item pages
 
 
-async def peerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+async def peerd(home: Path, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "peerd", "--home", str(home), *args]
     return await asyncio.to_thread(
         subprocess.run,
         argv,
         capture_output=True,
         text=True,
-        timeout=CLI_TIMEOUT_S,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
         check=False,
     )
@@ -93,15 +93,16 @@ async def test_usage_errors_exit_2(tmp_path: Path) -> None:
 async def test_serve_refuses_plain_http_off_loopback(tmp_path: Path) -> None:
     home = tmp_path / "serve-home"
     everywhere = "0.0.0.0"  # noqa: S104  # the point: plain HTTP on all interfaces is refused
-    done = await peerd(home, "serve", "--no-tls", "--listen", f"{everywhere}:7999")
+    # A regression would serve instead of exiting: the short timeout then fails the test.
+    done = await peerd(home, "serve", "--no-tls", "--listen", f"{everywhere}:7999", timeout=20)
     assert done.returncode == EXIT_USAGE, done.stderr
     assert f"Refusing to listen on {everywhere} without TLS" in done.stderr
     assert not (home / "peerd.sock").exists(), "nothing was served"
 
 
 def test_every_command_has_help() -> None:
-    """Every command's --help, through click itself (in-process: fifteen interpreter starts cost
-    seconds and prove nothing more than the subprocess check below)."""
+    """Every command's --help, through click itself: in-process, since an interpreter start per
+    command costs seconds and proves nothing the entry-point check below does not."""
     paths = [(), *command_paths(cli)]
     assert ("thread", "launch") in paths and ("project", "add") in paths and ("serve",) in paths
     runner = CliRunner()

@@ -1,0 +1,287 @@
+"""`peerd pair`, `peerd link`, `peerd environment ...`, `peerd client ...`: pairing and links."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import click
+
+from peerd.cli.client import LocalClient
+from peerd.cli.common import json_option, with_client
+from peerd.cli.output import ago, emit_json, fields, table
+from peerd.contracts import RUNTIME_MODES
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    match = _DURATION.match(text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 10m, 12h or 30d.")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+class Duration(click.ParamType[float]):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        return value if isinstance(value, float) else parse_duration(str(value))
+
+
+DURATION = Duration()
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--access",
+    type=click.Choice(RUNTIME_MODES),
+    default="approval-required",
+    show_default=True,
+    help="The most a laptop linking with this code may ask for.",
+)
+@click.option("--ttl", type=DURATION, default="10m", show_default=True, help="How long the code stays valid.")
+@click.option("--label-hint", default=None, help="Who the code is for (shown in `peerd pair list`).")
+@click.option(
+    "--max-age", type=DURATION, default=None, help="End the link this long after linking, used or not."
+)
+@click.option("--url", "urls", multiple=True, help="Address the laptop should use (repeatable).")
+@json_option
+@click.pass_context
+def pair(
+    ctx: click.Context,
+    access: str,
+    ttl: float,
+    label_hint: str | None,
+    max_age: float | None,
+    urls: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Print a one-time pairing code for another machine to link here (`peerd link <code>` there)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    body: dict[str, Any] = {"access": access, "ttlS": ttl, "urls": list(urls)}
+    if label_hint:
+        body["labelHint"] = label_hint
+    if max_age:
+        body["maxAgeS"] = max_age
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("POST", "/v1/pair", body=body)
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+        return
+    info = data["info"]
+    click.echo(data["code"])
+    click.echo(
+        f"\nSingle use, valid until {ago(info['expiresAt'])}, access up to {info['access']}; reaches this "
+        f"machine at {', '.join(data['urls'])}.\nOn the other machine: peerd link - (then paste the code)",
+        err=True,
+    )
+
+
+@pair.command("list")
+@click.option("--all", "include_done", is_flag=True, help="Include used, expired, burnt and cancelled codes.")
+@json_option
+@click.pass_context
+def pair_list(ctx: click.Context, include_done: bool, as_json: bool) -> None:
+    """List pairing codes (never their secrets)."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/pair", params={"all": include_done})
+
+    items = with_client(ctx, go)["items"]
+    if as_json:
+        emit_json(items)
+        return
+    table(
+        ["id", "access", "state", "expires", "failed", "for"],
+        [
+            [x["id"], x["access"], x["state"], ago(x["expiresAt"]), x["failedAttempts"], x["labelHint"]]
+            for x in items
+        ],
+    )
+
+
+@pair.command("cancel")
+@click.argument("code_id")
+@json_option
+@click.pass_context
+def pair_cancel(ctx: click.Context, code_id: str, as_json: bool) -> None:
+    """Cancel an unused pairing code."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("POST", f"/v1/pair/{code_id}/cancel")
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else click.echo(f"cancelled pairing code {data['id']}")
+
+
+@click.command()
+@click.argument("code")
+@click.option(
+    "--access",
+    type=click.Choice(RUNTIME_MODES),
+    default="approval-required",
+    show_default=True,
+    help="What this machine may do there (at most what the code allows).",
+)
+@click.option("--label", default=None, help="How the other machine lists this one (default: this label).")
+@click.option("--url", "urls", multiple=True, help="Another address of the other machine to try first.")
+@click.option("--max-age", type=DURATION, default=None, help="End the link this long after linking.")
+@json_option
+@click.pass_context
+def link(
+    ctx: click.Context,
+    code: str,
+    access: str,
+    label: str | None,
+    urls: tuple[str, ...],
+    max_age: float | None,
+    as_json: bool,
+) -> None:
+    """Link to another machine with the pairing code it printed (`-` reads the code from stdin)."""
+    if code == "-":
+        code = sys.stdin.read().strip()
+    body: dict[str, Any] = {"code": code, "access": access, "urls": list(urls)}
+    if label:
+        body["label"] = label
+    if max_age:
+        body["maxAgeS"] = max_age
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("POST", "/v1/links", body=body)
+
+    data = with_client(ctx, go)
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(
+            f"linked {data['label']} ({data['envId']}) with {data['access']} access at {', '.join(data['urls'])}"
+        )
+
+
+def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [x["envId"], x["label"], x["access"], x["status"], ago(x["lastReachedAt"]), x["lastError"] or ""]
+        for x in items
+    ]
+
+
+@click.group()
+def environment() -> None:
+    """Linked environments (the machines this one may act on)."""
+
+
+@environment.command("list")
+@click.option("--no-probe", is_flag=True, help="Do not contact the environments; show stored status.")
+@json_option
+@click.pass_context
+def environment_list(ctx: click.Context, no_probe: bool, as_json: bool) -> None:
+    """List links with their access, status and last error."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/environments", params={"probe": not no_probe})
+
+    items = with_client(ctx, go)["items"]
+    if as_json:
+        emit_json(items)
+        return
+    table(["id", "label", "access", "status", "last reached", "last error"], _link_rows(items))
+
+
+@environment.command("show")
+@click.argument("env_id")
+@json_option
+@click.pass_context
+def environment_show(ctx: click.Context, env_id: str, as_json: bool) -> None:
+    """Show one link (by environment id or label)."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", f"/v1/environments/{env_id}")
+
+    x = with_client(ctx, go)
+    if as_json:
+        emit_json(x)
+        return
+    fields(
+        [
+            ("environment", x["envId"]),
+            ("label", x["label"]),
+            ("access", x["access"]),
+            ("status", x["status"]),
+            ("addresses", ", ".join(x["urls"])),
+            ("fingerprint", x["fingerprint"]),
+            ("linked", ago(x["linkedAt"])),
+            ("last reached", ago(x["lastReachedAt"])),
+            ("expires if unused", ago(x["expiresAt"])),
+            ("last error", x["lastError"]),
+        ]
+    )
+
+
+@environment.command("unlink")
+@click.argument("env_id")
+@json_option
+@click.pass_context
+def environment_unlink(ctx: click.Context, env_id: str, as_json: bool) -> None:
+    """Revoke the link there (when reachable) and forget it here."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("DELETE", f"/v1/environments/{env_id}")
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else click.echo(data["message"])
+
+
+@click.group()
+def client() -> None:
+    """Clients: machines linked to this one."""
+
+
+@client.command("list")
+@json_option
+@click.pass_context
+def client_list(ctx: click.Context, as_json: bool) -> None:
+    """List linked machines: who, access, linked at, last seen and from where."""
+
+    async def go(c: LocalClient) -> Any:
+        return await c.call("GET", "/v1/clients")
+
+    items = with_client(ctx, go)["items"]
+    if as_json:
+        emit_json(items)
+        return
+    table(
+        ["id", "label", "access", "status", "linked", "last seen", "from"],
+        [
+            [
+                x["id"],
+                x["label"],
+                x["access"],
+                x["status"],
+                ago(x["createdAt"]),
+                ago(x["lastSeenAt"]),
+                x["lastAddress"],
+            ]
+            for x in items
+        ],
+    )
+
+
+@client.command("revoke")
+@click.argument("client_id")
+@json_option
+@click.pass_context
+def client_revoke(ctx: click.Context, client_id: str, as_json: bool) -> None:
+    """Revoke a linked machine: its next request is refused."""
+
+    async def go(c: LocalClient) -> Any:
+        return await c.call("POST", f"/v1/clients/{client_id}/revoke")
+
+    data = with_client(ctx, go)
+    emit_json(data) if as_json else click.echo(f"revoked {data['id']} ({data['label']})")
