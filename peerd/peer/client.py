@@ -22,6 +22,8 @@ import aiohttp
 import structlog
 
 from peerd import contracts as c
+from peerd.contracts import RUNTIME_MODES
+from peerd.core.access import RuntimeModeEscalationDenied, require_write, runtime_rank
 from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError, from_wire
 from peerd.peer.identity import pinned_fingerprint
 from peerd.store import links
@@ -259,7 +261,10 @@ class PeerClient:
         params: dict[str, Any] | None = None,
         mode_limit: str | None = None,
     ) -> Any:
-        """Call the linked environment's API as this link; the peer's own error codes are kept."""
+        """Call the linked environment's API as this link; the peer's own error codes are kept.
+
+        What the link cannot do is refused here first, so a refused call sends nothing."""
+        precheck(await self.load_link(env_id), method, body)
         for attempt in (1, 2):
             link, token = await self.access_token(env_id, force_refresh=attempt == 2)
             base = await self._base_url(link)
@@ -318,6 +323,21 @@ class PeerClient:
         except PeerdError:
             return False
         return status == 200
+
+
+def precheck(link: LinkRow, method: str, body: dict[str, Any] | None) -> None:
+    """The box enforces access; the laptop checks the same rules first so nothing refused is sent."""
+    if method.upper() != "GET":
+        require_write(link.access, "change anything there")
+    requested = (body or {}).get("runtimeMode")
+    if (
+        isinstance(requested, str)
+        and requested in RUNTIME_MODES
+        and runtime_rank(requested) > runtime_rank(link.access)
+    ):
+        raise RuntimeModeEscalationDenied(
+            f"Runtime mode {requested} is broader than the link to {link.label} allows ({link.access})."
+        )
 
 
 def _q(value: Any) -> str:
