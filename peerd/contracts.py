@@ -53,6 +53,8 @@ class Input(Wire):
 
 
 ClientRequestId = Field(default=None, min_length=1, max_length=MAX_REQUEST_ID_CHARS)
+# Names a linked environment to act in; omitted (or this environment's own id) means here.
+EnvironmentId = Field(default=None, min_length=1, max_length=64)
 
 
 class ErrorBody(Wire):
@@ -121,6 +123,7 @@ class ProjectAdd(Input):
 class ProjectList(Input):
     cursor: str | None = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+    environment_id: str | None = EnvironmentId
 
 
 # --- threads, runs, items -----------------------------------------------------------------------
@@ -157,6 +160,15 @@ class Thread(Wire):
     latest_run: Run | None = None
     link_origin: str | None = None
     link_label: str | None = None
+    delegated_from: DelegatedFrom | None = None
+
+
+class DelegatedFrom(Wire):
+    """Where a delegated thread came from; kept by the box only on link-authenticated launches."""
+
+    environment_id: str = Field(max_length=64)
+    thread_id: str = Field(max_length=64)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
 
 
 class ThreadLaunch(Input):
@@ -169,6 +181,8 @@ class ThreadLaunch(Input):
     interaction_mode: InteractionMode | None = None
     in_place: bool = False
     client_request_id: str | None = ClientRequestId
+    delegated_from: DelegatedFrom | None = None
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadLaunchResult(Wire):
@@ -189,6 +203,7 @@ class ThreadList(Input):
     include_archived: bool = False
     cursor: str | None = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+    environment_id: str | None = EnvironmentId
 
 
 class Item(Wire):
@@ -213,6 +228,7 @@ class ThreadRead(Input):
     text_offset: int = Field(default=0, ge=0)
     max_chars_per_item: int = Field(default=DEFAULT_ITEM_CHARS, ge=1, le=MAX_ITEM_CHARS)
     run_id: str | None = None
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadReadResult(Wire):
@@ -225,6 +241,7 @@ class ThreadReadResult(Wire):
 class ThreadSend(Input):
     text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     client_request_id: str | None = ClientRequestId
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadSendResult(Wire):
@@ -238,6 +255,7 @@ class ThreadSendResult(Wire):
 class ThreadWait(Input):
     run_id: str | None = None
     timeout: float = Field(default=30.0, ge=0, le=LONG_POLL_MAX_S)
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadWaitResult(Wire):
@@ -251,6 +269,7 @@ class ThreadWaitResult(Wire):
 class ThreadInterrupt(Input):
     stop: bool = False
     reason: str | None = Field(default=None, max_length=2000)
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadInterruptResult(Wire):
@@ -278,6 +297,7 @@ class EventsRead(Input):
     after: int = Field(default=0, ge=0)
     timeout: float = Field(default=0.0, ge=0, le=LONG_POLL_MAX_S)
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+    environment_id: str | None = EnvironmentId
 
 
 class EventsResult(Wire):

@@ -32,6 +32,7 @@ from peerd.errors import InvalidRequest, PeerdError
 from peerd.operations import Operations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient
+from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
 from peerd.peer.links import LinkService
 from peerd.providers.base import Provider
@@ -142,12 +143,13 @@ class Daemon:
             state_dir=self.paths.provider_state,
             tool_env={"PEERD_SOCKET": str(socket_path)},
         )
-        ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees)
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
         )
         self.peers = PeerClient(db, own_env_id=identity.env_id)
         await self.peers.start()
+        forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
+        ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder)
         link_service = LinkService(
             db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
         )

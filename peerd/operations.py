@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -29,6 +30,7 @@ from peerd.core.access import (
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live, is_terminal
 from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, RunNotFound
+from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
@@ -98,13 +100,39 @@ class Operations:
         runs: RunManager,
         *,
         worktrees_dir: Path,
+        forwarder: Forwarder | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.forwarder = forwarder
         self.db = db
         self.feed = feed
         self.runs = runs
         self.worktrees_dir = worktrees_dir
         self.clock = clock
+
+    async def _remote(self, caller: Caller, environment_id: str | None) -> str | None:
+        """The linked environment this call goes to, or None when it runs here."""
+        if environment_id is None:
+            return None
+        if self.forwarder is None:
+            raise InvalidRequest("This daemon cannot reach linked environments.")
+        return await self.forwarder.target(environment_id, via_link=caller.link is not None)
+
+    async def _forward(
+        self,
+        caller: Caller,
+        env_id: str,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        if self.forwarder is None:  # _remote already refused; this keeps the type checker honest
+            raise InvalidRequest("This daemon cannot reach linked environments.")
+        cap = await self._cap_of(caller)
+        modes = None if cap is None else (cap.runtime, cap.interaction)
+        return await self.forwarder.call(env_id, method, path, body=body, params=params, caller_modes=modes)
 
     async def _cap_of(self, caller: Caller) -> ModeCap | None:
         """The widest modes this caller may use: a link's cap, or an agent run's own thread modes."""
@@ -145,7 +173,9 @@ class Operations:
         return project.model_copy(update={"repository_key": key})
 
     async def project_list(self, caller: Caller, req: c.ProjectList) -> c.Page[c.Project]:
-        del caller
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            data = await self._forward(caller, env, "GET", "/v1/projects", params=Forwarder.query(req))
+            return c.Page[c.Project].model_validate(data)
         page = await projects.page(self.db, cursor=req.cursor, limit=req.limit)
         fresh = await asyncio.gather(*(self._fresh_key(p) for p in page.items))
         return c.Page[c.Project](items=list(fresh), next_cursor=page.next_cursor)
@@ -161,11 +191,23 @@ class Operations:
     # --- threads ----------------------------------------------------------------------------
 
     async def thread_launch(self, caller: Caller, req: c.ThreadLaunch) -> c.ThreadLaunchResult:
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            cap = await self._cap_of(caller)
+            if cap is not None:  # explicit modes are checked here first; omitted ones are the box's call
+                resolve_modes(cap, req.runtime_mode, req.interaction_mode)
+            if req.in_place:
+                raise CapabilityDenied("A launch in a linked environment gets its own worktree there.")
+            body = Forwarder.launch_body(
+                req.model_copy(update={"delegated_from": None}), namespace=caller.namespace
+            )
+            return c.ThreadLaunchResult.model_validate(
+                await self._forward(caller, env, "POST", "/v1/threads", body=body)
+            )
         project = await projects.get(self.db, req.project_id)
         if req.provider not in self.runs.providers():
             known = ", ".join(self.runs.providers())
             raise InvalidRequest(f"Unknown provider {req.provider!r}; this environment has: {known}.")
-        body = req.model_dump(mode="json", exclude={"client_request_id"})
+        body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         body["project_id"] = project.id  # a name and an id for one project are the same request
         runtime_mode = req.runtime_mode or DEFAULT_RUNTIME_MODE
         interaction_mode = req.interaction_mode or DEFAULT_INTERACTION_MODE
@@ -191,6 +233,10 @@ class Operations:
             branch=None if req.in_place else "peerd/{thread}",
             link_origin=None if caller.link is None else caller.link.client_id,
             link_label=None if caller.link is None else caller.link.label,
+            # Lineage is the box's to record, and only for launches that came through a link.
+            delegated_from=req.delegated_from.wire()
+            if caller.link is not None and req.delegated_from
+            else None,
         )
         key = threads.Idempotency(
             caller.namespace, req.client_request_id, request_hash("thread_launch", body)
@@ -217,7 +263,9 @@ class Operations:
         )
 
     async def thread_list(self, caller: Caller, req: c.ThreadList) -> c.Page[c.Thread]:
-        del caller
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            data = await self._forward(caller, env, "GET", "/v1/threads", params=Forwarder.query(req))
+            return c.Page[c.Thread].model_validate(data)
         project_id = None if req.project_id is None else (await projects.get(self.db, req.project_id)).id
         return await threads.page(
             self.db,
@@ -227,12 +275,21 @@ class Operations:
             limit=req.limit,
         )
 
-    async def thread_show(self, caller: Caller, thread_id: str) -> c.Thread:
-        del caller
+    async def thread_show(
+        self, caller: Caller, thread_id: str, environment_id: str | None = None
+    ) -> c.Thread:
+        if (env := await self._remote(caller, environment_id)) is not None:
+            return c.Thread.model_validate(
+                await self._forward(caller, env, "GET", f"/v1/threads/{thread_id}")
+            )
         return await threads.get_thread(self.db, thread_id)
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
-        del caller
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            data = await self._forward(
+                caller, env, "GET", f"/v1/threads/{thread_id}/items", params=Forwarder.query(req)
+            )
+            return c.ThreadReadResult.model_validate(data)
         thread = await threads.get_thread(self.db, thread_id)
         if req.item_id is not None:
             row = await threads.get_item(self.db, thread_id, req.item_id)
@@ -252,10 +309,14 @@ class Operations:
         return c.ThreadReadResult(thread=thread, items=items, has_more=more, next_position=next_position)
 
     async def thread_send(self, caller: Caller, thread_id: str, req: c.ThreadSend) -> c.ThreadSendResult:
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            body = Forwarder.send_body(req, namespace=caller.namespace)
+            data = await self._forward(caller, env, "POST", f"/v1/threads/{thread_id}/runs", body=body)
+            return c.ThreadSendResult.model_validate(data)
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
         )
-        body = req.model_dump(mode="json", exclude={"client_request_id"})
+        body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         key = threads.Idempotency(caller.namespace, req.client_request_id, request_hash("thread_send", body))
         result, replayed = await threads.send(
             self.db, key=key, thread_id=thread_id, text=req.text, now=self.clock()
@@ -275,7 +336,10 @@ class Operations:
 
     async def thread_wait(self, caller: Caller, thread_id: str, req: c.ThreadWait) -> c.ThreadWaitResult:
         """Return when the run is terminal or after `timeout` seconds (at most 50: a long-poll)."""
-        del caller
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            params = Forwarder.query(req, rename={"runId": "run"})
+            data = await self._forward(caller, env, "GET", f"/v1/threads/{thread_id}/wait", params=params)
+            return c.ThreadWaitResult.model_validate(data)
         deadline = asyncio.get_running_loop().time() + req.timeout
         while True:
             changed = self.feed.watch(thread_id)
@@ -307,6 +371,10 @@ class Operations:
     async def thread_interrupt(
         self, caller: Caller, thread_id: str, req: c.ThreadInterrupt
     ) -> c.ThreadInterruptResult:
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            body = Forwarder.query(req)
+            data = await self._forward(caller, env, "POST", f"/v1/threads/{thread_id}/interrupt", body=body)
+            return c.ThreadInterruptResult.model_validate(data)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
         run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
@@ -333,7 +401,11 @@ class Operations:
 
     async def thread_events(self, caller: Caller, thread_id: str, req: c.EventsRead) -> c.EventsResult:
         """Events after a cursor; with a timeout, a long-poll that returns as soon as one arrives."""
-        del caller
+        if (env := await self._remote(caller, req.environment_id)) is not None:
+            data = await self._forward(
+                caller, env, "GET", f"/v1/threads/{thread_id}/events", params=Forwarder.query(req)
+            )
+            return c.EventsResult.model_validate(data)
         await threads.get_thread(self.db, thread_id)
         deadline = asyncio.get_running_loop().time() + req.timeout
         while True:

@@ -51,10 +51,11 @@ def script(*steps: dict[str, Any]) -> str:
 
 @asynccontextmanager
 async def running_daemon(
-    home: Path, *, label: str = "test", listen: str | None = "127.0.0.1:0"
+    home: Path, *, label: str = "test", listen: str | None = "127.0.0.1:0", tls: bool = True
 ) -> AsyncIterator[Daemon]:
-    """A real daemon in this event loop: real Unix socket, real TLS listener, real SQLite file."""
-    daemon = Daemon(DaemonConfig(home=home, label=label, listen=listen))
+    """A real daemon in this event loop: real Unix socket, real TLS listener (plain HTTP with
+    `tls=False`, loopback only), real SQLite file."""
+    daemon = Daemon(DaemonConfig(home=home, label=label, listen=listen, tls=tls))
     try:
         await daemon.start()
         yield daemon

@@ -91,7 +91,8 @@ async def thread_launch(request: web.Request) -> web.Response:
 
 
 async def thread_show(request: web.Request) -> web.Response:
-    return ok(await _ops(request).thread_show(caller_of(request), request.match_info["id"]))
+    env = request.query.get("environmentId")
+    return ok(await _ops(request).thread_show(caller_of(request), request.match_info["id"], env))
 
 
 async def thread_items(request: web.Request) -> web.Response:

@@ -130,6 +130,10 @@ class PeerClient:
             self._session = None
 
     @property
+    def db(self) -> Database:
+        return self._db
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("PeerClient used before start()")

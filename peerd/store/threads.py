@@ -35,6 +35,7 @@ class NewThread:
     branch: str | None
     link_origin: str | None = None  # the client id of the link that started it (the fence)
     link_label: str | None = None
+    delegated_from: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def _thread(row: aiosqlite.Row, latest: Run | None) -> Thread:
         latest_run=latest,
         link_origin=row["link_origin"],
         link_label=row["link_label"],
+        delegated_from=json.loads(row["delegated_from"]) if row["delegated_from"] else None,
     )
 
 
@@ -186,8 +188,8 @@ async def launch(
         branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
         await tx.execute(
             "INSERT INTO threads (id, project_id, title, provider, model, runtime_mode, interaction_mode,"
-            " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label, delegated_from)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 thread_id,
                 spec.project_id,
@@ -203,6 +205,7 @@ async def launch(
                 now,
                 spec.link_origin,
                 spec.link_label,
+                json.dumps(spec.delegated_from) if spec.delegated_from else None,
             ),
         )
         await _event(tx, thread_id, "thread.created", {"threadId": thread_id}, now)
