@@ -377,3 +377,90 @@ class UnlinkResult(Wire):
     label: str
     revoked_there: bool
     message: str
+
+
+# --- delegated tasks ----------------------------------------------------------------------------
+
+TaskStatus = Literal["pending", "running", "completed", "failed", "cancelled", "interrupted"]
+TaskRole = Literal["implementation", "research", "review", "design", "test", "general"]
+
+
+class DelegateTarget(Input):
+    environment_id: str | None = EnvironmentId
+    project_id: str | None = Field(default=None, min_length=1)
+    provider: str | None = Field(default=None, min_length=1, max_length=64)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class DelegateTask(Input):
+    task: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    role: TaskRole | None = None
+    target: DelegateTarget | None = None
+    runtime_mode: RuntimeMode | None = None
+    interaction_mode: InteractionMode | None = None
+    mode: Literal["async", "wait"] = "async"
+    timeout_ms: int | None = Field(default=None, ge=0, le=3_600_000)
+    client_request_id: str | None = ClientRequestId
+
+
+class RemoteChild(Wire):
+    environment_id: str
+    thread_id: str | None
+    run_id: str | None
+    label: str
+
+
+class TaskInfo(Wire):
+    task_id: str
+    status: TaskStatus
+    title: str
+    parent_thread_id: str
+    child_thread_id: str | None = None
+    child_run_id: str | None = None
+    remote_child: RemoteChild | None = None
+    result: str | None = None
+    stop_owed: bool = False
+    last_error: str | None = None
+    wait_timed_out: bool | None = None
+    created_at: float
+    ended_at: float | None = None
+
+
+class TaskStatusRead(Input):
+    task_id: str = Field(min_length=1)
+    wait: bool = False
+    timeout_ms: int | None = Field(default=None, ge=0, le=3_600_000)
+
+
+class TaskCancel(Input):
+    task_id: str = Field(min_length=1)
+    reason: str | None = Field(default=None, max_length=2000)
+    client_request_id: str | None = ClientRequestId
+
+
+class RunRef(Wire):
+    thread_id: str
+    run_id: str
+
+
+class RunWatch(Input):
+    """The follower's batched long-poll: returns when any named run is settled, or at the timeout."""
+
+    runs: list[RunRef] = Field(min_length=1, max_length=1000)
+    timeout: float = Field(default=30.0, ge=0, le=LONG_POLL_MAX_S)
+
+
+class WatchedRun(Wire):
+    thread_id: str
+    run_id: str
+    status: RunStatus | None
+    settled: bool
+    found: bool
+    result_run_id: str | None = None
+    reason: str | None = None
+
+
+class RunWatchResult(Wire):
+    runs: list[WatchedRun]
+    timed_out: bool

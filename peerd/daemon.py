@@ -28,10 +28,12 @@ from peerd import contracts as c
 from peerd.api.local import local_app
 from peerd.api.remote import network_app
 from peerd.core.idempotency import RECEIPT_RETENTION_S
+from peerd.delegation import Delegation
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.operations import Operations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient
+from peerd.peer.follower import FollowerPool
 from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
 from peerd.peer.links import LinkService
@@ -62,6 +64,7 @@ class DaemonConfig:
     listen: str | None = DEFAULT_LISTEN  # None: no TCP listener
     tls: bool = True
     advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
+    watch_chunk_s: float = 50.0  # the follower's long-poll chunk (tests shorten it)
 
 
 def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
@@ -101,6 +104,7 @@ class Daemon:
         self.db: Database | None = None
         self.runs: RunManager | None = None
         self.peers: PeerClient | None = None
+        self.followers: FollowerPool | None = None
         self._pruner: asyncio.Task[None] | None = None
         self._stopped = False
         self.feed = ChangeFeed()
@@ -150,6 +154,11 @@ class Daemon:
         await self.peers.start()
         forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
         ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder)
+        delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id)
+        ops.delegation = delegation
+        ops.on_stop = delegation.stop_children
+        self.runs.on_run_end = delegation.on_run_end
+        self.followers = FollowerPool(db, delegation, watch_chunk_s=self.config.watch_chunk_s)
         link_service = LinkService(
             db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
         )
@@ -157,6 +166,8 @@ class Daemon:
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.runs.kick_all()
+        await delegation.recover()
+        await self.followers.start()  # every open remote task and owed stop is followed again
         log.info(
             "daemon.ready",
             env_id=identity.env_id,
@@ -264,6 +275,8 @@ class Daemon:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pruner
+        if self.followers is not None:
+            await self.followers.close()
         if self.runs is not None:
             await self.runs.shutdown()
         for runner in reversed(self._runners):

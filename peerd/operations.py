@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,6 +31,9 @@ from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live, is_terminal
 from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, RunNotFound
 from peerd.peer.forwarding import Forwarder
+
+if TYPE_CHECKING:
+    from peerd.delegation import Delegation
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
@@ -104,13 +107,16 @@ class Operations:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.forwarder = forwarder
+        # Told when a thread is stopped (its delegated tasks are stopped with it).
+        self.on_stop: Callable[[str, str | None], Awaitable[None]] | None = None
+        self.delegation: Delegation | None = None  # set by the daemon; agent tools reach tasks through it
         self.db = db
         self.feed = feed
         self.runs = runs
         self.worktrees_dir = worktrees_dir
         self.clock = clock
 
-    async def _remote(self, caller: Caller, environment_id: str | None) -> str | None:
+    async def remote_target(self, caller: Caller, environment_id: str | None) -> str | None:
         """The linked environment this call goes to, or None when it runs here."""
         if environment_id is None:
             return None
@@ -128,7 +134,7 @@ class Operations:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
     ) -> Any:
-        if self.forwarder is None:  # _remote already refused; this keeps the type checker honest
+        if self.forwarder is None:  # remote_target already refused; this keeps the type checker honest
             raise InvalidRequest("This daemon cannot reach linked environments.")
         cap = await self._cap_of(caller)
         modes = None if cap is None else (cap.runtime, cap.interaction)
@@ -173,7 +179,7 @@ class Operations:
         return project.model_copy(update={"repository_key": key})
 
     async def project_list(self, caller: Caller, req: c.ProjectList) -> c.Page[c.Project]:
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(caller, env, "GET", "/v1/projects", params=Forwarder.query(req))
             return c.Page[c.Project].model_validate(data)
         page = await projects.page(self.db, cursor=req.cursor, limit=req.limit)
@@ -191,7 +197,7 @@ class Operations:
     # --- threads ----------------------------------------------------------------------------
 
     async def thread_launch(self, caller: Caller, req: c.ThreadLaunch) -> c.ThreadLaunchResult:
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             cap = await self._cap_of(caller)
             if cap is not None:  # explicit modes are checked here first; omitted ones are the box's call
                 resolve_modes(cap, req.runtime_mode, req.interaction_mode)
@@ -263,7 +269,7 @@ class Operations:
         )
 
     async def thread_list(self, caller: Caller, req: c.ThreadList) -> c.Page[c.Thread]:
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(caller, env, "GET", "/v1/threads", params=Forwarder.query(req))
             return c.Page[c.Thread].model_validate(data)
         project_id = None if req.project_id is None else (await projects.get(self.db, req.project_id)).id
@@ -278,14 +284,14 @@ class Operations:
     async def thread_show(
         self, caller: Caller, thread_id: str, environment_id: str | None = None
     ) -> c.Thread:
-        if (env := await self._remote(caller, environment_id)) is not None:
+        if (env := await self.remote_target(caller, environment_id)) is not None:
             return c.Thread.model_validate(
                 await self._forward(caller, env, "GET", f"/v1/threads/{thread_id}")
             )
         return await threads.get_thread(self.db, thread_id)
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(
                 caller, env, "GET", f"/v1/threads/{thread_id}/items", params=Forwarder.query(req)
             )
@@ -309,7 +315,7 @@ class Operations:
         return c.ThreadReadResult(thread=thread, items=items, has_more=more, next_position=next_position)
 
     async def thread_send(self, caller: Caller, thread_id: str, req: c.ThreadSend) -> c.ThreadSendResult:
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             body = Forwarder.send_body(req, namespace=caller.namespace)
             data = await self._forward(caller, env, "POST", f"/v1/threads/{thread_id}/runs", body=body)
             return c.ThreadSendResult.model_validate(data)
@@ -336,7 +342,7 @@ class Operations:
 
     async def thread_wait(self, caller: Caller, thread_id: str, req: c.ThreadWait) -> c.ThreadWaitResult:
         """Return when the run is terminal or after `timeout` seconds (at most 50: a long-poll)."""
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             params = Forwarder.query(req, rename={"runId": "run"})
             data = await self._forward(caller, env, "GET", f"/v1/threads/{thread_id}/wait", params=params)
             return c.ThreadWaitResult.model_validate(data)
@@ -371,13 +377,15 @@ class Operations:
     async def thread_interrupt(
         self, caller: Caller, thread_id: str, req: c.ThreadInterrupt
     ) -> c.ThreadInterruptResult:
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             body = Forwarder.query(req)
             data = await self._forward(caller, env, "POST", f"/v1/threads/{thread_id}/interrupt", body=body)
             return c.ThreadInterruptResult.model_validate(data)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
         run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
+        if req.stop and self.on_stop is not None:
+            await self.on_stop(thread_id, req.reason)
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)
 
     async def thread_archive(self, caller: Caller, thread_id: str) -> c.ThreadArchiveResult:
@@ -401,7 +409,7 @@ class Operations:
 
     async def thread_events(self, caller: Caller, thread_id: str, req: c.EventsRead) -> c.EventsResult:
         """Events after a cursor; with a timeout, a long-poll that returns as soon as one arrives."""
-        if (env := await self._remote(caller, req.environment_id)) is not None:
+        if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(
                 caller, env, "GET", f"/v1/threads/{thread_id}/events", params=Forwarder.query(req)
             )

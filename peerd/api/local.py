@@ -35,12 +35,15 @@ from peerd.api.app import (
     base_app,
     descriptor,
     json_body,
+    json_object,
     ok,
     query_model,
 )
 from peerd.api.tools import call_tool
+from peerd.errors import InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
+from peerd.store import tasks, threads
 
 LINKS = web.AppKey("links", LinkService)
 
@@ -125,6 +128,42 @@ async def thread_events(request: web.Request) -> web.Response:
     return ok(await _ops(request).thread_events(caller_of(request), request.match_info["id"], req))
 
 
+# --- delegated tasks ----------------------------------------------------------------------------
+
+
+async def watch_runs(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    if ops.delegation is None:
+        raise NotFound("Delegation is not available in this daemon.")
+    req = await json_body(request, c.RunWatch)
+    return ok(await ops.delegation.watch(caller_of(request), req))
+
+
+async def task_list(request: web.Request) -> web.Response:
+    thread_id = request.query.get("threadId")
+    if not thread_id:
+        raise InvalidRequest("Pass threadId: tasks are listed per parent thread.")
+    await threads.get_thread(_ops(request).db, thread_id)
+    rows = await tasks.for_parent(_ops(request).db, thread_id)
+    return ok({"items": [t.info().wire() for t in rows]})
+
+
+async def task_show(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    if ops.delegation is None:
+        raise NotFound("Delegation is not available in this daemon.")
+    return ok(await ops.delegation.status(LOCAL, c.TaskStatusRead(task_id=request.match_info["id"])))
+
+
+async def task_cancel(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    if ops.delegation is None:
+        raise NotFound("Delegation is not available in this daemon.")
+    body = await json_object(request)
+    req = c.TaskCancel.model_validate({**body, "taskId": request.match_info["id"]})
+    return ok(await ops.delegation.cancel(LOCAL, req))
+
+
 # --- pairing, clients and links: local only -----------------------------------------------------
 
 
@@ -196,6 +235,10 @@ def local_app(
     r.add_post("/v1/threads/{id}/archive", thread_archive)
     r.add_get("/v1/threads/{id}/events", thread_events)
     r.add_post("/v1/tools/{name}", call_tool)
+    r.add_post("/v1/watch", watch_runs)
+    r.add_get("/v1/tasks", task_list)
+    r.add_get("/v1/tasks/{id}", task_show)
+    r.add_post("/v1/tasks/{id}/cancel", task_cancel)
     r.add_post("/v1/pair", pair_create)
     r.add_get("/v1/pair", pair_list)
     r.add_post("/v1/pair/{id}/cancel", pair_cancel)

@@ -105,4 +105,5 @@ def network_app(
     r.add_get("/v1/threads/{id}/wait", local.thread_wait)
     r.add_post("/v1/threads/{id}/interrupt", local.thread_interrupt)
     r.add_get("/v1/threads/{id}/events", local.thread_events)
+    r.add_post("/v1/watch", local.watch_runs)
     return app

@@ -8,7 +8,7 @@ a claim in the body. A token of an ended run is refused with `parent_not_active`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -17,6 +17,9 @@ from peerd.api.app import OPERATIONS, json_object, ok
 from peerd.core.runs import is_live
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound, ParentNotActive
 from peerd.operations import Caller, Operations
+
+if TYPE_CHECKING:
+    from peerd.delegation import Delegation
 from peerd.runtime.runner import token_hash
 from peerd.store import threads
 
@@ -60,7 +63,28 @@ async def _thread_interrupt(ops: Operations, caller: Caller, args: dict[str, Any
     return await ops.thread_interrupt(caller, thread_id, c.ThreadInterrupt.model_validate(rest))
 
 
+async def _delegate_task(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
+    return await _delegation(ops).delegate(caller, c.DelegateTask.model_validate(args))
+
+
+async def _task_status(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
+    return await _delegation(ops).status(caller, c.TaskStatusRead.model_validate(args))
+
+
+async def _task_cancel(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
+    return await _delegation(ops).cancel(caller, c.TaskCancel.model_validate(args))
+
+
+def _delegation(ops: Operations) -> Delegation:
+    if ops.delegation is None:
+        raise NotFound("Delegation is not available in this daemon.")
+    return ops.delegation
+
+
 TOOLS: dict[str, Callable[[Operations, Caller, dict[str, Any]], Awaitable[c.Wire]]] = {
+    "delegate_task": _delegate_task,
+    "task_status": _task_status,
+    "task_cancel": _task_cancel,
     "project_list": _project_list,
     "thread_launch": _thread_launch,
     "thread_read": _thread_read,

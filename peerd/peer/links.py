@@ -163,7 +163,7 @@ class LinkService:
             "client_env_id": self.identity.env_id,
         }
         if req.max_age_s:
-            form["max_age"] = str(int(req.max_age_s))
+            form["max_age"] = str(req.max_age_s)  # not int(): 0.5 would become "0", refused there
         provisional = LinkRow(
             env_id=code.env_id,
             label=label,
@@ -190,7 +190,7 @@ class LinkService:
             client_id=str(body["client_id"]),
             refresh_token=str(body["refresh_token"]),
             refresh_expires_at=now + float(body["refresh_expires_in"])
-            if body.get("refresh_expires_in")
+            if body.get("refresh_expires_in") is not None  # 0 means now, not never
             else None,
             access_token=str(body["access_token"]),
             access_expires_at=now + float(body["expires_in"]),

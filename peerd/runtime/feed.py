@@ -30,9 +30,15 @@ class ChangeFeed:
 
     async def wait(self, event: asyncio.Event, seconds: float) -> None:
         """Until the thread changes, the feed closes (shutdown) or `seconds` pass."""
+        await self.wait_any([event], seconds)
+
+    async def wait_any(self, events: list[asyncio.Event], seconds: float) -> None:
+        """Until any of the watched threads changes, the feed closes, or `seconds` pass."""
         if seconds <= 0 or self.closed:
             return
-        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closed.wait())]
+        waiters = [asyncio.ensure_future(e.wait()) for e in events] + [
+            asyncio.ensure_future(self._closed.wait())
+        ]
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -59,6 +59,8 @@ class RunManager:
         self._interrupts: dict[str, str] = {}  # run id -> why it is being interrupted
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
+        # Told when a run ends (delegated tasks whose child this is may now be settled).
+        self.on_run_end: Callable[[str], Awaitable[None]] | None = None
 
     def providers(self) -> list[str]:
         return sorted(self._providers)
@@ -89,6 +91,13 @@ class RunManager:
             self._tasks[run_id] = asyncio.create_task(
                 self._execute(thread, run_id, token), name=f"run:{run_id}"
             )
+
+    async def _notify_end(self, thread_id: str) -> None:
+        try:
+            if self.on_run_end is not None:
+                await self.on_run_end(thread_id)
+        except Exception:
+            log.exception("run.end_hook_failed", thread_id=thread_id)
 
     async def _kick_logged(self, thread_id: str) -> None:
         try:
@@ -124,6 +133,8 @@ class RunManager:
             self._feed.changed(thread.id)
             if not self._closing:
                 self._spawn(self._kick_logged(thread.id), f"kick:{thread.id}")
+                if self.on_run_end is not None:
+                    self._spawn(self._notify_end(thread.id), f"ended:{thread.id}")
 
     async def _drive(self, thread: Thread, run_id: str, token: str) -> None:
         provider = self._providers.get(thread.provider)

@@ -136,4 +136,51 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE threads ADD COLUMN link_label TEXT",
         "ALTER TABLE threads ADD COLUMN delegated_from TEXT",
     ],
+    # 3: delegated tasks. A task is recorded (pending, with the key its launch carries) before
+    # the launch leaves; the child's ids are attached when the launch is answered. `stop_owed`
+    # marks a stop that must still reach the box. `link_backoff` keeps a link's retry state
+    # across restarts. `runs.origin` tells a wake run from a user's.
+    [
+        """CREATE TABLE tasks (
+            id TEXT PRIMARY KEY,
+            parent_thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+            parent_run_id TEXT NOT NULL,
+            namespace TEXT NOT NULL,
+            request_key TEXT NOT NULL,
+            request_hash TEXT NOT NULL,
+            title TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            target_env TEXT,
+            target_label TEXT,
+            project_id TEXT,
+            provider TEXT NOT NULL,
+            model TEXT,
+            runtime_mode TEXT,
+            interaction_mode TEXT,
+            launch_key TEXT NOT NULL,
+            child_thread_id TEXT,
+            child_run_id TEXT,
+            status TEXT NOT NULL,
+            result TEXT,
+            wake TEXT NOT NULL DEFAULT 'always',
+            woken_run_id TEXT,
+            stop_owed INTEGER NOT NULL DEFAULT 0,
+            stop_reason TEXT,
+            last_error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL,
+            UNIQUE (namespace, request_key)
+        )""",
+        "CREATE INDEX tasks_parent ON tasks(parent_thread_id)",
+        "CREATE INDEX tasks_open ON tasks(target_env, status)",
+        "CREATE INDEX tasks_child_run ON tasks(child_run_id)",
+        """CREATE TABLE link_backoff (
+            env_id TEXT PRIMARY KEY,
+            attempts INTEGER NOT NULL,
+            next_at REAL NOT NULL,
+            last_error TEXT
+        )""",
+        "ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT 'user'",
+    ],
 ]

@@ -15,6 +15,7 @@ import aiosqlite
 from peerd.contracts import Event, Item, Page, Run, RunStatus, Thread
 from peerd.core.idempotency import replay
 from peerd.core.runs import RunView, check_transition, is_terminal, recover_at_startup
+from peerd.core.tasks import RunFact
 from peerd.core.text import slice_text
 from peerd.errors import InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
 from peerd.store import receipts
@@ -159,14 +160,29 @@ async def _insert_item(
     return await _must(tx, "SELECT * FROM items WHERE id = ?", (item_id,))
 
 
-async def _insert_run(tx: aiosqlite.Connection, thread_id: str, prompt: str, now: float) -> str:
+async def insert_run(
+    tx: aiosqlite.Connection, thread_id: str, prompt: str, now: float, *, origin: str = "user"
+) -> str:
+    """A queued run and its user message, inside the caller's transaction."""
+    return await _insert_run(tx, thread_id, prompt, now, origin=origin)
+
+
+async def event(
+    tx: aiosqlite.Connection, thread_id: str, type_: str, data: dict[str, Any], now: float
+) -> None:
+    await _event(tx, thread_id, type_, data, now)
+
+
+async def _insert_run(
+    tx: aiosqlite.Connection, thread_id: str, prompt: str, now: float, *, origin: str = "user"
+) -> str:
     row = await _one(tx, "SELECT coalesce(max(number), 0) AS n FROM runs WHERE thread_id = ?", (thread_id,))
     number = int(row["n"]) + 1 if row else 1
     run_id = new_id("run")
     await tx.execute(
-        "INSERT INTO runs (id, thread_id, number, status, prompt, created_at)"
-        " VALUES (?, ?, ?, 'queued', ?, ?)",
-        (run_id, thread_id, number, prompt, now),
+        "INSERT INTO runs (id, thread_id, number, status, prompt, created_at, origin)"
+        " VALUES (?, ?, ?, 'queued', ?, ?, ?)",
+        (run_id, thread_id, number, prompt, now, origin),
     )
     await _event(tx, thread_id, "run.updated", {"runId": run_id, "status": "queued", "number": number}, now)
     await _insert_item(tx, thread_id, run_id, "user_message", prompt, {}, now)
@@ -387,6 +403,23 @@ async def latest_run(db: Database, thread_id: str) -> Run | None:
         "SELECT * FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT 1", (thread_id,)
     )
     return None if row is None else _run(row)
+
+
+async def run_facts(db: Database, thread_id: str) -> list[RunFact]:
+    rows = await db.fetchall(
+        "SELECT id, number, status, origin, reason FROM runs WHERE thread_id = ? ORDER BY number",
+        (thread_id,),
+    )
+    return [RunFact(r["id"], r["number"], r["status"], r["origin"], r["reason"]) for r in rows]
+
+
+async def last_reply(db: Database, run_id: str) -> str | None:
+    """The run's last assistant message, whole."""
+    text = await db.scalar(
+        "SELECT text FROM items WHERE run_id = ? AND kind = 'assistant_message' ORDER BY position DESC LIMIT 1",
+        (run_id,),
+    )
+    return None if text is None else str(text)
 
 
 async def run_views(db: Database, thread_id: str) -> list[RunView]:

@@ -95,7 +95,9 @@ async def box_code(bc: LocalClient, access: str = "auto") -> pairing_code.Pairin
 
 def box_code_state(box: Daemon, code_id: str) -> tuple[str, int]:
     with contextlib.closing(sqlite3.connect(box.paths.db)) as db:
-        row = db.execute("SELECT state, failed_attempts FROM pairing_codes WHERE id = ?", (code_id,)).fetchone()
+        row = db.execute(
+            "SELECT state, failed_attempts FROM pairing_codes WHERE id = ?", (code_id,)
+        ).fetchone()
     return row[0], row[1]
 
 
@@ -111,7 +113,9 @@ async def link_fails(lc: LocalClient, code: str, **extra: Any) -> PeerdError:
     return err.value
 
 
-def assert_nothing_happened(laptop: Daemon, box: Daemon | None, code: pairing_code.PairingCode | None) -> None:
+def assert_nothing_happened(
+    laptop: Daemon, box: Daemon | None, code: pairing_code.PairingCode | None
+) -> None:
     assert stored_links(laptop) == 0, "the laptop stored a link"
     if box is not None and code is not None:
         assert box_code_state(box, code.code_id) == ("open", 0), "the box's code was touched"
@@ -264,7 +268,11 @@ async def test_plain_http_on_loopback_links_end_to_end(
         code = await box_code(pc)
         assert all(u.startswith("http://127.0.0.1:") for u in code.urls), code.urls
         linked = await lc.call("POST", "/v1/links", body={"code": code.encode(), "access": "auto"})
-        assert (linked["envId"], linked["label"], linked["status"]) == (plain.identity.env_id, "plain-box", "reachable")
+        assert (linked["envId"], linked["label"], linked["status"]) == (
+            plain.identity.env_id,
+            "plain-box",
+            "reachable",
+        )
         assert laptop.peers is not None
         assert (await laptop.peers.call(plain.identity.env_id, "GET", "/v1/projects"))["items"] == []
         clients = (await pc.call("GET", "/v1/clients"))["items"]
@@ -282,7 +290,13 @@ async def test_plain_http_on_loopback_links_end_to_end(
     ],
 )
 async def test_a_damaged_code_or_not_a_code_is_refused_with_what_to_do(
-    laptop: Daemon, box: Daemon, lc: LocalClient, bc: LocalClient, outbound: Outbound, text: str, expected: str
+    laptop: Daemon,
+    box: Daemon,
+    lc: LocalClient,
+    bc: LocalClient,
+    outbound: Outbound,
+    text: str,
+    expected: str,
 ) -> None:
     code = await box_code(bc)
     if text == "half":

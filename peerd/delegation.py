@@ -1,0 +1,442 @@
+"""Delegated tasks: `delegate_task`, `task_status`, `task_cancel`, and how a task ends and wakes.
+
+A task is a piece of work a thread's live run hands to a child thread: here (any provider and
+model: one coder asks another to implement or review) or in a linked environment. The task is
+committed (pending, with the idempotency key its launch carries) before the launch leaves; the
+child's ids are attached when the launch is answered. A task ends once, first result wins, and
+the parent is woken once, in the same transaction (see `peerd.store.tasks.finish`).
+
+Remote tasks are driven by the link's follower (`peerd.peer.follower`): it re-sends launches the
+box has not answered, delivers owed stops and watches the runs until they settle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import structlog
+
+from peerd import contracts as c
+from peerd.core.access import ModeCap, resolve_modes
+from peerd.core.idempotency import request_hash
+from peerd.core.runs import is_live
+from peerd.core.tasks import (
+    WAIT_CAP_S,
+    RunFact,
+    cancel_result,
+    role_prompt,
+    settlement,
+    task_status_from_run,
+)
+from peerd.errors import InvalidRequest, NotFound, ParentNotActive, PeerdError
+from peerd.operations import Caller, Operations
+from peerd.peer.client import is_transient
+from peerd.peer.forwarding import Forwarder
+from peerd.runtime import git
+from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.runner import RunManager
+from peerd.store import links, projects, tasks, threads
+from peerd.store.db import Database
+from peerd.store.tasks import NewTask, TaskRow
+
+log = structlog.get_logger(__name__)
+
+NO_REPLY = "(The child thread ended without a reply.)"
+
+
+class TaskNotFound(NotFound):
+    code = "task_not_found"
+
+
+class TargetRequired(PeerdError):
+    code = "target_required"
+
+
+class FollowerNotifier(Protocol):
+    def notify(self, env_id: str) -> None: ...
+
+
+class Delegation:
+    def __init__(
+        self,
+        db: Database,
+        feed: ChangeFeed,
+        ops: Operations,
+        runs: RunManager,
+        forwarder: Forwarder,
+        *,
+        env_id: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.feed = feed
+        self.ops = ops
+        self.runs = runs
+        self.forwarder = forwarder
+        self.env_id = env_id
+        self.clock = clock
+        self.followers: FollowerNotifier | None = None
+
+    # --- delegate_task -----------------------------------------------------------------------
+
+    async def _parent(self, caller: Caller) -> tuple[c.Thread, c.Run]:
+        if caller.thread_id is None or caller.run_id is None:
+            raise ParentNotActive(
+                "Delegated tasks require a live run of the calling thread (an agent's run)."
+            )
+        run = await threads.get_run(self.db, caller.run_id)
+        if not is_live(run.status):
+            raise ParentNotActive("The calling run has ended; delegated tasks need a live run.")
+        return await threads.get_thread(self.db, caller.thread_id), run
+
+    async def delegate(self, caller: Caller, req: c.DelegateTask) -> c.TaskInfo:
+        parent, run = await self._parent(caller)
+        # Explicit modes are checked against the parent; they can only narrow.
+        resolve_modes(
+            ModeCap(parent.runtime_mode, parent.interaction_mode), req.runtime_mode, req.interaction_mode
+        )
+        target = req.target or c.DelegateTarget()
+        env = await self.ops.remote_target(caller, target.environment_id)
+        key = req.client_request_id or uuid.uuid4().hex
+        digest = request_hash(
+            "delegate_task", req.model_dump(mode="json", exclude={"client_request_id", "mode"})
+        )
+        provider = target.provider or parent.provider
+        wake: Any = "settled_only" if req.mode == "wait" else "always"
+        if env is None:
+            if target.project_id and target.project_id != parent.project_id:
+                raise InvalidRequest(
+                    "A local task runs in this thread's project. Omit target.projectId, or pass "
+                    "target.environmentId to run it in that environment's project."
+                )
+            model = target.model or (parent.model if provider == parent.provider else None)
+            new = NewTask(
+                parent_thread_id=parent.id,
+                parent_run_id=run.id,
+                namespace=caller.namespace,
+                request_key=key,
+                request_hash=digest,
+                title=req.title or parent.title,
+                prompt=role_prompt(req.role, req.task),
+                target_env=None,
+                target_label=None,
+                project_id=parent.project_id,
+                provider=provider,
+                model=model,
+                runtime_mode=req.runtime_mode or parent.runtime_mode,
+                interaction_mode=req.interaction_mode or parent.interaction_mode,
+                wake=wake,
+            )
+            task, _ = await tasks.record(self.db, new, now=self.clock())
+            if task.child_thread_id is None and not task.terminal:
+                task = await self._launch_local(task)
+        else:
+            if provider != parent.provider and target.model is None:
+                raise TargetRequired(
+                    f"Pass target.model: provider {provider} there does not share this thread's model."
+                )
+            link = await links.get(self.db, env)
+            project_id = target.project_id or await self._match_project(caller, env, parent)
+            new = NewTask(
+                parent_thread_id=parent.id,
+                parent_run_id=run.id,
+                namespace=caller.namespace,
+                request_key=key,
+                request_hash=digest,
+                title=req.title or parent.title,
+                prompt=role_prompt(req.role, req.task),
+                target_env=env,
+                target_label=link.label if link else env,
+                project_id=project_id,
+                provider=provider,
+                model=target.model or parent.model,
+                # Omitted modes are not sent: the box applies the link's cap (narrowed by ours).
+                runtime_mode=req.runtime_mode,
+                interaction_mode=req.interaction_mode,
+                wake=wake,
+            )
+            task, _ = await tasks.record(self.db, new, now=self.clock())
+            if task.child_thread_id is None and not task.terminal:
+                task = await self.launch_remote(task, raise_terminal=True)
+            if self.followers is not None:
+                self.followers.notify(env)
+        if req.mode == "wait":
+            return await self._wait(task.id, (req.timeout_ms or WAIT_CAP_S * 1000) / 1000)
+        return task.info()
+
+    async def _launch_local(self, task: TaskRow) -> TaskRow:
+        launch = c.ThreadLaunch(
+            project_id=task.project_id or "",
+            prompt=task.prompt,
+            provider=task.provider,
+            title=task.title,
+            model=task.model,
+            runtime_mode=task.runtime_mode,
+            interaction_mode=task.interaction_mode,
+            client_request_id=task.launch_key,
+        )
+        try:
+            launched = await self.ops.thread_launch(Caller(namespace="delegate"), launch)
+        except PeerdError as exc:
+            return (
+                await self.end(task.id, "failed", f"The child thread could not start: {exc.message}") or task
+            )
+        return await tasks.attach(
+            self.db,
+            task.id,
+            child_thread_id=launched.thread_id,
+            child_run_id=launched.run_id,
+            now=self.clock(),
+        )
+
+    async def launch_remote(
+        self, task: TaskRow, *, raise_terminal: bool = False, transient: Literal["keep", "raise"] = "keep"
+    ) -> TaskRow:
+        """Send (or re-send: the key makes it the same launch) the task's launch to the box.
+
+        A transient failure keeps the task pending for the follower (`keep`), or is raised to the
+        follower so it backs off (`raise`)."""
+        parent = await threads.get_thread(self.db, task.parent_thread_id)
+        launch = c.ThreadLaunch(
+            project_id=task.project_id or "",
+            prompt=task.prompt,
+            provider=task.provider,
+            title=task.title,
+            model=task.model,
+            runtime_mode=task.runtime_mode,
+            interaction_mode=task.interaction_mode,
+            client_request_id=task.launch_key,
+            delegated_from=c.DelegatedFrom(
+                environment_id=self.env_id, thread_id=parent.id, title=parent.title
+            ),
+        )
+        body = Forwarder.launch_body(launch, namespace=task.namespace)
+        body["delegatedFrom"] = launch.delegated_from.wire() if launch.delegated_from else None
+        env = task.target_env or ""
+        try:
+            data = await self.forwarder.call(
+                env,
+                "POST",
+                "/v1/threads",
+                body=body,
+                caller_modes=(parent.runtime_mode, parent.interaction_mode),
+            )
+        except PeerdError as exc:
+            if is_transient(exc):
+                if transient == "raise":
+                    raise
+                await tasks.set_error(self.db, task.id, exc.message, now=self.clock())
+                return await tasks.get(self.db, task.id)  # pending: the follower re-sends it
+            ended = await self.end(task.id, "failed", exc.message)
+            if raise_terminal:
+                raise
+            return ended or task
+        launched = c.ThreadLaunchResult.model_validate(data)
+        return await tasks.attach(
+            self.db,
+            task.id,
+            child_thread_id=launched.thread_id,
+            child_run_id=launched.run_id,
+            now=self.clock(),
+        )
+
+    async def _match_project(self, caller: Caller, env: str, parent: c.Thread) -> str:
+        """The one project there with this thread's repository identity (paging through them all)."""
+        project = await projects.get(self.db, parent.project_id)
+        key = await git.repository_key(Path(project.path))
+        if key is None:
+            raise TargetRequired(
+                "Pass target.projectId: this thread's project has no repository to match there."
+            )
+        matches: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.ops.project_list(caller, c.ProjectList(environment_id=env, cursor=cursor))
+            matches.extend(p.id for p in page.items if p.repository_key == key)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        if not matches:
+            raise InvalidRequest(
+                f"No project there has this repository ({key}). Pass target.projectId; "
+                "project_list with this environmentId lists them."
+            )
+        if len(matches) > 1:
+            raise InvalidRequest(
+                f"Several projects there have this repository: {', '.join(matches)}. Pass target.projectId."
+            )
+        return matches[0]
+
+    # --- task_status, task_cancel --------------------------------------------------------------
+
+    async def _owned(self, caller: Caller, task_id: str) -> TaskRow:
+        try:
+            task = await tasks.get(self.db, task_id)
+        except NotFound:
+            raise TaskNotFound(f"Delegated task {task_id} was not found.") from None
+        if caller.thread_id is not None and task.parent_thread_id != caller.thread_id:
+            raise TaskNotFound(f"Delegated task {task_id} does not belong to thread {caller.thread_id}.")
+        return task
+
+    async def status(self, caller: Caller, req: c.TaskStatusRead) -> c.TaskInfo:
+        task = await self._owned(caller, req.task_id)
+        if req.wait and not task.terminal:
+            return await self._wait(task.id, (req.timeout_ms or WAIT_CAP_S * 1000) / 1000)
+        return task.info()
+
+    async def _wait(self, task_id: str, seconds: float) -> c.TaskInfo:
+        """Until the task ends, or return `waitTimedOut` before the caller's own tool-call limit and
+        switch the task to wake the parent later, so a waiting agent never re-dispatches it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(seconds, WAIT_CAP_S)
+        parent_thread_id = (await tasks.get(self.db, task_id)).parent_thread_id
+        while True:
+            changed = self.feed.watch(parent_thread_id)  # task changes are events of the parent thread
+            task = await tasks.get(self.db, task_id)
+            if task.terminal:
+                return task.info(wait_timed_out=False)
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.feed.closed:
+                await tasks.set_wake(self.db, task_id, "always", now=self.clock())
+                return (await tasks.get(self.db, task_id)).info(wait_timed_out=True)
+            await self.feed.wait(changed, remaining)
+
+    async def cancel(self, caller: Caller, req: c.TaskCancel) -> c.TaskInfo:
+        task = await self._owned(caller, req.task_id)
+        return await self.stop_task(task, "cancelled", cancel_result(req.reason), req.reason)
+
+    async def stop_task(
+        self, task: TaskRow, status: c.TaskStatus, result: str, reason: str | None
+    ) -> c.TaskInfo:
+        """Stop the child (there: the stop is recorded as owed first) and end the task with `result`."""
+        if task.target_env is None:
+            if task.child_thread_id is not None:
+                await self.runs.interrupt(task.child_thread_id, stop=True, reason=reason or result)
+            await self.end(task.id, status, result)
+            return (await tasks.get(self.db, task.id)).info()
+        # Recorded as owed before the stop leaves: a crash or an unreachable box cannot lose it.
+        await tasks.set_stop(self.db, task.id, owed=True, reason=reason or result, now=self.clock())
+        delivered = await self.deliver_stop(await tasks.get(self.db, task.id))
+        if not delivered:
+            label = task.target_label or task.target_env
+            result = f"{result} It could not be stopped in {label} yet and may still run there; the stop is retried."
+        await self.end(task.id, status, result)
+        if not delivered and self.followers is not None:
+            self.followers.notify(task.target_env)
+        return (await tasks.get(self.db, task.id)).info()
+
+    async def deliver_stop(self, task: TaskRow, *, transient: Literal["keep", "raise"] = "keep") -> bool:
+        """Send an owed stop. True once it landed or was refused for good (nothing left to stop)."""
+        if task.child_thread_id is None:
+            return False  # the follower re-sends the launch first to learn the thread there
+        try:
+            await self.forwarder.call(
+                task.target_env or "",
+                "POST",
+                f"/v1/threads/{task.child_thread_id}/interrupt",
+                body={"stop": True, "reason": task.stop_reason or "Stopped."},
+            )
+        except PeerdError as exc:
+            if is_transient(exc):
+                if transient == "raise":
+                    raise
+                await tasks.set_error(
+                    self.db, task.id, f"The stop could not be delivered yet: {exc.message}", now=self.clock()
+                )
+                return False
+            log.warning("task.stop_refused", task_id=task.id, code=exc.code)
+        await tasks.set_stop(self.db, task.id, owed=False, reason=None, now=self.clock())
+        return True
+
+    async def stop_children(self, parent_thread_id: str, reason: str | None) -> None:
+        """The parent's Stop stops every task it delegated, here and there."""
+        for task in await tasks.for_parent(self.db, parent_thread_id):
+            if not task.terminal:
+                why = f"Stopped with its parent: {reason}" if reason else "Stopped with its parent."
+                await self.stop_task(task, "interrupted", why, why)
+
+    # --- how tasks end ---------------------------------------------------------------------------
+
+    async def end(self, task_id: str, status: c.TaskStatus, result: str) -> TaskRow | None:
+        """End the task (first result wins) and start the parent's wake run, if one was made."""
+        ended = await tasks.finish(self.db, task_id, status, result, now=self.clock())
+        if ended is None:
+            return None
+        log.info("task.ended", task_id=task_id, status=status, woken_run_id=ended.woken_run_id)
+        self.feed.changed(ended.parent_thread_id)
+        if ended.woken_run_id is not None:
+            await self.runs.kick(ended.parent_thread_id)
+        return ended
+
+    async def watch_one(self, thread_id: str, run_id: str) -> c.WatchedRun:
+        """Has the work this run started settled (its own delegations included), and with which run?"""
+        try:
+            thread = await threads.get_thread(self.db, thread_id)
+            facts = await threads.run_facts(self.db, thread_id)
+        except NotFound:
+            return c.WatchedRun(thread_id=thread_id, run_id=run_id, status=None, settled=False, found=False)
+        launched = next((f for f in facts if f.id == run_id), None)
+        if launched is None:
+            return c.WatchedRun(thread_id=thread_id, run_id=run_id, status=None, settled=False, found=False)
+        settled, result_run = settlement(
+            launched,
+            facts,
+            open_children=await tasks.has_open_children(self.db, thread_id),
+            queue_held=thread.queue_held,
+        )
+        return c.WatchedRun(
+            thread_id=thread_id,
+            run_id=run_id,
+            status=result_run.status,
+            settled=settled,
+            found=True,
+            result_run_id=result_run.id if settled else None,
+            reason=result_run.reason if settled else None,
+        )
+
+    async def watch(self, caller: Caller, req: c.RunWatch) -> c.RunWatchResult:
+        """The follower's batched long-poll: returns when any named run settles (or is gone)."""
+        del caller
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.timeout
+        while True:
+            events = [self.feed.watch(ref.thread_id) for ref in req.runs]
+            runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
+            remaining = deadline - loop.time()
+            if any(r.settled or not r.found for r in runs) or remaining <= 0 or self.feed.closed:
+                done = any(r.settled or not r.found for r in runs)
+                return c.RunWatchResult(runs=runs, timed_out=not done)
+            await self.feed.wait_any(events, remaining)
+
+    async def on_run_end(self, thread_id: str) -> None:
+        """A run here ended: local tasks whose child thread this is may now be settled."""
+        for task in await tasks.open_local(self.db):
+            if task.child_thread_id != thread_id or task.child_run_id is None:
+                continue
+            watched = await self.watch_one(thread_id, task.child_run_id)
+            if watched.settled and watched.result_run_id is not None:
+                await self.end(
+                    task.id, task_status_from_run(watched.status or ""), await self.result_text(watched)
+                )
+
+    async def result_text(self, watched: c.WatchedRun) -> str:
+        reply = await threads.last_reply(self.db, watched.result_run_id or "")
+        if watched.status == "failed":
+            return watched.reason or reply or "The child run failed."
+        return reply or watched.reason or NO_REPLY
+
+    async def recover(self) -> None:
+        """At start-up: local tasks whose child ended while the daemon was down end now."""
+        for task in await tasks.open_local(self.db):
+            if task.child_thread_id is None:
+                await self._launch_local(task)
+            else:
+                await self.on_run_end(task.child_thread_id)
+
+
+__all__ = ["Delegation", "RunFact", "TargetRequired", "TaskNotFound"]

@@ -1,0 +1,345 @@
+"""Delegated tasks: recorded before their launch leaves, completed once, waking the parent once.
+
+Completion and the parent's wake are one transaction: the task's status and result, and (when the
+wake rules say so) the wake run on the parent thread. A crash can therefore never leave a task that
+ended without its wake, nor wake twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from peerd import contracts as c
+from peerd.core.tasks import Wake, complete, is_task_terminal, should_wake, wake_text
+from peerd.errors import IdempotencyKeyReused, NotFound
+from peerd.store import threads
+from peerd.store.db import Database
+from peerd.store.ids import new_id
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    parent_thread_id: str
+    parent_run_id: str
+    namespace: str
+    request_key: str
+    title: str
+    prompt: str
+    target_env: str | None
+    target_label: str | None
+    project_id: str | None
+    provider: str
+    model: str | None
+    runtime_mode: str | None
+    interaction_mode: str | None
+    launch_key: str
+    child_thread_id: str | None
+    child_run_id: str | None
+    status: str
+    result: str | None
+    wake: str
+    woken_run_id: str | None
+    stop_owed: bool
+    stop_reason: str | None
+    last_error: str | None
+    created_at: float
+    ended_at: float | None
+
+    @property
+    def terminal(self) -> bool:
+        return is_task_terminal(self.status)
+
+    def info(self, *, wait_timed_out: bool | None = None) -> c.TaskInfo:
+        remote = None
+        if self.target_env is not None:
+            remote = c.RemoteChild(
+                environment_id=self.target_env,
+                thread_id=self.child_thread_id,
+                run_id=self.child_run_id,
+                label=self.target_label or self.target_env,
+            )
+        return c.TaskInfo(
+            task_id=self.id,
+            status=self.status,
+            title=self.title,
+            parent_thread_id=self.parent_thread_id,
+            child_thread_id=None if remote else self.child_thread_id,
+            child_run_id=None if remote else self.child_run_id,
+            remote_child=remote,
+            result=self.result,
+            stop_owed=self.stop_owed,
+            last_error=self.last_error,
+            wait_timed_out=wait_timed_out,
+            created_at=self.created_at,
+            ended_at=self.ended_at,
+        )
+
+
+def _row(r: aiosqlite.Row) -> TaskRow:
+    return TaskRow(
+        id=r["id"],
+        parent_thread_id=r["parent_thread_id"],
+        parent_run_id=r["parent_run_id"],
+        namespace=r["namespace"],
+        request_key=r["request_key"],
+        title=r["title"],
+        prompt=r["prompt"],
+        target_env=r["target_env"],
+        target_label=r["target_label"],
+        project_id=r["project_id"],
+        provider=r["provider"],
+        model=r["model"],
+        runtime_mode=r["runtime_mode"],
+        interaction_mode=r["interaction_mode"],
+        launch_key=r["launch_key"],
+        child_thread_id=r["child_thread_id"],
+        child_run_id=r["child_run_id"],
+        status=r["status"],
+        result=r["result"],
+        wake=r["wake"],
+        woken_run_id=r["woken_run_id"],
+        stop_owed=bool(r["stop_owed"]),
+        stop_reason=r["stop_reason"],
+        last_error=r["last_error"],
+        created_at=r["created_at"],
+        ended_at=r["ended_at"],
+    )
+
+
+@dataclass(frozen=True)
+class NewTask:
+    parent_thread_id: str
+    parent_run_id: str
+    namespace: str
+    request_key: str
+    request_hash: str
+    title: str
+    prompt: str
+    target_env: str | None
+    target_label: str | None
+    project_id: str | None
+    provider: str
+    model: str | None
+    runtime_mode: str | None
+    interaction_mode: str | None
+    wake: Wake
+
+
+async def _one(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
+    async with tx.execute(sql, params) as cur:
+        row: aiosqlite.Row | None = await cur.fetchone()
+        return row
+
+
+async def record(db: Database, new: NewTask, *, now: float) -> tuple[TaskRow, bool]:
+    """Record the task before its launch leaves. A retry with the same key returns the first task."""
+    async with db.write() as tx:
+        existing = await _one(
+            tx,
+            "SELECT * FROM tasks WHERE namespace = ? AND request_key = ?",
+            (new.namespace, new.request_key),
+        )
+        if existing is not None:
+            if existing["request_hash"] != new.request_hash:
+                raise IdempotencyKeyReused(
+                    f"clientRequestId {new.request_key!r} was already used for a different delegate_task. "
+                    "Use a new clientRequestId for a new task, or repeat the original call to get its task."
+                )
+            return _row(existing), True
+        task_id = new_id("tsk")
+        # The key the launch carries is fixed now, so a re-sent launch after a crash is the same launch.
+        launch_key = f"delegate:{new.parent_thread_id}:{new.request_key}"
+        await tx.execute(
+            "INSERT INTO tasks (id, parent_thread_id, parent_run_id, namespace, request_key, request_hash, title,"
+            " prompt, target_env, target_label, project_id, provider, model, runtime_mode, interaction_mode,"
+            " launch_key, status, wake, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (
+                task_id,
+                new.parent_thread_id,
+                new.parent_run_id,
+                new.namespace,
+                new.request_key,
+                new.request_hash,
+                new.title,
+                new.prompt,
+                new.target_env,
+                new.target_label,
+                new.project_id,
+                new.provider,
+                new.model,
+                new.runtime_mode,
+                new.interaction_mode,
+                launch_key,
+                new.wake,
+                now,
+                now,
+            ),
+        )
+        await threads.event(
+            tx, new.parent_thread_id, "task.updated", {"taskId": task_id, "status": "pending"}, now
+        )
+        row = await _one(tx, "SELECT * FROM tasks WHERE id = ?", (task_id,))
+    if row is None:
+        raise RuntimeError("task vanished inside its own transaction")
+    return _row(row), False
+
+
+async def attach(
+    db: Database, task_id: str, *, child_thread_id: str, child_run_id: str | None, now: float
+) -> TaskRow:
+    """The launch was answered: record the child's ids; a pending task becomes running."""
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE tasks SET child_thread_id = ?, child_run_id = ?, last_error = NULL, updated_at = ?,"
+            " status = CASE WHEN status = 'pending' THEN 'running' ELSE status END WHERE id = ?",
+            (child_thread_id, child_run_id, now, task_id),
+        )
+        row = await _one(tx, "SELECT * FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            raise NotFound(f"Task {task_id} was not found.")
+        await threads.event(
+            tx, row["parent_thread_id"], "task.updated", {"taskId": task_id, "status": row["status"]}, now
+        )
+    return _row(row)
+
+
+async def finish(
+    db: Database, task_id: str, status: c.TaskStatus, result: str, *, now: float
+) -> TaskRow | None:
+    """Complete the task once and wake its parent in the same transaction; None if it had ended."""
+    async with db.write() as tx:
+        row = await _one(tx, "SELECT * FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            raise NotFound(f"Task {task_id} was not found.")
+        done = complete(row["status"], status, result)
+        if done is None:
+            return None  # first result wins: a late or duplicate report changes nothing
+        live = await _one(
+            tx,
+            "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('starting', 'running') LIMIT 1",
+            (row["parent_thread_id"],),
+        )
+        woken = None
+        parent = await _one(tx, "SELECT status FROM threads WHERE id = ?", (row["parent_thread_id"],))
+        if (
+            parent is not None
+            and parent["status"] == "active"
+            and should_wake(row["wake"], parent_live=live is not None)
+        ):
+            woken = await threads.insert_run(
+                tx, row["parent_thread_id"], wake_text([task_id]), now, origin="wake"
+            )
+        await tx.execute(
+            "UPDATE tasks SET status = ?, result = ?, ended_at = ?, updated_at = ?, woken_run_id = ? WHERE id = ?",
+            (done.status, done.result, now, now, woken, task_id),
+        )
+        await threads.event(
+            tx, row["parent_thread_id"], "task.updated", {"taskId": task_id, "status": done.status}, now
+        )
+        updated = await _one(tx, "SELECT * FROM tasks WHERE id = ?", (task_id,))
+    return None if updated is None else _row(updated)
+
+
+async def get(db: Database, task_id: str) -> TaskRow:
+    row = await db.fetchone("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    if row is None:
+        raise NotFound(f"Task {task_id} was not found.")
+    return _row(row)
+
+
+async def set_wake(db: Database, task_id: str, wake: Wake, *, now: float) -> TaskRow:
+    """A wait that timed out switches the task to wake its parent later; if it ended meanwhile
+    without a wake and the parent is idle, wake now."""
+    async with db.write() as tx:
+        await tx.execute("UPDATE tasks SET wake = ?, updated_at = ? WHERE id = ?", (wake, now, task_id))
+        row = await _one(tx, "SELECT * FROM tasks WHERE id = ?", (task_id,))
+        if row is None:
+            raise NotFound(f"Task {task_id} was not found.")
+    return _row(row)
+
+
+async def set_stop(db: Database, task_id: str, *, owed: bool, reason: str | None, now: float) -> None:
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE tasks SET stop_owed = ?, stop_reason = coalesce(?, stop_reason), updated_at = ? WHERE id = ?",
+            (int(owed), reason, now, task_id),
+        )
+
+
+async def set_error(db: Database, task_id: str, error: str | None, *, now: float) -> None:
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE tasks SET last_error = ?, updated_at = ? WHERE id = ?", (error, now, task_id)
+        )
+
+
+async def for_parent(db: Database, parent_thread_id: str) -> list[TaskRow]:
+    rows = await db.fetchall(
+        "SELECT * FROM tasks WHERE parent_thread_id = ? ORDER BY created_at", (parent_thread_id,)
+    )
+    return [_row(r) for r in rows]
+
+
+async def open_for_env(db: Database, env_id: str) -> list[TaskRow]:
+    """Remote tasks the follower owes work: not ended yet, or a stop still to deliver."""
+    rows = await db.fetchall(
+        "SELECT * FROM tasks WHERE target_env = ? AND (status IN ('pending', 'running') OR stop_owed = 1)"
+        " ORDER BY created_at",
+        (env_id,),
+    )
+    return [_row(r) for r in rows]
+
+
+async def envs_with_open_tasks(db: Database) -> list[str]:
+    rows = await db.fetchall(
+        "SELECT DISTINCT target_env FROM tasks WHERE target_env IS NOT NULL"
+        " AND (status IN ('pending', 'running') OR stop_owed = 1)"
+    )
+    return [r["target_env"] for r in rows]
+
+
+async def open_local(db: Database) -> list[TaskRow]:
+    rows = await db.fetchall(
+        "SELECT * FROM tasks WHERE target_env IS NULL AND status IN ('pending', 'running')"
+    )
+    return [_row(r) for r in rows]
+
+
+async def by_child_run(db: Database, run_id: str) -> list[TaskRow]:
+    rows = await db.fetchall(
+        "SELECT * FROM tasks WHERE child_run_id = ? AND target_env IS NULL AND status IN ('pending', 'running')",
+        (run_id,),
+    )
+    return [_row(r) for r in rows]
+
+
+async def has_open_children(db: Database, thread_id: str) -> bool:
+    """Does this thread still wait on tasks it delegated? Its own result is not final until not."""
+    row = await db.fetchone(
+        "SELECT 1 FROM tasks WHERE parent_thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
+        (thread_id,),
+    )
+    return row is not None
+
+
+async def backoff(db: Database, env_id: str) -> tuple[int, float]:
+    row = await db.fetchone("SELECT attempts, next_at FROM link_backoff WHERE env_id = ?", (env_id,))
+    return (0, 0.0) if row is None else (int(row["attempts"]), float(row["next_at"]))
+
+
+async def set_backoff(db: Database, env_id: str, *, attempts: int, next_at: float, error: str | None) -> None:
+    async with db.write() as tx:
+        if attempts == 0:
+            await tx.execute("DELETE FROM link_backoff WHERE env_id = ?", (env_id,))
+        else:
+            await tx.execute(
+                "INSERT INTO link_backoff (env_id, attempts, next_at, last_error) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(env_id) DO UPDATE SET attempts = excluded.attempts, next_at = excluded.next_at,"
+                " last_error = excluded.last_error",
+                (env_id, attempts, next_at, error),
+            )
