@@ -51,11 +51,16 @@ def script(*steps: dict[str, Any]) -> str:
 
 @asynccontextmanager
 async def running_daemon(
-    home: Path, *, label: str = "test", listen: str | None = "127.0.0.1:0", tls: bool = True
+    home: Path,
+    *,
+    label: str = "test",
+    listen: str | None = "127.0.0.1:0",
+    tls: bool = True,
+    watch_chunk_s: float = 50.0,
 ) -> AsyncIterator[Daemon]:
     """A real daemon in this event loop: real Unix socket, real TLS listener (plain HTTP with
     `tls=False`, loopback only), real SQLite file."""
-    daemon = Daemon(DaemonConfig(home=home, label=label, listen=listen, tls=tls))
+    daemon = Daemon(DaemonConfig(home=home, label=label, listen=listen, tls=tls, watch_chunk_s=watch_chunk_s))
     try:
         await daemon.start()
         yield daemon

@@ -35,6 +35,12 @@ Steps, one action key each:
     {"wait": seconds}                      {"wait_for_file": "path"}     (polls every 50 ms)
     {"fail": "message"}
 
+Variables: after each tool call, the scalar fields of its result (e.g. taskId, threadId, status,
+result) are kept as variables of the session; "${name}" in any later string of a step (this run
+or a later one) is replaced by its value. "${prompt}" is this run's prompt. So a parent can
+delegate in run 1 and, woken in run 2, read `{"tool": {"name": "task_status", "arguments":
+{"taskId": "${taskId}"}}}` and reply `"got: ${result}"`.
+
 Modes, like a coder's sandbox: runtime modes rank read-only < approval-required <
 auto-accept-edits < auto < full-access (the default); write/edit need auto-accept-edits, run
 needs auto; interaction mode "plan" allows none of them. A denied step fails the run. Paths must
@@ -163,14 +169,32 @@ def steps_for_run(session: dict[str, Any], script: dict[str, Any] | None) -> lis
     return list(runs[index]["steps"])
 
 
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def substitute(value: Any, variables: dict[str, str]) -> Any:
+    """Replace ${name} in every string of a step; unknown names stay as they are."""
+    if isinstance(value, str):
+        return _VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), value)
+    if isinstance(value, list):
+        return [substitute(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: substitute(v, variables) for k, v in value.items()}
+    return value
+
+
 class Agent:
-    def __init__(self, cwd: Path, runtime_mode: str, interaction_mode: str) -> None:
+    def __init__(
+        self, cwd: Path, runtime_mode: str, interaction_mode: str, variables: dict[str, str] | None = None
+    ) -> None:
         self.cwd = cwd
         self.runtime_mode = runtime_mode
         self.interaction_mode = interaction_mode
+        self.variables: dict[str, str] = variables if variables is not None else {}
 
     def run_steps(self, steps: list[Any]) -> None:
-        for step in steps:
+        for raw in steps:
+            step = substitute(raw, self.variables)
             action = next(key for key in step if key in ACTIONS)
             getattr(self, f"step_{action}")(step[action], bool(step.get("check", False)))
 
@@ -233,6 +257,10 @@ class Agent:
         arguments = spec.get("arguments") or {}
         result, error = call_tool(name, arguments)
         emit_item("tool_call", name, {"arguments": arguments, "result": result, "error": error})
+        if isinstance(result, dict):
+            for key, value in result.items():
+                if isinstance(value, (str, int, float, bool)):
+                    self.variables[key] = str(value)
         if error is not None and (check or spec.get("check")):
             raise RunFailed(f"Tool {name} failed: {error['code']}: {error['message']}")
 
@@ -361,7 +389,14 @@ def main(argv: list[str] | None = None) -> int:
         if steps is None:
             emit_item("assistant_message", "(script) " + prompt[:ECHO_LIMIT])
         else:
-            Agent(cwd, args.runtime_mode, args.interaction_mode).run_steps(steps)
+            variables = dict(session.get("vars") or {})
+            variables["prompt"] = prompt
+            try:
+                Agent(cwd, args.runtime_mode, args.interaction_mode, variables).run_steps(steps)
+            finally:
+                variables.pop("prompt", None)
+                session["vars"] = variables
+                save_session(state_dir, session)
     except RunFailed as exc:
         emit_item("error", str(exc))
         emit({"type": "result", "status": "failed", "error": str(exc)})
