@@ -167,7 +167,15 @@ def link(
 
 def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     return [
-        [x["envId"], x["label"], x["access"], x["status"], ago(x["lastReachedAt"]), x["lastError"] or ""]
+        [
+            x["envId"],
+            x["label"],
+            ", ".join(x["urls"]),
+            x["access"],
+            x["status"],
+            ago(x["lastReachedAt"]),
+            x["lastError"] or "",
+        ]
         for x in items
     ]
 
@@ -191,7 +199,7 @@ def environment_list(ctx: click.Context, no_probe: bool, as_json: bool) -> None:
     if as_json:
         emit_json(items)
         return
-    table(["id", "label", "access", "status", "last reached", "last error"], _link_rows(items))
+    table(["id", "label", "addresses", "access", "status", "last reached", "last error"], _link_rows(items))
 
 
 @environment.command("show")

@@ -231,7 +231,7 @@ class PeerClient:
             now = self._clock()
             updated = link.with_tokens(
                 refresh_token=str(body["refresh_token"]),
-                refresh_expires_at=now + float(body.get("refresh_expires_in") or 0) or None,
+                refresh_expires_at=_expiry(now, body.get("refresh_expires_in")),
                 access_token=str(body["access_token"]),
                 access_expires_at=now + float(body["expires_in"]),
             )
@@ -327,6 +327,11 @@ class PeerClient:
         except PeerdError:
             return False
         return status == 200
+
+
+def _expiry(now: float, seconds: Any) -> float | None:
+    """An absolute expiry from a relative one; absent means the box set none."""
+    return None if seconds is None else now + float(seconds)
 
 
 def precheck(link: LinkRow, method: str, body: dict[str, Any] | None) -> None:

@@ -233,7 +233,7 @@ class LinkService:
 
     async def _refresh_status(self, row: LinkRow) -> None:
         """Probe without credentials; a revoked or expired link keeps its status."""
-        if row.status in ("revoked", "expired"):
+        if row.status in ("revoked", "expired") or row.info(now=self.clock()).status == "expired":
             return
         for url in row.urls:
             try:
@@ -257,7 +257,9 @@ class LinkService:
         row = await self._row(env_id)
         told = False if row.status == "revoked" else await self.peers.revoke(row)
         await links.delete(self.db, row.env_id)
-        if told:
+        if row.status == "revoked":
+            message = f"Forgot the link to {row.label}; {row.label} had already revoked it."
+        elif told:
             message = f"Unlinked {row.label}: the link was revoked there and forgotten here."
         else:
             message = (
