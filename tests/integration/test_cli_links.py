@@ -128,8 +128,8 @@ async def test_pair_link_list_revoke_unlink_through_the_cli(
         peerd(box, "client", "list"),
         peerd(box, "client", "list", "--json"),
     )
-    assert ok(env_text).splitlines()[0].split()[:4] == ["ID", "LABEL", "ACCESS", "STATUS"]
-    assert [r[:4] for r in rows(env_text.stdout)] == [[box_id, "box", "auto", "reachable"]]
+    assert ok(env_text).splitlines()[0].split()[:5] == ["ID", "LABEL", "ADDRESSES", "ACCESS", "STATUS"]
+    assert [r[:5] for r in rows(env_text.stdout)] == [[box_id, "box", box_url, "auto", "reachable"]]
     envs = json.loads(ok(env_json))
     assert [(e["envId"], e["label"], e["access"], e["status"], e["urls"]) for e in envs] == [
         (box_id, "box", "auto", "reachable", [box_url])
@@ -153,7 +153,7 @@ async def test_pair_link_list_revoke_unlink_through_the_cli(
         await laptop.peers.call(box_id, "GET", "/v1/projects")
     assert err.value.message == REVOKED_MESSAGE
     (revoked,) = rows(ok(await peerd(laptop, "environment", "list")))
-    assert revoked[:4] == [box_id, "box", "auto", "revoked"]
+    assert revoked[:5] == [box_id, "box", box_url, "auto", "revoked"]
     assert revoked[-1] == REVOKED_MESSAGE
 
     # --- unlink forgets it here (the box had already revoked it) ----------------------------------
