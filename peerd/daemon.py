@@ -32,7 +32,7 @@ from peerd.delegation import Delegation
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.operations import Operations
 from peerd.paths import Paths
-from peerd.peer.client import PeerClient
+from peerd.peer.client import PeerClient, check_url
 from peerd.peer.follower import FollowerPool
 from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
@@ -125,6 +125,8 @@ class Daemon:
         self._lock_file = handle
 
     async def start(self) -> None:
+        for url in self.config.advertise:
+            check_url(url)  # a pairing code must never carry an address the laptop would refuse
         self._take_lock()
         identity = load_or_create_identity(self.paths.home)
         self.identity = identity
@@ -217,10 +219,14 @@ class Daemon:
             self._listeners.append(c.Listener(kind="tcp", address=f"{scheme}://{shown}", tls=self.config.tls))
 
     async def _prune_receipts(self) -> None:
+        """Idempotency receipts past their 7 days, and refresh tokens past their own expiry (a rotated
+        token is kept until then, so a replay of it is still recognised and revokes the link)."""
         if self.db is None:
             return
+        now = time.time()
         async with self.db.write() as tx:
-            await receipts.prune(tx, older_than=time.time() - RECEIPT_RETENTION_S)
+            await receipts.prune(tx, older_than=now - RECEIPT_RETENTION_S)
+            await tx.execute("DELETE FROM refresh_tokens WHERE expires_at < ?", (now,))
 
     async def _prune_hourly(self) -> None:
         """Idempotency receipts are kept 7 days, also in a daemon that runs for months."""

@@ -178,16 +178,22 @@ class PeerClient:
         cached = self._good_url.get(link.env_id)
         if cached is not None:
             return cached
+        mismatch: PinMismatch | None = None
         for url in link.urls:
             try:
                 desc = await self.probe(url, link.fingerprint)
-            except PinMismatch:
-                continue  # an impostor or a reused address: never sign in there
+            except PinMismatch as exc:
+                mismatch = exc  # an impostor or a reused address: never sign in there
+                continue
             except PeerdError:
                 continue
             if desc.env_id == link.env_id:
                 self._good_url[link.env_id] = url
                 return url
+        if mismatch is not None:
+            # Something answers where the box should, with another certificate: retrying cannot
+            # help, and it is worth a person's attention (reinstalled box, or an impostor).
+            raise mismatch
         raise PeerUnreachable(unreachable_message(link.label, link.urls))
 
     # --- tokens ------------------------------------------------------------------------------
@@ -268,7 +274,7 @@ class PeerClient:
         """Call the linked environment's API as this link; the peer's own error codes are kept.
 
         What the link cannot do is refused here first, so a refused call sends nothing."""
-        precheck(await self.load_link(env_id), method, body)
+        precheck(await self.load_link(env_id), method, path, body)
         for attempt in (1, 2):
             link, token = await self.access_token(env_id, force_refresh=attempt == 2)
             base = await self._base_url(link)
@@ -334,9 +340,12 @@ def _expiry(now: float, seconds: Any) -> float | None:
     return None if seconds is None else now + float(seconds)
 
 
-def precheck(link: LinkRow, method: str, body: dict[str, Any] | None) -> None:
+READ_ONLY_POSTS = frozenset({"/v1/watch"})  # POST for its body, but it only reads
+
+
+def precheck(link: LinkRow, method: str, path: str, body: dict[str, Any] | None) -> None:
     """The box enforces access; the laptop checks the same rules first so nothing refused is sent."""
-    if method.upper() != "GET":
+    if method.upper() != "GET" and path not in READ_ONLY_POSTS:
         require_write(link.access, "change anything there")
     requested = (body or {}).get("runtimeMode")
     if (

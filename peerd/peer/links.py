@@ -13,7 +13,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.core.access import access_within
-from peerd.errors import InvalidRequest, NotFound, PeerdError
+from peerd.errors import InvalidRequest, PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import (
     PAIRING_GRANT,
@@ -22,6 +22,7 @@ from peerd.peer.client import (
     PinMismatch,
     WrongEnvironment,
     check_url,
+    not_linked_message,
     unreachable_message,
 )
 from peerd.peer.identity import Identity, normalize_env_id
@@ -131,6 +132,7 @@ class LinkService:
             )
         urls = list(dict.fromkeys(check_url(u) for u in [*req.urls, *code.urls]))
         good: list[str] = []
+        silent: list[str] = []  # did not answer now; kept, since each use checks the address again
         label = code.env_id
         failures: list[PeerdError] = []
         for url in urls:
@@ -140,6 +142,8 @@ class LinkService:
                 raise  # fail closed: something else holds this address
             except PeerdError as exc:
                 failures.append(exc)
+                if isinstance(exc, PeerUnreachable):
+                    silent.append(url)
                 continue
             if desc.env_id == self.identity.env_id:
                 raise SelfLink("That address is this environment.")
@@ -184,7 +188,7 @@ class LinkService:
         row = LinkRow(
             env_id=code.env_id,
             label=label,
-            urls=tuple(good),
+            urls=(*good, *silent),
             fingerprint=code.fingerprint,
             access=body.get("scope") or req.access,
             client_id=str(body["client_id"]),
@@ -278,7 +282,5 @@ class LinkService:
             for candidate in await links.all_links(self.db):
                 if candidate.label == env_id:
                     return candidate
-            raise NotFound(
-                f"This environment is not linked to {env_id}. `peerd environment list` shows the linked ones."
-            )
+            raise InvalidRequest(not_linked_message(env_id))
         return row

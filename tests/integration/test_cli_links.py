@@ -158,5 +158,5 @@ async def test_pair_link_list_revoke_unlink_through_the_cli(
 
     # --- unlink forgets it here (the box had already revoked it) ----------------------------------
     unlinked = ok(await peerd(laptop, "environment", "unlink", box_id))
-    assert unlinked.startswith("Forgot the link to box here"), unlinked
+    assert unlinked.startswith("Forgot the link to box; box had already revoked it."), unlinked
     assert (await lc.call("GET", "/v1/environments"))["items"] == []

@@ -206,3 +206,29 @@ async def test_work_that_came_through_a_link_cannot_use_this_environments_links(
     with pytest.raises(CapabilityDenied) as err:
         await pair.remote("GET", "/v1/projects", params={"environmentId": "elsewhere"})
     assert "cannot use this environment's links" in err.value.message
+
+
+async def test_an_agent_cannot_launch_wider_threads_here_either(
+    linked: tuple[Pair, dict[str, Any], dict[str, Any]],
+) -> None:
+    pair, here, _ = linked
+    wider = {
+        "tool": {
+            "name": "thread_launch",
+            "arguments": {"projectId": here["id"], "prompt": "x", "runtimeMode": "auto"},
+        }
+    }
+    plain = {"tool": {"name": "thread_launch", "arguments": {"projectId": here["id"], "prompt": "y"}}}
+    agent = await pair.lc.call(
+        "POST",
+        "/v1/threads",
+        body={"projectId": here["id"], "prompt": script(wider, plain), "runtimeMode": "auto-accept-edits"},
+    )
+    await wait_terminal(pair.lc, agent["threadId"], agent["runId"])
+    calls = [
+        i["data"]
+        for i in (await pair.lc.call("GET", f"/v1/threads/{agent['threadId']}/items"))["items"]
+        if i["kind"] == "tool_call"
+    ]
+    assert calls[0]["error"]["code"] == "runtime_mode_escalation_denied"
+    assert calls[1]["result"]["runtimeMode"] == "auto-accept-edits", "an omitted mode takes the caller's own"
