@@ -223,10 +223,11 @@ class Operations:
                 raise CapabilityDenied(
                     "Work started through a link gets its own worktree; it cannot work in the checkout itself."
                 )
-            # Omitted modes take the link's cap (narrowed by the caller's limit); explicit ones must fit.
-            runtime_mode, interaction_mode = resolve_modes(
-                caller.link.cap, req.runtime_mode, req.interaction_mode
-            )
+        cap = await self._cap_of(caller)
+        if cap is not None:
+            # Omitted modes take the caller's cap (a link's level narrowed by the caller's limit, or
+            # an agent's own modes); explicit ones must fit under it. Modes only ever narrow.
+            runtime_mode, interaction_mode = resolve_modes(cap, req.runtime_mode, req.interaction_mode)
         spec = threads.NewThread(
             project_id=project.id,
             title=req.title or _title_from(req.prompt),
