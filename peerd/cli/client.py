@@ -18,8 +18,10 @@ class DaemonNotRunning(Exception):
 
 
 class LocalClient:
-    def __init__(self, socket_path: Path) -> None:
+    def __init__(self, socket_path: Path, *, environment_id: str | None = None) -> None:
         self.socket_path = socket_path
+        # `--env`: every call names this linked environment, so it runs there through the link.
+        self.environment_id = environment_id
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> LocalClient:
@@ -43,6 +45,11 @@ class LocalClient:
     ) -> Any:
         if self._session is None:
             raise RuntimeError("LocalClient used outside `async with`")
+        if self.environment_id is not None:
+            if method == "GET":
+                params = {"environmentId": self.environment_id, **(params or {})}
+            else:
+                body = {"environmentId": self.environment_id, **(body or {})}
         query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
         try:
             async with self._session.request(method, f"http://peerd{path}", json=body, params=query) as resp:

@@ -53,7 +53,8 @@ def with_client(ctx: click.Context, fn: Callable[[LocalClient], Awaitable[T]]) -
     """Run `fn` against the local daemon, turning failures into exit codes and one-line errors."""
 
     async def go() -> T:
-        async with LocalClient(cli_context(ctx).paths.socket) as client:
+        env = ctx.meta.get(ENV_META)
+        async with LocalClient(cli_context(ctx).paths.socket, environment_id=env) as client:
             return await fn(client)
 
     try:
@@ -64,6 +65,27 @@ def with_client(ctx: click.Context, fn: Callable[[LocalClient], Awaitable[T]]) -
         fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+
+
+ENV_META = "peerd.environment_id"
+
+
+def _remember_env(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[ENV_META] = value
+
+
+def env_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--env ID|LABEL`: run the command in a linked environment, through its link."""
+    return click.option(
+        "--env",
+        "environment",
+        metavar="ENV",
+        default=None,
+        expose_value=False,
+        callback=_remember_env,
+        help="Act in this linked environment (id or label) instead of here.",
+    )(fn)
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:

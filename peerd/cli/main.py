@@ -16,6 +16,7 @@ from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_opt
 from peerd.cli.links import client, environment, link, pair
 from peerd.cli.output import emit_json, fields
 from peerd.cli.projects import project
+from peerd.cli.tasks import task
 from peerd.cli.threads import thread
 from peerd.errors import PeerdError
 from peerd.logs import configure_logging
@@ -126,6 +127,7 @@ cli.add_command(pair)
 cli.add_command(link)
 cli.add_command(environment)
 cli.add_command(client)
+cli.add_command(task)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import json_option, with_client
+from peerd.cli.common import env_option, json_option, with_client
 from peerd.cli.output import ago, emit_json, fields, table
 
 
@@ -45,6 +45,7 @@ def project_add(ctx: click.Context, path: Path, name: str | None, as_json: bool)
 
 
 @project.command("list")
+@env_option
 @json_option
 @click.pass_context
 def project_list(ctx: click.Context, as_json: bool) -> None:

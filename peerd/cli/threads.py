@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_TIMED_OUT, json_option, with_client
+from peerd.cli.common import EXIT_TIMED_OUT, env_option, json_option, with_client
 from peerd.cli.output import ago, emit_json, fields, table
 from peerd.contracts import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 
@@ -77,6 +77,7 @@ def _print_items(items: list[dict[str, Any]]) -> None:
 
 
 @thread.command("launch")
+@env_option
 @click.option("--project", "project_id", required=True, help="Project id or name.")
 @click.option("--provider", default="script", show_default=True, help="Which coder runs the thread.")
 @click.option("--prompt", default=None, help="The first message ('-' reads standard input).")
@@ -147,6 +148,7 @@ def thread_launch(
 
 
 @thread.command("list")
+@env_option
 @click.option("--project", "project_id", default=None, help="Only this project's threads.")
 @click.option("--all", "include_archived", is_flag=True, help="Include archived threads.")
 @json_option
@@ -179,6 +181,7 @@ def thread_list(ctx: click.Context, project_id: str | None, include_archived: bo
 
 
 @thread.command("show")
+@env_option
 @click.argument("thread_id")
 @click.option("--run", "run_id", default=None, help="Only this run's items.")
 @json_option
@@ -216,6 +219,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
 
 
 @thread.command("send")
+@env_option
 @click.argument("thread_id")
 @click.argument("text")
 @click.option("--client-request-id", default=None, help="Idempotency key: a retry returns the same run.")
@@ -237,6 +241,7 @@ def thread_send(
 
 
 @thread.command("wait")
+@env_option
 @click.argument("thread_id")
 @click.option("--run", "run_id", default=None, help="The run to wait for (default: the latest).")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait in all.")
@@ -262,6 +267,7 @@ def thread_wait(
 
 
 @thread.command("interrupt")
+@env_option
 @click.argument("thread_id")
 @click.option("--stop", is_flag=True, help="Also hold the queue: nothing queued starts until the next send.")
 @click.option("--reason", default=None, help="Why (recorded on the run).")
@@ -303,6 +309,7 @@ def thread_archive(ctx: click.Context, thread_id: str, as_json: bool) -> None:
 
 
 @thread.command("events")
+@env_option
 @click.argument("thread_id")
 @click.option("--after", type=int, default=0, show_default=True, help="Cursor: the last event seen.")
 @click.option("--timeout", type=float, default=0.0, help="Long-poll up to this many seconds (max 50).")
