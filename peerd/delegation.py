@@ -303,7 +303,9 @@ class Delegation:
             remaining = deadline - loop.time()
             if remaining <= 0 or self.feed.closed:
                 await tasks.set_wake(self.db, task_id, "always", now=self.clock())
-                return (await tasks.get(self.db, task_id)).info(wait_timed_out=True)
+                task = await tasks.get(self.db, task_id)
+                # It may have ended just now, unwoken (the wait was there to take it): hand it over.
+                return task.info(wait_timed_out=not task.terminal)
             await self.feed.wait(changed, remaining)
 
     async def cancel(self, caller: Caller, req: c.TaskCancel) -> c.TaskInfo:
@@ -311,9 +313,17 @@ class Delegation:
         return await self.stop_task(task, "cancelled", cancel_result(req.reason), req.reason)
 
     async def stop_task(
-        self, task: TaskRow, status: c.TaskStatus, result: str, reason: str | None
+        self,
+        task: TaskRow,
+        status: c.TaskStatus,
+        result: str,
+        reason: str | None,
+        *,
+        deliver_now: bool = True,
     ) -> c.TaskInfo:
-        """Stop the child (there: the stop is recorded as owed first) and end the task with `result`."""
+        """Stop the child (there: the stop is recorded as owed first) and end the task with `result`.
+
+        `deliver_now=False` leaves delivery to the follower, so a Stop never waits on a far box."""
         if task.target_env is None:
             if task.child_thread_id is not None:
                 await self.runs.interrupt(task.child_thread_id, stop=True, reason=reason or result)
@@ -321,8 +331,8 @@ class Delegation:
             return (await tasks.get(self.db, task.id)).info()
         # Recorded as owed before the stop leaves: a crash or an unreachable box cannot lose it.
         await tasks.set_stop(self.db, task.id, owed=True, reason=reason or result, now=self.clock())
-        delivered = await self.deliver_stop(await tasks.get(self.db, task.id))
-        if not delivered:
+        delivered = deliver_now and await self.deliver_stop(await tasks.get(self.db, task.id))
+        if not delivered and deliver_now:
             label = task.target_label or task.target_env
             result = f"{result} It could not be stopped in {label} yet and may still run there; the stop is retried."
         await self.end(task.id, status, result)
@@ -358,7 +368,7 @@ class Delegation:
         for task in await tasks.for_parent(self.db, parent_thread_id):
             if not task.terminal:
                 why = f"Stopped with its parent: {reason}" if reason else "Stopped with its parent."
-                await self.stop_task(task, "interrupted", why, why)
+                await self.stop_task(task, "interrupted", why, why, deliver_now=False)
 
     # --- how tasks end ---------------------------------------------------------------------------
 
@@ -415,8 +425,8 @@ class Delegation:
 
     async def on_run_end(self, thread_id: str) -> None:
         """A run here ended: local tasks whose child thread this is may now be settled."""
-        for task in await tasks.open_local(self.db):
-            if task.child_thread_id != thread_id or task.child_run_id is None:
+        for task in await tasks.open_local(self.db, child_thread_id=thread_id):
+            if task.child_run_id is None:
                 continue
             watched = await self.watch_one(thread_id, task.child_run_id)
             if watched.settled and watched.result_run_id is not None:

@@ -208,6 +208,9 @@ class Follower:
         woken = asyncio.ensure_future(self._wakeup.wait())
         try:
             await asyncio.wait([request, woken], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            request.cancel()  # the follower is stopping: the long-poll must not outlive it unowned
+            raise
         finally:
             woken.cancel()
         if not request.done():

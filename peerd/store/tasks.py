@@ -225,12 +225,12 @@ async def finish(
             (row["parent_thread_id"],),
         )
         woken = None
-        parent = await _one(tx, "SELECT status FROM threads WHERE id = ?", (row["parent_thread_id"],))
-        if (
-            parent is not None
-            and parent["status"] == "active"
-            and should_wake(row["wake"], parent_live=live is not None)
-        ):
+        parent = await _one(
+            tx, "SELECT status, queue_held FROM threads WHERE id = ?", (row["parent_thread_id"],)
+        )
+        # A stopped parent (queue held) or an archived one is not woken: Stop drops pending wakes.
+        awake = parent is not None and parent["status"] == "active" and not parent["queue_held"]
+        if awake and should_wake(row["wake"], parent_live=live is not None):
             woken = await threads.insert_run(
                 tx, row["parent_thread_id"], wake_text([task_id]), now, origin="wake"
             )
@@ -303,11 +303,11 @@ async def envs_with_open_tasks(db: Database) -> list[str]:
     return [r["target_env"] for r in rows]
 
 
-async def open_local(db: Database) -> list[TaskRow]:
-    rows = await db.fetchall(
-        "SELECT * FROM tasks WHERE target_env IS NULL AND status IN ('pending', 'running')"
-    )
-    return [_row(r) for r in rows]
+async def open_local(db: Database, *, child_thread_id: str | None = None) -> list[TaskRow]:
+    sql = "SELECT * FROM tasks WHERE target_env IS NULL AND status IN ('pending', 'running')"
+    if child_thread_id is None:
+        return [_row(r) for r in await db.fetchall(sql)]
+    return [_row(r) for r in await db.fetchall(sql + " AND child_thread_id = ?", (child_thread_id,))]
 
 
 async def by_child_run(db: Database, run_id: str) -> list[TaskRow]:

@@ -305,3 +305,12 @@ async def test_the_box_db_holds_no_pairing_secret_or_refresh_token(pair: Pair) -
     assert code.secret not in dump
     assert link.refresh_token not in dump
     assert oct(pair.box.paths.db.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_access_above_the_ceiling_is_refused_without_contacting_the_box(pair: Pair) -> None:
+    code = await pair.code("auto-accept-edits")
+    await pair.box.shutdown()  # the laptop must decide alone: nothing may be sent
+    with pytest.raises(PeerdError) as err:
+        await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
+    assert err.value.code == "access_exceeds_code"
+    assert "peerd pair --access auto" in err.value.message
