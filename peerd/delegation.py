@@ -47,6 +47,12 @@ from peerd.store.tasks import NewTask, TaskRow
 log = structlog.get_logger(__name__)
 
 NO_REPLY = "(The child thread ended without a reply.)"
+STOP_REFUSED = "The stop was refused there: "
+
+
+def _seconds(timeout_ms: int | None) -> float:
+    """A wait's length: as asked (0 = just look), else as long as tool calls safely last."""
+    return WAIT_CAP_S if timeout_ms is None else timeout_ms / 1000
 
 
 class TaskNotFound(NotFound):
@@ -104,7 +110,9 @@ class Delegation:
         env = await self.ops.remote_target(caller, target.environment_id)
         key = req.client_request_id or uuid.uuid4().hex
         digest = request_hash(
-            "delegate_task", req.model_dump(mode="json", exclude={"client_request_id", "mode"})
+            # How long to wait is not part of what is asked: a retry may wait differently.
+            "delegate_task",
+            req.model_dump(mode="json", exclude={"client_request_id", "mode", "timeout_ms"}),
         )
         provider = target.provider or parent.provider
         wake: Any = "settled_only" if req.mode == "wait" else "always"
@@ -166,7 +174,7 @@ class Delegation:
             if self.followers is not None:
                 self.followers.notify(env)
         if req.mode == "wait":
-            return await self._wait(task.id, (req.timeout_ms or WAIT_CAP_S * 1000) / 1000)
+            return await self._wait(task.id, _seconds(req.timeout_ms))
         return task.info()
 
     async def _launch_local(self, task: TaskRow) -> TaskRow:
@@ -183,9 +191,9 @@ class Delegation:
         try:
             launched = await self.ops.thread_launch(Caller(namespace="delegate"), launch)
         except PeerdError as exc:
-            return (
-                await self.end(task.id, "failed", f"The child thread could not start: {exc.message}") or task
-            )
+            # The caller hears this failure from its own call (or a retry): no wake run on top.
+            message = f"The child thread could not start: {exc.message}"
+            return await self.end(task.id, "failed", message, wake=False) or task
         return await tasks.attach(
             self.db,
             task.id,
@@ -232,18 +240,23 @@ class Delegation:
                     raise
                 await tasks.set_error(self.db, task.id, exc.message, now=self.clock())
                 return await tasks.get(self.db, task.id)  # pending: the follower re-sends it
-            ended = await self.end(task.id, "failed", exc.message)
+            # Refused for good: nothing runs there, so an owed stop has nothing left to stop.
+            if task.stop_owed:
+                await tasks.set_stop(self.db, task.id, owed=False, reason=None, now=self.clock())
+            ended = await self.end(task.id, "failed", exc.message, wake=not raise_terminal)
             if raise_terminal:
                 raise
             return ended or task
         launched = c.ThreadLaunchResult.model_validate(data)
-        return await tasks.attach(
+        attached = await tasks.attach(
             self.db,
             task.id,
             child_thread_id=launched.thread_id,
             child_run_id=launched.run_id,
             now=self.clock(),
         )
+        self.feed.changed(task.parent_thread_id)  # the attach is an event of the parent thread
+        return attached
 
     async def _match_project(self, caller: Caller, env: str, parent: c.Thread) -> str:
         """The one project there with this thread's repository identity (paging through them all)."""
@@ -286,7 +299,7 @@ class Delegation:
     async def status(self, caller: Caller, req: c.TaskStatusRead) -> c.TaskInfo:
         task = await self._owned(caller, req.task_id)
         if req.wait and not task.terminal:
-            return await self._wait(task.id, (req.timeout_ms or WAIT_CAP_S * 1000) / 1000)
+            return await self._wait(task.id, _seconds(req.timeout_ms))
         return task.info()
 
     async def _wait(self, task_id: str, seconds: float) -> c.TaskInfo:
@@ -306,7 +319,12 @@ class Delegation:
                 task = await tasks.get(self.db, task_id)
                 # It may have ended just now, unwoken (the wait was there to take it): hand it over.
                 return task.info(wait_timed_out=not task.terminal)
-            await self.feed.wait(changed, remaining)
+            try:
+                await self.feed.wait(changed, remaining)
+            except asyncio.CancelledError:
+                # The waiting call went away (client timeout): the result must still reach the parent.
+                await asyncio.shield(tasks.set_wake(self.db, task_id, "always", now=self.clock()))
+                raise
 
     async def cancel(self, caller: Caller, req: c.TaskCancel) -> c.TaskInfo:
         task = await self._owned(caller, req.task_id)
@@ -326,15 +344,20 @@ class Delegation:
         `deliver_now=False` leaves delivery to the follower, so a Stop never waits on a far box."""
         if task.target_env is None:
             if task.child_thread_id is not None:
-                await self.runs.interrupt(task.child_thread_id, stop=True, reason=reason or result)
+                # Through the operation, so the child's own delegations are stopped too (on_stop).
+                stop = c.ThreadInterrupt(stop=True, reason=reason or result)
+                await self.ops.thread_interrupt(Caller.local(), task.child_thread_id, stop)
             await self.end(task.id, status, result)
             return (await tasks.get(self.db, task.id)).info()
         # Recorded as owed before the stop leaves: a crash or an unreachable box cannot lose it.
         await tasks.set_stop(self.db, task.id, owed=True, reason=reason or result, now=self.clock())
         delivered = deliver_now and await self.deliver_stop(await tasks.get(self.db, task.id))
+        label = task.target_label or task.target_env
         if not delivered and deliver_now:
-            label = task.target_label or task.target_env
             result = f"{result} It could not be stopped in {label} yet and may still run there; the stop is retried."
+        refused = (await tasks.get(self.db, task.id)).last_error
+        if delivered and refused and refused.startswith(STOP_REFUSED):
+            result = f"{result} {label} refused the stop, so it may still run there: {refused[len(STOP_REFUSED) :]}"
         await self.end(task.id, status, result)
         if not delivered and self.followers is not None:
             self.followers.notify(task.target_env)
@@ -360,6 +383,7 @@ class Delegation:
                 )
                 return False
             log.warning("task.stop_refused", task_id=task.id, code=exc.code)
+            await tasks.set_error(self.db, task.id, STOP_REFUSED + exc.message, now=self.clock())
         await tasks.set_stop(self.db, task.id, owed=False, reason=None, now=self.clock())
         return True
 
@@ -372,9 +396,11 @@ class Delegation:
 
     # --- how tasks end ---------------------------------------------------------------------------
 
-    async def end(self, task_id: str, status: c.TaskStatus, result: str) -> TaskRow | None:
+    async def end(
+        self, task_id: str, status: c.TaskStatus, result: str, *, wake: bool = True
+    ) -> TaskRow | None:
         """End the task (first result wins) and start the parent's wake run, if one was made."""
-        ended = await tasks.finish(self.db, task_id, status, result, now=self.clock())
+        ended = await tasks.finish(self.db, task_id, status, result, now=self.clock(), wake=wake)
         if ended is None:
             return None
         log.info("task.ended", task_id=task_id, status=status, woken_run_id=ended.woken_run_id)

@@ -128,6 +128,8 @@ HTTP_STATUS: dict[str, int] = {
     "not_a_peerd": 502,
     "wrong_environment": 502,
     "incompatible": 502,
+    "task_not_found": 404,
+    "target_required": 400,
     "provider_error": 502,
     "git_error": 500,
     "unavailable": 503,

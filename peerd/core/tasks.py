@@ -20,25 +20,6 @@ TASK_TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
 WAIT_CAP_S = 240.0  # below common tool-call limits of agent CLIs
-ROLES = ("implementation", "research", "review", "design", "test", "general")
-
-# Failures no retry can fix: the link refuses us, or what we follow is gone.
-TERMINAL_CODES = frozenset(
-    {
-        "capability_denied",
-        "thread_not_found",
-        "run_not_found",
-        "project_not_found",
-        "invalid_request",
-        "pin_mismatch",
-    }
-    | {
-        "runtime_mode_escalation_denied",
-        "interaction_mode_escalation_denied",
-        "not_a_peerd",
-        "wrong_environment",
-    }
-)
 
 
 def is_task_terminal(status: str) -> bool:

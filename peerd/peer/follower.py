@@ -35,6 +35,7 @@ from peerd.store.tasks import TaskRow
 log = structlog.get_logger(__name__)
 
 WATCH_CHUNK_S = 50.0
+WATCH_BATCH = 1000
 NO_RUN = "The thread in the linked environment has no run to follow."
 
 
@@ -183,8 +184,10 @@ class Follower:
             for t in await tasks.open_for_env(self.pool.db, self.env_id)
             if t.status == "running" and t.child_thread_id and t.child_run_id and not t.stop_owed
         ]
-        if running:
-            await self._watch(running)
+        # One long-poll per 1,000 runs (the watch request's cap); normally that is one request.
+        batches = [running[i : i + WATCH_BATCH] for i in range(0, len(running), WATCH_BATCH)]
+        if batches:
+            await asyncio.gather(*(self._watch(batch) for batch in batches))
 
     async def _task_call(self, task: TaskRow, call: Any) -> None:
         """A per-task step: a terminal refusal about this task ends it; link-wide failures propagate."""
@@ -230,9 +233,11 @@ class Follower:
                     task.id, "failed", f"The thread in {label} was not found; it may have been removed."
                 )
             elif watched.settled:
-                await delegation.end(
-                    task.id, task_status_from_run(watched.status or ""), await self._result(task, watched)
-                )
+                await self._task_call(task, self._settle(task, watched))
+
+    async def _settle(self, task: TaskRow, watched: c.WatchedRun) -> None:
+        result = await self._result(task, watched)
+        await self.pool.delegation.end(task.id, task_status_from_run(watched.status or ""), result)
 
     async def _result(self, task: TaskRow, watched: c.WatchedRun) -> str:
         """The settled run's last reply, read whole (paged, long text by itemId + textOffset)."""

@@ -74,14 +74,15 @@ class Database:
             else:
                 await self._w.execute("COMMIT")
 
+    # Each read is one hop to the reader's thread (execute, fetch, reset): a statement left open
+    # between awaits would hold the reader's WAL snapshot, and concurrent reads would then miss
+    # writes committed meanwhile (under load, a thread just launched "was not found").
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
-        async with self._r.execute(sql, params) as cur:
-            row: aiosqlite.Row | None = await cur.fetchone()
-            return row
+        rows = list(await self._r.execute_fetchall(sql, params))
+        return rows[0] if rows else None
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
-        async with self._r.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        return list(await self._r.execute_fetchall(sql, params))
 
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = await self.fetchone(sql, params)

@@ -209,7 +209,7 @@ async def attach(
 
 
 async def finish(
-    db: Database, task_id: str, status: c.TaskStatus, result: str, *, now: float
+    db: Database, task_id: str, status: c.TaskStatus, result: str, *, now: float, wake: bool = True
 ) -> TaskRow | None:
     """Complete the task once and wake its parent in the same transaction; None if it had ended."""
     async with db.write() as tx:
@@ -230,7 +230,8 @@ async def finish(
         )
         # A stopped parent (queue held) or an archived one is not woken: Stop drops pending wakes.
         awake = parent is not None and parent["status"] == "active" and not parent["queue_held"]
-        if awake and should_wake(row["wake"], parent_live=live is not None):
+        # `wake=False`: the caller learns the outcome directly (a dispatch that failed at once).
+        if wake and awake and should_wake(row["wake"], parent_live=live is not None):
             woken = await threads.insert_run(
                 tx, row["parent_thread_id"], wake_text([task_id]), now, origin="wake"
             )
@@ -253,8 +254,8 @@ async def get(db: Database, task_id: str) -> TaskRow:
 
 
 async def set_wake(db: Database, task_id: str, wake: Wake, *, now: float) -> TaskRow:
-    """A wait that timed out switches the task to wake its parent later; if it ended meanwhile
-    without a wake and the parent is idle, wake now."""
+    """A wait that timed out (or whose caller went away) switches the task to wake its parent
+    when it ends."""
     async with db.write() as tx:
         await tx.execute("UPDATE tasks SET wake = ?, updated_at = ? WHERE id = ?", (wake, now, task_id))
         row = await _one(tx, "SELECT * FROM tasks WHERE id = ?", (task_id,))
@@ -308,14 +309,6 @@ async def open_local(db: Database, *, child_thread_id: str | None = None) -> lis
     if child_thread_id is None:
         return [_row(r) for r in await db.fetchall(sql)]
     return [_row(r) for r in await db.fetchall(sql + " AND child_thread_id = ?", (child_thread_id,))]
-
-
-async def by_child_run(db: Database, run_id: str) -> list[TaskRow]:
-    rows = await db.fetchall(
-        "SELECT * FROM tasks WHERE child_run_id = ? AND target_env IS NULL AND status IN ('pending', 'running')",
-        (run_id,),
-    )
-    return [_row(r) for r in rows]
 
 
 async def has_open_children(db: Database, thread_id: str) -> bool:
