@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,9 +40,13 @@ async def tasks_of(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:
     return list((await client.call("GET", "/v1/tasks", params={"threadId": thread_id}))["items"])
 
 
-async def wait_run_number(client: LocalClient, thread_id: str, number: int) -> dict[str, Any]:
+async def wait_run_number(
+    client: LocalClient, thread_id: str, number: int, *, total: float = 60.0
+) -> dict[str, Any]:
     """Wait until the thread's run `number` exists and ended (a wake run, say)."""
+    deadline = asyncio.get_running_loop().time() + total
     while True:
+        assert asyncio.get_running_loop().time() < deadline, f"run {number} of {thread_id} never ended"
         thread = await client.call("GET", f"/v1/threads/{thread_id}")
         latest = thread["latestRun"]
         if latest["number"] >= number:
@@ -147,7 +152,9 @@ async def test_a_token_of_an_ended_run_is_refused(client: LocalClient, project: 
 async def wait_task(client: LocalClient, parent: str, task_id: str, *, while_status: str) -> dict[str, Any]:
     """Follow the parent's events (task changes are parent events) until the task leaves a status."""
     cursor = 0
+    deadline = asyncio.get_running_loop().time() + 60.0
     while True:
+        assert asyncio.get_running_loop().time() < deadline, f"task {task_id} stayed {while_status}"
         task: dict[str, Any] = await client.call("GET", f"/v1/tasks/{task_id}")
         if task["status"] != while_status:
             return task
