@@ -164,6 +164,7 @@ class Daemon:
         link_service = LinkService(
             db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
         )
+        link_service.on_unlink = self.followers.notify
         await self._serve_unix(local_app(ops, desc, self.status, link_service), socket_path)
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)

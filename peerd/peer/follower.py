@@ -220,6 +220,9 @@ class Follower:
             request.cancel()  # new work: go round again; the box cancels the abandoned long-poll
             with contextlib.suppress(asyncio.CancelledError, PeerdError):
                 await request
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError  # a stop that landed meanwhile is ours, not the poll's
             return
         result = c.RunWatchResult.model_validate(request.result())
         by_run = {t.child_run_id: t for t in running}

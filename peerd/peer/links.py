@@ -76,6 +76,7 @@ class LinkService:
         self.label = label
         self.advertised_urls = advertised_urls
         self.clock = clock
+        self.on_unlink: Callable[[str], None] | None = None
 
     # --- box side ----------------------------------------------------------------------------
 
@@ -261,6 +262,8 @@ class LinkService:
         row = await self._row(env_id)
         told = False if row.status == "revoked" else await self.peers.revoke(row)
         await links.delete(self.db, row.env_id)
+        if self.on_unlink is not None:
+            self.on_unlink(row.env_id)  # its follower ends the link's open tasks now, not after a poll
         if row.status == "revoked":
             message = f"Forgot the link to {row.label}; {row.label} had already revoked it."
         elif told:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import re
+import weakref
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,7 +241,27 @@ def _same_path(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
+# git's worktree bookkeeping (.git/worktrees/<id>) is not safe under concurrent `worktree add` and
+# `worktree prune` in one repository: a prune removes the admin directory of a worktree another add
+# is still creating, and an add fails reading it ("failed to read .git/worktrees/<id>/commondir").
+# Worktree changes are therefore serialised per repository (per event loop: a lock is bound to one).
+_REPO_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _repo_lock(repo: Path) -> asyncio.Lock:
+    locks = _REPO_LOCKS.setdefault(asyncio.get_running_loop(), {})
+    return locks.setdefault(repo.resolve(), asyncio.Lock())
+
+
 async def create_worktree(repo: Path, worktree: Path, branch: str, base: str | None) -> None:
+    """Check out a new worktree at `worktree` on a new `branch` (see `_create_worktree`)."""
+    async with _repo_lock(repo):
+        await _create_worktree(repo, worktree, branch, base)
+
+
+async def _create_worktree(repo: Path, worktree: Path, branch: str, base: str | None) -> None:
     """Check out a new worktree at `worktree` on a new `branch` made from `base` (default HEAD).
 
     Idempotent, so a launch retried after a crash converges: a worktree already at `worktree`
@@ -286,6 +307,12 @@ async def create_worktree(repo: Path, worktree: Path, branch: str, base: str | N
 
 
 async def remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | None) -> None:
+    """Remove the worktree at `worktree` and optionally its branch (see `_remove_worktree`)."""
+    async with _repo_lock(repo):
+        await _remove_worktree(repo, worktree, delete_branch=delete_branch)
+
+
+async def _remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | None) -> None:
     """Remove the worktree at `worktree` (discarding its changes) and optionally its branch.
 
     Idempotent: a worktree that is already gone, or a branch that no longer exists, is fine. A
