@@ -155,3 +155,52 @@ async def test_a_forwarded_key_reused_with_another_body_is_refused(
     with pytest.raises(PeerdError) as err:
         await pair.lc.call("POST", "/v1/threads", body={**body, "prompt": script({"reply": "b"})})
     assert err.value.code == "idempotency_key_reused"
+
+
+async def test_a_failed_run_there_reports_its_error_and_the_model_is_inherited(
+    linked: tuple[Pair, dict[str, Any]],
+) -> None:
+    pair, here = linked
+    step = delegate(
+        task=script({"fail": "box compiler exploded"}), target={"environmentId": pair.box_id}, mode="wait"
+    )
+    parent = await run_parent(pair, here, step, {"reply": "${status}: ${result}"}, model="model-a")
+    replies = [i["text"] for i in await items(pair.lc, parent) if i["kind"] == "assistant_message"]
+    assert replies == ["failed: box compiler exploded"]
+    [task] = await tasks_of(pair.lc, parent)
+    there = await pair.bc.call("GET", f"/v1/threads/{task['remoteChild']['threadId']}")
+    assert there["model"] == "model-a", "provider and model inherit from the parent"
+
+
+async def test_a_cancel_after_the_result_keeps_it_and_still_stops_follow_up_work_there(
+    linked: tuple[Pair, dict[str, Any]],
+) -> None:
+    pair, here = linked
+    step = delegate(task=script({"reply": "first"}), target={"environmentId": pair.box_id}, mode="wait")
+    parent = await run_parent(pair, here, step)
+    [task] = await tasks_of(pair.lc, parent)
+    assert task["status"] == "completed"
+    cancelled = await pair.lc.call("POST", f"/v1/tasks/{task['taskId']}/cancel", body={"reason": "late"})
+    assert (cancelled["status"], cancelled["result"]) == ("completed", "first"), "first result wins"
+    there = await pair.bc.call("GET", f"/v1/threads/{task['remoteChild']['threadId']}")
+    assert there["queueHeld"] is True, "follow-up work there is stopped"
+    assert cancelled["stopOwed"] is False
+
+
+async def test_a_cancel_the_box_refuses_says_so_and_owes_nothing(
+    linked: tuple[Pair, dict[str, Any]], tmp_path: Path
+) -> None:
+    pair, here = linked
+    step = delegate(
+        task=script({"wait_for_file": str(tmp_path / "never")}), target={"environmentId": pair.box_id}
+    )
+    parent = await run_parent(pair, here, step)
+    [task] = await tasks_of(pair.lc, parent)
+    client_id = (await pair.bc.call("GET", "/v1/clients"))["items"][0]["id"]
+    await pair.bc.call("POST", f"/v1/clients/{client_id}/revoke")
+    cancelled = await pair.lc.call("POST", f"/v1/tasks/{task['taskId']}/cancel", body={"reason": "stop"})
+    assert cancelled["status"] in ("cancelled", "failed")  # the follower may see the revocation first
+    if cancelled["status"] == "cancelled":
+        assert cancelled["result"].startswith("Cancelled: stop box refused the stop")
+    assert cancelled["stopOwed"] is False, "a refusal for good owes nothing: no retry storm"
+    (tmp_path / "never").write_text("release")
