@@ -354,10 +354,16 @@ class Delegation:
         delivered = deliver_now and await self.deliver_stop(await tasks.get(self.db, task.id))
         label = task.target_label or task.target_env
         if not delivered and deliver_now:
-            result = f"{result} It could not be stopped in {label} yet and may still run there; the stop is retried."
+            result = (
+                f"{result.rstrip('.')}. It could not be stopped in {label} yet and may still run there; "
+                "the stop is retried."
+            )
         refused = (await tasks.get(self.db, task.id)).last_error
         if delivered and refused and refused.startswith(STOP_REFUSED):
-            result = f"{result} {label} refused the stop, so it may still run there: {refused[len(STOP_REFUSED) :]}"
+            why = refused[len(STOP_REFUSED) :]
+            result = (
+                f"{result.rstrip('.')}. It could not be stopped in {label} and may still run there: {why}"
+            )
         await self.end(task.id, status, result)
         if not delivered and self.followers is not None:
             self.followers.notify(task.target_env)

@@ -334,7 +334,7 @@ async def test_a_stop_while_the_box_is_down_is_delivered_when_it_returns(
     ended = await m.lc.call("GET", f"/v1/tasks/{task['taskId']}")
     assert ended["status"] == expected_status
     if how == "cancel":  # a cancel tries the box at once and says it could not reach it
-        assert ended["result"].startswith(f"{expected_prefix} It could not be stopped in box yet"), ended
+        assert ended["result"].startswith(f"{expected_prefix}. It could not be stopped in box yet"), ended
     else:  # a Stop leaves the delivery to the follower and never waits on the box
         assert ended["result"] == expected_prefix
     assert ended["stopOwed"] is True

@@ -201,6 +201,8 @@ async def test_a_cancel_the_box_refuses_says_so_and_owes_nothing(
     cancelled = await pair.lc.call("POST", f"/v1/tasks/{task['taskId']}/cancel", body={"reason": "stop"})
     assert cancelled["status"] in ("cancelled", "failed")  # the follower may see the revocation first
     if cancelled["status"] == "cancelled":
-        assert cancelled["result"].startswith("Cancelled: stop box refused the stop")
+        assert cancelled["result"].startswith(
+            "Cancelled: stop. It could not be stopped in box and may still run there:"
+        )
     assert cancelled["stopOwed"] is False, "a refusal for good owes nothing: no retry storm"
     (tmp_path / "never").write_text("release")
