@@ -116,29 +116,31 @@ class Delegation:
         )
         provider = target.provider or parent.provider
         wake: Any = "settled_only" if req.mode == "wait" else "always"
+        common = {
+            "parent_thread_id": parent.id,
+            "parent_run_id": run.id,
+            "namespace": caller.namespace,
+            "request_key": key,
+            "request_hash": digest,
+            "title": req.title or parent.title,
+            "prompt": role_prompt(req.role, req.task),
+            "provider": provider,
+            "wake": wake,
+        }
         if env is None:
             if target.project_id and target.project_id != parent.project_id:
                 raise InvalidRequest(
                     "A local task runs in this thread's project. Omit target.projectId, or pass "
                     "target.environmentId to run it in that environment's project."
                 )
-            model = target.model or (parent.model if provider == parent.provider else None)
             new = NewTask(
-                parent_thread_id=parent.id,
-                parent_run_id=run.id,
-                namespace=caller.namespace,
-                request_key=key,
-                request_hash=digest,
-                title=req.title or parent.title,
-                prompt=role_prompt(req.role, req.task),
+                **common,
                 target_env=None,
                 target_label=None,
                 project_id=parent.project_id,
-                provider=provider,
-                model=model,
+                model=target.model or (parent.model if provider == parent.provider else None),
                 runtime_mode=req.runtime_mode or parent.runtime_mode,
                 interaction_mode=req.interaction_mode or parent.interaction_mode,
-                wake=wake,
             )
             task, _ = await tasks.record(self.db, new, now=self.clock())
             if task.child_thread_id is None and not task.terminal:
@@ -149,24 +151,15 @@ class Delegation:
                     f"Pass target.model: provider {provider} there does not share this thread's model."
                 )
             link = await links.get(self.db, env)
-            project_id = target.project_id or await self._match_project(caller, env, parent)
             new = NewTask(
-                parent_thread_id=parent.id,
-                parent_run_id=run.id,
-                namespace=caller.namespace,
-                request_key=key,
-                request_hash=digest,
-                title=req.title or parent.title,
-                prompt=role_prompt(req.role, req.task),
+                **common,
                 target_env=env,
                 target_label=link.label if link else env,
-                project_id=project_id,
-                provider=provider,
+                project_id=target.project_id or await self._match_project(caller, env, parent),
                 model=target.model or parent.model,
                 # Omitted modes are not sent: the box applies the link's cap (narrowed by ours).
                 runtime_mode=req.runtime_mode,
                 interaction_mode=req.interaction_mode,
-                wake=wake,
             )
             task, _ = await tasks.record(self.db, new, now=self.clock())
             if task.child_thread_id is None and not task.terminal:
