@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs
+.PHONY: demo test lint typecheck unit venv clean docs bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check peerd tests examples tools
-	$(VENV)/bin/ruff format --check peerd tests examples tools
+	$(VENV)/bin/ruff check peerd tests examples tools bench
+	$(VENV)/bin/ruff format --check peerd tests examples tools bench
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -28,6 +28,9 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+bench: $(STAMP)
+	$(PY) bench/follower.py
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

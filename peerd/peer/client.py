@@ -122,7 +122,8 @@ class PeerClient:
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=REQUEST_TIMEOUT_S)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        # No pool cap: forwarded long-polls (up to 50 s each) must never starve the follower's watch.
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
 
     async def close(self) -> None:
         if self._session is not None:

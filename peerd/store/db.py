@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import structlog
 
 from peerd.store.schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 5000
+
+log = structlog.get_logger(__name__)
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:
@@ -65,6 +68,7 @@ class Database:
     async def write(self) -> AsyncIterator[aiosqlite.Connection]:
         """One transaction; commits on success, rolls back on any exception (cancellation too)."""
         async with self._wlock:
+            await self._clear_abandoned()
             await self._w.execute("BEGIN IMMEDIATE")
             try:
                 yield self._w
@@ -73,6 +77,19 @@ class Database:
                 raise
             else:
                 await self._w.execute("COMMIT")
+
+    async def _clear_abandoned(self) -> None:
+        """Roll back what a cancelled writer left open.
+
+        A task cancelled while awaiting BEGIN (or ROLLBACK) gives up the lock, but aiosqlite still
+        runs that statement in its thread, so the connection can be left inside a transaction
+        nobody owns; the next BEGIN would then fail. A no-op queued behind it waits for it to
+        finish (the thread runs statements in order), then any leftover transaction is undone:
+        its writer was cancelled, so it never counted on it."""
+        await self._w.execute("SELECT 1")
+        if self._w.in_transaction:
+            log.warning("store.abandoned_transaction_rolled_back")
+            await self._w.execute("ROLLBACK")
 
     # Each read is one hop to the reader's thread (execute, fetch, reset): a statement left open
     # between awaits would hold the reader's WAL snapshot, and concurrent reads would then miss

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
@@ -303,3 +305,29 @@ async def test_recover_records_a_given_reason(db: Database) -> None:
     assert (run.status, run.reason) == ("interrupted", "shut down")
     texts = await db.fetchall("SELECT text FROM items WHERE thread_id = ? AND kind = 'error'", (thread_id,))
     assert [r["text"] for r in texts] == ["shut down"]
+
+
+async def test_a_writer_cancelled_at_any_point_never_breaks_later_writes(tmp_path: Path) -> None:
+    """Cancelling a writer while aiosqlite still runs its BEGIN left the connection inside a
+    transaction nobody owned, and every later write failed until restart."""
+    database = await Database.open(tmp_path / "cancel.db")
+    try:
+        async with database.write() as tx:
+            await tx.execute("CREATE TABLE t (v INTEGER)")
+
+        async def writer(value: int) -> None:
+            async with database.write() as tx:
+                await tx.execute("INSERT INTO t (v) VALUES (?)", (value,))
+
+        for i in range(120):
+            task = asyncio.create_task(writer(-1))
+            for _ in range(i % 6):
+                await asyncio.sleep(0)  # cancel at every stage: before, during and after BEGIN
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await writer(i)  # must always work
+        values = [row[0] for row in await database.fetchall("SELECT v FROM t ORDER BY rowid")]
+        assert [v for v in values if v >= 0] == list(range(120))
+    finally:
+        await database.close()
