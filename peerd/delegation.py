@@ -50,6 +50,21 @@ NO_REPLY = "(The child thread ended without a reply.)"
 STOP_REFUSED = "The stop was refused there: "
 
 
+def _launch_of(task: TaskRow, lineage: c.DelegatedFrom | None = None) -> c.ThreadLaunch:
+    """The child's launch, the same on every (re-)send: its key was fixed when the task was recorded."""
+    return c.ThreadLaunch(
+        project_id=task.project_id or "",
+        prompt=task.prompt,
+        provider=task.provider,
+        title=task.title,
+        model=task.model,
+        runtime_mode=task.runtime_mode,
+        interaction_mode=task.interaction_mode,
+        client_request_id=task.launch_key,
+        delegated_from=lineage,
+    )
+
+
 def _seconds(timeout_ms: int | None) -> float:
     """A wait's length: as asked (0 = just look), else as long as tool calls safely last."""
     return WAIT_CAP_S if timeout_ms is None else timeout_ms / 1000
@@ -171,16 +186,7 @@ class Delegation:
         return task.info()
 
     async def _launch_local(self, task: TaskRow) -> TaskRow:
-        launch = c.ThreadLaunch(
-            project_id=task.project_id or "",
-            prompt=task.prompt,
-            provider=task.provider,
-            title=task.title,
-            model=task.model,
-            runtime_mode=task.runtime_mode,
-            interaction_mode=task.interaction_mode,
-            client_request_id=task.launch_key,
-        )
+        launch = _launch_of(task)
         try:
             launched = await self.ops.thread_launch(Caller(namespace="delegate"), launch)
         except PeerdError as exc:
@@ -203,21 +209,8 @@ class Delegation:
         A transient failure keeps the task pending for the follower (`keep`), or is raised to the
         follower so it backs off (`raise`)."""
         parent = await threads.get_thread(self.db, task.parent_thread_id)
-        launch = c.ThreadLaunch(
-            project_id=task.project_id or "",
-            prompt=task.prompt,
-            provider=task.provider,
-            title=task.title,
-            model=task.model,
-            runtime_mode=task.runtime_mode,
-            interaction_mode=task.interaction_mode,
-            client_request_id=task.launch_key,
-            delegated_from=c.DelegatedFrom(
-                environment_id=self.env_id, thread_id=parent.id, title=parent.title
-            ),
-        )
-        body = Forwarder.launch_body(launch, namespace=task.namespace)
-        body["delegatedFrom"] = launch.delegated_from.wire() if launch.delegated_from else None
+        lineage = c.DelegatedFrom(environment_id=self.env_id, thread_id=parent.id, title=parent.title)
+        body = Forwarder.launch_body(_launch_of(task, lineage), namespace=task.namespace)
         env = task.target_env or ""
         try:
             data = await self.forwarder.call(
