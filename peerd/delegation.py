@@ -432,14 +432,20 @@ class Delegation:
         del caller
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.timeout
+        # Each change re-reads only the threads that changed, not every watched run: a link with
+        # many open tasks must not pay O(tasks) for every item one child adds.
+        events = [self.feed.watch(ref.thread_id) for ref in req.runs]
+        runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
         while True:
-            events = [self.feed.watch(ref.thread_id) for ref in req.runs]
-            runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
+            done = any(r.settled or not r.found for r in runs)
             remaining = deadline - loop.time()
-            if any(r.settled or not r.found for r in runs) or remaining <= 0 or self.feed.closed:
-                done = any(r.settled or not r.found for r in runs)
+            if done or remaining <= 0 or self.feed.closed:
                 return c.RunWatchResult(runs=runs, timed_out=not done)
-            await self.feed.wait_any(events, remaining)
+            await self.feed.wait_any(list({id(e): e for e in events}.values()), remaining)
+            for i, ref in enumerate(req.runs):
+                if events[i].is_set():
+                    events[i] = self.feed.watch(ref.thread_id)  # before the re-read: no change slips by
+                    runs[i] = await self.watch_one(ref.thread_id, ref.run_id)
 
     async def on_run_end(self, thread_id: str) -> None:
         """A run here ended: local tasks whose child thread this is may now be settled."""
