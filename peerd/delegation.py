@@ -13,6 +13,7 @@ box has not answered, delivers owed stops and watches the runs until they settle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -434,18 +435,23 @@ class Delegation:
         deadline = loop.time() + req.timeout
         # Each change re-reads only the threads that changed, not every watched run: a link with
         # many open tasks must not pay O(tasks) for every item one child adds.
-        events = [self.feed.watch(ref.thread_id) for ref in req.runs]
-        runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
-        while True:
-            done = any(r.settled or not r.found for r in runs)
-            remaining = deadline - loop.time()
-            if done or remaining <= 0 or self.feed.closed:
-                return c.RunWatchResult(runs=runs, timed_out=not done)
-            await self.feed.wait_any(list({id(e): e for e in events}.values()), remaining)
-            for i, ref in enumerate(req.runs):
-                if events[i].is_set():
-                    events[i] = self.feed.watch(ref.thread_id)  # before the re-read: no change slips by
-                    runs[i] = await self.watch_one(ref.thread_id, ref.run_id)
+        thread_ids = {ref.thread_id for ref in req.runs}
+        listener = self.feed.listen(thread_ids)
+        try:
+            runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
+            while True:
+                done = any(r.settled or not r.found for r in runs)
+                remaining = deadline - loop.time()
+                if done or remaining <= 0 or self.feed.closed:
+                    return c.RunWatchResult(runs=runs, timed_out=not done)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listener.event.wait(), remaining)
+                changed = listener.take()
+                for i, ref in enumerate(req.runs):
+                    if ref.thread_id in changed:
+                        runs[i] = await self.watch_one(ref.thread_id, ref.run_id)
+        finally:
+            self.feed.unlisten(listener, thread_ids)
 
     async def on_run_end(self, thread_id: str) -> None:
         """A run here ended: local tasks whose child thread this is may now be settled."""

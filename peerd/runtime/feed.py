@@ -10,9 +10,24 @@ import asyncio
 import contextlib
 
 
+class Listener:
+    """Many threads watched at once: one event, and the set of threads that changed since the last
+    `take()`. The follower's batched watch uses it, so a change costs O(1), not O(watched threads)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.changed: set[str] = set()
+
+    def take(self) -> set[str]:
+        changed, self.changed = self.changed, set()
+        self.event.clear()
+        return changed
+
+
 class ChangeFeed:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self._listeners: dict[str, set[Listener]] = {}
         self._closed = asyncio.Event()
 
     @property
@@ -27,6 +42,24 @@ class ChangeFeed:
         event = self._events.pop(thread_id, None)
         if event is not None:
             event.set()
+        for listener in self._listeners.get(thread_id, ()):
+            listener.changed.add(thread_id)
+            listener.event.set()
+
+    def listen(self, thread_ids: set[str]) -> Listener:
+        """Register before reading the store, like `watch`; `unlisten` when done."""
+        listener = Listener()
+        for thread_id in thread_ids:
+            self._listeners.setdefault(thread_id, set()).add(listener)
+        return listener
+
+    def unlisten(self, listener: Listener, thread_ids: set[str]) -> None:
+        for thread_id in thread_ids:
+            listeners = self._listeners.get(thread_id)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self._listeners[thread_id]
 
     async def wait(self, event: asyncio.Event, seconds: float) -> None:
         """Until the thread changes, the feed closes (shutdown) or `seconds` pass."""
@@ -51,6 +84,9 @@ class ChangeFeed:
     def close(self) -> None:
         """Shutdown: every long-poll returns now."""
         self._closed.set()
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.event.set()
         for event in self._events.values():
             event.set()
         self._events.clear()
