@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -145,3 +146,47 @@ class DaemonProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+@dataclasses.dataclass
+class Pair:
+    """Two real daemons in this loop, "laptop" and "box", with a local client for each."""
+
+    laptop: Daemon
+    box: Daemon
+    lc: LocalClient  # the laptop's local client
+    bc: LocalClient  # the box's local client
+
+    @property
+    def box_id(self) -> str:
+        assert self.box.identity is not None
+        return self.box.identity.env_id
+
+    @property
+    def box_url(self) -> str:
+        return self.box.advertised_urls()[0]
+
+    async def code(self, access: str = "auto", **extra: Any) -> str:
+        data = await self.bc.call("POST", "/v1/pair", body={"access": access, **extra})
+        return str(data["code"])
+
+    async def link(self, access: str = "auto", *, code: str | None = None, **extra: Any) -> dict[str, Any]:
+        code = code or await self.code(access)
+        body = {"code": code, "access": access, **extra}
+        result: dict[str, Any] = await self.lc.call("POST", "/v1/links", body=body)
+        return result
+
+    async def remote(self, method: str, path: str, **kw: Any) -> Any:
+        assert self.laptop.peers is not None
+        return await self.laptop.peers.call(self.box_id, method, path, **kw)
+
+
+@asynccontextmanager
+async def two_daemons(tmp_path: Path, *, laptop_watch_chunk_s: float = 50.0) -> AsyncIterator[Pair]:
+    async with (
+        running_daemon(tmp_path / "laptop", label="laptop", watch_chunk_s=laptop_watch_chunk_s) as laptop,
+        running_daemon(tmp_path / "box", label="box") as box,
+        client_for(laptop.paths.home) as lc,
+        client_for(box.paths.home) as bc,
+    ):
+        yield Pair(laptop, box, lc, bc)

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import script, wait_terminal
+from tests.helpers import Pair, script, wait_terminal
 from tests.integration.test_delegation import delegate
 from tests.integration.test_forwarding import linked  # noqa: F401  # the fixture
-from tests.integration.test_links import Pair
 
 
 async def peerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,8 +13,7 @@ import pytest
 
 from peerd.cli.client import LocalClient
 from peerd.peer.client import REVOKED_MESSAGE
-from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_links import Pair
+from tests.helpers import Pair, git, make_repo, script, two_daemons, wait_terminal
 
 
 def runs_script(*runs: list[dict[str, Any]]) -> str:
@@ -173,13 +172,8 @@ async def linked(tmp_path: Path) -> AsyncIterator[tuple[Pair, dict[str, Any]]]:
     origin = tmp_path / "origin.git"
     make_repo(tmp_path / "seed", origin=None)
     git(tmp_path, "clone", "-q", "--bare", str(tmp_path / "seed"), str(origin))
-    async with (
-        running_daemon(tmp_path / "laptop", label="laptop", watch_chunk_s=5) as laptop,
-        running_daemon(tmp_path / "box", label="box") as box,
-        client_for(laptop.paths.home) as lc,
-        client_for(box.paths.home) as bc,
-    ):
-        pair = Pair(laptop, box, lc, bc)
+    async with two_daemons(tmp_path, laptop_watch_chunk_s=5) as pair:
+        lc, bc = pair.lc, pair.bc
         for side, client in (("laptop", lc), ("box", bc)):
             git(tmp_path, "clone", "-q", str(origin), str(tmp_path / f"{side}-repo"))
             await client.call("POST", "/v1/projects", body={"path": str(tmp_path / f"{side}-repo")})

@@ -9,9 +9,8 @@ import pytest
 
 from peerd.core.tasks import RunFact, settlement
 from peerd.errors import PeerdError
-from tests.helpers import git, script, wait_terminal
+from tests.helpers import Pair, git, script, wait_terminal
 from tests.integration.test_delegation import delegate, items, linked, runs_script, tasks_of, wait_run_number
-from tests.integration.test_links import Pair
 
 __all__ = ["linked"]  # the fixture, shared with test_delegation
 

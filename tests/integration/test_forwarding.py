@@ -10,20 +10,14 @@ import pytest
 
 from peerd.core.idempotency import scoped_request_id
 from peerd.errors import CapabilityDenied, InvalidRequest
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_links import Pair
+from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 
 
 @pytest.fixture
 async def linked(tmp_path: Path) -> AsyncIterator[tuple[Pair, dict[str, Any], dict[str, Any]]]:
     """A laptop linked to a box with `auto` access; one project on each side, one repository."""
-    async with (
-        running_daemon(tmp_path / "laptop", label="laptop") as laptop,
-        running_daemon(tmp_path / "box", label="box") as box,
-        client_for(laptop.paths.home) as lc,
-        client_for(box.paths.home) as bc,
-    ):
-        pair = Pair(laptop, box, lc, bc)
+    async with two_daemons(tmp_path) as pair:
+        lc, bc = pair.lc, pair.bc
         here = await lc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "laptop-repo"))})
         there = await bc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))})
         await pair.link("auto")

@@ -24,14 +24,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from multidict import CIMultiDictProxy
 
 from peerd.api.remote import NOT_ACCEPTED
-from peerd.cli.client import LocalClient
-from peerd.daemon import Daemon
 from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
 from peerd.peer.client import REVOKED_MESSAGE, is_loopback_url
 from peerd.peer.identity import pinned_fingerprint
 from peerd.peer.tokens import refresh_hash, sign_access_token
 from peerd.store.clients import UNLINKED_REASON
-from tests.helpers import client_for, make_repo, running_daemon
+from tests.helpers import Pair as BasePair
+from tests.helpers import make_repo, running_daemon, two_daemons
 
 EXPIRED = "The link to box expired. Link it again with a new pairing code from box."
 
@@ -58,34 +57,8 @@ def outbound(monkeypatch: pytest.MonkeyPatch) -> Iterator[Outbound]:
     yield record
 
 
-@dataclasses.dataclass
-class Pair:
-    laptop: Daemon
-    box: Daemon
-    lc: LocalClient
-    bc: LocalClient
-
-    @property
-    def box_id(self) -> str:
-        assert self.box.identity is not None
-        return self.box.identity.env_id
-
-    @property
-    def box_url(self) -> str:
-        return self.box.advertised_urls()[0]
-
-    async def code(self, access: str = "auto", **extra: Any) -> str:
-        return str((await self.bc.call("POST", "/v1/pair", body={"access": access, **extra}))["code"])
-
-    async def link(self, access: str = "auto", *, code: str | None = None, **extra: Any) -> dict[str, Any]:
-        code = code or await self.code(access)
-        body = {"code": code, "access": access, **extra}
-        result: dict[str, Any] = await self.lc.call("POST", "/v1/links", body=body)
-        return result
-
-    async def remote(self, method: str, path: str, **kw: Any) -> Any:
-        assert self.laptop.peers is not None
-        return await self.laptop.peers.call(self.box_id, method, path, **kw)
+class Pair(BasePair):
+    """The shared pair, plus direct looks into both databases and raw bearer requests."""
 
     # --- the two databases, read (and on the laptop, aged) directly ---------------------------
 
@@ -133,13 +106,8 @@ class Pair:
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    async with (
-        running_daemon(tmp_path / "laptop", label="laptop") as laptop,
-        running_daemon(tmp_path / "box", label="box") as box,
-        client_for(laptop.paths.home) as lc,
-        client_for(box.paths.home) as bc,
-    ):
-        yield Pair(laptop, box, lc, bc)
+    async with two_daemons(tmp_path) as p:
+        yield Pair(p.laptop, p.box, p.lc, p.bc)
 
 
 def jwt_claims(token: str) -> dict[str, Any]:

@@ -12,51 +12,16 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
-from peerd.daemon import Daemon
 from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import REVOKED_MESSAGE
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-
-
-@dataclasses.dataclass
-class Pair:
-    laptop: Daemon
-    box: Daemon
-    lc: LocalClient  # the laptop's local client
-    bc: LocalClient  # the box's local client
-
-    @property
-    def box_id(self) -> str:
-        assert self.box.identity is not None
-        return self.box.identity.env_id
-
-    async def code(self, access: str = "auto", **extra: Any) -> str:
-        data = await self.bc.call("POST", "/v1/pair", body={"access": access, **extra})
-        return str(data["code"])
-
-    async def link(self, access: str = "auto", *, code: str | None = None) -> dict[str, Any]:
-        code = code or await self.code(access)
-        result: dict[str, Any] = await self.lc.call(
-            "POST", "/v1/links", body={"code": code, "access": access}
-        )
-        return result
-
-    async def remote(self, method: str, path: str, **kw: Any) -> Any:
-        assert self.laptop.peers is not None
-        return await self.laptop.peers.call(self.box_id, method, path, **kw)
+from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
-    async with (
-        running_daemon(tmp_path / "laptop", label="laptop") as laptop,
-        running_daemon(tmp_path / "box", label="box") as box,
-        client_for(laptop.paths.home) as lc,
-        client_for(box.paths.home) as bc,
-    ):
-        yield Pair(laptop, box, lc, bc)
+    async with two_daemons(tmp_path) as p:
+        yield p
 
 
 def box_code_state(pair: Pair, code_id: str) -> tuple[str, int]:
