@@ -69,12 +69,6 @@ def next_to_start(runs: Sequence[RunView], *, queue_held: bool, archived: bool) 
     return min(queued, key=lambda r: r.number).id if queued else None
 
 
-def status_of_new_run(runs: Sequence[RunView]) -> RunStatus:
-    """A new run is always queued; it starts when `next_to_start` picks it."""
-    del runs
-    return "queued"
-
-
 @dataclass(frozen=True)
 class InterruptPlan:
     target_run: str | None

@@ -292,13 +292,6 @@ async def revoke_by_refresh_token(db: Database, token: str, *, now: float) -> bo
     return True
 
 
-async def get_client(db: Database, client_id: str, *, now: float) -> ClientInfo:
-    row = await db.fetchone(_SELECT + " WHERE c.id = ?", (client_id,))
-    if row is None:
-        raise NotFound(f"No client {client_id} here. `peerd client list` shows them.")
-    return client_info(row, now)
-
-
 async def active_client(db: Database, client_id: str, *, now: float) -> ClientInfo | None:
     """The client if it may act now (checked on every request, so revocation ends access at once)."""
     row = await db.fetchone(_SELECT + " WHERE c.id = ?", (client_id,))

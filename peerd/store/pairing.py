@@ -74,13 +74,6 @@ async def create_code(
     return info, secret
 
 
-async def get_code(db: Database, code_id: str, *, now: float) -> PairingCodeInfo:
-    row = await db.fetchone("SELECT * FROM pairing_codes WHERE id = ?", (code_id,))
-    if row is None:
-        raise not_found(code_id)
-    return code_info(row, now)
-
-
 async def list_codes(db: Database, *, now: float, include_done: bool = False) -> list[PairingCodeInfo]:
     """Codes oldest first; without `include_done`, only the ones that can still be redeemed."""
     if include_done:
