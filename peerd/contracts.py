@@ -25,7 +25,9 @@ RUNTIME_MODES: tuple[RuntimeMode, ...] = (
 InteractionMode = Literal["default", "plan"]
 INTERACTION_MODES: tuple[InteractionMode, ...] = ("plan", "default")  # narrowest first
 RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
-ItemKind = Literal["user_message", "assistant_message", "command", "file_change", "tool_call", "error"]
+ItemKind = Literal[
+    "user_message", "assistant_message", "command", "file_change", "tool_call", "error", "notice"
+]
 ThreadStatus = Literal["active", "archived"]
 
 MAX_PROMPT_CHARS = 120_000

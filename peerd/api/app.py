@@ -18,6 +18,7 @@ from aiohttp import web
 from peerd import contracts as c
 from peerd.errors import CapabilityDenied, InvalidRequest, PayloadTooLarge, PeerdError, http_status
 from peerd.operations import Operations
+from peerd.peer.links import LinkService
 
 log = structlog.get_logger(__name__)
 
@@ -25,6 +26,7 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 
 OPERATIONS = web.AppKey("operations", Operations)
 DESCRIPTOR = web.AppKey("descriptor", c.Descriptor)
+LINKS = web.AppKey("links", LinkService)
 StatusFn = Callable[[], Awaitable[c.Status]]
 STATUS_FN: web.AppKey[StatusFn] = web.AppKey("status_fn")
 

@@ -29,6 +29,7 @@ from aiohttp import web
 from peerd import contracts as c
 from peerd.api.app import (
     DESCRIPTOR,
+    LINKS,
     OPERATIONS,
     STATUS_FN,
     StatusFn,
@@ -44,8 +45,6 @@ from peerd.errors import InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
 from peerd.store import tasks, threads
-
-LINKS = web.AppKey("links", LinkService)
 
 LOCAL = Caller.local()
 CALLER_KEY = web.RequestKey("caller", Caller)

@@ -1,8 +1,10 @@
-"""Agent tools over HTTP: `POST /v1/tools/{name}` with the run token of the calling run.
+"""Agent tools over HTTP: `POST /v1/tools/{name}`, the calls `peerd mcp` proxies for an agent.
 
-The token binds the call to one thread and one live run: the caller's identity is that run, never
-a claim in the body. A token of an ended run is refused with `parent_not_active`. The MCP server
-(`peerd mcp`) is a thin proxy onto these same endpoints.
+With the run token of a live run (`Authorization: Bearer`), a call acts as that run: its thread's
+namespace and its modes as the ceiling; the caller's identity is that run, never a claim in the
+body. A token of an ended run is refused with `parent_not_active`. Without a token the call comes
+from an agent peerd did not start, on this user's own socket: it acts as the owner, like the CLI,
+and has no run to be woken in (`delegate_task` says to use thread_launch and thread_wait).
 """
 
 from __future__ import annotations
@@ -12,67 +14,20 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from peerd import agent_tools as t
 from peerd import contracts as c
-from peerd.api.app import OPERATIONS, json_object, ok
+from peerd.api.app import LINKS, OPERATIONS, json_object, ok
 from peerd.core.runs import is_live
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound, ParentNotActive
 from peerd.operations import Caller, Operations
-
-if TYPE_CHECKING:
-    from peerd.delegation import Delegation
+from peerd.peer.links import LinkService
 from peerd.runtime.runner import token_hash
 from peerd.store import threads
 
+if TYPE_CHECKING:
+    from peerd.delegation import Delegation
 
-class ToolThreadRef(c.Input):
-    thread_id: str
-
-
-def _split(args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    ref = ToolThreadRef.model_validate({k: v for k, v in args.items() if k in ("threadId", "thread_id")})
-    return ref.thread_id, {k: v for k, v in args.items() if k not in ("threadId", "thread_id")}
-
-
-async def _project_list(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    return await ops.project_list(caller, c.ProjectList.model_validate(args))
-
-
-async def _thread_launch(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    return await ops.thread_launch(caller, c.ThreadLaunch.model_validate(args))
-
-
-async def _thread_read(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    thread_id, rest = _split(args)
-    return await ops.thread_read(caller, thread_id, c.ThreadRead.model_validate(rest))
-
-
-async def _thread_wait(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    thread_id, rest = _split(args)
-    return await ops.thread_wait(caller, thread_id, c.ThreadWait.model_validate(rest))
-
-
-async def _thread_send(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    thread_id, rest = _split(args)
-    return await ops.thread_send(caller, thread_id, c.ThreadSend.model_validate(rest))
-
-
-async def _thread_interrupt(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    thread_id, rest = _split(args)
-    if thread_id == caller.thread_id:
-        raise InvalidRequest("A run cannot interrupt its own thread through a tool; end the turn instead.")
-    return await ops.thread_interrupt(caller, thread_id, c.ThreadInterrupt.model_validate(rest))
-
-
-async def _delegate_task(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    return await _delegation(ops).delegate(caller, c.DelegateTask.model_validate(args))
-
-
-async def _task_status(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    return await _delegation(ops).status(caller, c.TaskStatusRead.model_validate(args))
-
-
-async def _task_cancel(ops: Operations, caller: Caller, args: dict[str, Any]) -> c.Wire:
-    return await _delegation(ops).cancel(caller, c.TaskCancel.model_validate(args))
+Tool = Callable[[Operations, LinkService, Caller, Any], Awaitable[c.Wire]]
 
 
 def _delegation(ops: Operations) -> Delegation:
@@ -81,22 +36,85 @@ def _delegation(ops: Operations) -> Delegation:
     return ops.delegation
 
 
-TOOLS: dict[str, Callable[[Operations, Caller, dict[str, Any]], Awaitable[c.Wire]]] = {
+def _fields(req: c.Input, model: type[c.Input]) -> Any:
+    """The part of a tool's input that the operation's own request model takes."""
+    return model.model_validate(req.model_dump(by_alias=True, exclude={"thread_id"}, exclude_unset=True))
+
+
+async def _delegate_task(ops: Operations, _: LinkService, caller: Caller, req: c.DelegateTask) -> c.Wire:
+    if caller.run_id is None:
+        raise ParentNotActive(
+            "delegate_task wakes the run that asked, and this agent was not started by peerd. "
+            "Use thread_launch to start the work and thread_wait to collect its result."
+        )
+    if req.mode == "wait":
+        req = req.model_copy(update={"timeout_ms": t.cap_wait_ms(req.timeout_ms)})
+    return await _delegation(ops).delegate(caller, req)
+
+
+async def _task_status(ops: Operations, _: LinkService, caller: Caller, req: c.TaskStatusRead) -> c.Wire:
+    if req.wait:
+        req = req.model_copy(update={"timeout_ms": t.cap_wait_ms(req.timeout_ms)})
+    return await _delegation(ops).status(caller, req)
+
+
+async def _task_cancel(ops: Operations, _: LinkService, caller: Caller, req: c.TaskCancel) -> c.Wire:
+    return await _delegation(ops).cancel(caller, req)
+
+
+async def _thread_launch(ops: Operations, _: LinkService, caller: Caller, req: c.ThreadLaunch) -> c.Wire:
+    return await ops.thread_launch(caller, req)
+
+
+async def _thread_read(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadReadTool) -> c.Wire:
+    return await ops.thread_read(caller, req.thread_id, _fields(req, c.ThreadRead))
+
+
+async def _thread_wait(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadWaitTool) -> c.Wire:
+    return await ops.thread_wait(caller, req.thread_id, _fields(req, c.ThreadWait))
+
+
+async def _thread_send(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadSendTool) -> c.Wire:
+    return await ops.thread_send(caller, req.thread_id, _fields(req, c.ThreadSend))
+
+
+async def _thread_interrupt(
+    ops: Operations, _: LinkService, caller: Caller, req: t.ThreadInterruptTool
+) -> c.Wire:
+    if req.thread_id == caller.thread_id:
+        raise InvalidRequest("A run cannot interrupt its own thread through a tool; end the turn instead.")
+    return await ops.thread_interrupt(caller, req.thread_id, _fields(req, c.ThreadInterrupt))
+
+
+async def _project_list(ops: Operations, _: LinkService, caller: Caller, req: c.ProjectList) -> c.Wire:
+    return await ops.project_list(caller, req)
+
+
+async def _environment_list(
+    _: Operations, links: LinkService, __: Caller, ___: t.EnvironmentListTool
+) -> c.Wire:
+    return t.EnvironmentListResult(items=await links.environment_list(probe=False))
+
+
+TOOLS: dict[str, Tool] = {
     "delegate_task": _delegate_task,
     "task_status": _task_status,
     "task_cancel": _task_cancel,
-    "project_list": _project_list,
     "thread_launch": _thread_launch,
     "thread_read": _thread_read,
     "thread_wait": _thread_wait,
     "thread_send": _thread_send,
     "thread_interrupt": _thread_interrupt,
+    "project_list": _project_list,
+    "environment_list": _environment_list,
 }
 
 
 async def caller_from_token(ops: Operations, header: str | None) -> Caller:
-    if not header or not header.startswith("Bearer "):
-        raise CapabilityDenied("Agent tools need the run token peerd gave this run (Authorization: Bearer).")
+    if header is None:
+        return Caller.local()
+    if not header.startswith("Bearer "):
+        raise CapabilityDenied("Agent tools take the run token peerd gave this run (Authorization: Bearer).")
     run = await threads.run_by_token_hash(ops.db, token_hash(header.removeprefix("Bearer ").strip()))
     if run is None or not is_live(run.status):
         raise ParentNotActive("This run has ended; its agent tools no longer act. Start a new run.")
@@ -106,9 +124,10 @@ async def caller_from_token(ops: Operations, header: str | None) -> Caller:
 async def call_tool(request: web.Request) -> web.Response:
     ops = request.app[OPERATIONS]
     name = request.match_info["name"]
-    tool = TOOLS.get(name)
-    if tool is None:
+    tool, spec = TOOLS.get(name), t.TOOL_SPECS.get(name)
+    if tool is None or spec is None:
         raise NotFound(f"No agent tool {name!r}; tools: {', '.join(sorted(TOOLS))}.")
     caller = await caller_from_token(ops, request.headers.get("Authorization"))
-    result = await tool(ops, caller, await json_object(request))
+    req = spec.input_model.model_validate(await json_object(request))  # 400 via the middleware
+    result = await tool(ops, request.app[LINKS], caller, req)
     return ok({"result": result.wire()})

@@ -90,6 +90,26 @@ def serve(
 
 
 @cli.command()
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning")
+@click.pass_context
+def mcp(ctx: click.Context, log_level: str) -> None:
+    """Serve peerd's agent tools over MCP on stdin/stdout (an agent CLI starts this).
+
+    Tools: delegate_task, task_status, task_cancel, thread_launch, thread_read, thread_wait,
+    thread_send, thread_interrupt, project_list, environment_list. Started by peerd for a run, the
+    tools act as that run; otherwise as this user. Logs go to stderr.
+    """
+    import os  # noqa: PLC0415
+
+    from peerd.mcp_proxy import ProxyConfig, serve_stdio  # noqa: PLC0415
+
+    configure_logging(json=True, level=getattr(logging, log_level.upper()))
+    env = dict(os.environ)
+    env.setdefault("PEERD_HOME", str(cli_context(ctx).home))
+    asyncio.run(serve_stdio(ProxyConfig.from_env(env)))
+
+
+@cli.command()
 @json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:

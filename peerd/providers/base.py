@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-ItemKind = Literal["user_message", "assistant_message", "command", "file_change", "tool_call", "error"]
+ItemKind = Literal[
+    "user_message", "assistant_message", "command", "file_change", "tool_call", "error", "notice"
+]
 FinishStatus = Literal["completed", "failed", "interrupted"]
 
 
