@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench
+.PHONY: demo test lint typecheck unit venv clean docs bench clis
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The real coder CLIs (pinned by tests/coder-clis/package-lock.json) that the provider tests run
+# offline against a scripted fake model. A failed install fails `make test` with npm's reason.
+CLIS := .cache/coder-clis
+CLIS_STAMP := $(CLIS)/.installed
+$(CLIS_STAMP): tests/coder-clis/package.json tests/coder-clis/package-lock.json
+	mkdir -p $(CLIS)
+	cp tests/coder-clis/package.json tests/coder-clis/package-lock.json $(CLIS)/
+	cd $(CLIS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(CLIS_STAMP)
+
+clis: $(CLIS_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check peerd tests examples tools bench
@@ -24,7 +36,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
 
-unit: $(STAMP)
+unit: $(STAMP) $(CLIS_STAMP)
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
@@ -36,4 +48,4 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .cache .mypy_cache .pytest_cache .ruff_cache

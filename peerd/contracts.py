@@ -466,3 +466,30 @@ class WatchedRun(Wire):
 class RunWatchResult(Wire):
     runs: list[WatchedRun]
     timed_out: bool
+
+
+# --- providers ----------------------------------------------------------------------------------
+
+
+class ProviderInfo(Wire):
+    name: str
+    kind: Literal["script", "codex", "claude", "gemini", "command"]
+    binary: str | None
+    path: str | None  # where the binary was found; None when it was not
+    found: bool
+    version: str | None
+    model: str | None
+    command: str | None = None  # custom commands: the exact text that runs
+    approved: bool | None = None  # custom commands only
+    problem: str | None = None
+
+
+class ProviderApprove(Input):
+    # The exact command the owner was shown: approval binds to it, never to a later edit.
+    command: str = Field(min_length=1)
+
+
+class ProviderApproveResult(Wire):
+    name: str
+    command: str
+    approved: bool

@@ -18,7 +18,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import structlog
 from aiohttp import web
@@ -27,9 +27,10 @@ from peerd import __version__
 from peerd import contracts as c
 from peerd.api.local import local_app
 from peerd.api.remote import network_app
+from peerd.config import Config
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.delegation import Delegation
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
 from peerd.operations import Operations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
@@ -37,12 +38,12 @@ from peerd.peer.follower import FollowerPool
 from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
 from peerd.peer.links import LinkService
+from peerd.providers import registry
 from peerd.providers.base import Provider
-from peerd.providers.script import ScriptProvider
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
-from peerd.store import projects, receipts, threads
+from peerd.store import approvals, projects, receipts, threads
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
@@ -65,6 +66,7 @@ class DaemonConfig:
     tls: bool = True
     advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
     watch_chunk_s: float = 50.0  # the follower's long-poll chunk (tests shorten it)
+    settings: Config = field(default_factory=Config)  # the config file (providers, approvals)
 
 
 def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
@@ -108,6 +110,7 @@ class Daemon:
         self._pruner: asyncio.Task[None] | None = None
         self._stopped = False
         self.feed = ChangeFeed()
+        self.providers: dict[str, Provider] = {}
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -140,7 +143,8 @@ class Daemon:
             log.info("daemon.recovered_runs", count=len(recovered))
         await self._prune_receipts()
         self._pruner = asyncio.create_task(self._prune_hourly(), name="peerd.prune")
-        providers: dict[str, Provider] = {"script": ScriptProvider()}
+        providers = registry.build(self.config.settings, self.command_approved)
+        self.providers = providers
         socket_path = self.paths.socket
         self.runs = RunManager(
             db,
@@ -165,7 +169,7 @@ class Daemon:
             db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
         )
         link_service.on_unlink = self.followers.notify
-        await self._serve_unix(local_app(ops, desc, self.status, link_service), socket_path)
+        await self._serve_unix(local_app(ops, desc, self.status, link_service, self), socket_path)
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.runs.kick_all()
@@ -252,6 +256,63 @@ class Daemon:
                 url = url.replace(f"//{wildcard}:", f"//{socket.gethostname()}:")
             urls.append(url)
         return urls
+
+    async def command_approved(self, name: str, command: str) -> bool:
+        """A custom command runs only as approved: named in the config file's allowlist (whose
+        command text is in that same file), or approved with `peerd provider approve` for exactly
+        this text."""
+        if name in self.config.settings.approved_commands:
+            return True
+        return self.db is not None and await approvals.is_approved(self.db, name, command)
+
+    async def provider_list(self) -> list[c.ProviderInfo]:
+        infos = [
+            registry.describe(name, provider, self.command_approved)
+            for name, provider in sorted(self.providers.items())
+        ]
+        return list(await asyncio.gather(*infos))
+
+    async def provider_approve(self, name: str, req: c.ProviderApprove) -> c.ProviderApproveResult:
+        provider = self.providers.get(name)
+        command = getattr(provider, "command", None)
+        if provider is None or not isinstance(command, str):
+            raise NotFound(
+                f"No custom provider {name!r} in the config file; only custom commands need approval."
+            )
+        if req.command != command:
+            raise Conflict(
+                f"The command of {name!r} is not the one you were shown; it is now:\n  {command}\n"
+                "Look again, then approve."
+            )
+        if self.db is None:
+            raise PeerdError("The daemon is still starting.", code="unavailable")
+        await approvals.approve(self.db, name, command, now=time.time())
+        return c.ProviderApproveResult(name=name, command=command, approved=True)
+
+    async def provider_revoke(self, name: str) -> c.ProviderApproveResult:
+        provider = self.providers.get(name)
+        command = getattr(provider, "command", None)
+        if self.db is None or not isinstance(command, str):
+            raise NotFound(f"No custom provider {name!r} in the config file.")
+        await approvals.revoke(self.db, name)
+        return c.ProviderApproveResult(
+            name=name, command=command, approved=await self.command_approved(name, command)
+        )
+
+    def config_shown(self) -> dict[str, Any]:
+        """The effective config: the file's settings with the command line's overrides applied."""
+        shown = self.config.settings.shown()
+        shown.update(
+            {
+                "label": self.config.label,
+                "listen": self.config.listen or False,
+                "tls": self.config.tls,
+                "advertise": list(self.config.advertise),
+                "home": str(self.paths.home),
+                "source": self.config.settings.source,
+            }
+        )
+        return shown
 
     async def status(self) -> c.Status:
         if self.db is None or self.identity is None:

@@ -20,9 +20,13 @@ Routes (all JSON; errors are `{code, message}`):
     GET    /v1/clients                          POST /v1/clients/{id}/revoke
     POST   /v1/links {code, access?, label?, urls?, maxAgeS?}
     GET    /v1/environments?probe=              GET/DELETE /v1/environments/{id}
+    GET    /v1/providers                        POST /v1/providers/{name}/approve {command}
+    DELETE /v1/providers/{name}/approval        GET /v1/config
 """
 
 from __future__ import annotations
+
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -209,10 +213,43 @@ async def environment_unlink(request: web.Request) -> web.Response:
     return ok(await _links(request).unlink(request.match_info["id"]))
 
 
+class Admin(Protocol):
+    """What only the owner manages: providers and their approvals, the effective config."""
+
+    async def provider_list(self) -> list[c.ProviderInfo]: ...
+
+    async def provider_approve(self, name: str, req: c.ProviderApprove) -> c.ProviderApproveResult: ...
+
+    async def provider_revoke(self, name: str) -> c.ProviderApproveResult: ...
+
+    def config_shown(self) -> dict[str, Any]: ...
+
+
+ADMIN: web.AppKey[Admin] = web.AppKey("admin")
+
+
+async def provider_list(request: web.Request) -> web.Response:
+    return ok({"items": [x.wire() for x in await request.app[ADMIN].provider_list()]})
+
+
+async def provider_approve(request: web.Request) -> web.Response:
+    req = await json_body(request, c.ProviderApprove)
+    return ok(await request.app[ADMIN].provider_approve(request.match_info["name"], req))
+
+
+async def provider_revoke(request: web.Request) -> web.Response:
+    return ok(await request.app[ADMIN].provider_revoke(request.match_info["name"]))
+
+
+async def config_show(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ADMIN].config_shown())
+
+
 def local_app(
-    ops: Operations, desc: c.Descriptor, status_fn: StatusFn, link_service: LinkService
+    ops: Operations, desc: c.Descriptor, status_fn: StatusFn, link_service: LinkService, admin: Admin
 ) -> web.Application:
     app = base_app()
+    app[ADMIN] = admin
     app[OPERATIONS] = ops
     app[LINKS] = link_service
     app[DESCRIPTOR] = desc
@@ -247,4 +284,8 @@ def local_app(
     r.add_get("/v1/environments", environment_list)
     r.add_get("/v1/environments/{id}", environment_show)
     r.add_delete("/v1/environments/{id}", environment_unlink)
+    r.add_get("/v1/providers", provider_list)
+    r.add_post("/v1/providers/{name}/approve", provider_approve)
+    r.add_delete("/v1/providers/{name}/approval", provider_revoke)
+    r.add_get("/v1/config", config_show)
     return app

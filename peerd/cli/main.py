@@ -16,6 +16,7 @@ from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_opt
 from peerd.cli.links import client, environment, link, pair
 from peerd.cli.output import emit_json, fields
 from peerd.cli.projects import project
+from peerd.cli.providers import config, provider
 from peerd.cli.tasks import task
 from peerd.cli.threads import thread
 from peerd.errors import PeerdError
@@ -41,9 +42,8 @@ def cli(ctx: click.Context, home: Path | None) -> None:
 @click.option("--label", default=None, help="A name people know this machine by (default: the host name).")
 @click.option(
     "--listen",
-    default="127.0.0.1:7433",
-    show_default=True,
-    help="HOST:PORT of the network listener (TLS). Use --no-listen to serve only the local socket.",
+    default=None,
+    help="HOST:PORT of the network listener (TLS; default 127.0.0.1:7433). --no-listen: only the local socket.",
 )
 @click.option("--no-listen", is_flag=True, help="Serve only the local Unix socket.")
 @click.option("--no-tls", is_flag=True, help="Plain HTTP on the listener; allowed on loopback only.")
@@ -52,36 +52,53 @@ def cli(ctx: click.Context, home: Path | None) -> None:
     multiple=True,
     help="Address pairing codes give out (repeatable), e.g. https://box.tailnet.ts.net:7433.",
 )
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="PEERD_CONFIG",
+    help="Config file (default: $XDG_CONFIG_HOME/peerd/config.toml). Flags win over it.",
+)
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.pass_context
 def serve(
     ctx: click.Context,
     label: str | None,
-    listen: str,
+    listen: str | None,
     no_listen: bool,
     no_tls: bool,
     advertise: tuple[str, ...],
+    config_path: Path | None,
     log_format: str,
     log_level: str,
 ) -> None:
     """Run the daemon in the foreground until SIGTERM or SIGINT."""
     # Only `serve` needs the server stack; importing it here keeps every other command quick.
-    from peerd.daemon import DaemonConfig, parse_listen  # noqa: PLC0415
+    from peerd import config as settings_file  # noqa: PLC0415
+    from peerd.daemon import DEFAULT_LISTEN, DaemonConfig, parse_listen  # noqa: PLC0415
     from peerd.daemon import serve as run_daemon  # noqa: PLC0415
 
     configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
-    if not no_listen:
+    try:
+        settings = settings_file.load(config_path, required=config_path is not None)
+    except PeerdError as exc:
+        fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+    tls = settings.tls and not no_tls
+    from_file = DEFAULT_LISTEN if settings.listen is None else (settings.listen or None)
+    effective_listen = None if no_listen else (listen or from_file)
+    if effective_listen:
         try:
-            parse_listen(listen, tls=not no_tls)
+            parse_listen(effective_listen, tls=tls)
         except PeerdError as exc:
             fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
     config = DaemonConfig(
         home=cli_context(ctx).home,
-        label=label or socket.gethostname(),
-        listen=None if no_listen else listen,
-        tls=not no_tls,
-        advertise=tuple(a.rstrip("/") for a in advertise),
+        label=label or settings.label or socket.gethostname(),
+        listen=effective_listen or None,
+        tls=tls,
+        advertise=tuple(a.rstrip("/") for a in (advertise or settings.advertise)),
+        settings=settings,
     )
     try:
         asyncio.run(run_daemon(config))
@@ -148,6 +165,8 @@ cli.add_command(link)
 cli.add_command(environment)
 cli.add_command(client)
 cli.add_command(task)
+cli.add_command(provider)
+cli.add_command(config)
 
 
 def main() -> None:

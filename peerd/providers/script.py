@@ -24,13 +24,11 @@ from peerd.providers.base import (
     RunSpec,
     SessionStarted,
 )
+from peerd.providers.cli import TOOL_ENV_KEYS
 from peerd.runtime.process import ProviderProcess
 
 log = structlog.get_logger(__name__)
 
-# A run's tool binding comes only from its spec: never inherit one from the daemon's own
-# environment (a daemon started inside an agent run would otherwise leak that run's token).
-TOOL_ENV_KEYS = ("PEERD_SOCKET", "PEERD_RUN_TOKEN")
 ERROR_TAIL_CHARS = 2000
 _ITEM_KINDS: frozenset[str] = frozenset(get_args(ItemKind)) - {"user_message"}
 _FINISH_STATUSES: frozenset[str] = frozenset(get_args(FinishStatus))

@@ -186,10 +186,15 @@ class ProviderProcess:
             # Only possible once the id was reused by someone else's group: ours is gone.
             self._group_gone = True
 
-    async def interrupt(self, *, grace_int: float = 2.0, grace_term: float = 3.0) -> None:
-        """SIGINT, then SIGTERM, then SIGKILL the group, each after a grace; idempotent."""
+    async def interrupt(
+        self, *, grace_int: float = 2.0, grace_term: float = 3.0, skip_sigint: bool = False
+    ) -> None:
+        """SIGINT, then SIGTERM, then SIGKILL the group, each after a grace; idempotent.
+
+        `skip_sigint` starts at SIGTERM, for a CLI that ignores SIGINT without a terminal."""
         if self._interrupt_task is None:
-            self._interrupt_task = asyncio.create_task(self._escalate(grace_int, grace_term))
+            grace_int = 0.0 if skip_sigint else grace_int
+            self._interrupt_task = asyncio.create_task(self._escalate(grace_int, grace_term, skip_sigint))
         await asyncio.shield(self._interrupt_task)
 
     async def kill_group(self) -> None:
@@ -198,8 +203,10 @@ class ProviderProcess:
         await asyncio.shield(self._exit_task)
         self.send_signal(signal.SIGKILL)
 
-    async def _escalate(self, grace_int: float, grace_term: float) -> None:
+    async def _escalate(self, grace_int: float, grace_term: float, skip_sigint: bool) -> None:
         for sig, grace in ((signal.SIGINT, grace_int), (signal.SIGTERM, grace_term)):
+            if sig == signal.SIGINT and skip_sigint:
+                continue
             if self._exit_task.done():
                 break
             self.send_signal(sig)

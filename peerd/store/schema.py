@@ -183,4 +183,14 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT 'user'",
     ],
+    [
+        # The owner's approval of one custom command, bound to its exact text by hash: editing
+        # the command in the config file withdraws the approval.
+        """CREATE TABLE provider_approvals (
+            name TEXT PRIMARY KEY,
+            command_sha256 TEXT NOT NULL,
+            command TEXT NOT NULL,
+            approved_at REAL NOT NULL
+        )""",
+    ],
 ]

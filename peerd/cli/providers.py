@@ -1,0 +1,119 @@
+"""`peerd provider ...` and `peerd config show`: which coders this daemon can run, and its config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from peerd.cli.client import LocalClient
+from peerd.cli.common import EXIT_ERROR, fail, json_option, with_client
+from peerd.cli.output import emit_json, table
+
+
+@click.group()
+def provider() -> None:
+    """Coder providers: script, codex, claude, gemini, and custom commands from the config file."""
+
+
+def _state(p: dict[str, Any]) -> str:
+    if p["kind"] == "command":
+        if not p["found"]:
+            return "not found"
+        return "approved" if p["approved"] else "NOT APPROVED"
+    return "found" if p["found"] else "not found"
+
+
+@provider.command("list")
+@json_option
+@click.pass_context
+def provider_list(ctx: click.Context, as_json: bool) -> None:
+    """Each provider: its kind, whether its CLI was found (and where), its version and default model."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/providers")
+
+    items = with_client(ctx, go)["items"]
+    if as_json:
+        emit_json(items)
+        return
+    table(
+        ["name", "kind", "state", "version", "model", "path"],
+        [[p["name"], p["kind"], _state(p), p["version"], p["model"], p["path"]] for p in items],
+    )
+    for p in items:
+        if p["kind"] == "command":
+            click.echo(f"\n{p['name']} runs: {p['command']}")
+        if p.get("problem") and p["kind"] != "script":
+            click.echo(f"{p['name']}: {p['problem']}")
+
+
+@provider.command("approve")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Approve without asking (you have read the command).")
+@json_option
+@click.pass_context
+def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) -> None:
+    """Approve the custom command NAME, exactly as it is written now, to run as a coder.
+
+    A custom command is untrusted until approved: the command is shown first. Editing it in the
+    config file withdraws the approval.
+    """
+
+    async def show(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/providers")
+
+    items = {p["name"]: p for p in with_client(ctx, show)["items"]}
+    info = items.get(name)
+    if info is None or info["kind"] != "command":
+        custom = ", ".join(n for n, p in items.items() if p["kind"] == "command") or "none configured"
+        fail(f"not_found: {name!r} is not a custom command provider (custom commands: {custom}).", EXIT_ERROR)
+    command = info["command"]
+    if not yes and not as_json:
+        click.echo(f"{name} would run, in each run's worktree, with the task in {{SPEC}}:\n\n  {command}\n")
+        if not click.confirm("Approve exactly this command?", default=False):
+            fail("Not approved.", EXIT_ERROR)
+
+    async def approve(client: LocalClient) -> Any:
+        return await client.call("POST", f"/v1/providers/{name}/approve", body={"command": command})
+
+    result = with_client(ctx, approve)
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(f"Approved {name}: {result['command']}")
+
+
+@provider.command("revoke")
+@click.argument("name")
+@json_option
+@click.pass_context
+def provider_revoke(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Withdraw the approval of the custom command NAME (the config file's allowlist still applies)."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("DELETE", f"/v1/providers/{name}/approval")
+
+    result = with_client(ctx, go)
+    if as_json:
+        emit_json(result)
+    elif result["approved"]:
+        click.echo(f"{name} is still approved by approved_commands in the config file.")
+    else:
+        click.echo(f"{name} is no longer approved.")
+
+
+@click.group()
+def config() -> None:
+    """The daemon's configuration."""
+
+
+@config.command("show")
+@click.pass_context
+def config_show(ctx: click.Context) -> None:
+    """Print the running daemon's effective config (file + flags) as JSON; secrets are hidden."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/config")
+
+    emit_json(with_client(ctx, go))

@@ -1,0 +1,135 @@
+"""The config file: `config.toml` in the XDG config dir (`--config` / `PEERD_CONFIG` override).
+
+Everything is optional; a missing file means the defaults. Command-line flags win over the file.
+Unknown keys are refused with the file and key named, so a typo never silently does nothing.
+
+    label = "box"
+    listen = "0.0.0.0:7433"            # or false: only the local socket
+    tls = true
+    advertise = ["https://box.tailnet.ts.net:7433"]
+    approved_commands = ["my-coder"]   # custom commands approved as written in this file
+
+    [providers.codex]                  # codex, claude, gemini: the built-in kinds
+    binary = "/opt/codex/bin/codex"    # default: the name on PATH
+    model = "gpt-5.5"                  # used when a thread names no model
+    args = ["-c", "model_reasoning_effort=\\"high\\""]
+    env = { OPENAI_API_KEY = "..." }   # hidden by `peerd config show`
+
+    [providers.my-coder]               # a custom CLI coder (untrusted until approved)
+    kind = "command"
+    command = "my-coder run --task-file {SPEC} --workdir {WORKTREE}"
+    format = "text"                    # or codex-jsonl, claude-stream-json, gemini-stream-json
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from peerd.errors import PeerdError
+
+BUILTIN_KINDS = ("codex", "claude", "gemini")
+ProviderKind = Literal["codex", "claude", "gemini", "command"]
+CommandFormat = Literal["text", "codex-jsonl", "claude-stream-json", "gemini-stream-json"]
+HIDDEN = "********"
+
+
+class ConfigInvalid(PeerdError):
+    code = "config_invalid"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProviderConfig(_Strict):
+    kind: ProviderKind | None = None  # default: the entry's name, when it is a built-in kind
+    binary: str | None = None
+    model: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # Custom commands only: a template where {SPEC} is a file holding the task and {WORKTREE} the
+    # run's checkout; split like a shell would, but never run by a shell.
+    command: str | None = None
+    format: CommandFormat = "text"
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class Config(_Strict):
+    label: str | None = None
+    listen: str | Literal[False] | None = None
+    tls: bool = True
+    advertise: list[str] = Field(default_factory=list)
+    approved_commands: list[str] = Field(default_factory=list)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    source: str | None = Field(default=None, exclude=True)
+
+    def provider_kind(self, name: str) -> ProviderKind:
+        entry = self.providers.get(name)
+        if entry is not None and entry.kind is not None:
+            return entry.kind
+        if name in BUILTIN_KINDS:
+            return name  # type: ignore[return-value]  # checked just above
+        return "command"
+
+    def shown(self) -> dict[str, Any]:
+        """The effective config as `peerd config show` prints it: secrets (provider env) hidden."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        for entry in data.get("providers", {}).values():
+            entry["env"] = {key: HIDDEN for key in entry.get("env", {})}
+        return data
+
+
+def default_path(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if explicit := env.get("PEERD_CONFIG"):
+        return Path(explicit).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "peerd" / "config.toml"
+
+
+def _validate(raw: dict[str, Any], source: str) -> Config:
+    try:
+        config = Config.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        raise ConfigInvalid(f"{source}: {problems}") from None
+    for name, entry in config.providers.items():
+        if name == "script":
+            raise ConfigInvalid(f"{source}: providers.script is built in and cannot be configured.")
+        kind = config.provider_kind(name)
+        if kind == "command" and not entry.command:
+            raise ConfigInvalid(
+                f"{source}: providers.{name}: a custom provider needs `command` "
+                '(e.g. command = "my-coder --task-file {SPEC} --workdir {WORKTREE}"), '
+                f"or kind = one of {', '.join(BUILTIN_KINDS)}."
+            )
+        if kind != "command" and entry.command:
+            raise ConfigInvalid(f'{source}: providers.{name}: `command` is only for kind = "command".')
+    return config.model_copy(update={"source": source})
+
+
+def load(path: Path | None = None, *, required: bool = False) -> Config:
+    """Read the config file; a missing file is the defaults unless it was named explicitly."""
+    path = path or default_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ConfigInvalid(f"No config file at {path}.") from None
+        return Config()
+    except OSError as exc:
+        raise ConfigInvalid(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigInvalid(f"{path}: not valid TOML: {exc}.") from None
+    return _validate(raw, str(path))

@@ -1,0 +1,224 @@
+"""Claude Code `-p --output-format stream-json --verbose` stdout -> peerd provider events (pure).
+
+Format of claude-code 2.1.332. Claude writes one `assistant` line per completed content block and
+reports each tool's outcome later in a `user` line (`tool_result`), so a tool item is emitted when
+its result arrives, joined to the remembered `tool_use` by id. Lines of sub-agents
+(`parent_tool_use_id` set) are the sub-agent's own work and make no items. The `result` line ends
+the turn: its `result` text is the reply, and `permission_denials` tell that the run's access level
+stopped tools, which peerd reports as a failure rather than a clean success.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from peerd.providers.base import ItemProduced, RunFinished, SessionStarted
+from peerd.providers.stream_common import (
+    as_list,
+    as_mapping,
+    as_str,
+    clip_head,
+    clip_tail,
+    finish_run,
+    joined_text,
+    with_failure,
+)
+
+CLI_NAME = "Claude Code"
+EXIT_NAMES: Mapping[int, str] = {1: "error", 143: "terminated"}
+FILE_TOOLS: Mapping[str, str] = {
+    "Edit": "edit",
+    "MultiEdit": "edit",
+    "NotebookEdit": "edit",
+    "Write": "write",
+}
+# Why a run stopped early, for the error subtypes of `result`.
+SUBTYPE_TEXT: Mapping[str, str] = {
+    "error_max_turns": "Claude Code reached its turn limit",
+    "error_max_budget_usd": "Claude Code reached its budget limit",
+    "error_during_execution": "Claude Code failed during execution",
+    "error_max_structured_output_retries": "Claude Code could not produce the structured output",
+}
+
+
+class ClaudeEvents:
+    """Parser state for one `claude -p` stream-json run."""
+
+    def __init__(self) -> None:
+        self._sessions: set[str] = set()
+        self._tools: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        self._last_item: ItemProduced | None = None
+        self._last_text: str | None = None
+        self._result: Mapping[str, Any] | None = None
+
+    @property
+    def reply(self) -> str | None:
+        """`result.result` of a successful turn; before (or without) one, the last assistant text."""
+        if self._succeeded():
+            text = as_str(as_mapping(self._result).get("result"))
+            if text.strip():
+                return text
+        return self._last_text
+
+    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]:
+        kind = line.get("type")
+        events: list[SessionStarted | ItemProduced] = []
+        session_id = as_str(line.get("session_id"))
+        # The id is in `system/init`; other lines carry it too, which covers streams without an init
+        # (e.g. `--bare`). Each distinct id is reported once.
+        if (
+            session_id
+            and session_id not in self._sessions
+            and (line.get("subtype") == "init" or not self._sessions)
+        ):
+            self._sessions.add(session_id)
+            events.append(SessionStarted(session_id))
+        if kind == "result":
+            self._result = line
+            if self._succeeded():
+                self._emit_text(as_str(line.get("result")), events, always=False)
+        elif line.get("parent_tool_use_id") is not None:
+            pass  # a sub-agent's work: its parent's tool item stands for it
+        elif kind == "assistant":
+            self._assistant(line, events)
+        elif kind == "user":
+            for block in map(as_mapping, as_list(as_mapping(line.get("message")).get("content"))):
+                if block.get("type") == "tool_result" and (item := self._tool_item(block)) is not None:
+                    self._emit(item, events)
+        return events
+
+    def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:
+        result = as_mapping(self._result)
+        outcome = finish_run(
+            CLI_NAME,
+            succeeded=self._succeeded(),
+            failed=self._result is not None and not self._succeeded(),
+            message=_failure_text(result) if self._result is not None else None,
+            fallback=None,
+            exit_code=exit_code,
+            stderr_tail=stderr_tail,
+            interrupted=interrupted,
+            exit_names=EXIT_NAMES,
+        )
+        denials = as_list(result.get("permission_denials"))
+        if outcome.status == "completed" and denials:
+            return RunFinished("failed", error=_denials_text(denials), exit_code=exit_code)
+        return outcome
+
+    def _succeeded(self) -> bool:
+        result = as_mapping(self._result)
+        return result.get("subtype") == "success" and result.get("is_error") is not True
+
+    def _assistant(self, line: Mapping[str, Any], events: list[SessionStarted | ItemProduced]) -> None:
+        # An assistant line with `error` set is Claude's own synthetic "API Error: ..." message: a
+        # notice, not part of the reply (the failing `result` carries the error for the run).
+        api_error = as_str(line.get("error"))
+        for block in map(as_mapping, as_list(as_mapping(line.get("message")).get("content"))):
+            block_type = block.get("type")
+            if block_type == "text":
+                text = as_str(block.get("text"))
+                if api_error and text.strip():
+                    self._emit(ItemProduced("notice", text, {"error": api_error}), events)
+                elif not api_error:
+                    self._emit_text(text, events, always=True)
+            elif block_type == "tool_use":
+                tool_id = as_str(block.get("id"))
+                if tool_id:
+                    self._tools[tool_id] = (as_str(block.get("name")), as_mapping(block.get("input")))
+
+    def _emit_text(self, text: str, events: list[SessionStarted | ItemProduced], *, always: bool) -> None:
+        """Emit an assistant text, never the same text twice in a row.
+
+        `always=False` (the result) skips a text equal to the last assistant text even with tool
+        items in between: the last assistant_message item must be the reply, and it already is.
+        """
+        if not text.strip():
+            return
+        last = self._last_item
+        if (always and last is not None and last.kind == "assistant_message" and last.text == text) or (
+            not always and text == self._last_text
+        ):
+            return
+        self._last_text = text
+        self._emit(ItemProduced("assistant_message", text), events)
+
+    def _emit(self, item: ItemProduced, events: list[SessionStarted | ItemProduced]) -> None:
+        self._last_item = item
+        events.append(item)
+
+    def _tool_item(self, block: Mapping[str, Any]) -> ItemProduced | None:
+        """The item for a finished tool call, from its `tool_use` and this `tool_result`."""
+        tool = self._tools.pop(as_str(block.get("tool_use_id")), None)
+        if tool is None:
+            return None  # no matching tool_use seen: nothing sensible to show
+        name, tool_input = tool
+        content = block.get("content")
+        output_text = content if isinstance(content, str) else joined_text(as_list(content))
+        output, truncated = clip_tail(output_text)
+        is_error = block.get("is_error") is True
+        status = "failed" if is_error else "completed"
+        error = output if is_error else None
+
+        def text(base: str) -> str:
+            return with_failure(base, output_text) if is_error else base
+
+        if name == "Bash":
+            command = as_str(tool_input.get("command"))
+            data: dict[str, Any] = {
+                "command": command,
+                "exit_code": None,
+                "output": output,
+                "output_truncated": truncated,
+                "status": status,
+                "error": error,
+            }
+            return ItemProduced("command", text(clip_head(command) or "(command)"), data)
+        if name in FILE_TOOLS:
+            path = as_str(tool_input.get("file_path")) or as_str(tool_input.get("notebook_path"))
+            data = {
+                "tool": name,
+                "changes": [{"path": path, "kind": FILE_TOOLS[name]}],
+                "status": status,
+            }
+            return ItemProduced("file_change", text(clip_head(path) or name), data | {"error": error})
+        server, tool_name = _mcp_name(name)
+        data = {
+            "server": server,
+            "tool": tool_name,
+            "arguments": dict(tool_input),
+            "result": None if is_error else output,
+            "error": error,
+            "status": status,
+        }
+        label = f"{server}.{tool_name}" if server else tool_name or "tool"
+        return ItemProduced("tool_call", text(clip_head(label)), data)
+
+
+def _mcp_name(name: str) -> tuple[str | None, str]:
+    """`mcp__<server>__<tool>` -> (server, tool); a built-in tool -> (None, name)."""
+    if name.startswith("mcp__"):
+        server, sep, tool = name.removeprefix("mcp__").partition("__")
+        if sep and server and tool:
+            return server, tool
+    return None, name
+
+
+def _failure_text(result: Mapping[str, Any]) -> str:
+    """Claude's own words for a failed turn: its `errors[]`, else the result text, else the subtype."""
+    subtype = as_str(result.get("subtype"))
+    errors = "; ".join(text.strip() for text in map(as_str, as_list(result.get("errors"))) if text.strip())
+    detail = errors or as_str(result.get("result")).strip()
+    if subtype and subtype != "success":
+        head = f"{SUBTYPE_TEXT[subtype]} ({subtype})" if subtype in SUBTYPE_TEXT else subtype
+        return f"{head}: {detail}" if detail else head
+    return detail or "Claude Code reported an error"
+
+
+def _denials_text(denials: list[Any]) -> str:
+    """Which tools the access level refused, each named once in order of the first refusal."""
+    names = list(dict.fromkeys(as_str(as_mapping(d).get("tool_name")) or "unknown tool" for d in denials))
+    return (
+        f"Claude Code denied {len(denials)} tool call(s) this run's access level does not allow: "
+        f"{', '.join(names)}. The reply may be incomplete."
+    )

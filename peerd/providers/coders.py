@@ -1,0 +1,285 @@
+"""The real coder CLIs as providers: Codex CLI, Claude Code, Gemini CLI.
+
+Each builds the exact headless invocation its CLI documents (versions tested: codex 0.171.0,
+claude-code 2.1.332, gemini-cli 0.61.0), maps peerd's access level to the CLI's own sandbox or
+permission flags, attaches peerd's MCP tools for this run only, and resumes the CLI's own session
+on the thread's later runs (follow-ups and wakes).
+
+Access levels never widen: where a CLI has no equivalent (no human to approve in headless mode),
+the nearest narrower mode is used and a notice in the run's items says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from peerd.config import ProviderConfig
+from peerd.errors import ProviderError
+from peerd.providers.base import RunSpec
+from peerd.providers.claude_events import ClaudeEvents
+from peerd.providers.cli import (
+    MCP_SERVER_NAME,
+    MCP_TOOL_TIMEOUT_S,
+    CliRun,
+    Launch,
+    StreamParser,
+    ToolBinding,
+    base_env,
+    bind_tools,
+    resolve_binary,
+    scratch_dir,
+    start_cli,
+    write_private,
+)
+from peerd.providers.codex_events import CodexEvents
+from peerd.providers.gemini_events import GeminiEvents
+
+# Linux caps one argv string at 128 KiB; a longer Gemini prompt goes through stdin instead.
+MAX_ARG_BYTES = 100_000
+
+
+@dataclass(frozen=True)
+class AccessFlags:
+    flags: list[str]
+    notices: list[str]
+
+
+# --- access levels -------------------------------------------------------------------------------
+
+
+def codex_access(runtime: str, interaction: str) -> AccessFlags:
+    """`codex exec` forces approval `never`: nothing can wait for a person, so "ask first" levels
+    run read-only and say so."""
+    if interaction == "plan":
+        return AccessFlags(["--sandbox", "read-only"], ["Plan mode: Codex runs with a read-only sandbox."])
+    if runtime == "read-only":
+        return AccessFlags(["--sandbox", "read-only"], [])
+    if runtime == "approval-required":
+        return AccessFlags(
+            ["--sandbox", "read-only"],
+            [
+                "Codex in headless mode cannot ask for approval: this run uses a read-only sandbox "
+                "(the nearest narrower mode). Launch with auto-accept-edits or wider to let it write."
+            ],
+        )
+    if runtime == "auto-accept-edits":
+        return AccessFlags(
+            ["--sandbox", "read-only"],
+            [
+                "Codex cannot let a run edit files without also running commands (its workspace-write "
+                "sandbox allows both): this run uses a read-only sandbox, the nearest narrower mode. "
+                "Launch with access level auto to let it edit."
+            ],
+        )
+    if runtime == "auto":
+        return AccessFlags(["--sandbox", "workspace-write"], [])
+    return AccessFlags(["--dangerously-bypass-approvals-and-sandbox"], [])
+
+
+def claude_access(runtime: str, interaction: str) -> AccessFlags:
+    """Claude Code's permission modes; shell commands have no sandbox there, so below full access
+    they stay denied (and a denied call is reported by the run, not hidden)."""
+    if interaction == "plan":
+        return AccessFlags(["--permission-mode", "plan"], [])
+    if runtime == "read-only":
+        return AccessFlags(["--permission-mode", "dontAsk", "--tools", "Read,Grep,Glob"], [])
+    if runtime == "approval-required":
+        return AccessFlags(
+            ["--permission-mode", "dontAsk"],
+            [
+                "Claude Code in headless mode cannot ask for approval: tools that need it are denied "
+                "(the nearest narrower mode). Launch with auto-accept-edits or wider to let it edit."
+            ],
+        )
+    if runtime == "auto-accept-edits":
+        return AccessFlags(["--permission-mode", "acceptEdits"], [])
+    if runtime == "auto":
+        return AccessFlags(
+            ["--permission-mode", "acceptEdits"],
+            [
+                "Claude Code has no sandbox for shell commands: at access level auto it may edit files, "
+                "but shell commands stay denied (full-access allows them)."
+            ],
+        )
+    return AccessFlags(["--permission-mode", "bypassPermissions"], [])
+
+
+def gemini_access(runtime: str, interaction: str) -> AccessFlags:
+    if interaction == "plan" or runtime == "read-only":
+        return AccessFlags(["--approval-mode", "plan"], [])
+    if runtime == "approval-required":
+        return AccessFlags(
+            ["--approval-mode", "default"],
+            [
+                "Gemini CLI in headless mode cannot ask for approval: tools that need it are refused "
+                "(the nearest narrower mode). Launch with auto-accept-edits or wider to let it edit."
+            ],
+        )
+    if runtime in ("auto-accept-edits", "auto"):
+        notices = []
+        if runtime == "auto":
+            notices.append(
+                "Gemini CLI has no sandbox here: at access level auto it may edit files, but shell "
+                "commands stay refused (full-access allows them)."
+            )
+        return AccessFlags(["--approval-mode", "auto_edit"], notices)
+    return AccessFlags(["--approval-mode", "yolo"], [])
+
+
+# --- argv ----------------------------------------------------------------------------------------
+
+
+def _toml(value: object) -> str:
+    """A TOML value for `codex -c key=value` (JSON strings are valid TOML basic strings)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(str(value))
+
+
+def codex_argv(
+    binary: str, spec: RunSpec, config: ProviderConfig, binding: ToolBinding | None, scratch: Path
+) -> Launch:
+    access = codex_access(spec.runtime_mode, spec.interaction_mode)
+    argv = [binary, "exec", "--json", "--skip-git-repo-check", "-C", str(spec.cwd)]
+    if model := spec.model or config.model:
+        argv += ["-m", model]
+    argv += access.flags
+    if binding is not None:
+        server = {
+            "command": binding.command,
+            "args": binding.args,
+            "env": binding.env,
+            # `codex exec` runs with approval "never": without this every peerd tool call fails.
+            "default_tools_approval_mode": "approve",
+            "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
+            "required": True,
+        }
+        argv += ["-c", f"mcp_servers.{MCP_SERVER_NAME}={_toml(server)}"]
+    argv += config.args
+    if spec.resume_session:
+        argv += ["resume", spec.resume_session]  # shared options go before `resume`
+    argv.append("-")  # the prompt comes on stdin
+    return Launch(argv, {}, spec.cwd, spec.prompt.encode("utf-8"), scratch, access.notices)
+
+
+def claude_argv(
+    binary: str, spec: RunSpec, config: ProviderConfig, binding: ToolBinding | None, scratch: Path
+) -> Launch:
+    access = claude_access(spec.runtime_mode, spec.interaction_mode)
+    argv = [binary, "-p", "--output-format", "stream-json", "--verbose"]
+    if model := spec.model or config.model:
+        argv += ["--model", model]
+    argv += access.flags
+    env: dict[str, str] = {}
+    notices = list(access.notices)
+    if "bypassPermissions" in access.flags and os.geteuid() == 0:
+        # Claude Code refuses bypassPermissions as root unless told it runs in a sandbox; the
+        # owner asked for full access on a machine where peerd runs as root.
+        env["IS_SANDBOX"] = "1"
+        notices.append("peerd runs as root: Claude Code's full access was allowed with IS_SANDBOX=1.")
+    if binding is not None:
+        mcp = {
+            "mcpServers": {
+                MCP_SERVER_NAME: {
+                    "type": "stdio",
+                    "command": binding.command,
+                    "args": binding.args,
+                    "env": binding.env,
+                    "timeout": MCP_TOOL_TIMEOUT_S * 1000,
+                    "alwaysLoad": True,  # keeps peerd's tools out of tool search
+                }
+            }
+        }
+        path = write_private(scratch / "mcp.json", json.dumps(mcp))
+        argv += ["--mcp-config", str(path), "--strict-mcp-config"]
+        argv += ["--allowedTools", f"mcp__{MCP_SERVER_NAME}__*"]
+    if spec.resume_session:
+        argv += ["--resume", spec.resume_session]
+    else:
+        argv += ["--session-id", str(uuid.uuid4())]
+    argv += config.args
+    return Launch(argv, env, spec.cwd, spec.prompt.encode("utf-8"), scratch, notices)
+
+
+def gemini_argv(
+    binary: str, spec: RunSpec, config: ProviderConfig, binding: ToolBinding | None, scratch: Path
+) -> Launch:
+    access = gemini_access(spec.runtime_mode, spec.interaction_mode)
+    prompt = spec.prompt
+    stdin: bytes | None = None
+    if len(prompt.encode("utf-8")) > MAX_ARG_BYTES:
+        # Gemini prepends piped stdin to -p: the task travels on stdin, -p only points at it.
+        stdin, prompt = prompt.encode("utf-8"), "Carry out the task given above."
+    argv = [binary, "-p", prompt, "--output-format", "stream-json", "--skip-trust"]
+    if model := spec.model or config.model:
+        argv += ["-m", model]
+    argv += access.flags
+    # One process (no self-relaunch as a child) so a signal reaches the CLI itself.
+    env = {"GEMINI_CLI_NO_RELAUNCH": "1"}
+    if binding is not None:
+        settings = {
+            "mcpServers": {
+                MCP_SERVER_NAME: {
+                    "command": binding.command,
+                    "args": binding.args,
+                    "env": binding.env,
+                    "trust": True,  # headless calls to an untrusted server are refused
+                    "timeout": MCP_TOOL_TIMEOUT_S * 1000,
+                }
+            }
+        }
+        path = write_private(scratch / "gemini-settings.json", json.dumps(settings))
+        env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)
+        argv += ["--allowed-mcp-server-names", MCP_SERVER_NAME]
+    if spec.resume_session:
+        argv += ["--resume", spec.resume_session]
+    argv += config.args
+    launch = Launch(argv, env, spec.cwd, stdin, scratch, access.notices)
+    launch.skip_sigint = True  # without a terminal Gemini ignores SIGINT; SIGTERM ends it
+    return launch
+
+
+# --- providers -----------------------------------------------------------------------------------
+
+
+class CoderProvider:
+    """One configured coder CLI (kind codex, claude or gemini)."""
+
+    def __init__(self, name: str, kind: str, config: ProviderConfig) -> None:
+        self.name = name
+        self.kind = kind
+        self.config = config
+        self.binary = config.binary or kind
+
+    async def start(self, spec: RunSpec) -> CliRun:
+        scratch = scratch_dir(spec)
+        binding = bind_tools(spec, scratch)
+        env = base_env(self.config, spec, binding)
+        binary = resolve_binary(self.binary, env)
+        if binary is None:
+            raise ProviderError(
+                f"Provider {self.name!r}: {self.binary!r} was not found (PATH or providers.{self.name}.binary "
+                "in the config file). `peerd provider list` shows what is installed."
+            )
+        parser: StreamParser
+        if self.kind == "codex":
+            launch, parser = codex_argv(binary, spec, self.config, binding, scratch), CodexEvents()
+        elif self.kind == "claude":
+            launch, parser = claude_argv(binary, spec, self.config, binding, scratch), ClaudeEvents()
+        elif self.kind == "gemini":
+            launch, parser = gemini_argv(binary, spec, self.config, binding, scratch), GeminiEvents()
+        else:
+            raise ProviderError(f"Provider {self.name!r} has an unknown kind {self.kind!r}.")
+        launch.env = {**env, **launch.env}
+        launch.timeout_s = self.config.timeout_s
+        return await start_cli(launch, parser, cli=self.kind)

@@ -1,0 +1,73 @@
+"""The config file: defaults, strict keys, custom commands, secrets hidden when shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from peerd.config import HIDDEN, ConfigInvalid, default_path, load
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_missing_file_is_the_defaults_unless_named(tmp_path: Path) -> None:
+    config = load(tmp_path / "none.toml")
+    assert config.providers == {} and config.tls and config.listen is None
+    with pytest.raises(ConfigInvalid, match="No config file"):
+        load(tmp_path / "none.toml", required=True)
+
+
+def test_the_default_path_follows_xdg(tmp_path: Path) -> None:
+    assert default_path({"XDG_CONFIG_HOME": str(tmp_path)}) == tmp_path / "peerd" / "config.toml"
+    assert default_path({"PEERD_CONFIG": str(tmp_path / "x.toml")}) == tmp_path / "x.toml"
+
+
+def test_providers_and_custom_commands(tmp_path: Path) -> None:
+    config = load(
+        write(
+            tmp_path,
+            """
+label = "box"
+listen = false
+approved_commands = ["mine"]
+[providers.codex]
+model = "gpt-5.5"
+env = { OPENAI_API_KEY = "sk-secret" }
+[providers.fast]
+kind = "claude"
+model = "claude-haiku-5"
+[providers.mine]
+command = "my-coder --task-file {SPEC} --workdir {WORKTREE}"
+""",
+        )
+    )
+    assert config.label == "box" and config.listen is False
+    assert config.provider_kind("codex") == "codex"
+    assert config.provider_kind("fast") == "claude"
+    assert config.provider_kind("mine") == "command"
+    shown = config.shown()
+    assert shown["providers"]["codex"]["env"] == {"OPENAI_API_KEY": HIDDEN}
+    assert "sk-secret" not in str(shown)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lable = 'x'", "lable"),
+        ("[providers.codex]\nbinay = 'x'", "binay"),
+        ("[providers.mine]\nmodel = 'x'", "needs `command`"),
+        ("[providers.codex]\ncommand = 'x'", "only for kind"),
+        ("[providers.script]\nmodel = 'x'", "built in"),
+        ("listen = [", "not valid TOML"),
+    ],
+)
+def test_mistakes_are_refused_with_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigInvalid, match=message) as info:
+        load(path)
+    assert str(path) in info.value.message
