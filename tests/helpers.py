@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.paths import Paths
 
@@ -58,10 +59,19 @@ async def running_daemon(
     listen: str | None = "127.0.0.1:0",
     tls: bool = True,
     watch_chunk_s: float = 50.0,
+    settings: Config | None = None,
 ) -> AsyncIterator[Daemon]:
     """A real daemon in this event loop: real Unix socket, real TLS listener (plain HTTP with
     `tls=False`, loopback only), real SQLite file."""
-    daemon = Daemon(DaemonConfig(home=home, label=label, listen=listen, tls=tls, watch_chunk_s=watch_chunk_s))
+    config = DaemonConfig(
+        home=home,
+        label=label,
+        listen=listen,
+        tls=tls,
+        watch_chunk_s=watch_chunk_s,
+        settings=settings or Config(),
+    )
+    daemon = Daemon(config)
     try:
         await daemon.start()
         yield daemon
@@ -182,10 +192,14 @@ class Pair:
 
 
 @asynccontextmanager
-async def two_daemons(tmp_path: Path, *, laptop_watch_chunk_s: float = 50.0) -> AsyncIterator[Pair]:
+async def two_daemons(
+    tmp_path: Path, *, laptop_watch_chunk_s: float = 50.0, settings: Config | None = None
+) -> AsyncIterator[Pair]:
     async with (
-        running_daemon(tmp_path / "laptop", label="laptop", watch_chunk_s=laptop_watch_chunk_s) as laptop,
-        running_daemon(tmp_path / "box", label="box") as box,
+        running_daemon(
+            tmp_path / "laptop", label="laptop", watch_chunk_s=laptop_watch_chunk_s, settings=settings
+        ) as laptop,
+        running_daemon(tmp_path / "box", label="box", settings=settings) as box,
         client_for(laptop.paths.home) as lc,
         client_for(box.paths.home) as bc,
     ):

@@ -130,6 +130,17 @@ def gemini_access(runtime: str, interaction: str) -> AccessFlags:
     return AccessFlags(["--approval-mode", "yolo"], [])
 
 
+def writable_ancestor(path: Path) -> Path | None:
+    """The nearest directory above `path` that group or others may write, if any."""
+    for parent in path.parents:
+        try:
+            if parent.stat().st_mode & 0o022:
+                return parent
+        except OSError:
+            return parent
+    return None
+
+
 # --- argv ----------------------------------------------------------------------------------------
 
 
@@ -220,6 +231,7 @@ def gemini_argv(
     if len(prompt.encode("utf-8")) > MAX_ARG_BYTES:
         # Gemini prepends piped stdin to -p: the task travels on stdin, -p only points at it.
         stdin, prompt = prompt.encode("utf-8"), "Carry out the task given above."
+    notices = list(access.notices)
     argv = [binary, "-p", prompt, "--output-format", "stream-json", "--skip-trust"]
     if model := spec.model or config.model:
         argv += ["-m", model]
@@ -241,10 +253,16 @@ def gemini_argv(
         path = write_private(scratch / "gemini-settings.json", json.dumps(settings))
         env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)
         argv += ["--allowed-mcp-server-names", MCP_SERVER_NAME]
+        if (unsafe := writable_ancestor(path)) is not None:
+            notices.append(
+                f"Gemini CLI ignores settings files below a directory others can write ({unsafe}), so "
+                "peerd's tools are not available to this run. Keep peerd's home (PEERD_HOME) in a "
+                "directory only you can write."
+            )
     if spec.resume_session:
         argv += ["--resume", spec.resume_session]
     argv += config.args
-    launch = Launch(argv, env, spec.cwd, stdin, scratch, access.notices)
+    launch = Launch(argv, env, spec.cwd, stdin, scratch, notices)
     launch.skip_sigint = True  # without a terminal Gemini ignores SIGINT; SIGTERM ends it
     return launch
 

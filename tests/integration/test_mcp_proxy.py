@@ -47,12 +47,12 @@ async def test_lists_every_tool_with_contract_schemas(daemon: Daemon) -> None:
     assert {"task", "target", "clientRequestId", "mode"} <= set(delegate.input_schema["properties"])
     assert delegate.output_schema is not None and "taskId" in delegate.output_schema["properties"]
     assert by_name["thread_wait"].input_schema["properties"]["timeout"]["maximum"] == 45.0
-    assert by_name["task_status"].annotations is not None and by_name["task_status"].annotations.read_only_hint
+    assert (
+        by_name["task_status"].annotations is not None and by_name["task_status"].annotations.read_only_hint
+    )
 
 
-async def test_without_a_run_token_tools_act_as_the_owner(
-    daemon: Daemon, project: dict[str, Any]
-) -> None:
+async def test_without_a_run_token_tools_act_as_the_owner(daemon: Daemon, project: dict[str, Any]) -> None:
     async with mcp_client({"PEERD_SOCKET": str(daemon.paths.socket)}) as session:
         listed = await session.call_tool("project_list", {})
         refused = await session.call_tool("delegate_task", {"task": "review this"})

@@ -145,6 +145,8 @@ def test_gemini_invocation(tmp_path: Path) -> None:
     assert launch.skip_sigint
     settings = json.loads(Path(launch.env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]).read_text())
     assert settings["mcpServers"]["peerd"]["trust"] is True
+    # pytest's tmp_path is below /tmp, which others can write: Gemini would skip the file; say so
+    assert any("ignores settings files" in notice for notice in launch.notices)
     big = gemini_argv("gemini", spec(tmp_path, prompt="x" * 200_000), ProviderConfig(), None, scratch)
     assert big.stdin == b"x" * 200_000
     assert all(len(arg) < 1000 for arg in big.argv)

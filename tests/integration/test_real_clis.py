@@ -1,0 +1,261 @@
+"""The real Codex CLI, Claude Code and Gemini CLI run by peerd, offline against the fake model.
+
+Each CLI is the pinned npm package; the fake model speaks its real wire dialect and follows a
+script chosen by a marker in the conversation. These tests prove the provider contract end to
+end: argv and sessions, stream parsing, the per-run MCP binding (`peerd mcp` started by the CLI
+itself), wakes resuming the provider's own session, interrupts and the CLI's own errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.cli.client import LocalClient
+from peerd.daemon import Daemon
+from tests.fakemodel import FakeModel
+from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
+from tests.realcli import CLIS, CODEX_MODEL, fake_marker, offline_settings, secure_dir
+
+CHILD_VERDICT = "VERDICT: approve (checked by the child)"
+
+SCRIPTS: dict[str, dict[str, Any]] = {
+    "reply": {"steps": [{"text": "Hello from the fake model."}]},
+    "delegate": {
+        "steps": [
+            {
+                "tool_call": {
+                    "server": "peerd",
+                    "tool": "delegate_task",
+                    "arguments": {
+                        "task": script({"reply": CHILD_VERDICT}),
+                        "title": "review",
+                        "role": "review",
+                        "target": {"provider": "script"},
+                        "clientRequestId": "review-1",
+                    },
+                }
+            },
+            {"text": "Delegated; waiting to be woken. {tool_result}"},
+            # Woken: read the result, as the wake message says, then answer with it.
+            {
+                "tool_call": {
+                    "server": "peerd",
+                    "tool": "task_status",
+                    "arguments": {"taskId": "{tool_result.taskId}"},
+                }
+            },
+            {"text": "Woken with: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "hang": {"steps": [{"hang": True}]},
+    "error": {
+        "steps": [{"error": {"status": 400, "message": "FAKE-MODEL: this request was rejected (xyz)"}}]
+    },
+}
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Any:
+    with FakeModel(SCRIPTS, log_path=tmp_path / "model-requests.jsonl") as model:
+        yield model
+
+
+@pytest.fixture
+async def cli_daemon(tmp_path: Path, fake: FakeModel) -> AsyncIterator[Daemon]:
+    settings = offline_settings(tmp_path / "clis", fake)
+    with secure_dir() as home:
+        async with running_daemon(home, settings=settings) as daemon:
+            yield daemon
+
+
+@pytest.fixture
+async def cli_client(cli_daemon: Daemon) -> AsyncIterator[LocalClient]:
+    async with client_for(cli_daemon.paths.home) as client:
+        yield client
+
+
+@pytest.fixture
+async def cli_project(cli_client: LocalClient, tmp_path: Path) -> dict[str, Any]:
+    repo = make_repo(tmp_path / "repo")
+    data: dict[str, Any] = await cli_client.call("POST", "/v1/projects", body={"path": str(repo)})
+    return data
+
+
+async def launch(client: LocalClient, project: dict[str, Any], provider: str, prompt: str) -> dict[str, Any]:
+    body = {"projectId": project["id"], "prompt": prompt, "provider": provider, "runtimeMode": "auto"}
+    result: dict[str, Any] = await client.call("POST", "/v1/threads", body=body)
+    return result
+
+
+async def items_of(client: LocalClient, thread_id: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    data = await client.call("GET", f"/v1/threads/{thread_id}/items", params={"runId": run_id, "limit": 100})
+    items: list[dict[str, Any]] = data["items"]
+    return items
+
+
+def replies(items: list[dict[str, Any]]) -> list[str]:
+    return [i["text"] for i in items if i["kind"] == "assistant_message"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_a_run_replies(cli: str, cli_client: LocalClient, cli_project: dict[str, Any]) -> None:
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('reply')} Say hello.")
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=90)
+    items = await items_of(cli_client, launched["threadId"])
+    assert done["status"] == "completed", items
+    assert replies(items)[-1] == "Hello from the fake model."
+    thread = await cli_client.call("GET", f"/v1/threads/{launched['threadId']}")
+    assert thread["providerSession"]  # the CLI's own session id, for later runs
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_an_agent_delegates_through_mcp_and_is_woken_in_the_same_session(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any], fake: FakeModel
+) -> None:
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('delegate')} Get this reviewed.")
+    thread_id = launched["threadId"]
+    first = await wait_terminal(cli_client, thread_id, launched["runId"], total=90)
+    assert first["status"] == "completed", await items_of(cli_client, thread_id)
+    first_items = await items_of(cli_client, thread_id, launched["runId"])
+    calls = [i for i in first_items if i["kind"] == "tool_call" and "delegate_task" in i["text"]]
+    assert calls, [(i["kind"], i["text"][:300]) for i in first_items]
+    tasks = (await cli_client.call("GET", "/v1/tasks", params={"threadId": thread_id}))["items"]
+    assert len(tasks) == 1 and tasks[0]["title"] == "review"
+    assert tasks[0]["taskId"] in replies(first_items)[-1]  # the model saw the task id
+    session = (await cli_client.call("GET", f"/v1/threads/{thread_id}"))["providerSession"]
+    # The child finishes; the parent is woken with a new run of the same thread.
+    wake_run = await next_run(cli_client, thread_id, after=launched["runId"])
+    woken = await wait_terminal(cli_client, thread_id, wake_run, total=90)
+    wake_items = await items_of(cli_client, thread_id, wake_run)
+    assert woken["status"] == "completed", wake_items
+    assert wake_items[0]["kind"] == "user_message" and "reached a terminal state" in wake_items[0]["text"]
+    assert CHILD_VERDICT in replies(wake_items)[-1]
+    after = (await cli_client.call("GET", f"/v1/threads/{thread_id}"))["providerSession"]
+    assert after == session
+    # The model's history on the wake held the first run's turns: the CLI resumed its session.
+    wake_requests = [r for r in fake.requests if r["script"] == "delegate" and r["step"] >= 2]
+    assert wake_requests, [(r["script"], r["step"]) for r in fake.requests]
+
+
+async def next_run(client: LocalClient, thread_id: str, *, after: str, total: float = 120) -> str:
+    """The id of the thread's run after `after` (a wake), once it exists."""
+    cursor = 0
+    deadline = asyncio.get_running_loop().time() + total
+    while True:
+        latest = (await client.call("GET", f"/v1/threads/{thread_id}"))["latestRun"]
+        if latest and latest["id"] != after:
+            run_id: str = latest["id"]
+            return run_id
+        assert asyncio.get_running_loop().time() < deadline, latest
+        events = await client.call(
+            "GET", f"/v1/threads/{thread_id}/events", params={"after": cursor, "timeout": 5}
+        )
+        cursor = events["nextCursor"]
+
+
+def processes_in(directory: str) -> list[int]:
+    """Processes whose working directory is `directory` (a CLI and its helpers run in the worktree)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str((entry / "cwd").readlink()) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_an_interrupt_mid_run_stops_the_cli_and_its_group(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any], fake: FakeModel
+) -> None:
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('hang')} Think hard.")
+    assert await asyncio.to_thread(fake.wait_held, 1, 60.0), "the CLI never reached the model"
+    assert processes_in(launched["worktreePath"])  # the CLI is running there
+    await cli_client.call("POST", f"/v1/threads/{launched['threadId']}/interrupt", body={})
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=60)
+    assert done["status"] == "interrupted"
+    assert processes_in(launched["worktreePath"]) == []  # nothing of the run survived
+    assert await asyncio.to_thread(fake.wait_released, 10.0)  # its model request was abandoned
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_a_cli_error_fails_the_run_with_its_message(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any]
+) -> None:
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('error')} Do it.")
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=90)
+    assert done["status"] == "failed"
+    run = (await cli_client.call("GET", f"/v1/threads/{launched['threadId']}"))["latestRun"]
+    assert "this request was rejected (xyz)" in (run["reason"] or ""), run
+
+
+async def test_claude_delegates_a_review_to_codex_on_a_linked_box(tmp_path: Path) -> None:
+    reviewer_reply = "VERDICT from codex on the box: approve, no issues in README.md"
+    scripts = {
+        "lead": {
+            "steps": [
+                {
+                    "tool_call": {
+                        "server": "peerd",
+                        "tool": "delegate_task",
+                        "arguments": {
+                            "task": f"{fake_marker('reviewer')} Review the README change.",
+                            "role": "review",
+                            "target": {
+                                "environmentId": "{var:box}",
+                                "provider": "codex",
+                                "model": CODEX_MODEL,
+                            },
+                            "clientRequestId": "review-on-box",
+                        },
+                    }
+                },
+                {"text": "Sent the review to the box. {tool_result}"},
+                {
+                    "tool_call": {
+                        "server": "peerd",
+                        "tool": "task_status",
+                        "arguments": {"taskId": "{tool_result.taskId}"},
+                    }
+                },
+                {"text": "The box says: {tool_result}"},
+            ],
+            "fallback_text": "side request",
+        },
+        "reviewer": {"steps": [{"text": reviewer_reply}]},
+    }
+    with FakeModel(scripts, log_path=tmp_path / "model.jsonl") as fake:
+        settings = offline_settings(tmp_path / "clis", fake)
+        with secure_dir() as homes:
+            async with two_daemons(homes, settings=settings, laptop_watch_chunk_s=2.0) as pair:
+                await pair.link("auto")
+                for client in (pair.lc, pair.bc):
+                    repo = make_repo(tmp_path / f"repo-{id(client)}")
+                    await client.call("POST", "/v1/projects", body={"path": str(repo)})
+                fake.variables["box"] = pair.box_id
+                projects = (await pair.lc.call("GET", "/v1/projects"))["items"]
+                launched = await launch(
+                    pair.lc, projects[0], "claude", f"{fake_marker('lead')} Get a review."
+                )
+                first = await wait_terminal(pair.lc, launched["threadId"], launched["runId"], total=90)
+                assert first["status"] == "completed", await items_of(pair.lc, launched["threadId"])
+                wake_run = await next_run(pair.lc, launched["threadId"], after=launched["runId"])
+                woken = await wait_terminal(pair.lc, launched["threadId"], wake_run, total=90)
+                wake_items = await items_of(pair.lc, launched["threadId"], wake_run)
+                assert woken["status"] == "completed", wake_items
+                assert reviewer_reply in replies(wake_items)[-1]
+                # The review ran as a codex thread on the box, started through the link.
+                box_threads = (await pair.bc.call("GET", "/v1/threads"))["items"]
+                assert [t["provider"] for t in box_threads] == ["codex"]
+                assert pair.laptop.identity is not None
+                lineage = box_threads[0]["delegatedFrom"]
+                assert lineage["environmentId"] == pair.laptop.identity.env_id
+                assert lineage["threadId"] == launched["threadId"]
