@@ -21,6 +21,7 @@ from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
 from tests.realcli import CLIS, CODEX_MODEL, fake_marker, offline_settings, secure_dir
 
+ADD_NOTES_PATCH = "*** Begin Patch\n*** Add File: NOTES.md\n+edited by the agent\n*** End Patch\n"
 CHILD_VERDICT = "VERDICT: approve (checked by the child)"
 
 SCRIPTS: dict[str, dict[str, Any]] = {
@@ -54,6 +55,56 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         "fallback_text": "side request",
     },
     "hang": {"steps": [{"hang": True}]},
+    # Each CLI's own file-writing tool, on a checkout whose path the test sets as {var:repo}.
+    "edit": {
+        "steps": [
+            {
+                "per_dialect": {
+                    "anthropic": {
+                        "tool_call": {
+                            "name": "Write",
+                            "arguments": {
+                                "file_path": "{var:repo}/NOTES.md",
+                                "content": "edited by the agent\n",
+                            },
+                        }
+                    },
+                    "responses": {
+                        "tool_call": {
+                            "name": "apply_patch",
+                            "arguments": {"input": ADD_NOTES_PATCH},
+                        }
+                    },
+                    "gemini": {
+                        "tool_call": {
+                            "name": "write_file",
+                            "arguments": {
+                                "file_path": "{var:repo}/NOTES.md",
+                                "content": "edited by the agent\n",
+                            },
+                        }
+                    },
+                }
+            },
+            {"text": "Wrote NOTES.md."},
+        ],
+        "fallback_text": "side request",
+    },
+    "shell": {
+        "steps": [
+            {
+                "tool_call": {
+                    "name": "Bash",
+                    "arguments": {
+                        "command": "python3 -c \"open('shell-ran.txt', 'w')\"",
+                        "description": "run",
+                    },
+                }
+            },
+            {"text": "Tried the shell."},
+        ],
+        "fallback_text": "side request",
+    },
     "error": {
         "steps": [{"error": {"status": 400, "message": "FAKE-MODEL: this request was rejected (xyz)"}}]
     },
@@ -259,3 +310,44 @@ async def test_claude_delegates_a_review_to_codex_on_a_linked_box(tmp_path: Path
                 lineage = box_threads[0]["delegatedFrom"]
                 assert lineage["environmentId"] == pair.laptop.identity.env_id
                 assert lineage["threadId"] == launched["threadId"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_the_agent_edits_its_checkout_with_its_own_tools(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any], fake: FakeModel
+) -> None:
+    fake.variables["repo"] = cli_project["path"]
+    body = {
+        "projectId": cli_project["id"],
+        "prompt": f"{fake_marker('edit')} Write the notes.",
+        "provider": cli,
+        "runtimeMode": "auto",
+        "inPlace": True,
+    }
+    launched = await cli_client.call("POST", "/v1/threads", body=body)
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=90)
+    items = await items_of(cli_client, launched["threadId"])
+    assert done["status"] == "completed", [(i["kind"], i["text"][:300]) for i in items]
+    assert (Path(cli_project["path"]) / "NOTES.md").read_text() == "edited by the agent\n"
+    assert any(i["kind"] == "file_change" and "NOTES.md" in i["text"] for i in items), items
+    assert replies(items)[-1] == "Wrote NOTES.md."
+
+
+async def test_a_claude_run_whose_tools_were_denied_is_not_a_clean_success(
+    cli_client: LocalClient, cli_project: dict[str, Any]
+) -> None:
+    # auto-accept-edits: edits yes, shell commands no; Claude Code denies the Bash call itself.
+    body = {
+        "projectId": cli_project["id"],
+        "prompt": f"{fake_marker('shell')} Run it.",
+        "provider": "claude",
+        "runtimeMode": "auto-accept-edits",
+    }
+    launched = await cli_client.call("POST", "/v1/threads", body=body)
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=90)
+    run = (await cli_client.call("GET", f"/v1/threads/{launched['threadId']}"))["latestRun"]
+    assert done["status"] == "failed"
+    assert "denied" in run["reason"] and "Bash" in run["reason"], run
+    assert not (Path(launched["worktreePath"]) / "shell-ran.txt").exists()
+    items = await items_of(cli_client, launched["threadId"])
+    assert replies(items)[-1] == "Tried the shell."  # the reply is kept for whoever reads it
