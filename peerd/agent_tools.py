@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import Field
 
 from peerd import contracts as c
+from peerd.core.tasks import WAIT_CAP_S
 
-# MCP clients give up on a tool call after a while (Codex: 60 s by default). Wait-style tools
-# return well before that and say how to keep waiting.
-TOOL_WAIT_MAX_S = 45.0
+# Wait-style tools return before MCP clients give up on a call, and say how to keep waiting.
+TOOL_WAIT_MAX_S = WAIT_CAP_S
 
 
 class ThreadRef(c.Input):
@@ -135,9 +135,3 @@ CATALOGUE: tuple[ToolSpec, ...] = (
     ),
 )
 TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in CATALOGUE}
-
-
-def cap_wait_ms(timeout_ms: int | None) -> int:
-    """A wait in milliseconds, capped below the usual client tool-call limits."""
-    cap = int(TOOL_WAIT_MAX_S * 1000)
-    return cap if timeout_ms is None else min(timeout_ms, cap)

@@ -47,14 +47,10 @@ async def _delegate_task(ops: Operations, _: LinkService, caller: Caller, req: c
             "delegate_task wakes the run that asked, and this agent was not started by peerd. "
             "Use thread_launch to start the work and thread_wait to collect its result."
         )
-    if req.mode == "wait":
-        req = req.model_copy(update={"timeout_ms": t.cap_wait_ms(req.timeout_ms)})
     return await _delegation(ops).delegate(caller, req)
 
 
 async def _task_status(ops: Operations, _: LinkService, caller: Caller, req: c.TaskStatusRead) -> c.Wire:
-    if req.wait:
-        req = req.model_copy(update={"timeout_ms": t.cap_wait_ms(req.timeout_ms)})
     return await _delegation(ops).status(caller, req)
 
 

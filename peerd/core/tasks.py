@@ -19,7 +19,8 @@ TASK_TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "
 
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
-WAIT_CAP_S = 240.0  # below common tool-call limits of agent CLIs
+# A waiting tool call returns before MCP clients give up on it (Codex: 60 s by default).
+WAIT_CAP_S = 45.0
 
 
 def is_task_terminal(status: str) -> bool:

@@ -138,3 +138,21 @@ async def test_config_show_hides_secrets(tmp_path: Path) -> None:
     data = json.loads(shown)
     assert data["providers"]["codex"]["env"] == {"OPENAI_API_KEY": "********"}
     assert data["label"] == "test" and data["home"] == str(daemon.paths.home)
+
+
+async def test_editing_an_approved_command_withdraws_the_approval(tmp_path: Path) -> None:
+    coder = tmp_path / "coder.py"
+    coder.write_text(CODER)
+    command = f"{sys.executable} {coder} {{SPEC}} {{WORKTREE}}"
+    home = tmp_path / "home"
+    first = Config(providers={"mine": ProviderConfig(command=command)})
+    async with running_daemon(home, settings=first) as daemon, client_for(daemon.paths.home) as client:
+        await client.call("POST", "/v1/providers/mine/approve", body={"command": command})
+    edited = Config(providers={"mine": ProviderConfig(command=command + " --and-more")})
+    async with running_daemon(home, settings=edited) as daemon, client_for(daemon.paths.home) as client:
+        listed = {p["name"]: p for p in (await client.call("GET", "/v1/providers"))["items"]}
+        assert listed["mine"]["approved"] is False
+        project = await client.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "repo"))})
+        result = await run_with(client, project, "mine", "write the notes")
+    assert result["run"]["status"] == "failed"
+    assert "--and-more" in result["run"]["reason"]

@@ -71,3 +71,10 @@ def test_mistakes_are_refused_with_the_file_and_key(tmp_path: Path, text: str, m
     with pytest.raises(ConfigInvalid, match=message) as info:
         load(path)
     assert str(path) in info.value.message
+
+
+def test_the_example_config_file_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "config.toml"
+    config = load(example, required=True)
+    assert config.provider_kind("my-coder") == "command"
+    assert config.provider_kind("fast") == "claude"
