@@ -13,6 +13,7 @@ import click
 from peerd import __version__
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_option, with_client
+from peerd.cli.doctor import doctor
 from peerd.cli.links import client, environment, link, pair
 from peerd.cli.output import emit_json, fields
 from peerd.cli.projects import project
@@ -167,6 +168,7 @@ cli.add_command(client)
 cli.add_command(task)
 cli.add_command(provider)
 cli.add_command(config)
+cli.add_command(doctor)
 
 
 def main() -> None:

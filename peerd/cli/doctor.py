@@ -1,0 +1,220 @@
+"""`peerd doctor`: gather the facts (files, the daemon's answers, the certificate, git), run the
+checks of `peerd.doctor` on them and print each with its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import hashlib
+import hmac
+import os
+import pwd
+import shutil
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from peerd import __version__
+from peerd import config as settings_file
+from peerd import contracts as c
+from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
+from peerd.cli.output import emit_json
+from peerd.doctor import CertFacts, DaemonFacts, Facts, FileFacts, kind_of, passed, render, run_checks
+from peerd.errors import PeerdError
+from peerd.paths import Paths
+from peerd.peer.identity import format_fingerprint
+
+GIT_TIMEOUT_S = 10.0
+T = TypeVar("T")
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def file_facts(path: Path) -> FileFacts:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return FileFacts(str(path), "missing")
+    except OSError as exc:
+        return FileFacts(str(path), "other", error=exc.strerror or str(exc))
+    return FileFacts(str(path), kind_of(st.st_mode), st.st_mode & 0o7777, st.st_uid, _owner(st.st_uid))
+
+
+def _raw_public(key: Any) -> bytes:
+    raw: bytes = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return raw
+
+
+def identity_facts(identity_dir: Path) -> tuple[str | None, CertFacts]:
+    """Whether the key loads (None, or why not) and what the certificate is."""
+    key_path, cert_path = identity_dir / "key.pem", identity_dir / "cert.pem"
+    key_raw: bytes | None = None
+    key_error: str | None = None
+    if key_path.is_file():
+        try:
+            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            key_error = str(exc) or type(exc).__name__
+        else:
+            if isinstance(key, Ed25519PrivateKey):
+                key_raw = _raw_public(key.public_key())
+            else:
+                key_error = f"it is a {type(key).__name__}"
+    if not cert_path.exists():
+        return key_error, CertFacts(str(cert_path), exists=False)
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    except (OSError, ValueError) as exc:
+        return key_error, CertFacts(str(cert_path), exists=True, error=str(exc) or type(exc).__name__)
+    try:
+        cert_raw: bytes | None = _raw_public(cert.public_key())
+    except (ValueError, TypeError):  # not an Ed25519 key: no raw form
+        cert_raw = None
+    for_key = None if key_raw is None else cert_raw is not None and hmac.compare_digest(cert_raw, key_raw)
+    return key_error, CertFacts(
+        str(cert_path),
+        exists=True,
+        not_before=cert.not_valid_before_utc.timestamp(),
+        not_after=cert.not_valid_after_utc.timestamp(),
+        fingerprint=format_fingerprint(
+            hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).digest()
+        ),
+        for_key=for_key,
+    )
+
+
+async def git_facts() -> tuple[str | None, str | None, str | None]:
+    """(what `git --version` printed, where git is, why it did not run)."""
+    path = shutil.which("git")
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "git",
+            "--version",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        return None, path, "not found on PATH" if isinstance(exc, FileNotFoundError) else str(exc)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), GIT_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return None, path, f"`git --version` did not answer within {GIT_TIMEOUT_S:g} s"
+    if proc.returncode != 0:
+        return None, path, err.decode(errors="replace").strip() or f"`git --version` exited {proc.returncode}"
+    return out.decode(errors="replace").strip(), path, None
+
+
+async def _attempt(call: Awaitable[T]) -> tuple[T | None, str | None]:
+    try:
+        return await call, None
+    except PeerdError as exc:
+        return None, f"{exc.code}: {exc.message}"
+    except (DaemonNotRunning, ValueError) as exc:  # ValueError: an answer of an unexpected shape
+        return None, str(exc)
+
+
+async def _links(client: LocalClient) -> list[c.LinkInfo]:
+    data = await client.call("GET", "/v1/environments", params={"probe": True})
+    return [c.LinkInfo.model_validate(x) for x in data["items"]]
+
+
+async def _providers(client: LocalClient) -> list[c.ProviderInfo]:
+    data = await client.call("GET", "/v1/providers")
+    return [c.ProviderInfo.model_validate(x) for x in data["items"]]
+
+
+async def daemon_facts(socket: Path) -> DaemonFacts:
+    async with LocalClient(socket) as client:
+        try:
+            status = c.Status.model_validate(await client.call("GET", "/v1/status"))
+        except DaemonNotRunning as exc:
+            return DaemonFacts(None, str(exc))
+        except PeerdError as exc:
+            return DaemonFacts(None, f"{exc.code}: {exc.message}", answered=True)
+        except ValueError as exc:  # an answer of an unexpected shape
+            return DaemonFacts(None, f"an unexpected answer: {exc}", answered=True)
+        (links, links_error), (providers, providers_error) = await asyncio.gather(
+            _attempt(_links(client)), _attempt(_providers(client))
+        )
+    return DaemonFacts(
+        status,
+        answered=True,
+        links=links,
+        links_error=links_error,
+        providers=providers,
+        providers_error=providers_error,
+    )
+
+
+async def gather(paths: Paths, *, now: float | None = None) -> Facts:
+    socket = paths.socket
+    identity_dir = paths.home / "identity"
+    (daemon, (git_version, git_path, git_error)) = await asyncio.gather(daemon_facts(socket), git_facts())
+    key_error, certificate = identity_facts(identity_dir)
+    db = paths.db
+    extra_db = [db.with_name(db.name + suffix) for suffix in ("-wal", "-shm")]
+    uid = os.getuid()
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = _owner(uid)
+    return Facts(
+        home=str(paths.home),
+        uid=uid,
+        user=user,
+        now=time.time() if now is None else now,
+        cli_version=__version__,
+        config_path=str(settings_file.default_path()),
+        home_dir=file_facts(paths.home),
+        socket=file_facts(socket),
+        socket_dir=None if socket.parent == paths.home else file_facts(socket.parent),
+        db_files=[file_facts(db), *(file_facts(p) for p in extra_db if p.exists())],
+        identity_dir=file_facts(identity_dir),
+        identity_key=file_facts(identity_dir / "key.pem"),
+        key_error=key_error,
+        certificate=certificate,
+        git_version=git_version,
+        git_path=git_path,
+        git_error=git_error,
+        daemon=daemon,
+    )
+
+
+@click.command()
+@json_option
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Check this machine's peerd and print a fix for each problem.
+
+    Checks the daemon, the socket and file permissions, the certificate, each link's reachability
+    and token, each provider's CLI and version, and git. Works without a running daemon (the
+    daemon check then fails and the link and provider checks are skipped). Exits 1 when a check
+    failed; warnings do not fail.
+    """
+    try:
+        facts = asyncio.run(gather(cli_context(ctx).paths))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    checks = run_checks(facts)
+    ok = passed(checks)
+    if as_json:
+        emit_json({"checks": [ch.wire() for ch in checks], "ok": ok})
+    else:
+        for line in render(checks):
+            click.echo(line)
+    ctx.exit(EXIT_OK if ok else EXIT_ERROR)
