@@ -44,7 +44,8 @@ test: lint typecheck unit
 bench: $(STAMP)
 	$(PY) bench/follower.py
 
-demo: $(STAMP)
+# DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
+demo: $(STAMP) $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))
 	$(PY) examples/demo.py
 
 clean:

@@ -1,8 +1,12 @@
-"""`make demo`: one peerd daemon, one project, one scripted thread that fixes a bug in its own worktree.
+"""`make demo`: two peerd daemons on this machine, "laptop" and "box", linked; an agent on the laptop
+delegates a fix to the box and is woken with the result; the laptop restarts mid-task; the box
+revokes the link.
 
-Everything happens in a temporary directory, which is removed at the end (set DEMO_KEEP=1 to keep
-it). The commands shown with `$` are the real CLI, run as subprocesses; the scripted provider stands
-in for a coder, so the demo needs no model and no network. Standard library and peerd only.
+Everything happens in a temporary directory, removed at the end (DEMO_KEEP=1 keeps it). Every `$`
+line is the real CLI, run as a subprocess. The agents are peerd's scripted coder by default (no model,
+no network); DEMO_PROVIDER=claude or DEMO_PROVIDER=codex runs the laptop's and the box's agent as
+that real CLI against a scripted fake model on 127.0.0.1 (`make demo` installs the pinned CLIs
+first). The scripts are in examples/scripts/. Standard library and peerd only.
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from peerd.paths import Paths
 
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SCRIPTS = HERE / "scripts"
 READY_TIMEOUT_S = 20.0
 COMMAND_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
-LOG_TAIL_LINES = 40
-
-ORIGIN = "git@github.com:example/shop.git"
+LOG_TAIL_LINES = 30
 
 BUGGY_PRICING = '''\
 """Prices for the shop."""
@@ -38,55 +44,110 @@ def discounted_total(prices: list[float], discount: float) -> float:
     return round(sum(prices) * (1 + discount), 2)
 '''
 
-CHECK = (
-    "python3 -c 'from pricing import discounted_total as t; total = t([10, 30], 0.25); "
-    'assert total == 30.0, total; print("discounted_total([10, 30], 0.25) =", total)\''
-)
 
-# What the scripted provider does: the same steps a coder would take, made deterministic.
-SCRIPT = {
-    "steps": [
-        {
-            "edit": {
-                "path": "pricing.py",
-                "old": "sum(prices) * (1 + discount)",
-                "new": "sum(prices) * (1 - discount)",
-            }
-        },
-        {"run": CHECK, "check": True},
-        {
-            "reply": "Fixed discounted_total in pricing.py: the discount was added to the total "
-            "instead of subtracted. Checked: 25% off [10, 30] is now 30.0."
-        },
-    ]
-}
-
-PROMPT = (
-    "Fix the discount bug in pricing.py: a 25% discount makes the total larger, not smaller.\n"
-    "\n"
-    "```peerd-script\n"
-    + '{"steps": [\n'
-    + ",\n".join("  " + json.dumps(step) for step in SCRIPT["steps"])
-    + "\n]}\n```\n"
-)
+# A scripted prompt's script block, shortened when a command's output is shown.
+SCRIPT_BLOCK = re.compile(r"```peerd-script\n.*?\n\s*```", re.DOTALL)
 
 
 class DemoFailed(Exception):
     pass
 
 
-class Demo:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "home"
-        self.project = root / "shop"
-        self.log_path = root / "daemon.log"
-        self.daemon: subprocess.Popen[bytes] | None = None
-        self.env = {k: v for k, v in os.environ.items() if k not in ("PEERD_SOCKET", "PEERD_RUN_TOKEN")}
+def fenced(script: dict[str, Any]) -> str:
+    """A prompt part the scripted coder runs: a ```peerd-script block."""
+    return "```peerd-script\n" + json.dumps(script, indent=1) + "\n```"
+
+
+def load_script(name: str, **subs: str) -> dict[str, Any]:
+    """A script from examples/scripts/, with "@name" string values replaced."""
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("@") and value[1:] in subs:
+            return subs[value[1:]]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    loaded: dict[str, Any] = fill(json.loads((SCRIPTS / name).read_text(encoding="utf-8")))
+    return loaded
+
+
+class Node:
+    """One machine of the demo: a peerd home, a checkout of the shop, a daemon process."""
+
+    def __init__(self, demo: Demo, name: str) -> None:
+        self.demo = demo
+        self.name = name
+        self.dir = demo.root / name
+        self.home = self.dir / "home"
+        self.checkout = self.dir / "shop"
+        self.log_path = self.dir / "daemon.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PEERD_")}
         self.env["PEERD_HOME"] = str(self.home)
+
+    def peerd(self, *args: str, show: bool = True, check: bool = True) -> str:
+        return self.demo.run(self, ["peerd", *args], [sys.executable, "-m", "peerd", *args], show, check)
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.peerd(*args, "--json", show=False))
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "peerd", "serve", "--label", self.name, "--listen", "127.0.0.1:0"]
+        argv += ["--log-format", "console"]
+        if self.demo.config is not None:
+            argv += ["--config", str(self.demo.config)]
+        self.demo.say(
+            f"[{self.name}]$ peerd serve --label {self.name} --listen 127.0.0.1:0 &   (log: {self.log_path})"
+        )
+        with open(self.log_path, "ab") as log:
+            # A session of its own: Ctrl-C reaches the demo, which stops the daemon properly.
+            self.process = subprocess.Popen(
+                argv,
+                cwd=self.dir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        socket_path = Paths(self.home).socket
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _status_ok(socket_path):
+            if self.process.poll() is not None:
+                raise DemoFailed(f"the {self.name} daemon exited with code {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the {self.name} daemon did not answer within {READY_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)  # the socket does not exist yet: nothing to wait on but time
+
+    def stop(self, *, show: bool = True) -> int | None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return None if process is None else process.returncode
+        if show:
+            self.demo.say(f"[{self.name}]$ kill -TERM {process.pid}")
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise DemoFailed(f"the {self.name} daemon did not exit within {STOP_TIMEOUT_S:.0f} s") from None
+
+
+class Demo:
+    def __init__(self, root: Path, provider: str) -> None:
+        self.root = root
+        self.provider = provider
+        self.config: Path | None = None
+        self.fake: subprocess.Popen[bytes] | None = None
+        self.laptop = Node(self, "laptop")
+        self.box = Node(self, "box")
         self.step_number = 0
 
-    # --- output -------------------------------------------------------------------------------
+    # --- output and commands ------------------------------------------------------------------
 
     def heading(self, title: str) -> None:
         self.step_number += 1
@@ -97,23 +158,15 @@ class Demo:
     def say(text: str) -> None:
         print(text, flush=True)
 
-    # --- commands -----------------------------------------------------------------------------
-
-    def peerd(self, *args: str, show: bool = True) -> str:
-        """Run the real CLI (`python -m peerd ...`) with PEERD_HOME set; fail on a non-zero exit."""
-        return self._run(["peerd", *args], [sys.executable, "-m", "peerd", *args], show=show)
-
-    def git(self, *args: str, show: bool = True) -> str:
-        return self._run(["git", *args], ["git", *args], show=show)
-
-    def _run(self, shown: list[str], argv: list[str], *, show: bool) -> str:
+    def run(self, node: Node | None, shown: list[str], argv: list[str], show: bool, check: bool) -> str:
+        where = f"[{node.name}]" if node else ""
         if show:
-            self.say("$ " + " ".join(_quote(a) for a in shown))
+            self.say(f"{where}$ " + " ".join(_quote(a) for a in shown))
         try:
             done = subprocess.run(
                 argv,
-                cwd=self.root,
-                env=self.env,
+                cwd=node.dir if node else self.root,
+                env=node.env if node else None,
                 capture_output=True,
                 text=True,
                 timeout=COMMAND_TIMEOUT_S,
@@ -121,145 +174,278 @@ class Demo:
             )
         except subprocess.TimeoutExpired:
             raise DemoFailed(f"`{' '.join(shown)}` did not finish in {COMMAND_TIMEOUT_S:.0f} s") from None
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr).rstrip()
-            raise DemoFailed(f"`{' '.join(shown)}` exited with code {done.returncode}:\n{output}")
-        if show and done.stdout:
-            self.say(done.stdout.rstrip("\n"))
+        if check and done.returncode != 0:
+            raise DemoFailed(f"`{' '.join(shown)}` exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        if show and done.stdout.strip():
+            self.say(
+                _indent(
+                    SCRIPT_BLOCK.sub(
+                        "```peerd-script ... ``` (the script, from examples/scripts/)", done.stdout
+                    )
+                )
+            )
         return done.stdout
 
-    def quiet_git(self, *args: str) -> None:
-        """Set-up git commands: no global config needed, nothing printed."""
-        identity = ["-c", "user.name=peerd demo", "-c", "user.email=demo@peerd.invalid"]
-        self.git(*identity, "-c", "commit.gpgsign=false", "-C", str(self.project), *args, show=False)
+    def git(self, *args: str, show: bool = False) -> str:
+        identity = [
+            "-c",
+            "user.name=peerd demo",
+            "-c",
+            "user.email=demo@peerd.invalid",
+            "-c",
+            "commit.gpgsign=false",
+        ]
+        return self.run(None, ["git", *args], ["git", *identity, *args], show, True)
 
-    # --- the demo -----------------------------------------------------------------------------
+    # --- the steps ----------------------------------------------------------------------------
 
-    def make_project(self) -> None:
-        self.heading("Make a small git project with a bug")
-        self.project.mkdir()
-        (self.project / "pricing.py").write_text(BUGGY_PRICING, encoding="utf-8")
-        self.git("-c", "init.defaultBranch=main", "init", "-q", str(self.project), show=False)
-        self.quiet_git("add", "pricing.py")
-        self.quiet_git("commit", "-q", "-m", "Add pricing")
-        self.quiet_git("remote", "add", "origin", ORIGIN)
-        self.say(f"{self.project}: one commit, origin {ORIGIN}")
-        self.say("pricing.py:")
+    def start_fake_model(self) -> None:
+        """DEMO_PROVIDER: a scripted model server for the real CLI, and a config pointing at it."""
+        sys.path.insert(0, str(REPO))
+        from tests.realcli import offline_settings  # noqa: PLC0415  # the tests' offline CLI settings
+
+        port_file = self.root / "fake-model.port"
+        argv = [
+            sys.executable,
+            str(REPO / "tests" / "fakemodel.py"),
+            "--scripts",
+            str(SCRIPTS / "fake-model.json"),
+        ]
+        argv += ["--port-file", str(port_file), "--log", str(self.root / "fake-model.jsonl")]
+        self.fake = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not port_file.exists():
+            if time.monotonic() > deadline or self.fake.poll() is not None:
+                raise DemoFailed("the fake model server did not start")
+            time.sleep(0.05)
+
+        class _Fake:
+            base_url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+
+        settings = offline_settings(self.root / "clis", _Fake())  # type: ignore[arg-type]
+        self.config = self.root / "config.toml"
+        self.config.write_text(
+            _toml_providers(settings.model_dump(mode="json")["providers"]), encoding="utf-8"
+        )
+        self.say(
+            f"A scripted model answers {self.provider} on {_Fake.base_url} (examples/scripts/fake-model.json)."
+        )
+
+    def make_repositories(self) -> None:
+        self.heading("One repository, a checkout on each machine")
+        origin = self.root / "origin.git"
+        seed = self.root / "seed"
+        self.git("init", "-q", "--bare", "-b", "main", str(origin))
+        self.git("init", "-q", "-b", "main", str(seed))
+        (seed / "pricing.py").write_text(BUGGY_PRICING, encoding="utf-8")
+        self.git("-C", str(seed), "add", "pricing.py")
+        self.git("-C", str(seed), "commit", "-q", "-m", "Add pricing")
+        self.git("-C", str(seed), "push", "-q", str(origin), "main")
+        for node in (self.laptop, self.box):
+            node.dir.mkdir()
+            self.git("clone", "-q", str(origin), str(node.checkout))
+        self.say(f"origin: {origin} (bare); clones: {self.laptop.checkout} and {self.box.checkout}")
+        self.say("pricing.py has a bug: a 25% discount makes the total larger.")
         self.say(_indent(BUGGY_PRICING))
 
-    def start_daemon(self) -> None:
-        self.heading("Start a daemon")
-        argv = [sys.executable, "-m", "peerd", "--home", str(self.home), "serve"]
-        argv += ["--listen", "127.0.0.1:0", "--log-format", "console"]
-        self.say(f"$ peerd --home {self.home} serve --listen 127.0.0.1:0 --log-format console &")
-        self.say(f"(logs go to {self.log_path})")
-        with open(self.log_path, "wb") as log:
-            # A session of its own: a Ctrl-C at the terminal reaches the demo, which then stops the
-            # daemon the proper way (SIGTERM) instead of both racing.
-            self.daemon = subprocess.Popen(
-                argv,
-                cwd=self.root,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+    def start_daemons(self) -> None:
+        self.heading('Start two daemons: "laptop" and "box" (TLS on loopback)')
+        if self.provider != "script":
+            self.start_fake_model()
+        self.box.start()
+        self.laptop.start()
+        for node in (self.laptop, self.box):
+            node.peerd("project", "add", str(node.checkout), "--name", "shop")
+        self.say("Both projects carry the same repository key, so a task for the box lands in its checkout.")
+
+    def link(self) -> None:
+        self.heading("Pair on the box, link from the laptop")
+        code = self.box.json("pair", "--access", "auto")["code"]
+        self.say("[box]$ peerd pair --access auto")
+        self.say(_indent(f"{code[:48]}...  (one-time code, 10 minutes)"))
+        self.laptop.peerd("link", code, "--access", "auto", show=False)
+        self.say("[laptop]$ peerd link peerd-pair:... --access auto")
+        self.laptop.peerd("environment", "list")
+        self.box.peerd("client", "list")
+
+    def launch_parent(
+        self, title: str, script: dict[str, Any] | None = None, prompt: str | None = None
+    ) -> tuple[str, str]:
+        """Launch a thread on the laptop; (thread id, its first run's id)."""
+        slug = re.sub(r"\W+", "-", title.lower())
+        prompt_file = self.laptop.dir / f"{slug}.md"
+        prompt_file.write_text(prompt if prompt is not None else f"{title}.\n\n{fenced(script or {})}\n")
+        provider = self.provider if script is None else "script"
+        data = json.loads(
+            self.laptop.peerd(
+                "thread",
+                "launch",
+                "--project",
+                "shop",
+                "--provider",
+                provider,
+                "--runtime-mode",
+                "auto",
+                "--title",
+                title,
+                "--prompt-file",
+                str(prompt_file),
+                "--json",
+                show=False,
             )
-        self.wait_ready()
-        self.say(f"$ export PEERD_HOME={self.home}    # the CLI below finds the daemon through it")
-
-    def wait_ready(self) -> None:
-        """Poll the daemon's local socket until `GET /v1/status` answers 200."""
-        socket_path = Paths(self.home).socket
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.daemon is not None and self.daemon.poll() is not None:
-                raise DemoFailed(f"the daemon exited with code {self.daemon.returncode} while starting")
-            if _status_ok(socket_path):
-                return
-            time.sleep(0.1)
-        raise DemoFailed(f"the daemon did not answer on {socket_path} within {READY_TIMEOUT_S:.0f} s")
-
-    def run_thread(self) -> None:
-        self.heading("Show the environment")
-        self.peerd("status")
-
-        self.heading("Register the project")
-        self.peerd("project", "add", "shop")
-
-        self.heading("Launch a scripted thread and wait for its run")
-        prompt_file = self.root / "fix-discount.md"
-        prompt_file.write_text(PROMPT, encoding="utf-8")
-        self.say("The prompt file carries a peerd-script block: the scripted provider's stand-in for a")
-        self.say("coder. It edits pricing.py, runs a check, and replies.")
-        self.say(f"$ cat {prompt_file.name}")
-        self.say(PROMPT.rstrip("\n"))
-        launched = self.peerd(
-            "thread",
-            "launch",
-            "--project",
-            "shop",
-            "--title",
-            "Fix the discount in pricing.py",
-            "--prompt-file",
-            prompt_file.name,
-            "--wait",
-            "60",
         )
-        found = re.search(r"\bthread (thr_\w+)", launched)
-        if found is None:
-            raise DemoFailed(f"cannot find the thread id in the launch output:\n{launched}")
-        thread_id = found.group(1)
+        self.say(f"[laptop]$ peerd thread launch --project shop --provider {provider} --title {title!r} ...")
+        self.say(_indent(f"thread {data['threadId']}, run {data['runId']}"))
+        return str(data["threadId"]), str(data["runId"])
 
-        self.heading("Read the thread")
-        self.peerd("thread", "show", thread_id)
-        info = json.loads(self.peerd("thread", "show", thread_id, "--json", show=False))["thread"]
-        run = info.get("latestRun") or {}
-        if run.get("status") != "completed":
-            raise DemoFailed(f"the run ended {run.get('status')}: {run.get('reason')}")
+    def wait_woken(self, thread_id: str, first_run: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait for the parent's first run, then for the wake run the task's end causes."""
+        self.laptop.peerd(
+            "thread", "wait", thread_id, "--run", first_run, "--timeout", str(timeout), show=False
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            info: dict[str, Any] = self.laptop.json("thread", "show", thread_id)
+            run = info["thread"]["latestRun"]
+            if run["id"] != first_run:
+                self.laptop.peerd(
+                    "thread", "wait", thread_id, "--run", run["id"], "--timeout", str(timeout), show=False
+                )
+                done: dict[str, Any] = self.laptop.json("thread", "show", thread_id)
+                return done
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"thread {thread_id} was not woken within {timeout:.0f} s")
+            self.laptop.peerd("thread", "wait", thread_id, "--timeout", "5", show=False, check=False)
 
-        self.heading("The change is in the thread's worktree; the project checkout is untouched")
-        worktree = info["worktreePath"]
-        self.say(f"The thread works in {worktree}, on branch {info['branch']}.")
-        diff = self.git("-C", worktree, "diff")
-        if "+    return round(sum(prices) * (1 - discount), 2)" not in diff:
-            raise DemoFailed("the worktree's diff does not hold the fix")
-        status = self.git("-C", "shop", "status", "--short")
-        if status.strip():
-            raise DemoFailed(f"the project checkout has changes:\n{status}")
-        self.say("(no output: the project's own checkout is clean)")
+    def delegate_and_wake(self) -> None:
+        self.heading(f"An agent on the laptop ({self.provider}) delegates the fix to the box")
+        if self.provider == "script":
+            task = "Fix the discount bug in pricing.py.\n\n" + fenced(load_script("box-fix.json"))
+            lead = load_script("lead.json", task=task, title="Fix the discount", key="fix-discount")
+            self.say("The laptop's agent calls delegate_task with only target.environmentId = box")
+            self.say("(examples/scripts/lead.json; the box's agent follows examples/scripts/box-fix.json).")
+            thread_id, first_run = self.launch_parent("Fix the discount", lead)
+        else:
+            self.say(
+                f"The laptop's {self.provider} calls peerd's delegate_task through `peerd mcp`, with only"
+            )
+            self.say("target.environmentId = box; the box runs the same provider in its checkout.")
+            thread_id, first_run = self.launch_parent(
+                "Fix the discount", prompt="[[fake:lead]] Fix the discount bug on the box."
+            )
 
-    def stop_daemon(self) -> None:
-        self.heading("Stop the daemon")
-        if self.daemon is None:
-            return
-        self.say(f"$ kill -TERM {self.daemon.pid}")
-        code = self._terminate()
-        if code != 0:
-            raise DemoFailed(f"the daemon exited with code {code} after SIGTERM")
-        tail = [line for line in _tail(self.log_path, 3).splitlines() if line.strip()]
-        self.say("daemon exited with code 0; the last lines of its log:")
-        self.say(_indent("\n".join(tail)))
+        self.heading("The parent is woken with the result, in a new run of the same thread")
+        done = self.wait_woken(thread_id, first_run)
+        if done["thread"]["latestRun"]["status"] != "completed":
+            raise DemoFailed(f"the woken run ended {done['thread']['latestRun']}")
+        self.laptop.peerd("thread", "show", thread_id)
 
-    def _terminate(self) -> int | None:
-        """SIGTERM the daemon and wait; SIGKILL it if it does not exit in time."""
-        daemon = self.daemon
-        if daemon is None or daemon.poll() is not None:
-            return None if daemon is None else daemon.returncode
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            return daemon.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-            raise DemoFailed(f"the daemon did not exit within {STOP_TIMEOUT_S:.0f} s of SIGTERM") from None
+        self.heading("Lineage both ways, and task_status")
+        tasks = self.laptop.json("task", "list", thread_id)
+        self.laptop.peerd("task", "list", thread_id)
+        child = tasks[0]["remoteChild"]["threadId"]
+        self.laptop.peerd("task", "show", tasks[0]["taskId"])
+        child_info = self.box.json("thread", "show", child)["thread"]
+        self.box.peerd("thread", "show", child)
+        if tasks[0]["status"] != "completed":
+            raise DemoFailed(f"the task ended {tasks[0]['status']}: {tasks[0]['lastError']}")
+
+        self.heading("Only the box's checkout of the task changed")
+        diff = self.git("-C", child_info["worktreePath"], "diff", "--stat", show=False)
+        self.say(f"[box]$ git -C {child_info['worktreePath']} diff --stat")
+        self.say(_indent(diff or "(no changes)"))
+        if "pricing.py" not in diff:
+            raise DemoFailed("the box's worktree does not hold the fix")
+        for node in (self.laptop, self.box):
+            status = self.git("-C", str(node.checkout), "status", "--porcelain", show=False)
+            self.say(f"[{node.name}]$ git -C shop status --porcelain   -> {status.strip() or '(clean)'}")
+            if status.strip():
+                raise DemoFailed(f"the {node.name}'s own checkout changed")
+        parent_tree = self.laptop.json("thread", "show", thread_id)["thread"]["worktreePath"]
+        if self.git("-C", parent_tree, "status", "--porcelain", show=False).strip():
+            raise DemoFailed("the laptop parent's worktree changed")
+        self.say("[laptop] the parent's worktree is clean too: the work happened on the box.")
+
+    def restart_mid_task(self) -> None:
+        self.heading("A second delegation; the laptop's daemon restarts in the middle")
+        release = self.root / "release-second-task"
+        task = "Write NOTES.md.\n\n" + fenced(load_script("box-slow.json", release=str(release)))
+        lead = load_script("lead.json", task=task, title="Write the notes", key="write-notes")
+        thread_id, first_run = self.launch_parent("Write the notes", lead)
+        self.laptop.peerd("thread", "wait", thread_id, "--run", first_run, "--timeout", "60", show=False)
+        task_id = self.laptop.json("task", "list", thread_id)[0]["taskId"]
+        self.say(f"Task {task_id} is running on the box (its agent waits for a release file).")
+        code = self.laptop.stop()
+        self.say(f"The laptop's daemon stopped (exit {code}). Meanwhile the box finishes the task:")
+        release.write_text("go\n")
+        self.say(f"$ touch {release}")
+        self.laptop.start()
+        self.say("The laptop's daemon is back; it resumes following every open remote task at start.")
+        done = self.wait_woken(thread_id, first_run)
+        reply = [i for i in done["items"] if i["kind"] == "assistant_message"][-1]["text"]
+        self.say(_indent(f"woken run {done['thread']['latestRun']['id']}: {reply}"))
+        self.laptop.peerd("task", "show", task_id)
+
+    def revoke(self) -> None:
+        self.heading("A third task is running on the box; the box revokes the link")
+        release = self.root / "release-third-task"
+        task = "Write NOTES.md.\n\n" + fenced(load_script("box-slow.json", release=str(release)))
+        lead = load_script("lead.json", task=task, title="Before the revocation", key="third-task")
+        thread_id, first_run = self.launch_parent("Before the revocation", lead)
+        self.laptop.peerd("thread", "wait", thread_id, "--run", first_run, "--timeout", "60", show=False)
+        client_id = self.box.json("client", "list")[0]["id"]
+        self.box.peerd("client", "revoke", client_id)
+        self.say("The laptop's follower learns it at once (the box ends the link's open long-poll);")
+        self.say("the task fails with the reason and the parent is woken with it:")
+        done = self.wait_woken(thread_id, first_run)
+        self.laptop.peerd("task", "list", thread_id)
+        task_info = self.laptop.json("task", "list", thread_id)[0]
+        if task_info["status"] != "failed" or "revoked" not in (task_info["result"] or ""):
+            raise DemoFailed(f"the third task did not fail with the revocation: {task_info}")
+        self.say(_indent(f"task result: {task_info['result']}"))
+        reply = [i for i in done["items"] if i["kind"] == "assistant_message"][-1]["text"]
+        self.say(_indent(f"woken run: {reply}"))
+        self.laptop.peerd("environment", "list")
+        release.write_text("go\n")  # let the box's agent finish; nothing reaches the laptop any more
+
+    def stop_all(self) -> None:
+        self.heading("Stop everything")
+        for node in (self.laptop, self.box):
+            code = node.stop()
+            if code not in (0, None):
+                raise DemoFailed(f"the {node.name} daemon exited with code {code}")
+        self.stop_fake()
+        self.say("Both daemons exited with code 0; nothing is left running.")
+
+    def stop_fake(self) -> None:
+        if self.fake is not None and self.fake.poll() is None:
+            self.fake.terminate()
+            self.fake.wait(timeout=STOP_TIMEOUT_S)
 
     def cleanup(self) -> None:
-        """After a failure or Ctrl-C: never leave a daemon behind."""
-        try:
-            self._terminate()
-        except DemoFailed as exc:
-            print(f"demo: {exc}", file=sys.stderr)
+        for node in (self.laptop, self.box):
+            try:
+                node.stop(show=False)
+            except DemoFailed as exc:
+                print(f"demo: {exc}", file=sys.stderr)
+        self.stop_fake()
+
+
+def _toml_providers(providers: dict[str, Any]) -> str:
+    """The providers table of a config file (strings, lists and tables of strings only)."""
+    lines = []
+    for name, entry in providers.items():
+        lines.append(f"[providers.{name}]")
+        for key, value in entry.items():
+            if value is None or value in ([], {}) or (key == "format" and value == "text"):
+                continue
+            if isinstance(value, dict):
+                text = "{" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items()) + "}"
+            else:
+                text = json.dumps(value)
+            lines.append(f"{key} = {text}")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _status_ok(socket_path: Path) -> bool:
@@ -299,35 +485,47 @@ def _indent(text: str) -> str:
 
 def _tail(path: Path, lines: int) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
-        return "(no daemon log)"
-    return "\n".join(text.splitlines()[-lines:])
+        return "(no log)"
 
 
 def main() -> int:
     started = time.monotonic()
+    provider = os.environ.get("DEMO_PROVIDER", "script") or "script"
+    if provider not in ("script", "claude", "codex"):
+        print(f"DEMO_PROVIDER must be script, claude or codex (not {provider!r})", file=sys.stderr)
+        return 2
     keep = os.environ.get("DEMO_KEEP") == "1"
-    root = Path(tempfile.mkdtemp(prefix="peerd-demo-"))
-    demo = Demo(root)
-    print(f"peerd demo in {root}")
+    # Below the repository's .cache when a real CLI runs: Gemini-style CLIs distrust files below
+    # directories others can write, such as /tmp.
+    base = REPO / ".cache" if provider != "script" else None
+    if base is not None:
+        base.mkdir(exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="peerd-demo-", dir=base))
+    demo = Demo(root, provider)
+    print(f"peerd demo in {root} (agents: {provider})")
     failed = False
     try:
-        demo.make_project()
-        demo.start_daemon()
-        demo.run_thread()
-        demo.stop_daemon()
+        demo.make_repositories()
+        demo.start_daemons()
+        demo.link()
+        demo.delegate_and_wake()
+        demo.restart_mid_task()
+        demo.revoke()
+        demo.stop_all()
     except (DemoFailed, KeyboardInterrupt) as exc:
         failed = True
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
         print(f"\ndemo failed: {reason}", file=sys.stderr)
         demo.cleanup()
-        print(f"\nlast {LOG_TAIL_LINES} lines of the daemon log ({demo.log_path}):", file=sys.stderr)
-        print(_indent(_tail(demo.log_path, LOG_TAIL_LINES)), file=sys.stderr)
+        for node in (demo.laptop, demo.box):
+            print(f"\nlast {LOG_TAIL_LINES} lines of the {node.name} log:", file=sys.stderr)
+            print(_indent(_tail(node.log_path, LOG_TAIL_LINES)), file=sys.stderr)
     finally:
         demo.cleanup()
         if keep:
-            print(f"\nDEMO_KEEP=1: kept {root} (daemon home: {demo.home})")
+            print(f"\nDEMO_KEEP=1: kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
     if failed:

@@ -160,6 +160,7 @@ class Thread(Wire):
     created_at: float
     updated_at: float
     latest_run: Run | None = None
+    base_commit: str | None = None
     link_origin: str | None = None
     link_label: str | None = None
     delegated_from: DelegatedFrom | None = None
@@ -185,6 +186,10 @@ class ThreadLaunch(Input):
     client_request_id: str | None = ClientRequestId
     delegated_from: DelegatedFrom | None = None
     environment_id: str | None = EnvironmentId
+    # The worktree's branch and the exact commit it starts from (orchestration packets). A branch
+    # must live under orchestrate/ or peerd/: a launch never works on the project's own branches.
+    branch: str | None = Field(default=None, pattern=r"^(orchestrate|peerd)/[A-Za-z0-9._/-]{1,200}$")
+    base_commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
 
 
 class ThreadLaunchResult(Wire):

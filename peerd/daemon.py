@@ -23,15 +23,19 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
-from peerd import __version__
+from peerd import __version__, sdnotify
 from peerd import contracts as c
+from peerd.api.gitwire import add_git_routes
 from peerd.api.local import local_app
+from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.config import Config
 from peerd.core.idempotency import RECEIPT_RETENTION_S
-from peerd.delegation import Delegation
+from peerd.delegation import Delegation, client_key
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
 from peerd.operations import Operations
+from peerd.orchestrate.engine import Engine
+from peerd.orchestrate.service import Orchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
 from peerd.peer.follower import FollowerPool
@@ -40,6 +44,7 @@ from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_co
 from peerd.peer.links import LinkService
 from peerd.providers import registry
 from peerd.providers.base import Provider
+from peerd.providers.command import CommandProvider
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
@@ -111,6 +116,7 @@ class Daemon:
         self._stopped = False
         self.feed = ChangeFeed()
         self.providers: dict[str, Provider] = {}
+        self.orchestrations: Orchestrations | None = None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -169,12 +175,34 @@ class Daemon:
             db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
         )
         link_service.on_unlink = self.followers.notify
-        await self._serve_unix(local_app(ops, desc, self.status, link_service, self), socket_path)
+        link_service.on_client_revoked = lambda client_id: self.feed.changed(client_key(client_id))
+        engine = Engine(
+            db,
+            self.feed,
+            ops,
+            worktrees_dir=self.paths.worktrees,
+            assign_more=lambda request, packets: self.orchestrations_service().assign_more(request, packets),
+        )
+        self.orchestrations = Orchestrations(
+            db,
+            self.feed,
+            engine,
+            available=self._available_providers,
+            approved=self.command_approved,
+            custom_commands={
+                name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
+            },
+        )
+        local = local_app(ops, desc, self.status, link_service, self)
+        add_git_routes(local)
+        add_orchestration_routes(local, self.orchestrations)
+        await self._serve_unix(local, socket_path)
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.runs.kick_all()
         await delegation.recover()
         await self.followers.start()  # every open remote task and owed stop is followed again
+        await engine.recover()  # every open orchestration continues where it was
         log.info(
             "daemon.ready",
             env_id=identity.env_id,
@@ -256,6 +284,14 @@ class Daemon:
                 url = url.replace(f"//{wildcard}:", f"//{socket.gethostname()}:")
             urls.append(url)
         return urls
+
+    def orchestrations_service(self) -> Orchestrations:
+        if self.orchestrations is None:
+            raise PeerdError("The daemon is still starting.", code="unavailable")
+        return self.orchestrations
+
+    async def _available_providers(self) -> dict[str, bool]:
+        return registry.available(self.providers)
 
     async def command_approved(self, name: str, command: str) -> bool:
         """A custom command runs only as approved: named in the config file's allowlist (whose
@@ -345,6 +381,8 @@ class Daemon:
                 await self._pruner
         if self.followers is not None:
             await self.followers.close()
+        if self.orchestrations is not None:
+            await self.orchestrations.engine.close()  # recorded state is resumed at the next start
         if self.runs is not None:
             await self.runs.shutdown()
         for runner in reversed(self._runners):
@@ -367,10 +405,21 @@ async def serve(config: DaemonConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)
+    # systemd (Type=notify, see peerd/sdnotify.py): READY=1 once serving, watchdog pings, STOPPING=1.
+    notifier = sdnotify.Notifier.from_env()
+    watchdog: asyncio.Task[None] | None = None
     try:
         await daemon.start()
+        listeners = [listener.address for listener in daemon._listeners]
+        notifier.ready(sdnotify.serving_status(config.label, listeners))
+        watchdog = asyncio.create_task(notifier.run_watchdog(), name="peerd.watchdog")
         await daemon.wait_stopped()
     finally:
+        notifier.stopping()
+        if watchdog is not None:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         await daemon.shutdown()

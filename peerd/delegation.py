@@ -71,6 +71,11 @@ def _seconds(timeout_ms: int | None) -> float:
     return WAIT_CAP_S if timeout_ms is None else timeout_ms / 1000
 
 
+def client_key(client_id: str) -> str:
+    """The change-feed key a link client's revocation is announced on."""
+    return f"client:{client_id}"
+
+
 class TaskNotFound(NotFound):
     code = "task_not_found"
 
@@ -429,14 +434,17 @@ class Delegation:
         )
 
     async def watch(self, caller: Caller, req: c.RunWatch) -> c.RunWatchResult:
-        """The follower's batched long-poll: returns when any named run settles (or is gone)."""
-        del caller
+        """The follower's batched long-poll: returns when any named run settles (or is gone), and
+        at once when the calling link is revoked here (its next request then learns why)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.timeout
         # Each change re-reads only the threads that changed, not every watched run: a link with
         # many open tasks must not pay O(tasks) for every item one child adds.
-        thread_ids = {ref.thread_id for ref in req.runs}
-        listener = self.feed.listen(thread_ids)
+        keys = {ref.thread_id for ref in req.runs}
+        revoked_key = client_key(caller.link.client_id) if caller.link is not None else None
+        if revoked_key is not None:
+            keys.add(revoked_key)
+        listener = self.feed.listen(keys)
         try:
             runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
             while True:
@@ -447,11 +455,13 @@ class Delegation:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(listener.event.wait(), remaining)
                 changed = listener.take()
+                if revoked_key is not None and revoked_key in changed:
+                    return c.RunWatchResult(runs=runs, timed_out=True)
                 for i, ref in enumerate(req.runs):
                     if ref.thread_id in changed:
                         runs[i] = await self.watch_one(ref.thread_id, ref.run_id)
         finally:
-            self.feed.unlisten(listener, thread_ids)
+            self.feed.unlisten(listener, keys)
 
     async def on_run_end(self, thread_id: str) -> None:
         """A run here ended: local tasks whose child thread this is may now be settled."""

@@ -140,6 +140,16 @@ class Operations:
         modes = None if cap is None else (cap.runtime, cap.interaction)
         return await self.forwarder.call(env_id, method, path, body=body, params=params, caller_modes=modes)
 
+    async def forward_raw(
+        self, env_id: str, method: str, path: str, *, body: dict[str, Any] | None = None
+    ) -> Any:
+        """A call to a linked environment as this daemon's owner (orchestration's commit transport)."""
+        return await self._forward(Caller.local(), env_id, method, path, body=body)
+
+    async def check_can_change(self, caller: Caller, thread: c.Thread, what: str) -> None:
+        """The link fence and the caller's mode cap, for operations outside this class."""
+        _fence(caller, thread, what, await self._cap_of(caller))
+
     async def _cap_of(self, caller: Caller) -> ModeCap | None:
         """The widest modes this caller may use: a link's cap, or an agent run's own thread modes."""
         if caller.link is not None:
@@ -237,7 +247,8 @@ class Operations:
             interaction_mode=interaction_mode,
             in_place=req.in_place,
             worktree_path=project.path if req.in_place else str(self.worktrees_dir / project.id / "{thread}"),
-            branch=None if req.in_place else "peerd/{thread}",
+            branch=None if req.in_place else (req.branch or "peerd/{thread}"),
+            base_commit=None if req.in_place else req.base_commit,
             link_origin=None if caller.link is None else caller.link.client_id,
             link_label=None if caller.link is None else caller.link.label,
             # Lineage is the box's to record, and only for launches that came through a link.

@@ -20,7 +20,8 @@ Script: ``{"steps": [STEP, ...], "fallback_text": "..."}``. Steps:
 
 - ``{"text": "..."}``; ``{tool_result}`` and ``{last_user}`` are replaced (in tool arguments too),
   ``{tool_result.NAME}`` by the string field NAME of the JSON in the last tool result (a task id,
-  say), and ``{var:NAME}`` by ``FakeModel.variables[NAME]``.
+  say), ``{var:NAME}`` by ``FakeModel.variables[NAME]``, and ``{cwd}`` by the agent's working
+  directory as the CLI told the model (for tools that want absolute paths).
 - ``{"tool_call": {"server": "peerd", "tool": "delegate_task", "arguments": {...}}}``: an MCP tool,
   resolved against the tools offered in this request (``mcp__peerd__delegate_task``, Codex namespace
   ``mcp__peerd`` + ``delegate_task``, ``mcp_peerd_delegate_task``).
@@ -195,6 +196,15 @@ class _Dialect:
     def user_texts(self) -> list[str]:
         """Texts of the user messages (not tool results), in history order."""
         raise NotImplementedError
+
+    def cwd(self) -> str:
+        """The agent's working directory, as the CLI told the model (Claude: "Primary working
+        directory: ...", Codex: <cwd>...</cwd>, Gemini: the first "Workspace Directories" entry)."""
+        text = json.dumps(self.body)
+        for pattern in CWD_PATTERNS:
+            if match := re.search(pattern, text):
+                return match.group(1)
+        return ""
 
     def model_turns(self) -> int:
         raise NotImplementedError
@@ -480,6 +490,11 @@ class _Answer:
         return {"kind": "text", "text": self.text}
 
 
+CWD_PATTERNS = (
+    r"Primary working directory: ([^\s\\]+)",
+    r"<cwd>([^<]+)</cwd>",
+    r"Workspace Directories:\*\*(?:\\n|\s)*- ([^\s\\]+)",
+)
 FIELD_RE = re.compile(r"\{tool_result\.([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -968,7 +983,11 @@ class FakeModel:
     @staticmethod
     def _answer(step: Any, dialect: _Dialect, fallback: str, variables: dict[str, str]) -> _Answer:
         kind = _step_kind(step)
-        subs = {"{tool_result}": dialect.last_tool_result(), "{last_user}": dialect.last_user()}
+        subs = {
+            "{tool_result}": dialect.last_tool_result(),
+            "{last_user}": dialect.last_user(),
+            "{cwd}": dialect.cwd(),
+        }
         subs.update({f"{{var:{name}}}": value for name, value in variables.items()})
         if kind == "text":
             return _Answer("text", text=_fill(str(step["text"]), subs))

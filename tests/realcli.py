@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from peerd.config import Config, ProviderConfig
+from peerd.providers.coders import writable_ancestor
 from tests.fakemodel import FakeModel
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,13 +139,21 @@ def offline_settings(scratch: Path, fake: FakeModel, **extra: ProviderConfig) ->
     return Config(providers=providers)
 
 
+def secure_base() -> Path:
+    """The repository's .cache when no directory above it is writable by others, else one in the
+    user's own cache directory (a clone under /tmp, as CI may make, is below such a directory)."""
+    for base in (REPO / ".cache" / "test-homes", Path.home() / ".cache" / "peerd-test-homes"):
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if writable_ancestor(base / "x") is None:
+            return base
+    pytest.fail("No directory without group/other write access above it for the test homes.", pytrace=False)
+
+
 @contextmanager
 def secure_dir() -> Iterator[Path]:
     """A private directory whose ancestors only their owners can write (unlike /tmp): Gemini CLI
     ignores a settings file below a directory others can write, and peerd gives it one per run."""
-    base = REPO / ".cache" / "test-homes"
-    base.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(dir=base, prefix="h"))
+    path = Path(tempfile.mkdtemp(dir=secure_base(), prefix="h"))
     try:
         yield path
     finally:

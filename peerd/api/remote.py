@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd import contracts as c
 from peerd.api import local
 from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response
+from peerd.api.gitwire import add_git_routes
 from peerd.api.oauth import add_oauth_routes
 from peerd.core.access import cap_for, parse_mode_limit
 from peerd.errors import CapabilityDenied, PeerdError
@@ -106,4 +107,5 @@ def network_app(
     r.add_post("/v1/threads/{id}/interrupt", local.thread_interrupt)
     r.add_get("/v1/threads/{id}/events", local.thread_events)
     r.add_post("/v1/watch", local.watch_runs)
+    add_git_routes(app)
     return app

@@ -15,6 +15,7 @@ from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_option, with_client
 from peerd.cli.doctor import doctor
 from peerd.cli.links import client, environment, link, pair
+from peerd.cli.orchestrate import orchestrate
 from peerd.cli.output import emit_json, fields
 from peerd.cli.projects import project
 from peerd.cli.providers import config, provider
@@ -169,6 +170,7 @@ cli.add_command(task)
 cli.add_command(provider)
 cli.add_command(config)
 cli.add_command(doctor)
+cli.add_command(orchestrate)
 
 
 def main() -> None:

@@ -212,10 +212,22 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("last run", f"{run.get('id')} #{run.get('number')} {run.get('status')}" if run else "none"),
             ("reason", run.get("reason")),
             ("updated", ago(t["updatedAt"])),
+            *_lineage(t),
         ]
     )
     click.echo("")
     _print_items(data["items"])
+
+
+def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Where a thread came from: a subagent's parent on the machine that delegated to this one."""
+    origin = t.get("delegatedFrom")
+    if origin:
+        where = t.get("linkLabel") or origin["environmentId"]
+        return [("subagent of", f"thread {origin['threadId']} on {where}")]
+    if t.get("linkLabel"):
+        return [("started by", f"link {t['linkLabel']}")]
+    return []
 
 
 @thread.command("send")

@@ -77,6 +77,8 @@ class LinkService:
         self.advertised_urls = advertised_urls
         self.clock = clock
         self.on_unlink: Callable[[str], None] | None = None
+        # Box side: told when a client is revoked, so that client's long-polls can end at once.
+        self.on_client_revoked: Callable[[str], None] | None = None
 
     # --- box side ----------------------------------------------------------------------------
 
@@ -116,7 +118,10 @@ class LinkService:
         return await clients.list_clients(self.db, now=self.clock())
 
     async def client_revoke(self, client_id: str) -> c.ClientInfo:
-        return await clients.revoke_client(self.db, client_id, reason="Revoked here.", now=self.clock())
+        revoked = await clients.revoke_client(self.db, client_id, reason="Revoked here.", now=self.clock())
+        if self.on_client_revoked is not None:
+            self.on_client_revoked(client_id)  # its open long-polls end now, not at their timeout
+        return revoked
 
     # --- laptop side -------------------------------------------------------------------------
 

@@ -105,3 +105,19 @@ async def describe(name: str, provider: Provider, approved: Approved) -> c.Provi
     return c.ProviderInfo(
         name=name, kind="command", binary=None, path=None, found=False, version=None, model=None
     )
+
+
+def available(providers: Mapping[str, Provider]) -> dict[str, bool]:
+    """Which providers can run here now: the built-in one always, the others when their binary is
+    found (cheap: no `--version` run)."""
+    found: dict[str, bool] = {}
+    for name, provider in providers.items():
+        if isinstance(provider, CoderProvider):
+            found[name] = resolve_binary(provider.binary, _env(provider.config)) is not None
+        elif isinstance(provider, CommandProvider):
+            found[name] = (
+                bool(provider.binary) and resolve_binary(provider.binary, _env(provider.config)) is not None
+            )
+        else:
+            found[name] = True
+    return found

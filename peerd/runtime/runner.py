@@ -114,7 +114,8 @@ class RunManager:
         if thread.in_place:
             return worktree
         project = await projects.get(self._db, thread.project_id)
-        await git.create_worktree(Path(project.path), worktree, thread.branch or f"peerd/{thread.id}", None)
+        branch = thread.branch or f"peerd/{thread.id}"
+        await git.create_worktree(Path(project.path), worktree, branch, thread.base_commit)
         return worktree
 
     async def _execute(self, thread: Thread, run_id: str, token: str) -> None:

@@ -193,4 +193,50 @@ MIGRATIONS: list[list[str]] = [
             approved_at REAL NOT NULL
         )""",
     ],
+    [
+        # Orchestration: a thread may start from an exact commit on a named branch.
+        "ALTER TABLE threads ADD COLUMN base_commit TEXT",
+        # One orchestration run, its packets, and the receipts each hop ended with.
+        """CREATE TABLE orchestrations (
+            id TEXT PRIMARY KEY,
+            project_id TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+            task TEXT NOT NULL,
+            request TEXT NOT NULL,
+            status TEXT NOT NULL,
+            base_commit TEXT NOT NULL,
+            branch TEXT NOT NULL,
+            reason TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL
+        )""",
+        """CREATE TABLE orchestration_packets (
+            orchestration_id TEXT NOT NULL REFERENCES orchestrations(id) ON DELETE CASCADE,
+            packet_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            spec TEXT NOT NULL,
+            state TEXT NOT NULL,
+            hop TEXT,
+            attempt INTEGER NOT NULL DEFAULT 0,
+            retries TEXT NOT NULL DEFAULT '{}',
+            coder TEXT,
+            environment TEXT,
+            thread_id TEXT,
+            run_id TEXT,
+            branch TEXT,
+            commit_sha TEXT,
+            failure TEXT,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (orchestration_id, packet_id)
+        )""",
+        """CREATE TABLE orchestration_receipts (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            orchestration_id TEXT NOT NULL REFERENCES orchestrations(id) ON DELETE CASCADE,
+            packet_id TEXT,
+            kind TEXT NOT NULL,
+            body TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        "CREATE INDEX orchestration_receipts_run ON orchestration_receipts(orchestration_id, seq)",
+    ],
 ]

@@ -37,6 +37,7 @@ class NewThread:
     link_origin: str | None = None  # the client id of the link that started it (the fence)
     link_label: str | None = None
     delegated_from: dict[str, Any] | None = None
+    base_commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def _thread(row: aiosqlite.Row, latest: Run | None) -> Thread:
         link_origin=row["link_origin"],
         link_label=row["link_label"],
         delegated_from=json.loads(row["delegated_from"]) if row["delegated_from"] else None,
+        base_commit=row["base_commit"],
     )
 
 
@@ -204,8 +206,8 @@ async def launch(
         branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
         await tx.execute(
             "INSERT INTO threads (id, project_id, title, provider, model, runtime_mode, interaction_mode,"
-            " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label, delegated_from)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label, delegated_from,"
+            " base_commit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 thread_id,
                 spec.project_id,
@@ -222,6 +224,7 @@ async def launch(
                 spec.link_origin,
                 spec.link_label,
                 json.dumps(spec.delegated_from) if spec.delegated_from else None,
+                spec.base_commit,
             ),
         )
         await _event(tx, thread_id, "thread.created", {"threadId": thread_id}, now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +169,17 @@ async def wait_task(client: LocalClient, parent: str, task_id: str, *, while_sta
 
 @pytest.fixture
 async def linked(tmp_path: Path) -> AsyncIterator[tuple[Pair, dict[str, Any]]]:
+    async with linked_pair(tmp_path, watch_chunk_s=5) as found:
+        yield found
+
+
+@asynccontextmanager
+async def linked_pair(tmp_path: Path, *, watch_chunk_s: float) -> AsyncIterator[tuple[Pair, dict[str, Any]]]:
     """A laptop linked to a box with `auto` access; both have a clone of one origin."""
     origin = tmp_path / "origin.git"
     make_repo(tmp_path / "seed", origin=None)
     git(tmp_path, "clone", "-q", "--bare", str(tmp_path / "seed"), str(origin))
-    async with two_daemons(tmp_path, laptop_watch_chunk_s=5) as pair:
+    async with two_daemons(tmp_path, laptop_watch_chunk_s=watch_chunk_s) as pair:
         lc, bc = pair.lc, pair.bc
         for side, client in (("laptop", lc), ("box", bc)):
             git(tmp_path, "clone", "-q", str(origin), str(tmp_path / f"{side}-repo"))
@@ -211,10 +218,14 @@ async def test_a_task_on_the_box_wakes_the_parent_with_its_reply(linked: tuple[P
     assert git(laptop_repo, "status", "--porcelain") == "", "the laptop's checkout stayed clean"
 
 
-async def test_a_revoked_link_fails_the_task_with_the_reason(
-    linked: tuple[Pair, dict[str, Any]], tmp_path: Path
-) -> None:
-    pair, here = linked
+async def test_a_revoked_link_fails_the_task_with_the_reason(tmp_path: Path) -> None:
+    # The laptop's watch chunk is the full 50 s: the box ends the revoked client's long-poll at once,
+    # so the laptop learns of the revocation now, not at the end of its chunk.
+    async with linked_pair(tmp_path, watch_chunk_s=50) as (pair, here):
+        await _revoked_mid_task(pair, here, tmp_path)
+
+
+async def _revoked_mid_task(pair: Pair, here: dict[str, Any], tmp_path: Path) -> None:
     hold = tmp_path / "never"
     child = script({"wait_for_file": str(hold)})
     prompt = script(delegate(task=child, target={"environmentId": pair.box_id}))
@@ -224,8 +235,10 @@ async def test_a_revoked_link_fails_the_task_with_the_reason(
     assert task["status"] == "running"
     client_id = (await pair.bc.call("GET", "/v1/clients"))["items"][0]["id"]
     await pair.bc.call("POST", f"/v1/clients/{client_id}/revoke")
-    # The follower's next watch chunk (5 s here) fails with the revoked message.
-    status = await wait_task(pair.lc, launched["threadId"], task["taskId"], while_status="running")
+    # Well inside the 50 s chunk (the guard fails the test when the long-poll is not cut short).
+    status = await asyncio.wait_for(
+        wait_task(pair.lc, launched["threadId"], task["taskId"], while_status="running"), 20
+    )
     assert status["status"] == "failed"
     assert status["result"] == REVOKED_MESSAGE
     hold.write_text("release")

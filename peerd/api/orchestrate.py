@@ -1,0 +1,59 @@
+"""Orchestration routes, local socket only (the owner runs orchestrations; links never do).
+
+POST /v1/orchestrations                 start one (or `dryRun`: how coders would resolve)
+GET  /v1/orchestrations                 list them
+GET  /v1/orchestrations/{id}?after=&timeout=   one, with packets and receipts (long-poll)
+POST /v1/orchestrations/{id}/cancel {reason?}
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from pydantic import Field
+
+from peerd import contracts as c
+from peerd.api.app import json_body, json_object, ok, query_model
+from peerd.orchestrate.service import OrchestrateRequest, Orchestrations
+
+ORCHESTRATIONS: web.AppKey[Orchestrations] = web.AppKey("orchestrations")
+
+
+class WaitQuery(c.Input):
+    after: float = Field(default=0.0, ge=0)
+    timeout: float = Field(default=0.0, ge=0, le=c.LONG_POLL_MAX_S)
+
+
+class CancelBody(c.Input):
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+async def orchestration_start(request: web.Request) -> web.Response:
+    req = await json_body(request, OrchestrateRequest)
+    return ok(await request.app[ORCHESTRATIONS].start(req), status=200 if req.dry_run else 201)
+
+
+async def orchestration_list(request: web.Request) -> web.Response:
+    return ok({"items": await request.app[ORCHESTRATIONS].list()})
+
+
+async def orchestration_show(request: web.Request) -> web.Response:
+    query = query_model(request, WaitQuery)
+    service = request.app[ORCHESTRATIONS]
+    run_id = request.match_info["id"]
+    if query.timeout > 0:
+        return ok(await service.wait(run_id, after=query.after, seconds=query.timeout))
+    return ok(await service.info(run_id))
+
+
+async def orchestration_cancel(request: web.Request) -> web.Response:
+    body = CancelBody.model_validate(await json_object(request))
+    return ok(await request.app[ORCHESTRATIONS].cancel(request.match_info["id"], body.reason))
+
+
+def add_orchestration_routes(app: web.Application, service: Orchestrations) -> None:
+    app[ORCHESTRATIONS] = service
+    r = app.router
+    r.add_post("/v1/orchestrations", orchestration_start)
+    r.add_get("/v1/orchestrations", orchestration_list)
+    r.add_get("/v1/orchestrations/{id}", orchestration_show)
+    r.add_post("/v1/orchestrations/{id}/cancel", orchestration_cancel)

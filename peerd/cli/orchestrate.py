@@ -1,0 +1,309 @@
+"""`peerd orchestrate`: plan -> implement -> review -> integrate with several coders and machines.
+
+    peerd orchestrate "<task>" [--coder SPEC]... [-n N] [--plan DIR] [--verify CMD]
+                      [--reviewer SPEC] [--on ENV]... [--non-interactive] [--allow-command NAME]...
+    peerd orchestrate status RUN      peerd orchestrate cancel RUN      peerd orchestrate list
+
+The daemon runs the orchestration (it survives a restart); this command starts it and shows its
+progress until it ends (Ctrl-C only stops watching; `peerd orchestrate status RUN` picks it up).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from peerd.cli.client import LocalClient
+from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, fail, json_option, with_client
+from peerd.cli.output import ago, emit_json, table
+from peerd.errors import PeerdError
+from peerd.orchestrate.verdicts import load_plan_dir
+
+TERMINAL = ("completed", "failed", "cancelled")
+FOLLOW_CHUNK_S = 30.0
+
+
+class _DefaultToRun(click.Group):
+    """`peerd orchestrate "<task>" ...` runs; a known subcommand name selects that subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultToRun)
+def orchestrate() -> None:
+    """Plan, implement, verify, review and integrate a change with several coders and machines."""
+
+
+def _toplevel() -> str | None:
+    done = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+async def _project_here(client: LocalClient) -> str:
+    top = _toplevel()
+    cursor = None
+    while True:
+        page = await client.call("GET", "/v1/projects", params={"cursor": cursor, "limit": 100})
+        for project in page["items"]:
+            if top is not None and Path(project["path"]).resolve() == Path(top).resolve():
+                return str(project["id"])
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    return fail(
+        "This directory is not a registered project: pass --project NAME, or `peerd project add .` first.",
+        EXIT_USAGE,
+    )
+
+
+@orchestrate.command("run")
+@click.argument("task", nargs=-1)
+@click.option("--project", default=None, help="Project id or name (default: the project of this directory).")
+@click.option("--coder", "coders", multiple=True, help="Coder spec [ENV/]BACKEND[:MODEL] (repeatable).")
+@click.option(
+    "-n", "concurrency", type=click.IntRange(1, 16), default=3, show_default=True, help="Packets in flight."
+)
+@click.option(
+    "--plan", "plan_dir", type=click.Path(path_type=Path), default=None, help="A directory of packet files."
+)
+@click.option("--verify", default=None, help="The full check run once on the integrated result.")
+@click.option(
+    "--reviewer", default=None, help="Reviewer coder spec (default: another backend than the implementer)."
+)
+@click.option(
+    "--on", "environments", multiple=True, help="Place coders on this linked environment (repeatable)."
+)
+@click.option("--non-interactive", is_flag=True, help="Never ask; choose by the documented order and log it.")
+@click.option("--allow-command", "allow", multiple=True, help="Run this custom command coder (repeatable).")
+@click.option(
+    "--detach", is_flag=True, help="Start it and return; follow with `peerd orchestrate status RUN`."
+)
+@json_option
+@click.pass_context
+def orchestrate_run(
+    ctx: click.Context,
+    task: tuple[str, ...],
+    project: str | None,
+    coders: tuple[str, ...],
+    concurrency: int,
+    plan_dir: Path | None,
+    verify: str | None,
+    reviewer: str | None,
+    environments: tuple[str, ...],
+    non_interactive: bool,
+    allow: tuple[str, ...],
+    detach: bool,
+    as_json: bool,
+) -> None:
+    """Run TASK: plan it into packets (or take --plan DIR), implement each in its own worktree,
+    verify, review, and merge the approved ones into the branch orchestrate/RUN."""
+    body: dict[str, Any] = {
+        "task": " ".join(task),
+        "coders": list(coders),
+        "concurrency": concurrency,
+        "verify": verify,
+        "reviewer": reviewer,
+        "on": list(environments),
+        "nonInteractive": non_interactive or as_json,
+        "allowCommands": list(allow),
+    }
+    if plan_dir is not None:
+        try:
+            packets, notes = load_plan_dir(plan_dir, default_verify=verify)
+        except PeerdError as exc:
+            fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+        for note in notes:
+            click.echo(f"plan: {note}", err=True)
+        body["plan"] = [p.model_dump(mode="json", by_alias=True) for p in packets]
+
+    async def preview(client: LocalClient) -> Any:
+        body["projectId"] = project or await _project_here(client)
+        return await client.call("POST", "/v1/orchestrations", body={**body, "dryRun": True})
+
+    resolved = with_client(ctx, preview)
+    for line in resolved["log"]:
+        click.echo(f"coder choice: {line}", err=True)
+    if not body["nonInteractive"]:
+        for item in resolved["needsConfirmation"]:
+            click.echo(
+                f"\nCustom coder {item['name']} would run, in each packet's worktree:\n\n  {item['command']}\n"
+            )
+            if click.confirm(f"Run {item['name']} as a coder?", default=False):
+                body["allowCommands"].append(item["name"])
+
+    async def start(client: LocalClient) -> Any:
+        return await client.call("POST", "/v1/orchestrations", body=body)
+
+    info = with_client(ctx, start)
+    if not as_json:
+        click.echo(
+            f"orchestration {info['id']}: base {info['baseCommit'][:12]}, integration branch {info['branch']}"
+        )
+    if detach:
+        emit_json(info) if as_json else click.echo(f"Follow it with `peerd orchestrate status {info['id']}`.")
+        return
+    final = _follow(ctx, info, quiet=as_json)
+    if as_json:
+        emit_json(final)
+    else:
+        render_report(final)
+    ctx.exit(0 if succeeded(final) else EXIT_ERROR)
+
+
+def _follow(ctx: click.Context, info: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
+    seen: dict[str, str] = {}
+    while True:
+        if not quiet:
+            for packet in info["packets"]:
+                state = f"{packet['state']}{' (' + packet['hop'] + ')' if packet.get('hop') else ''}"
+                if seen.get(packet["id"]) != state:
+                    seen[packet["id"]] = state
+                    coder = (packet.get("coder") or {}).get("spec", "")
+                    click.echo(f"  {packet['id']:<20} {state:<24} {coder}")
+        if info["status"] in TERMINAL:
+            return info
+        info = with_client(ctx, _waiter(info["id"], info["updatedAt"]))
+
+
+def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Awaitable[Any]]:
+    async def wait(client: LocalClient) -> Any:
+        params = {"after": after, "timeout": FOLLOW_CHUNK_S}
+        return await client.call("GET", f"/v1/orchestrations/{run_id}", params=params)
+
+    return wait
+
+
+def succeeded(info: dict[str, Any]) -> bool:
+    if info["status"] != "completed":
+        return False
+    if any(p["state"] != "integrated" for p in info["packets"]):
+        return False
+    integration = _last(info, "integration")
+    verification = (integration or {}).get("verification")
+    return verification is None or bool(verification.get("passed"))
+
+
+def _last(info: dict[str, Any], kind: str, packet: str | None = None) -> dict[str, Any] | None:
+    found = [r["body"] for r in info["receipts"] if r["kind"] == kind and r["packetId"] == packet]
+    return found[-1] if found else None
+
+
+def render_report(info: dict[str, Any]) -> None:
+    click.echo(
+        f"\nOrchestration {info['id']}: {info['status']}" + (f" - {info['reason']}" if info["reason"] else "")
+    )
+    click.echo(f"task: {info['task'] or '(from a plan directory)'}")
+    resolution = _last(info, "resolution")
+    for line in (resolution or {}).get("log", []):
+        click.echo(f"  choice: {line}")
+    rows = []
+    for packet in info["packets"]:
+        impl = _last(info, "implementation", packet["id"]) or {}
+        review = _last(info, "review", packet["id"]) or {}
+        coder = packet.get("coder") or {}
+        where = packet.get("environment") or "here"
+        verification = impl.get("verification") or {}
+        check = "passed" if verification.get("passed") else (verification.get("classification") or "-")
+        rows.append(
+            [
+                packet["id"],
+                packet["state"],
+                f"{coder.get('spec', '-')} ({where})",
+                check,
+                review.get("verdict", "-"),
+            ]
+        )
+    click.echo("")
+    table(["packet", "outcome", "coder", "verification", "review"], rows)
+    for packet in info["packets"]:
+        coder = packet.get("coder") or {}
+        if coder.get("reason"):
+            click.echo(f"  {packet['id']}: {coder['spec']} - {coder['reason']}")
+    integration = _last(info, "integration")
+    if integration is not None:
+        verification = integration.get("verification")
+        result = (
+            "not run (no --verify)"
+            if verification is None
+            else ("passed" if verification["passed"] else f"FAILED (exit {verification['exitCode']})")
+        )
+        click.echo(
+            f"\nintegration branch {integration['branch']}: merged {', '.join(integration['merged']) or 'nothing'}"
+        )
+        click.echo(f"full check: {result}")
+        if verification is not None and not verification["passed"]:
+            click.echo(verification["outputTail"])
+    failed = [p for p in info["packets"] if p["state"] in ("parked", "failed", "cancelled")]
+    for packet in failed:
+        click.echo(f"\n{packet['id']} {packet['state']}:\n{packet.get('failure') or ''}")
+
+
+@orchestrate.command("status")
+@click.argument("run_id")
+@click.option("--follow", is_flag=True, help="Keep showing progress until it ends.")
+@json_option
+@click.pass_context
+def orchestrate_status(ctx: click.Context, run_id: str, follow: bool, as_json: bool) -> None:
+    """Show an orchestration: packets, hops, receipts and the integration result."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", f"/v1/orchestrations/{run_id}")
+
+    info = with_client(ctx, go)
+    if follow:
+        info = _follow(ctx, info, quiet=as_json)
+    if as_json:
+        emit_json(info)
+        return
+    if not follow:
+        for packet in info["packets"]:
+            click.echo(
+                f"  {packet['id']:<20} {packet['state']:<12} {(packet.get('coder') or {}).get('spec', '')}"
+            )
+    render_report(info)
+
+
+@orchestrate.command("cancel")
+@click.argument("run_id")
+@click.option("--reason", default=None, help="Why (recorded with the run).")
+@json_option
+@click.pass_context
+def orchestrate_cancel(ctx: click.Context, run_id: str, reason: str | None, as_json: bool) -> None:
+    """Stop every packet of an orchestration, here and on linked machines."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("POST", f"/v1/orchestrations/{run_id}/cancel", body={"reason": reason})
+
+    info = with_client(ctx, go)
+    emit_json(info) if as_json else click.echo(f"orchestration {run_id} {info['status']}")
+
+
+@orchestrate.command("list")
+@json_option
+@click.pass_context
+def orchestrate_list(ctx: click.Context, as_json: bool) -> None:
+    """List orchestrations, newest last."""
+
+    async def go(client: LocalClient) -> Any:
+        return await client.call("GET", "/v1/orchestrations")
+
+    items = with_client(ctx, go)["items"]
+    if as_json:
+        emit_json(items)
+        return
+    table(
+        ["id", "status", "packets", "branch", "started", "task"],
+        [
+            [i["id"], i["status"], i["packets"], i["branch"], ago(i["createdAt"]), (i["task"] or "")[:40]]
+            for i in items
+        ],
+    )

@@ -1,0 +1,296 @@
+"""The typed receipts of `peerd orchestrate`: every hop (plan, implement, review, integrate) ends in one.
+
+Planner -> implementer -> reviewer, each hop bounded: the planner's output is a `PlanReceipt` (the
+dossier: packets with a goal, the files in scope, constraints and the exact verification command);
+an implementer's is an `ImplementationReceipt` (branch, commit, diff stat and the orchestrator's own
+verification run); a reviewer's is a `ReviewReceipt` whose verdict is only approve, reject or
+request_changes, with evidence; the run ends in an `IntegrationReceipt`. The engine hands work on
+only once it holds the previous hop's receipt.
+
+Packet states and their transitions (anything else is a bug in the engine, see `can_transition`):
+
+    queued     -> running (dispatched to a coder) | cancelled | failed (a dependency failed)
+    running    -> verifying (the coder finished) | running (re-dispatched: empty diff, coder error,
+                  timeout) | parked (the one retry is spent) | cancelled
+    verifying  -> reviewing (verification passed) | running (content failure: back to the same coder
+                  once, with the failure output) | verifying (environmental: the re-run is
+                  authoritative) | parked | cancelled
+    reviewing  -> approved | running (request_changes: back to the same coder once, with the
+                  evidence) | parked (reject, or changes requested again) | cancelled
+    approved   -> integrated | parked (merge conflict or integrated check failure) | cancelled
+    integrated, parked, failed, cancelled: terminal
+
+`parked` means "stopped after its retry, reported with its failure output verbatim"; `failed` means it
+never ran (a dependency was parked or failed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from peerd.contracts import Input, Wire
+
+PacketState = Literal[
+    "queued", "running", "verifying", "reviewing", "approved", "integrated", "parked", "failed", "cancelled"
+]
+TERMINAL_STATES: frozenset[PacketState] = frozenset({"integrated", "parked", "failed", "cancelled"})
+TRANSITIONS: dict[PacketState, frozenset[PacketState]] = {
+    "queued": frozenset({"running", "cancelled", "failed"}),
+    "running": frozenset({"verifying", "running", "parked", "cancelled"}),
+    "verifying": frozenset({"reviewing", "running", "verifying", "parked", "cancelled"}),
+    "reviewing": frozenset({"approved", "running", "parked", "cancelled"}),
+    "approved": frozenset({"integrated", "parked", "cancelled"}),
+    "integrated": frozenset(),
+    "parked": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+}
+
+Classification = Literal["passed", "content", "environmental", "empty_diff", "coder_error", "timeout"]
+Verdict = Literal["approve", "reject", "request_changes"]
+VERDICTS: tuple[Verdict, ...] = ("approve", "reject", "request_changes")
+PACKET_ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+
+
+def can_transition(current: PacketState, new: PacketState) -> bool:
+    return new in TRANSITIONS[current]
+
+
+class PacketSpec(Input):
+    """One work packet: independently implementable and verifiable, roughly PR-sized or smaller."""
+
+    id: str = Field(min_length=1, max_length=64, pattern=PACKET_ID_PATTERN)
+    goal: str = Field(min_length=1)
+    files: list[str] = Field(min_length=1)  # paths or directories in scope, relative to the repo root
+    constraints: list[str] = Field(default_factory=list)
+    verify: str = Field(min_length=1)  # the exact verification command, run in the packet's worktree
+    depends_on: list[str] = Field(default_factory=list)
+    coder: str | None = Field(default=None, min_length=1)  # a coder spec overriding the assignment
+
+
+class CoderChoice(Wire):
+    """Which coder a hop used and why (round-robin, packet override, nature hint, fallback...)."""
+
+    spec: str
+    backend: str
+    model: str | None = None
+    environment: str | None = None  # None: this machine
+    reason: str
+
+
+class PlanReceipt(Wire):
+    """The dossier: what the planner (or a plan directory) decided, validated."""
+
+    run_id: str
+    task: str
+    packets: list[PacketSpec]
+    source: Literal["planner", "plan_dir"]
+    planner: CoderChoice | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class VerificationResult(Wire):
+    command: str
+    exit_code: int | None  # None: it never exited on its own (timed out, killed, could not start)
+    passed: bool
+    timed_out: bool
+    output_tail: str
+    classification: Classification
+
+
+class ImplementationReceipt(Wire):
+    packet_id: str
+    attempt: int = Field(ge=1)
+    coder: CoderChoice
+    environment: str | None = None
+    branch: str
+    base_commit: str
+    commit: str | None = None
+    files_changed: list[str] = Field(default_factory=list)
+    diff_stat: str = ""
+    verification: VerificationResult
+    report: str = ""  # the coder's own final report, as it wrote it
+    recovered_paths: list[str] = Field(default_factory=list)  # edits moved back from the main checkout
+
+
+class ReviewEvidence(Input):
+    file: str = Field(min_length=1)
+    line: int | None = Field(default=None, ge=1)
+    reason: str = Field(min_length=1)
+
+
+class ReviewVerdict(Input):
+    """What a reviewer must answer (JSON); `verdicts.parse_review_reply` checks it."""
+
+    verdict: Verdict
+    evidence: list[ReviewEvidence] = Field(default_factory=list)
+    summary: str = Field(min_length=1)
+
+
+class ReviewReceipt(Wire):
+    packet_id: str
+    attempt: int = Field(ge=1)
+    reviewer: CoderChoice
+    verdict: Verdict
+    evidence: list[ReviewEvidence] = Field(default_factory=list)
+    summary: str
+
+
+class IntegrationReceipt(Wire):
+    branch: str
+    base_commit: str
+    merged: list[str] = Field(default_factory=list)  # packet ids, in merge order
+    conflicts: dict[str, list[str]] = Field(default_factory=dict)  # packet id -> conflicting paths
+    verification: VerificationResult | None = None
+    commit: str | None = None
+
+
+# --- coders and the project's config (parsed and resolved in `coders`) -----------------------------
+
+
+class CoderSpec(Wire):
+    """A parsed `[<environment>/]<backend>[:<model>]`; `text` is its canonical spelling."""
+
+    backend: str
+    model: str | None = None
+    environment: str | None = None  # None: this machine
+
+    @property
+    def text(self) -> str:
+        place = f"{self.environment}/" if self.environment else ""
+        return f"{place}{self.backend}" + (f":{self.model}" if self.model else "")
+
+    def choice(self, reason: str) -> CoderChoice:
+        return CoderChoice(
+            spec=self.text,
+            backend=self.backend,
+            model=self.model,
+            environment=self.environment,
+            reason=reason,
+        )
+
+    def placed(self, environment: str) -> CoderSpec:
+        return self.model_copy(update={"environment": environment})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CustomCoder(_Strict):
+    name: str
+    command: str = Field(min_length=1)
+
+
+class OrchestrateConfig(_Strict):
+    default_coder: str | None = None
+    coders: list[str | CustomCoder] = Field(default_factory=list)
+    reviewer: str | None = None
+    sandbox_workarounds: list[str] = Field(default_factory=list)
+    verify: str | None = Field(default=None, min_length=1)
+    source: str | None = Field(default=None, exclude=True)
+
+    @property
+    def custom(self) -> dict[str, str]:
+        """The custom commands this file defines: name -> exact command."""
+        return {c.name: c.command for c in self.coders if isinstance(c, CustomCoder)}
+
+
+class Resolution(Wire):
+    coders: list[CoderChoice]  # in order, each with why it is in the run; round-robin runs over this list
+    commands: dict[str, str] = Field(default_factory=dict)  # custom coder name -> the exact command
+    log: list[str] = Field(default_factory=list)  # every automatic choice, for the report
+    needs_confirmation: list[tuple[str, str]] = Field(default_factory=list)  # (name, command), interactive
+    skipped: list[str] = Field(default_factory=list)  # "<spec>: <reason>"
+    default_options: list[str] = Field(default_factory=list)  # when non-empty, offer these as the default
+
+
+# --- plan validation ----------------------------------------------------------------------------
+
+
+def path_problem(path: str) -> str | None:
+    """Why a packet file path is not a plain repo-relative path, or None when it is."""
+    if not path.strip():
+        return "is empty"
+    if path.startswith("~") or PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute():
+        return "is absolute; give it relative to the repository root"
+    if PureWindowsPath(path).drive:
+        return "names a drive; give it relative to the repository root"
+    if ".." in PurePosixPath(path.replace("\\", "/")).parts:
+        return "contains '..'; packets stay inside the repository"
+    return None
+
+
+def find_cycle(packets: Sequence[PacketSpec]) -> list[str] | None:
+    """A dependency cycle as a closed path (`[a, b, a]`), or None. Unknown ids are ignored here."""
+    deps = {p.id: list(p.depends_on) for p in packets}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in deps.get(node, []):
+            if dep not in deps or dep == node:  # unknown ids and self-dependencies are reported apart
+                continue
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for packet in packets:
+        if packet.id not in state and (cycle := visit(packet.id)):
+            return cycle
+    return None
+
+
+def validate_plan(packets: Sequence[PacketSpec]) -> list[str]:
+    """Every problem of a plan, one human-readable line each (empty: the plan is sound)."""
+    errors: list[str] = []
+    if not packets:
+        return ["The plan has no packets; give at least one."]
+    seen: set[str] = set()
+    for packet in packets:
+        if packet.id in seen:
+            errors.append(f"Packet id {packet.id!r} is used twice; ids must be unique.")
+        seen.add(packet.id)
+    for packet in packets:
+        where = f"Packet {packet.id!r}"
+        if not packet.goal.strip():
+            errors.append(f"{where}: the goal is empty.")
+        if not packet.verify.strip():
+            errors.append(f"{where}: the verification command is empty.")
+        if not packet.files:
+            errors.append(f"{where}: list at least one file or directory in scope.")
+        for path in packet.files:
+            if problem := path_problem(path):
+                errors.append(f"{where}: file {path!r} {problem}.")
+        for dep in packet.depends_on:
+            if dep == packet.id:
+                errors.append(f"{where} depends on itself.")
+            elif dep not in seen:
+                errors.append(f"{where} depends on {dep!r}, which is not a packet of this plan.")
+    if cycle := find_cycle(packets):
+        errors.append(f"Dependency cycle: {' -> '.join(cycle)}.")
+    return errors
+
+
+def dependency_order(packets: Sequence[PacketSpec]) -> list[str]:
+    """Packet ids so that each comes after its dependencies, plan order kept otherwise (valid plans)."""
+    done: list[str] = []
+    remaining = list(packets)
+    while remaining:
+        ready = [p for p in remaining if all(d in done for d in p.depends_on)]
+        if not ready:  # a cycle or an unknown dependency: validate_plan reports it
+            done.extend(p.id for p in remaining)
+            break
+        done.append(ready[0].id)
+        remaining.remove(ready[0])
+    return done

@@ -1,0 +1,202 @@
+"""The orchestration front: validate and resolve a request, record it, hand it to the engine; read
+and wait on runs; cancel. The CLI talks to this through `/v1/orchestrations` on the local socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from peerd import contracts as c
+from peerd.errors import InvalidRequest
+from peerd.orchestrate import gitops
+from peerd.orchestrate import store as ostore
+from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
+from peerd.orchestrate.engine import Engine, feed_key
+from peerd.orchestrate.models import PacketSpec, PlanReceipt, validate_plan
+from peerd.runtime.feed import ChangeFeed
+from peerd.store import links, projects
+from peerd.store.db import Database
+
+
+class OrchestrateRequest(c.Input):
+    task: str = Field(default="", max_length=c.MAX_PROMPT_CHARS)
+    project_id: str = Field(min_length=1)
+    coders: list[str] = Field(default_factory=list, max_length=20)
+    concurrency: int = Field(default=3, ge=1, le=16)
+    plan: list[PacketSpec] | None = Field(default=None, max_length=100)
+    verify: str | None = Field(default=None, max_length=4000)
+    reviewer: str | None = None
+    on: list[str] = Field(default_factory=list, max_length=10)
+    non_interactive: bool = False
+    allow_commands: list[str] = Field(default_factory=list)
+    dry_run: bool = False
+
+
+class Orchestrations:
+    def __init__(
+        self,
+        db: Database,
+        feed: ChangeFeed,
+        engine: Engine,
+        *,
+        available: Callable[[], Awaitable[dict[str, bool]]],
+        approved: Callable[[str, str], Awaitable[bool]],
+        custom_commands: Mapping[str, str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.feed = feed
+        self.engine = engine
+        self._available = available
+        self._approved = approved
+        self._custom = dict(custom_commands)
+        self.clock = clock
+
+    async def _environments(self) -> list[str]:
+        rows = await links.all_links(self.db)
+        return [name for row in rows for name in (row.env_id, row.label)]
+
+    async def _resolve(self, req: OrchestrateRequest, project_dir: Path) -> tuple[Any, Any]:
+        config = load_project_config(project_dir)
+        approved = [name for name, command in self._custom.items() if await self._approved(name, command)]
+        resolution = resolve_coders(
+            req.coders,
+            config,
+            await self._available(),
+            interactive=False,  # the CLI asks before it sends; the daemon never asks anyone
+            allow_commands=req.allow_commands,
+            approved=approved,
+            custom_commands=self._custom,
+            on=req.on,
+            known_environments=await self._environments(),
+        )
+        return config, resolution
+
+    async def start(self, req: OrchestrateRequest) -> dict[str, Any]:
+        project = await projects.get(self.db, req.project_id)
+        repo = Path(project.path)
+        if req.plan is None and not req.task.strip():
+            raise InvalidRequest("Say what to do: a task, or --plan DIR with one file per packet.")
+        if req.plan is not None and (errors := validate_plan(req.plan)):
+            raise InvalidRequest("The plan is not valid:\n" + "\n".join(errors))
+        config, resolution = await self._resolve(req, repo)
+        preview = {
+            "coders": [x.model_dump(mode="json", by_alias=True) for x in resolution.coders],
+            "log": resolution.log,
+            "skipped": resolution.skipped,
+            "needsConfirmation": [{"name": n, "command": cmd} for n, cmd in resolution.needs_confirmation],
+        }
+        if req.dry_run:
+            return {"dryRun": True, **preview}
+        base = await gitops.head(repo)
+        request: dict[str, Any] = {
+            "coders": [x.model_dump(mode="json") for x in resolution.coders],
+            "concurrency": req.concurrency,
+            "verify": req.verify or config.verify,
+            "workarounds": list(config.sandbox_workarounds),
+            "planner": resolution.coders[0].model_dump(mode="json"),
+            "reviewerFlag": req.reviewer,
+            "reviewerConfigured": config.reviewer,
+            "flags": req.model_dump(mode="json", by_alias=True, exclude={"plan"}),
+        }
+        if req.plan is not None:
+            request.update(await self.assign_more(request, req.plan))
+        run = await ostore.create(
+            self.db, project_id=project.id, task=req.task, request=request, base_commit=base, now=self.clock()
+        )
+        await ostore.add_receipt(self.db, run.id, None, "resolution", preview, now=self.clock())
+        if req.plan is not None:
+            receipt = PlanReceipt(
+                run_id=run.id, task=req.task, packets=req.plan, source="plan_dir", planner=None, notes=[]
+            )
+            await self.engine.record_given_plan(run.id, receipt)
+        self.engine.spawn(run.id)
+        return await self.info(run.id)
+
+    async def assign_more(self, request: dict[str, Any], packets: list[PacketSpec]) -> dict[str, Any]:
+        """Coders and reviewers for each packet, recorded with the run (and why each was chosen)."""
+        from peerd.orchestrate.models import CoderChoice  # noqa: PLC0415
+
+        coders = [CoderChoice.model_validate(x) for x in request["coders"]]
+        reviewer_flag = request.get("reviewerFlag")
+        configured = request.get("reviewerConfigured")
+        available = await self._available()
+        assignment = assign(packets, coders, reviewer_flag=reviewer_flag)
+        reviewers = {
+            pid: choose_reviewer(
+                choice, coders, reviewer_flag, configured=configured, available=available
+            ).model_dump(mode="json")
+            for pid, choice in assignment.items()
+        }
+        return {
+            **request,
+            "assignment": {pid: choice.model_dump(mode="json") for pid, choice in assignment.items()},
+            "reviewers": reviewers,
+        }
+
+    async def info(self, run_id: str) -> dict[str, Any]:
+        run = await ostore.get(self.db, run_id)
+        return {
+            "id": run.id,
+            "projectId": run.project_id,
+            "task": run.task,
+            "status": run.status,
+            "reason": run.reason,
+            "baseCommit": run.base_commit,
+            "branch": run.branch,
+            "createdAt": run.created_at,
+            "updatedAt": run.updated_at,
+            "endedAt": run.ended_at,
+            "packets": [
+                {
+                    "id": p.packet_id,
+                    "goal": p.spec.get("goal"),
+                    "dependsOn": p.spec.get("depends_on") or p.spec.get("dependsOn") or [],
+                    "state": p.state,
+                    "hop": p.hop,
+                    "attempt": p.attempt,
+                    "coder": p.coder,
+                    "environment": p.environment,
+                    "threadId": p.thread_id,
+                    "branch": p.branch,
+                    "commit": p.commit_sha,
+                    "failure": p.failure,
+                    "retries": {k: v for k, v in p.retries.items() if isinstance(v, int)},
+                }
+                for p in run.packets
+            ],
+            "receipts": await ostore.receipts(self.db, run.id),
+        }
+
+    async def list(self) -> list[dict[str, Any]]:
+        items = []
+        for run_id in await ostore.all_runs(self.db):
+            run = await ostore.get(self.db, run_id)
+            items.append(
+                {"id": run.id, "task": run.task, "status": run.status, "branch": run.branch,
+                 "packets": len(run.packets), "createdAt": run.created_at, "reason": run.reason}
+            )  # fmt: skip
+        return items
+
+    async def wait(self, run_id: str, *, after: float, seconds: float) -> dict[str, Any]:
+        """Long-poll: the run once it changed past `after` (its updatedAt), or at the timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(seconds, c.LONG_POLL_MAX_S)
+        while True:
+            changed = self.feed.watch(feed_key(run_id))
+            run = await ostore.get(self.db, run_id)
+            remaining = deadline - loop.time()
+            if run.updated_at > after or run.terminal or remaining <= 0 or self.feed.closed:
+                return await self.info(run_id)
+            with contextlib.suppress(TimeoutError):
+                await self.feed.wait(changed, remaining)
+
+    async def cancel(self, run_id: str, reason: str | None) -> dict[str, Any]:
+        await self.engine.cancel(run_id, reason)
+        return await self.info(run_id)

@@ -1,0 +1,215 @@
+"""Orchestration state in SQLite: runs, packets (one row each, rewritten as it moves) and the
+append-only receipts each hop ends with. Every change is one transaction, committed before the
+engine acts on it, so a restarted daemon resumes from exactly what was recorded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from peerd.errors import NotFound
+from peerd.store.db import Database
+from peerd.store.ids import new_id
+
+TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_PACKET = frozenset({"integrated", "parked", "failed", "cancelled"})
+
+
+class OrchestrationNotFound(NotFound):
+    code = "orchestration_not_found"
+
+
+@dataclass
+class PacketRow:
+    orchestration_id: str
+    packet_id: str
+    position: int
+    spec: dict[str, Any]
+    state: str
+    hop: str | None
+    attempt: int
+    retries: dict[str, Any]  # per-class retry counts, plus what a resumed hop needs (its memo)
+    coder: dict[str, Any] | None
+    environment: str | None
+    thread_id: str | None
+    run_id: str | None
+    branch: str | None
+    commit_sha: str | None
+    failure: str | None
+    updated_at: float
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_PACKET
+
+
+@dataclass
+class RunRow:
+    id: str
+    project_id: str
+    task: str
+    request: dict[str, Any]
+    status: str
+    base_commit: str
+    branch: str
+    reason: str | None
+    created_at: float
+    updated_at: float
+    ended_at: float | None
+    packets: list[PacketRow] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_RUN
+
+
+def _packet(row: Any) -> PacketRow:
+    return PacketRow(
+        orchestration_id=row["orchestration_id"],
+        packet_id=row["packet_id"],
+        position=row["position"],
+        spec=json.loads(row["spec"]),
+        state=row["state"],
+        hop=row["hop"],
+        attempt=row["attempt"],
+        retries=json.loads(row["retries"]),
+        coder=json.loads(row["coder"]) if row["coder"] else None,
+        environment=row["environment"],
+        thread_id=row["thread_id"],
+        run_id=row["run_id"],
+        branch=row["branch"],
+        commit_sha=row["commit_sha"],
+        failure=row["failure"],
+        updated_at=row["updated_at"],
+    )
+
+
+async def create(
+    db: Database, *, project_id: str, task: str, request: dict[str, Any], base_commit: str, now: float
+) -> RunRow:
+    run_id = new_id("orc")
+    # git cannot hold both refs/heads/orchestrate/<run> and .../<run>/<packet>: the packets' branches
+    # are orchestrate/<run>/<packet>, the integration branch orchestrate/<run>/integrated.
+    branch = f"orchestrate/{run_id}/integrated"
+    async with db.write() as tx:
+        await tx.execute(
+            "INSERT INTO orchestrations (id, project_id, task, request, status, base_commit, branch,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, 'planning', ?, ?, ?, ?)",
+            (run_id, project_id, task, json.dumps(request), base_commit, branch, now, now),
+        )
+    return await get(db, run_id)
+
+
+async def get(db: Database, run_id: str) -> RunRow:
+    row = await db.fetchone("SELECT * FROM orchestrations WHERE id = ?", (run_id,))
+    if row is None:
+        raise OrchestrationNotFound(
+            f"No orchestration {run_id!r} here (`peerd orchestrate list` shows them)."
+        )
+    packets = await db.fetchall(
+        "SELECT * FROM orchestration_packets WHERE orchestration_id = ? ORDER BY position", (run_id,)
+    )
+    return RunRow(
+        id=row["id"],
+        project_id=row["project_id"],
+        task=row["task"],
+        request=json.loads(row["request"]),
+        status=row["status"],
+        base_commit=row["base_commit"],
+        branch=row["branch"],
+        reason=row["reason"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        ended_at=row["ended_at"],
+        packets=[_packet(p) for p in packets],
+    )
+
+
+async def all_runs(db: Database, *, open_only: bool = False) -> list[str]:
+    sql = "SELECT id FROM orchestrations"
+    if open_only:
+        sql += " WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+    return [r["id"] for r in await db.fetchall(sql + " ORDER BY created_at", ())]
+
+
+async def set_status(
+    db: Database, run_id: str, status: str, *, now: float, reason: str | None = None
+) -> None:
+    ended = now if status in TERMINAL_RUN else None
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE orchestrations SET status = ?, reason = COALESCE(?, reason), updated_at = ?,"
+            " ended_at = COALESCE(?, ended_at) WHERE id = ?",
+            (status, reason, now, ended, run_id),
+        )
+
+
+async def add_packets(db: Database, run_id: str, specs: list[dict[str, Any]], *, now: float) -> None:
+    """The plan's packets, once: a replayed plan hop finds them already there."""
+    async with db.write() as tx:
+        for position, spec in enumerate(specs):
+            await tx.execute(
+                "INSERT OR IGNORE INTO orchestration_packets (orchestration_id, packet_id, position, spec,"
+                " state, updated_at) VALUES (?, ?, ?, ?, 'queued', ?)",
+                (run_id, spec["id"], position, json.dumps(spec), now),
+            )
+
+
+_PACKET_FIELDS = frozenset(
+    {"state", "hop", "attempt", "retries", "coder", "environment", "thread_id", "run_id", "branch",
+     "commit_sha", "failure"}
+)  # fmt: skip
+
+
+async def update_packet(db: Database, orch_id: str, packet_id: str, *, now: float, **changes: Any) -> None:
+    unknown = set(changes) - _PACKET_FIELDS
+    if unknown:
+        raise ValueError(f"unknown packet fields: {sorted(unknown)}")
+    values = {
+        k: json.dumps(v) if k in ("retries", "coder") and v is not None else v for k, v in changes.items()
+    }
+    assignments = ", ".join(f"{key} = ?" for key in values)
+    async with db.write() as tx:
+        await tx.execute(
+            f"UPDATE orchestration_packets SET {assignments}, updated_at = ?"  # noqa: S608  # keys checked above
+            " WHERE orchestration_id = ? AND packet_id = ?",
+            (*values.values(), now, orch_id, packet_id),
+        )
+        await tx.execute("UPDATE orchestrations SET updated_at = ? WHERE id = ?", (now, orch_id))
+
+
+async def add_receipt(
+    db: Database, run_id: str, packet_id: str | None, kind: str, body: dict[str, Any], *, now: float
+) -> None:
+    async with db.write() as tx:
+        await tx.execute(
+            "INSERT INTO orchestration_receipts (orchestration_id, packet_id, kind, body, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (run_id, packet_id, kind, json.dumps(body), now),
+        )
+        await tx.execute("UPDATE orchestrations SET updated_at = ? WHERE id = ?", (now, run_id))
+
+
+async def receipts(db: Database, run_id: str) -> list[dict[str, Any]]:
+    rows = await db.fetchall(
+        "SELECT seq, packet_id, kind, body, created_at FROM orchestration_receipts"
+        " WHERE orchestration_id = ? ORDER BY seq",
+        (run_id,),
+    )
+    return [
+        {"seq": r["seq"], "packetId": r["packet_id"], "kind": r["kind"], "body": json.loads(r["body"]),
+         "createdAt": r["created_at"]}
+        for r in rows
+    ]  # fmt: skip
+
+
+async def latest_receipt(
+    db: Database, run_id: str, packet_id: str | None, kind: str
+) -> dict[str, Any] | None:
+    row = await db.fetchone(
+        "SELECT body FROM orchestration_receipts WHERE orchestration_id = ? AND packet_id IS ? AND kind = ?"
+        " ORDER BY seq DESC LIMIT 1",
+        (run_id, packet_id, kind),
+    )
+    return None if row is None else dict(json.loads(row["body"]))
