@@ -143,8 +143,13 @@ class Operations:
     async def forward_raw(
         self, env_id: str, method: str, path: str, *, body: dict[str, Any] | None = None
     ) -> Any:
-        """A call to a linked environment as this daemon's owner (orchestration's commit transport)."""
-        return await self._forward(Caller.local(), env_id, method, path, body=body)
+        """A call to a linked environment (an id or a link's label) as this daemon's owner (the
+        orchestration's commit transport)."""
+        caller = Caller.local()
+        target = await self.remote_target(caller, env_id)
+        if target is None:
+            raise InvalidRequest("Name the linked environment to call.")
+        return await self._forward(caller, target, method, path, body=body)
 
     async def check_can_change(self, caller: Caller, thread: c.Thread, what: str) -> None:
         """The link fence and the caller's mode cap, for operations outside this class."""

@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 
 from peerd import contracts as c
+from peerd.core.runs import SHUTDOWN_REASON
 from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import gitops
@@ -425,6 +426,7 @@ class Engine:
                 previous_failure=memo.get("previous_failure"),
                 review_changes=None,
             )
+            memo["prompt"] = prompt
             launched = await self._launch(
                 run,
                 coder,
@@ -434,7 +436,9 @@ class Engine:
                 base=str(memo["base"]),
                 branch=packet.branch,
             )
-            await self._set(run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id)
+            await self._set(
+                run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, retries=memo
+            )
             packet.thread_id, packet.run_id = launched.thread_id, launched.run_id
         pending = memo.get("pending_send")
         if isinstance(pending, str) and packet.run_id == memo.get("pending_after"):
@@ -447,6 +451,22 @@ class Engine:
             packet.run_id = run_id
         assert packet.thread_id is not None and packet.run_id is not None  # noqa: S101  # set just above
         status = await self._wait(run.id, packet.thread_id, packet.run_id, coder.environment)
+        if status == "interrupted" and await self._stopped_by_shutdown(
+            run.id, packet.thread_id, coder.environment
+        ):
+            # A daemon restart (here or on the box) cut the coder off: it goes on in the same
+            # session, without counting as a retry.
+            n = int(memo.get("resumes", 0)) + 1
+            text = (
+                "peerd restarted while you were working; what you did so far is in your workspace. Continue "
+                "the task below from where you were, then report.\n\n" + str(memo.get("prompt") or "")
+            )
+            run_ref = await self._send(
+                run.id, packet.thread_id, coder.environment, text, key=f"{packet.packet_id}:resume:{n}"
+            )
+            memo["resumes"] = n
+            await self._set(run.id, packet.packet_id, run_id=run_ref, retries=memo)
+            return
         report = await self._reply(run.id, packet.thread_id, packet.run_id, coder.environment)
         memo["report"] = report
         if status != "completed":
@@ -514,6 +534,11 @@ class Engine:
             return
         nxt = others[0].model_copy(update={"reason": f"re-dispatched after {why} from {current.spec}"})
         memo.update(redispatch=int(memo.get("redispatch", 0)) + 1, previous_failure=detail)
+        if packet.thread_id is not None and current.environment is None:
+            # The first coder's worktree goes (its branch stays, for a look); the next coder
+            # starts clean from the same base on a branch of its own.
+            with contextlib.suppress(PeerdError):
+                await self.ops.thread_archive(self._caller(run.id), packet.thread_id)
         await self._set(
             run.id,
             packet.packet_id,
@@ -523,6 +548,7 @@ class Engine:
             environment=nxt.environment,
             thread_id=None,
             run_id=None,
+            branch=f"orchestrate/{run.id}/{packet.packet_id}-{packet.attempt + 1}",
             retries=memo,
         )
 
@@ -827,6 +853,10 @@ class Engine:
             failures = 0
             if result.terminal:
                 return str(result.status)
+
+    async def _stopped_by_shutdown(self, run_id: str, thread_id: str, env: str | None) -> bool:
+        thread = await self.ops.thread_show(self._caller(run_id), thread_id, env)
+        return thread.latest_run is not None and thread.latest_run.reason == SHUTDOWN_REASON
 
     async def _reply(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
         page = await self.ops.thread_read(

@@ -13,12 +13,13 @@ from typing import Any
 from pydantic import Field
 
 from peerd import contracts as c
-from peerd.errors import InvalidRequest
+from peerd.errors import CapabilityDenied, InvalidRequest
 from peerd.orchestrate import gitops
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
 from peerd.orchestrate.engine import Engine, feed_key
 from peerd.orchestrate.models import PacketSpec, PlanReceipt, validate_plan
+from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import links, projects
 from peerd.store.db import Database
@@ -36,6 +37,21 @@ class OrchestrateRequest(c.Input):
     non_interactive: bool = False
     allow_commands: list[str] = Field(default_factory=list)
     dry_run: bool = False
+
+
+async def _keep_out_of_git(repo: Path) -> None:
+    """The project's `.peerd/` (orchestrate.toml) is local config: exclude it, as the seed says, so
+    it is never committed and never looks like a change in the checkout."""
+    if not (repo / ".peerd").exists():
+        return
+    ignored = await git._git(repo, "check-ignore", "-q", ".peerd/", ok=(0, 1))
+    if ignored.returncode == 0:
+        return
+    git_dir = Path((await git._git(repo, "rev-parse", "--git-common-dir")).stdout.strip())
+    exclude = (git_dir if git_dir.is_absolute() else repo / git_dir) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a", encoding="utf-8") as handle:
+        handle.write("\n.peerd/\n")
 
 
 class Orchestrations:
@@ -69,7 +85,9 @@ class Orchestrations:
             req.coders,
             config,
             await self._available(),
-            interactive=False,  # the CLI asks before it sends; the daemon never asks anyone
+            # Interactive: the CLI asked the person about each custom command in a dry run first,
+            # and sends the ones they allowed; anything still unconfirmed is refused below.
+            interactive=not req.non_interactive,
             allow_commands=req.allow_commands,
             approved=approved,
             custom_commands=self._custom,
@@ -94,6 +112,13 @@ class Orchestrations:
         }
         if req.dry_run:
             return {"dryRun": True, **preview}
+        if resolution.needs_confirmation:
+            names = ", ".join(f"{n} (`{cmd}`)" for n, cmd in resolution.needs_confirmation)
+            raise CapabilityDenied(
+                f"Custom commands need your confirmation before their first run: {names}. Run again and "
+                "confirm, or pass --allow-command NAME."
+            )
+        await _keep_out_of_git(repo)
         base = await gitops.head(repo)
         request: dict[str, Any] = {
             "coders": [x.model_dump(mode="json") for x in resolution.coders],

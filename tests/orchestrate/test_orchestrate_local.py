@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from peerd.cli.client import LocalClient
+from peerd.config import ProviderConfig
 from peerd.daemon import Daemon
 from tests.helpers import client_for, git, running_daemon
 from tests.orchestrate.support import (
@@ -17,6 +19,7 @@ from tests.orchestrate.support import (
     packets_of,
     project_repo,
     receipts_of,
+    runs,
     settings,
     start,
     steps,
@@ -98,3 +101,174 @@ async def test_three_packets_with_a_dependency_two_coders_round_robin(
     assert git(repo, "show", f"{branch}:docs/usage.md") == "add, mul\n"
     assert git(repo, "rev-parse", "HEAD") == head_before
     assert git(repo, "status", "--porcelain") == ""
+
+
+WRONG_ADD = {"edit": {"path": "calc.py", "old": "return a - b", "new": "return a * b"}}
+
+
+async def test_a_content_failure_goes_back_once_then_parks(
+    env: tuple[Daemon, LocalClient, dict[str, Any], Path],
+) -> None:
+    _, client, project, _ = env
+    plan = [
+        # wrong, then right when told the failure: approved after one content retry
+        packet(
+            "recovers", "Fix add().\n\n" + runs([WRONG_ADD], [FIX_ADD_AFTER_WRONG]), ["calc.py"], CHECK_ADD
+        ),
+        # wrong twice: parked with the failure output, never a third try
+        packet(
+            "stubborn",
+            "Fix add().\n\n" + runs([WRONG_ADD], [{"reply": "I think it is fine"}], [FIX_ADD_AFTER_WRONG]),
+            ["calc.py"],
+            CHECK_ADD,
+        ),
+    ]
+    info = await start(client, project, plan=plan, coders=["script"], concurrency=2)
+    done = await finished(client, info["id"])
+    packets = packets_of(done)
+    assert packets["recovers"]["state"] == "integrated", packets["recovers"]
+    assert packets["recovers"]["retries"].get("content") == 1
+    assert packets["stubborn"]["state"] == "parked"
+    assert "AssertionError" in packets["stubborn"]["failure"]
+    assert packets["stubborn"]["retries"].get("content") == 1
+    tries = receipts_of(done, "implementation", "stubborn")
+    assert [r["verification"]["classification"] for r in tries] == ["content", "content"]
+
+
+FIX_ADD_AFTER_WRONG = {"edit": {"path": "calc.py", "old": "return a * b", "new": "return a + b"}}
+
+
+async def test_an_empty_diff_is_redispatched_to_another_coder(
+    tmp_path: Path,
+) -> None:
+    repo = project_repo(tmp_path / "repo")
+    config = settings(tmp_path)
+    idle = ProviderConfig(command=f"{sys.executable} -c pass")  # does nothing: an empty diff
+    config = config.model_copy(
+        update={"providers": {**config.providers, "idle": idle}, "approved_commands": ["reviewer", "idle"]}
+    )
+    # Non-interactive runs use only the custom commands the project's own config lists.
+    (repo / ".peerd").mkdir()
+    (repo / ".peerd" / "orchestrate.toml").write_text('coders = ["idle", "script"]\n')
+    async with (
+        running_daemon(tmp_path / "home", settings=config) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        plan = [packet("fix-add", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD)]
+        info = await start(client, project, plan=plan, coders=["idle", "script"])
+        done = await finished(client, info["id"])
+    fix = packets_of(done)["fix-add"]
+    assert fix["state"] == "integrated", fix
+    assert fix["coder"]["backend"] == "script" and "re-dispatched" in fix["coder"]["reason"]
+    first, second = receipts_of(done, "implementation", "fix-add")[:2]
+    assert first["verification"]["classification"] == "empty_diff" and first["coder"]["backend"] == "idle"
+    assert second["verification"]["passed"]
+    assert git(repo, "status", "--porcelain") == ""  # .peerd/ was excluded from git, as the seed says
+
+
+async def test_an_edit_that_escaped_into_the_checkout_is_recovered_in_scope_only(
+    env: tuple[Daemon, LocalClient, dict[str, Any], Path],
+) -> None:
+    _, client, project, repo = env
+    # The user's own uncommitted work, outside the packet's scope: it must stay exactly as it is.
+    (repo / "README.md").write_text("# demo\n\nmy own notes\n")
+    (repo / "scratch.txt").write_text("mine\n")
+    escape = f"sed -i 's/return a - b/return a + b/' {repo / 'calc.py'}"
+    plan = [
+        packet("fix-add", "Fix add().\n\n" + steps({"run": escape, "check": True}), ["calc.py"], CHECK_ADD)
+    ]
+    info = await start(client, project, plan=plan, coders=["script"])
+    done = await finished(client, info["id"])
+    fix = packets_of(done)["fix-add"]
+    assert fix["state"] == "integrated", fix
+    impl = receipts_of(done, "implementation", "fix-add")[-1]
+    assert impl["recoveredPaths"] == ["calc.py"]
+    assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
+    # the checkout: calc.py back as committed, the user's own changes untouched
+    assert "return a - b" in (repo / "calc.py").read_text()
+    assert (repo / "README.md").read_text() == "# demo\n\nmy own notes\n"
+    assert (repo / "scratch.txt").read_text() == "mine\n"
+    assert sorted(git(repo, "status", "--porcelain").splitlines()) == [" M README.md", "?? scratch.txt"]
+
+
+async def test_request_changes_goes_back_to_the_implementer_once(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    verdicts = {
+        "fix-add": [
+            {"verdict": "request_changes", "evidence": [{"file": "calc.py", "line": 4, "reason": "add a docstring"}],
+             "summary": "Needs a docstring."},
+            {"verdict": "approve", "evidence": [], "summary": "Good now."},
+        ],
+        "never": [
+            {"verdict": "request_changes", "evidence": [{"file": "calc.py", "line": 4, "reason": "no"}],
+             "summary": "No."}
+        ],
+    }  # fmt: skip
+    docstring = {
+        "edit": {"path": "calc.py", "old": "    return a + b", "new": '    """Sum."""\n    return a + b'}
+    }
+    async with (
+        running_daemon(tmp_path / "home", settings=settings(tmp_path, verdicts)) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        plan = [
+            packet("fix-add", "Fix add().\n\n" + runs([FIX_ADD], [docstring]), ["calc.py"], CHECK_ADD),
+            packet("never", "Fix add().\n\n" + runs([FIX_ADD], [docstring]), ["calc.py"], CHECK_ADD),
+        ]
+        info = await start(client, project, plan=plan, coders=["script"], concurrency=2)
+        done = await finished(client, info["id"])
+    packets = packets_of(done)
+    assert packets["fix-add"]["state"] == "integrated", packets["fix-add"]
+    assert [r["verdict"] for r in receipts_of(done, "review", "fix-add")] == ["request_changes", "approve"]
+    assert '"""Sum."""' in git(repo, "show", f"{done['branch']}:calc.py")
+    assert packets["never"]["state"] == "parked"  # a second request_changes parks; no third round
+    assert [r["verdict"] for r in receipts_of(done, "review", "never")] == [
+        "request_changes",
+        "request_changes",
+    ]
+
+
+async def test_a_merge_conflict_parks_the_later_packet_and_shows_it(
+    env: tuple[Daemon, LocalClient, dict[str, Any], Path],
+) -> None:
+    _, client, project, repo = env
+    other = {"edit": {"path": "calc.py", "old": "return a - b", "new": "return b + a"}}
+    plan = [
+        packet("first", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD),
+        packet("second", "Fix add() too.\n\n" + steps(other), ["calc.py"], CHECK_ADD),
+    ]
+    info = await start(client, project, plan=plan, coders=["script"], concurrency=2)
+    done = await finished(client, info["id"])
+    packets = packets_of(done)
+    assert packets["first"]["state"] == "integrated"
+    assert packets["second"]["state"] == "parked"
+    assert "Merge conflict in calc.py" in packets["second"]["failure"]
+    assert "<<<<<<<" in packets["second"]["failure"] or "conflict" in packets["second"]["failure"].lower()
+    assert receipts_of(done, "integration")[-1]["conflicts"] == {"second": ["calc.py"]}
+    assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
+
+
+async def test_cancel_stops_every_packet(
+    env: tuple[Daemon, LocalClient, dict[str, Any], Path], tmp_path: Path
+) -> None:
+    _, client, project, _ = env
+    hold = tmp_path / "never-released"
+    plan = [
+        packet("slow-a", "Wait.\n\n" + steps({"wait_for_file": str(hold)}), ["calc.py"], CHECK_ADD),
+        packet("slow-b", "Wait.\n\n" + steps({"wait_for_file": str(hold)}), ["docs"], "true"),
+    ]
+    info = await start(client, project, plan=plan, coders=["script"], concurrency=2)
+    while not all(p["threadId"] for p in packets_of(info).values()):
+        info = await client.call(
+            "GET", f"/v1/orchestrations/{info['id']}", params={"after": info["updatedAt"], "timeout": 10}
+        )
+    cancelled = await client.call(
+        "POST", f"/v1/orchestrations/{info['id']}/cancel", body={"reason": "enough"}
+    )
+    assert cancelled["status"] == "cancelled"
+    assert {p["state"] for p in cancelled["packets"]} == {"cancelled"}
+    for p in cancelled["packets"]:
+        waited = await client.call("GET", f"/v1/threads/{p['threadId']}/wait", params={"timeout": 30})
+        assert waited["status"] == "interrupted"

@@ -1,0 +1,164 @@
+"""Orchestrations survive a daemon restart, reach linked boxes, and never skip a receipt."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.cli.client import LocalClient
+from peerd.errors import PeerdError
+from peerd.orchestrate import store as ostore
+from peerd.orchestrate.engine import ReceiptMissing
+from tests.helpers import DaemonProcess, client_for, git, running_daemon, two_daemons
+from tests.orchestrate.support import (
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    receipts_of,
+    settings,
+    start,
+    steps,
+)
+from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+
+
+def config_file(tmp_path: Path) -> Path:
+    """The test settings as a config file, for a daemon run as a subprocess."""
+    config = settings(tmp_path)
+    path = tmp_path / "config.toml"
+    command = config.providers["reviewer"].command
+    path.write_text(
+        f'approved_commands = ["reviewer"]\n\n[providers.reviewer]\ncommand = {command!r}\n'.replace("'", '"')
+    )
+    return path
+
+
+async def wait_for(client: LocalClient, run_id: str, check: Any) -> dict[str, Any]:
+    info: dict[str, Any] = await client.call("GET", f"/v1/orchestrations/{run_id}")
+    while not check(info):
+        assert info["status"] not in ("completed", "failed", "cancelled"), info
+        info = await client.call(
+            "GET", f"/v1/orchestrations/{run_id}", params={"after": info["updatedAt"], "timeout": 10}
+        )
+    return info
+
+
+async def test_a_restart_mid_run_resumes_where_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PEERD_CONFIG", str(config_file(tmp_path)))
+    repo = project_repo(tmp_path / "repo")
+    release = tmp_path / "release"
+    daemon = DaemonProcess(tmp_path / "home", label="laptop")
+    daemon.start()
+    try:
+        await daemon.ready()
+        async with client_for(daemon.home) as client:
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            # run 1 waits and is cut off by the restart; the resumed run is given the task again
+            script = steps({"wait_for_file": str(release)}, FIX_ADD)
+            info = await start(client, project, plan=[packet("fix-add", "Fix.\n\n" + script, ["calc.py"], CHECK_ADD)],
+                               coders=["script"])  # fmt: skip
+            await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
+        daemon.signal(signal.SIGTERM)
+        assert await daemon.exited() == 0
+        daemon.start()
+        await daemon.ready()
+        release.write_text("go")
+        async with client_for(daemon.home) as client:
+            done = await finished(client, info["id"])
+    finally:
+        daemon.kill()
+    fix = packets_of(done)["fix-add"]
+    assert done["status"] == "completed", done
+    assert fix["state"] == "integrated", fix["failure"]
+    assert fix["retries"].get("resumes") == 1 and not fix["retries"].get("redispatch")
+    assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
+
+
+async def test_a_packet_runs_on_a_linked_box_and_comes_back_as_commits(tmp_path: Path) -> None:
+    origin = tmp_path / "origin.git"
+    seed = project_repo(tmp_path / "seed")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    async with two_daemons(tmp_path, settings=settings(tmp_path)) as pair:
+        repos = {}
+        for side, client in (("laptop", pair.lc), ("box", pair.bc)):
+            repos[side] = tmp_path / f"{side}-repo"
+            git(tmp_path, "clone", "-q", str(origin), str(repos[side]))
+            await client.call("POST", "/v1/projects", body={"path": str(repos[side])})
+        # An unpushed commit on the laptop: the box must be sent the base first.
+        (repos["laptop"] / "NOTE.md").write_text("local only\n")
+        git(repos["laptop"], "add", "NOTE.md")
+        git(repos["laptop"], "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "local")
+        await pair.link("auto")
+        project = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
+        plan = [
+            packet("on-box", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD),
+            packet(
+                "here",
+                "Docs.\n\n" + steps({"write": {"path": "docs/x.md", "content": "x\n"}}),
+                ["docs"],
+                "true",
+            ),
+        ]
+        info = await start(pair.lc, project, plan=plan, coders=["box/script", "script"], concurrency=2)
+        done = await finished(pair.lc, info["id"])
+        box_threads = (await pair.bc.call("GET", "/v1/threads"))["items"]
+    packets = packets_of(done)
+    assert done["status"] == "completed", done
+    assert packets["on-box"]["environment"] == "box"
+    assert packets["on-box"]["state"] == "integrated", packets["on-box"]["failure"]
+    assert packets["here"]["environment"] is None and packets["here"]["state"] == "integrated"
+    impl = receipts_of(done, "implementation", "on-box")[-1]
+    assert impl["environment"] == "box" and impl["filesChanged"] == ["calc.py"]
+    # the box's work came back as a commit in the laptop's repository, on top of the unpushed base
+    laptop = repos["laptop"]
+    assert git(laptop, "show", f"{packets['on-box']['branch']}:NOTE.md") == "local only\n"
+    assert "return a + b" in git(laptop, "show", f"{done['branch']}:calc.py")
+    assert [t["branch"] for t in box_threads] == [packets["on-box"]["branch"]]
+    assert git(repos["box"], "status", "--porcelain") == ""  # the box's own checkout untouched
+
+
+async def test_integration_needs_an_approving_review_receipt(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
+        assert daemon.db is not None and daemon.orchestrations is not None
+        engine = daemon.orchestrations.engine
+        async with client_for(daemon.paths.home) as client:
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        head = git(repo, "rev-parse", "HEAD").strip()
+        coders = [{"spec": "script", "backend": "script", "reason": "t"}]
+        run = await ostore.create(
+            daemon.db,
+            project_id=project["id"],
+            task="t",
+            request={"coders": coders},
+            base_commit=head,
+            now=1.0,
+        )
+        spec = packet("p", "goal", ["calc.py"], "true")
+        await ostore.add_packets(daemon.db, run.id, [spec], now=1.0)
+        git(repo, "branch", f"orchestrate/{run.id}/p", head)
+        # approved on paper, but no review receipt: the integration hop must refuse it
+        await ostore.update_packet(
+            daemon.db, run.id, "p", now=2.0, state="approved", branch=f"orchestrate/{run.id}/p"
+        )
+        with pytest.raises(ReceiptMissing):
+            await engine._integrate(run.id)
+        # and the implementation hop cannot start without the plan's receipt
+        await ostore.update_packet(daemon.db, run.id, "p", now=3.0, state="queued")
+        with pytest.raises(ReceiptMissing):
+            await engine._start_packet(
+                await ostore.get(daemon.db, run.id), (await ostore.get(daemon.db, run.id)).packets[0]
+            )
+
+
+async def test_reading_an_unknown_orchestration_is_a_typed_error(tmp_path: Path) -> None:
+    async with running_daemon(tmp_path / "home") as daemon, client_for(daemon.paths.home) as client:
+        with pytest.raises(PeerdError) as info:
+            await client.call("GET", "/v1/orchestrations/orc_nope")
+    assert info.value.code == "orchestration_not_found"
