@@ -245,8 +245,14 @@ class Engine:
                 )
                 thread_id, run_ref = launched.thread_id, launched.run_id
             else:
+                # The send-back is a follow-up in the planner's own session: only what was wrong.
+                again = (
+                    "Your plan is not valid:\n"
+                    + "\n".join(f"- {e}" for e in errors or [])
+                    + "\nSend the whole corrected plan as JSON, in the same shape."
+                )
                 run_ref = await self._send(
-                    run.id, thread_id, planner.environment, prompt, key=f"plan:{attempt}"
+                    run.id, thread_id, planner.environment, again, key=f"plan:{attempt}"
                 )
             status = await self._wait(run.id, thread_id, run_ref, planner.environment)
             reply = await self._reply(run.id, thread_id, run_ref, planner.environment)

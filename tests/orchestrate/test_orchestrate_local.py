@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -272,3 +273,38 @@ async def test_cancel_stops_every_packet(
     for p in cancelled["packets"]:
         waited = await client.call("GET", f"/v1/threads/{p['threadId']}/wait", params={"timeout": 30})
         assert waited["status"] == "interrupted"
+
+
+def plan_reply(packets: list[dict[str, Any]]) -> str:
+    return "Here is the plan.\n```json\n" + json.dumps({"packets": packets}) + "\n```"
+
+
+async def test_a_planner_coder_makes_the_plan_and_an_invalid_plan_goes_back_once(
+    env: tuple[Daemon, LocalClient, dict[str, Any], Path],
+) -> None:
+    _, client, project, repo = env
+    good = [packet("fix-add", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD)]
+    bad = [{"id": "fix-add", "goal": "Fix add().", "files": ["/etc/passwd"]}]  # no verify, absolute path
+    task = "Fix the calculator.\n\n" + runs([{"reply": plan_reply(bad)}], [{"reply": plan_reply(good)}])
+    info = await start(client, project, task=task, coders=["script"])
+    done = await finished(client, info["id"])
+    assert done["status"] == "completed", done
+    plan = receipts_of(done, "plan")[-1]
+    assert plan["source"] == "planner" and [p["id"] for p in plan["packets"]] == ["fix-add"]
+    assert packets_of(done)["fix-add"]["state"] == "integrated"
+    assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
+
+
+async def test_a_plan_invalid_twice_stops_the_run_with_the_reason(
+    env: tuple[Daemon, LocalClient, dict[str, Any], Path],
+) -> None:
+    _, client, project, _ = env
+    bad = [{"id": "x", "goal": "g", "files": ["a.py"], "verify": "true", "dependsOn": ["nope"]}]
+    task = "Plan.\n\n" + runs(
+        [{"reply": plan_reply(bad)}], [{"reply": plan_reply(bad)}], [{"reply": "never"}]
+    )
+    info = await start(client, project, task=task, coders=["script"])
+    done = await finished(client, info["id"])
+    assert done["status"] == "failed"
+    assert "not valid after one send-back" in done["reason"] and "nope" in done["reason"]
+    assert done["packets"] == []

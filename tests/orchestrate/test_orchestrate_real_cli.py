@@ -1,0 +1,61 @@
+"""One orchestration with real coder CLIs: Codex CLI implements, Claude Code reviews, offline against
+the scripted fake model (the same model script answers both; each CLI gets its own dialect's step)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.fakemodel import FakeModel
+from tests.helpers import client_for, git, running_daemon
+from tests.orchestrate.support import finished, packet, packets_of, project_repo, receipts_of, start
+from tests.orchestrate.test_orchestrate_local import CHECK_ADD
+from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
+
+FIX_PATCH = (
+    "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n*** End Patch\n"
+)
+VERDICT = {"verdict": "approve", "evidence": [], "summary": "add() now adds; the check passes."}
+SCRIPTS = {
+    "packet": {
+        "steps": [
+            {
+                "per_dialect": {
+                    "responses": {"tool_call": {"name": "apply_patch", "arguments": {"input": FIX_PATCH}}},
+                    "anthropic": {"text": json.dumps(VERDICT)},
+                }
+            },
+            {"per_dialect": {"responses": {"text": "Fixed add() in calc.py; the check passes."},
+                             "anthropic": {"text": json.dumps(VERDICT)}}},
+        ],
+        "fallback_text": "(side request)",
+    }
+}  # fmt: skip
+
+
+async def test_codex_implements_and_claude_reviews(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    with FakeModel(SCRIPTS, log_path=tmp_path / "model.jsonl") as fake, secure_dir() as home:
+        settings = offline_settings(tmp_path / "clis", fake)
+        async with running_daemon(home, settings=settings) as daemon, client_for(daemon.paths.home) as client:
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            goal = f"{fake_marker('packet')} Fix add() in calc.py: it subtracts."
+            info = await start(
+                client,
+                project,
+                plan=[packet("fix-add", goal, ["calc.py"], CHECK_ADD)],
+                coders=[f"codex:{CODEX_MODEL}"],
+                reviewer="claude",
+                verify=CHECK_ADD,
+            )
+            done = await finished(client, info["id"], total=180)
+    fix = packets_of(done)["fix-add"]
+    assert done["status"] == "completed", done
+    assert fix["state"] == "integrated", fix["failure"]
+    impl = receipts_of(done, "implementation", "fix-add")[-1]
+    assert impl["coder"]["backend"] == "codex" and impl["filesChanged"] == ["calc.py"]
+    assert impl["verification"]["passed"]
+    review = receipts_of(done, "review", "fix-add")[-1]
+    assert review["reviewer"]["backend"] == "claude" and review["verdict"] == "approve"
+    assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
+    assert receipts_of(done, "integration")[-1]["verification"]["passed"]
