@@ -1,0 +1,81 @@
+"""The `peerd orchestrate` command line, run as a subprocess against a real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from peerd.cli.common import EXIT_OK, EXIT_USAGE
+from tests.helpers import client_for, git, running_daemon
+from tests.orchestrate.support import project_repo, settings, steps
+from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+
+
+async def peerd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "peerd", "--home", str(home), *args]
+    return await asyncio.to_thread(
+        subprocess.run, argv, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+
+
+def plan_dir(root: Path) -> Path:
+    """One markdown file per packet with TOML front matter (the --plan format)."""
+    root.mkdir()
+    (root / "01-fix-add.md").write_text(
+        f'+++\nfiles = ["calc.py"]\nverify = "{CHECK_ADD}"\n+++\nFix add().\n\n{steps(FIX_ADD)}\n'
+    )
+    (root / "02-docs.md").write_text(
+        '+++\nfiles = ["docs"]\nverify = "test -f docs/usage.md"\ndepends_on = ["01-fix-add"]\n+++\n'
+        "Document add().\n\n" + steps({"write": {"path": "docs/usage.md", "content": "add\n"}}) + "\n"
+    )
+    (root / "README.md").write_text("Not a packet: no front matter.\n")
+    return root
+
+
+async def test_orchestrate_from_a_plan_directory_in_the_project(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    plan = plan_dir(tmp_path / "plan")
+    async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
+        home = daemon.paths.home
+        async with client_for(home) as client:
+            await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        done = await peerd(
+            home, repo, "orchestrate", "--plan", str(plan), "--coder", "script", "--reviewer", "reviewer",
+            "--verify", CHECK_ADD, "--non-interactive",
+        )  # fmt: skip
+        assert done.returncode == EXIT_OK, done.stdout + done.stderr
+        text = done.stdout
+        assert "integration branch orchestrate/" in text and "full check: passed" in text
+        assert "01-fix-add" in text and "02-docs" in text
+        assert "README.md: no +++ front matter" in done.stderr
+        run_id = text.split("orchestration ", 1)[1].split(":", 1)[0]
+        status = await peerd(home, repo, "orchestrate", "status", run_id, "--json")
+        info: dict[str, Any] = json.loads(status.stdout)
+        listed = await peerd(home, repo, "orchestrate", "list")
+    assert info["status"] == "completed" and [p["state"] for p in info["packets"]] == [
+        "integrated",
+        "integrated",
+    ]
+    assert run_id in listed.stdout
+    assert git(repo, "show", f"{info['branch']}:docs/usage.md") == "add\n"
+
+
+async def test_orchestrate_refuses_bad_input_clearly(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
+        home = daemon.paths.home
+        outside = await peerd(home, tmp_path, "orchestrate", "do it", "--coder", "script")
+        assert outside.returncode == EXIT_USAGE and "not a registered project" in outside.stderr
+        async with client_for(home) as client:
+            await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        no_dir = await peerd(home, repo, "orchestrate", "--plan", str(tmp_path / "none"))
+        assert no_dir.returncode == EXIT_USAGE and "not a directory" in no_dir.stderr
+        bad_spec = await peerd(
+            home, repo, "orchestrate", "x", "--coder", "nowhere/script", "--non-interactive"
+        )
+        assert bad_spec.returncode != EXIT_OK and "nowhere" in bad_spec.stderr
+        assert "Traceback" not in outside.stderr + no_dir.stderr + bad_spec.stderr
