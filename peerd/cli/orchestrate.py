@@ -41,6 +41,15 @@ def orchestrate() -> None:
     """Plan, implement, verify, review and integrate a change with several coders and machines."""
 
 
+def remember_default(path: Path, coder: str) -> None:
+    """Write `default_coder` into the project config (kept out of git by the daemon)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if "default_coder" not in text:
+        path.write_text(f'default_coder = "{coder}"\n' + text, encoding="utf-8")
+        click.echo(f"Saved default_coder = {coder!r} in {path}.", err=True)
+
+
 def _toplevel() -> str | None:
     done = subprocess.run(
         ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
@@ -130,6 +139,14 @@ def orchestrate_run(
         return await client.call("POST", "/v1/orchestrations", body={**body, "dryRun": True})
 
     resolved = with_client(ctx, preview)
+    if resolved.get("defaultOptions") and not coders and not body["nonInteractive"]:
+        # No coder named and no default_coder yet: ask once, and remember it in the project config.
+        choice = click.prompt(
+            "Which coder should implement by default?", type=click.Choice(resolved["defaultOptions"])
+        )
+        remember_default(Path(resolved["configFile"]), choice)
+        body["coders"] = [choice]
+        resolved = with_client(ctx, preview)
     for line in resolved["log"]:
         click.echo(f"coder choice: {line}", err=True)
     if not body["nonInteractive"]:

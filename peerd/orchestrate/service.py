@@ -109,6 +109,8 @@ class Orchestrations:
             "log": resolution.log,
             "skipped": resolution.skipped,
             "needsConfirmation": [{"name": n, "command": cmd} for n, cmd in resolution.needs_confirmation],
+            "defaultOptions": list(resolution.default_options),
+            "configFile": str(repo / ".peerd" / "orchestrate.toml"),
         }
         if req.dry_run:
             return {"dryRun": True, **preview}
