@@ -93,15 +93,18 @@ def default_path(env: dict[str, str] | None = None) -> Path:
     return Path(base) / "peerd" / "config.toml"
 
 
+def problems(exc: pydantic.ValidationError) -> str:
+    """A config file's validation errors, one `key.path: message` each."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}" for e in exc.errors(include_url=False)
+    )
+
+
 def _validate(raw: dict[str, Any], source: str) -> Config:
     try:
         config = Config.model_validate(raw)
     except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ConfigInvalid(f"{source}: {problems}") from None
+        raise ConfigInvalid(f"{source}: {problems(exc)}") from None
     for name, entry in config.providers.items():
         if name == "script":
             raise ConfigInvalid(f"{source}: providers.script is built in and cannot be configured.")

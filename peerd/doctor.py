@@ -9,7 +9,6 @@ facts and prints the checks. Statuses: `ok`; `warn`, a problem that breaks nothi
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 import stat
@@ -17,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from peerd import contracts as c
+from peerd.peer.client import is_loopback_url
 
 CheckStatus = Literal["ok", "warn", "fail", "skip"]
 FileKind = Literal["dir", "file", "socket", "other", "missing"]
@@ -155,16 +154,6 @@ def _who_can(bits: int, *, is_dir: bool) -> str:
 
 def _and(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
-
-
-def _is_loopback_address(address: str) -> bool:
-    host = urlsplit(address).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def kind_of(st_mode: int) -> FileKind:
@@ -450,7 +439,7 @@ def check_listeners(facts: Facts) -> Check:
             f"{', '.join(plain)} is plain HTTP: nothing is pinned, fit for tests only",
             "Restart the daemon without `--no-tls` (and without `tls = false` in the config file).",
         )
-    if all(_is_loopback_address(x.address) for x in tcp):
+    if all(is_loopback_url(x.address) for x in tcp):
         return Check(
             "listeners",
             "ok",

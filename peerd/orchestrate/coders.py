@@ -27,7 +27,7 @@ from typing import Literal
 
 import pydantic
 
-from peerd.config import BUILTIN_KINDS, ConfigInvalid
+from peerd.config import BUILTIN_KINDS, ConfigInvalid, problems
 from peerd.errors import InvalidRequest
 from peerd.orchestrate.models import (
     CoderChoice,
@@ -95,11 +95,7 @@ def check_project_config(raw: dict[str, object], source: str) -> OrchestrateConf
     try:
         config = OrchestrateConfig.model_validate(raw)
     except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'file'}: {e['msg']}"
-            for e in exc.errors(include_url=False)
-        )
-        raise ConfigInvalid(f"{source}: {problems}") from None
+        raise ConfigInvalid(f"{source}: {problems(exc)}") from None
     try:
         for spec in [config.default_coder, config.reviewer, *config.coders]:
             if isinstance(spec, str):

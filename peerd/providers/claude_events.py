@@ -20,8 +20,10 @@ from peerd.providers.stream_common import (
     as_str,
     clip_head,
     clip_tail,
+    file_change_item,
     finish_run,
     joined_text,
+    tool_call_item,
     with_failure,
 )
 
@@ -176,23 +178,13 @@ class ClaudeEvents:
             return ItemProduced("command", text(clip_head(command) or "(command)"), data)
         if name in FILE_TOOLS:
             path = as_str(tool_input.get("file_path")) or as_str(tool_input.get("notebook_path"))
-            data = {
-                "tool": name,
-                "changes": [{"path": path, "kind": FILE_TOOLS[name]}],
-                "status": status,
-            }
-            return ItemProduced("file_change", text(clip_head(path) or name), data | {"error": error})
+            return file_change_item(
+                name, path, FILE_TOOLS[name], status, error, text(clip_head(path) or name)
+            )
         server, tool_name = _mcp_name(name)
-        data = {
-            "server": server,
-            "tool": tool_name,
-            "arguments": dict(tool_input),
-            "result": None if is_error else output,
-            "error": error,
-            "status": status,
-        }
-        label = f"{server}.{tool_name}" if server else tool_name or "tool"
-        return ItemProduced("tool_call", text(clip_head(label)), data)
+        return tool_call_item(
+            server, tool_name, tool_input, None if is_error else output, error, status, text
+        )
 
 
 def _mcp_name(name: str) -> tuple[str | None, str]:

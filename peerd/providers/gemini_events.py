@@ -18,7 +18,9 @@ from peerd.providers.stream_common import (
     as_str,
     clip_head,
     clip_tail,
+    file_change_item,
     finish_run,
+    tool_call_item,
     with_failure,
 )
 
@@ -137,23 +139,9 @@ def _tool_item(name: str, parameters: Mapping[str, Any], result: Mapping[str, An
         return ItemProduced("command", text(clip_head(command) or "(command)"), data)
     if name in FILE_TOOLS:
         path = as_str(parameters.get("file_path"))
-        data = {
-            "tool": name,
-            "changes": [{"path": path, "kind": FILE_TOOLS[name]}],
-            "status": status,
-        }
-        return ItemProduced("file_change", text(clip_head(path) or name), data | {"error": error})
+        return file_change_item(name, path, FILE_TOOLS[name], status, error, text(clip_head(path) or name))
     server, tool = _mcp_name(name)
-    data = {
-        "server": server,
-        "tool": tool,
-        "arguments": dict(parameters),
-        "result": None if failed else output,
-        "error": error,
-        "status": status,
-    }
-    label = f"{server}.{tool}" if server else tool or "tool"
-    return ItemProduced("tool_call", text(clip_head(label)), data)
+    return tool_call_item(server, tool, parameters, None if failed else output, error, status, text)
 
 
 def _mcp_name(name: str) -> tuple[str | None, str]:

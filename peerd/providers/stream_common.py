@@ -8,10 +8,10 @@ the same for all three CLIs and live in `finish_run`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from peerd.providers.base import RunFinished
+from peerd.providers.base import ItemProduced, RunFinished
 
 # How much of a command's or tool's output an item keeps (the end matters most: errors, summaries).
 OUTPUT_TAIL_CHARS = 4000
@@ -141,3 +141,27 @@ def finish_run(
     if exit_code == 0:
         error += " without reporting the end of its turn"
     return RunFinished("failed", error=error, exit_code=exit_code)
+
+
+def file_change_item(
+    tool: str, path: str, kind: str, status: str, error: str | None, text: str
+) -> ItemProduced:
+    """A file-editing tool's item (Claude's Edit/Write, Gemini's write_file/replace)."""
+    data = {"tool": tool, "changes": [{"path": path, "kind": kind}], "status": status, "error": error}
+    return ItemProduced("file_change", text, data)
+
+
+def tool_call_item(
+    server: str | None,
+    tool: str,
+    arguments: Mapping[str, Any],
+    result: str | None,
+    error: str | None,
+    status: str,
+    text: Callable[[str], str],
+) -> ItemProduced:
+    """Any other tool's item, MCP tools named `server.tool`."""
+    data = {"server": server, "tool": tool, "arguments": dict(arguments), "result": result, "error": error,
+            "status": status}  # fmt: skip
+    label = f"{server}.{tool}" if server else tool or "tool"
+    return ItemProduced("tool_call", text(clip_head(label)), data)
