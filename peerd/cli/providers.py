@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import click
 
-from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_ERROR, fail, json_option, with_client
+from peerd import config as settings_file
+from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, cli_context, fail, json_option, with_client
 from peerd.cli.output import emit_json, table
+from peerd.errors import PeerdError
 
 
 @click.group()
@@ -109,11 +113,34 @@ def config() -> None:
 
 
 @config.command("show")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="PEERD_CONFIG",
+    help="The file to read when the daemon is not running (default: the XDG config file).",
+)
 @click.pass_context
-def config_show(ctx: click.Context) -> None:
-    """Print the running daemon's effective config (file + flags) as JSON; secrets are hidden."""
+def config_show(ctx: click.Context, config_path: Path | None) -> None:
+    """Print the effective config as JSON, secrets hidden: the running daemon's (file + flags), or,
+    when no daemon runs, what the config file says."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/config")
+    async def go() -> Any:
+        async with LocalClient(cli_context(ctx).paths.socket) as client:
+            return await client.call("GET", "/v1/config")
 
-    emit_json(with_client(ctx, go))
+    try:
+        emit_json(asyncio.run(go()))
+        return
+    except DaemonNotRunning:
+        pass
+    except PeerdError as exc:
+        fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
+    try:
+        settings = settings_file.load(config_path, required=config_path is not None)
+    except PeerdError as exc:
+        fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+    click.echo(
+        "peerd is not running: showing the config file only (flags given to `peerd serve` win).", err=True
+    )
+    emit_json({**settings.shown(), "source": settings.source, "home": str(cli_context(ctx).home)})

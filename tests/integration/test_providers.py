@@ -156,3 +156,17 @@ async def test_editing_an_approved_command_withdraws_the_approval(tmp_path: Path
         result = await run_with(client, project, "mine", "write the notes")
     assert result["run"]["status"] == "failed"
     assert "--and-more" in result["run"]["reason"]
+
+
+async def test_config_show_without_a_daemon_reads_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('label = "box"\n[providers.codex]\nenv = { OPENAI_API_KEY = "sk-file-secret" }\n')
+    done = await peerd(tmp_path / "home", "config", "show", "--config", str(path))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["label"] == "box" and data["source"] == str(path)
+    assert "sk-file-secret" not in done.stdout and "not running" in done.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text("lable = 1\n")
+    refused = await peerd(tmp_path / "home", "config", "show", "--config", str(broken))
+    assert refused.returncode == 2 and "config_invalid" in refused.stderr and "lable" in refused.stderr
