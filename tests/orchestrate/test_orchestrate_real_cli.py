@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from tests.fakemodel import FakeModel
-from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import finished, packet, packets_of, project_repo, receipts_of, start
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD
+from tests.helpers import client_for, git, running_daemon, two_daemons
+from tests.orchestrate.support import finished, packet, packets_of, project_repo, receipts_of, start, steps
+from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
 
 FIX_PATCH = (
@@ -59,3 +59,70 @@ async def test_codex_implements_and_claude_reviews(tmp_path: Path) -> None:
     assert review["reviewer"]["backend"] == "claude" and review["verdict"] == "approve"
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
     assert receipts_of(done, "integration")[-1]["verification"]["passed"]
+
+
+ADD_DOCS_PATCH = "*** Begin Patch\n*** Add File: docs/usage.md\n+add(a, b) returns a + b\n*** End Patch\n"
+MULTI = {
+    "multi": {
+        "steps": [
+            {
+                "per_dialect": {
+                    "responses": {
+                        "tool_call": {"name": "apply_patch", "arguments": {"input": ADD_DOCS_PATCH}}
+                    },
+                    "anthropic": {"text": json.dumps(VERDICT)},
+                }
+            },
+            {
+                "per_dialect": {
+                    "responses": {"text": "Wrote docs/usage.md."},
+                    "anthropic": {"text": json.dumps(VERDICT)},
+                }
+            },
+        ],
+        "fallback_text": "(side request)",
+    }
+}
+
+
+async def test_a_multi_file_change_across_two_providers_and_two_machines(tmp_path: Path) -> None:
+    origin = tmp_path / "origin.git"
+    seed = project_repo(tmp_path / "seed")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    with FakeModel(MULTI, log_path=tmp_path / "model.jsonl") as fake, secure_dir() as homes:
+        settings = offline_settings(tmp_path / "clis", fake)
+        async with two_daemons(homes, settings=settings) as pair:
+            repos = {}
+            for side, client in (("laptop", pair.lc), ("box", pair.bc)):
+                repos[side] = tmp_path / f"{side}-repo"
+                git(tmp_path, "clone", "-q", str(origin), str(repos[side]))
+                await client.call("POST", "/v1/projects", body={"path": str(repos[side])})
+            await pair.link("auto")
+            project = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
+            marker = fake_marker("multi")
+            plan = [
+                packet("fix-add", f"{marker} Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD,
+                       coder="box/script"),
+                packet("docs", f"{marker} Document add() in docs/usage.md.", ["docs"], "test -s docs/usage.md",
+                       coder=f"codex:{CODEX_MODEL}"),
+            ]  # fmt: skip
+            info = await start(
+                pair.lc, project, plan=plan, coders=["box/script", f"codex:{CODEX_MODEL}"], reviewer="claude",
+                verify=f"{CHECK_ADD} && test -s docs/usage.md", concurrency=2,
+            )  # fmt: skip
+            done = await finished(pair.lc, info["id"], total=180)
+    packets = packets_of(done)
+    assert done["status"] == "completed", done
+    assert {p["state"] for p in packets.values()} == {"integrated"}, {
+        k: p["failure"] for k, p in packets.items()
+    }
+    assert packets["fix-add"]["environment"] == "box" and packets["docs"]["environment"] is None
+    assert receipts_of(done, "implementation", "docs")[-1]["coder"]["backend"] == "codex"
+    assert {r["reviewer"]["backend"] for pid in packets for r in receipts_of(done, "review", pid)} == {
+        "claude"
+    }
+    integration = receipts_of(done, "integration")[-1]
+    assert integration["verification"]["passed"]
+    laptop = repos["laptop"]
+    assert "return a + b" in git(laptop, "show", f"{done['branch']}:calc.py")
+    assert git(laptop, "show", f"{done['branch']}:docs/usage.md") == "add(a, b) returns a + b\n"
