@@ -105,6 +105,7 @@ def network_app(
     r.add_post("/v1/threads/{id}/runs", local.thread_send)
     r.add_get("/v1/threads/{id}/wait", local.thread_wait)
     r.add_post("/v1/threads/{id}/interrupt", local.thread_interrupt)
+    r.add_post("/v1/threads/{id}/archive", local.thread_archive)
     r.add_get("/v1/threads/{id}/events", local.thread_events)
     r.add_post("/v1/watch", local.watch_runs)
     add_git_routes(app)

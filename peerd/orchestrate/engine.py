@@ -670,28 +670,27 @@ class Engine:
         round_n = int(memo.get("changes", 0)) + 1
         thread_id = memo.get("review_thread") if memo.get("review_round") == round_n else None
         review_run = memo.get("review_run")
+        env = reviewer.environment  # a reviewer on a box gets the packet's commit sent there first
         if not isinstance(thread_id, str):
-            if reviewer.environment is not None:
-                raise InvalidRequest("Reviews run here; place the reviewer without an environment.")
             launched = await self._launch(
                 run, reviewer, reviewer_prompt(spec, diff, verification), key=f"{packet.packet_id}:review:{round_n}",
                 runtime_mode="read-only", base=packet.commit_sha,
             )  # fmt: skip
             thread_id, review_run = launched.thread_id, launched.run_id
-            memo.update(review_thread=thread_id, review_run=review_run, review_round=round_n, review_env=None)
+            memo.update(review_thread=thread_id, review_run=review_run, review_round=round_n, review_env=env)
             await self._set(run.id, packet.packet_id, retries=memo)
         assert isinstance(review_run, str)  # noqa: S101
         verdict, errors = None, ["no reply"]
         for ask in (1, 2):
-            status = await self._wait(run.id, thread_id, review_run, None)
-            reply = await self._reply(run.id, thread_id, review_run, None)
+            status = await self._wait(run.id, thread_id, review_run, env)
+            reply = await self._reply(run.id, thread_id, review_run, env)
             verdict, errors = (
                 parse_review_reply(reply) if status == "completed" else (None, [f"run {status}"])
             )
             if verdict is not None or ask == 2:
                 break
             review_run = await self._send(
-                run.id, thread_id, None,
+                run.id, thread_id, env,
                 "Your answer was not a valid verdict:\n" + "\n".join(errors) + "\nAnswer with the JSON verdict only.",
                 key=f"{packet.packet_id}:review:{round_n}:again",
             )  # fmt: skip
@@ -786,15 +785,17 @@ class Engine:
         return summary + (f"; parked: {', '.join(parked)}" if parked else "")
 
     async def _cleanup(self, run_id: str) -> None:
-        """Remove the worktrees of local packet and review threads (their branches stay)."""
+        """Remove the worktrees of the packet and review threads, here and on boxes (their
+        branches stay); a box that is away keeps them, which is only disk."""
         run = await ostore.get(self.db, run_id)
         caller = self._caller(run_id)
         for packet in run.packets:
             for thread_id, env in self._live_threads(packet):
-                if env is not None:
-                    continue
                 with contextlib.suppress(PeerdError):
-                    await self.ops.thread_archive(caller, thread_id)
+                    if env is None:
+                        await self.ops.thread_archive(caller, thread_id)
+                    else:  # on the box, through the link that started it (the fence allows it)
+                        await self.ops.forward_raw(env, "POST", f"/v1/threads/{thread_id}/archive")
 
     # --- threads --------------------------------------------------------------------------------
 

@@ -105,9 +105,16 @@ async def test_a_packet_runs_on_a_linked_box_and_comes_back_as_commits(tmp_path:
                 "true",
             ),
         ]
-        info = await start(pair.lc, project, plan=plan, coders=["box/script", "script"], concurrency=2)
+        info = await start(
+            pair.lc,
+            project,
+            plan=plan,
+            coders=["box/script", "script"],
+            concurrency=2,
+            reviewer="box/reviewer",
+        )
         done = await finished(pair.lc, info["id"])
-        box_threads = (await pair.bc.call("GET", "/v1/threads"))["items"]
+        box_threads = (await pair.bc.call("GET", "/v1/threads", params={"includeArchived": True}))["items"]
     packets = packets_of(done)
     assert done["status"] == "completed", done
     assert packets["on-box"]["environment"] == "box"
@@ -119,7 +126,14 @@ async def test_a_packet_runs_on_a_linked_box_and_comes_back_as_commits(tmp_path:
     laptop = repos["laptop"]
     assert git(laptop, "show", f"{packets['on-box']['branch']}:NOTE.md") == "local only\n"
     assert "return a + b" in git(laptop, "show", f"{done['branch']}:calc.py")
-    assert [t["branch"] for t in box_threads] == [packets["on-box"]["branch"]]
+    # the box ran the packet and both reviews (each review on a checkout of the packet's commit) ...
+    impl_threads = [t for t in box_threads if t["branch"] == packets["on-box"]["branch"]]
+    assert len(impl_threads) == 1 and len(box_threads) == 3
+    assert {r["reviewer"]["environment"] for pid in packets for r in receipts_of(done, "review", pid)} == {
+        "box"
+    }
+    # ... and its worktrees were removed at the end (the branches stay)
+    assert all(t["status"] == "archived" and not Path(t["worktreePath"]).exists() for t in box_threads)
     assert git(repos["box"], "status", "--porcelain") == ""  # the box's own checkout untouched
 
 
