@@ -12,6 +12,7 @@ from peerd.cli.client import LocalClient
 from peerd.errors import PeerdError
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.engine import ReceiptMissing
+from peerd.orchestrate.implement import start_packet
 from tests.helpers import DaemonProcess, client_for, git, running_daemon, two_daemons
 from tests.orchestrate.support import (
     finished,
@@ -166,8 +167,10 @@ async def test_integration_needs_an_approving_review_receipt(tmp_path: Path) -> 
         # and the implementation hop cannot start without the plan's receipt
         await ostore.update_packet(daemon.db, run.id, "p", now=3.0, state="queued")
         with pytest.raises(ReceiptMissing):
-            await engine._start_packet(
-                await ostore.get(daemon.db, run.id), (await ostore.get(daemon.db, run.id)).packets[0]
+            await start_packet(
+                engine.ctx,
+                await ostore.get(daemon.db, run.id),
+                (await ostore.get(daemon.db, run.id)).packets[0],
             )
 
 

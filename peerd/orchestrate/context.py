@@ -1,0 +1,185 @@
+"""What every orchestration hop shares: the run's settings, the packet store, the receipt gate, and
+the coder threads (launch, send, wait, read the reply) here or on a linked box.
+
+The hops (`implement.py`, `review.py`) and the engine take one `OrchestrationContext`; none of them
+keeps state of its own, so any hop can be repeated after a restart from what the store holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peerd import contracts as c
+from peerd.core.runs import SHUTDOWN_REASON
+from peerd.errors import InvalidRequest, PeerdError
+from peerd.operations import Caller, Operations
+from peerd.orchestrate import store as ostore
+from peerd.orchestrate.models import CoderChoice
+from peerd.orchestrate.transport import GitTransport
+from peerd.peer.client import PeerUnreachable
+from peerd.runtime.feed import ChangeFeed
+from peerd.store import projects
+from peerd.store.db import Database
+
+WAIT_CHUNK_S = 50.0
+UNREACHABLE_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0)
+OUTPUT_TAIL = 20_000
+RETRY_LIMIT = 1  # per class: content, environmental, redispatch, changes, plan, review answer
+
+
+def feed_key(run_id: str) -> str:
+    return f"orch:{run_id}"
+
+
+class ReceiptMissing(PeerdError):
+    code = "receipt_missing"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one orchestration was asked to do, as recorded with it."""
+
+    coders: list[CoderChoice]
+    assignment: dict[str, CoderChoice]
+    reviewers: dict[str, CoderChoice]
+    concurrency: int
+    verify: str | None
+    workarounds: list[str]
+    planner: CoderChoice
+
+    @classmethod
+    def from_request(cls, request: dict[str, Any]) -> Settings:
+        return cls(
+            coders=[CoderChoice.model_validate(x) for x in request["coders"]],
+            assignment={k: CoderChoice.model_validate(v) for k, v in request.get("assignment", {}).items()},
+            reviewers={k: CoderChoice.model_validate(v) for k, v in request.get("reviewers", {}).items()},
+            concurrency=int(request.get("concurrency", 3)),
+            verify=request.get("verify"),
+            workarounds=list(request.get("workarounds", [])),
+            planner=CoderChoice.model_validate(request.get("planner") or request["coders"][0]),
+        )
+
+
+class OrchestrationContext:
+    def __init__(
+        self,
+        db: Database,
+        feed: ChangeFeed,
+        ops: Operations,
+        *,
+        worktrees_dir: Path,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.feed = feed
+        self.ops = ops
+        self.transport = GitTransport(ops)
+        self.worktrees_dir = worktrees_dir
+        self.clock = clock
+
+    def changed(self, run_id: str) -> None:
+        self.feed.changed(feed_key(run_id))
+
+    def caller(self, run_id: str) -> Caller:
+        return Caller(namespace=f"orchestrate:{run_id}")
+
+    async def set(self, orch_id: str, packet_id: str, **changes: Any) -> None:
+        await ostore.update_packet(self.db, orch_id, packet_id, now=self.clock(), **changes)
+        self.changed(orch_id)
+
+    async def park(self, run_id: str, packet_id: str, why: str) -> None:
+        await ostore.update_packet(self.db, run_id, packet_id, now=self.clock(), state="parked", failure=why)
+        self.changed(run_id)
+
+    async def gate(self, run_id: str, packet_id: str | None, kind: str, **expect: Any) -> dict[str, Any]:
+        """A hop starts only with the previous hop's receipt, and only one that lets it start."""
+        receipt = await ostore.latest_receipt(self.db, run_id, packet_id, kind)
+        if receipt is None or any(_dig(receipt, key) != value for key, value in expect.items()):
+            raise ReceiptMissing(f"Packet {packet_id}: no {kind} receipt allows this hop ({expect}).")
+        return receipt
+
+    async def launch(
+        self,
+        run: ostore.RunRow,
+        coder: CoderChoice,
+        prompt: str,
+        *,
+        key: str,
+        runtime_mode: str,
+        base: str,
+        branch: str | None = None,
+    ) -> c.ThreadLaunchResult:
+        project = await projects.get(self.db, run.project_id)
+        project_id = project.id
+        if coder.environment is not None:
+            project_id = await self.remote_project(coder.environment, project)
+            await self.transport.send_base(coder.environment, project_id, Path(project.path), base)
+        req = c.ThreadLaunch(
+            project_id=project_id,
+            prompt=prompt,
+            provider=coder.backend,
+            model=coder.model,
+            title=f"{run.id} {key}"[:200],
+            runtime_mode=runtime_mode,
+            client_request_id=f"{run.id}:{key}",
+            environment_id=coder.environment,
+            branch=branch,
+            base_commit=base,
+        )
+        return await self.ops.thread_launch(self.caller(run.id), req)
+
+    async def remote_project(self, env: str, project: c.Project) -> str:
+        page = await self.ops.project_list(self.caller("remote"), c.ProjectList(environment_id=env))
+        for remote in page.items:
+            if remote.repository_key and remote.repository_key == project.repository_key:
+                return remote.id
+        raise InvalidRequest(
+            f"{env} has no checkout of {project.repository_key or project.name}: clone it there and "
+            "`peerd project add` it."
+        )
+
+    async def send(self, run_id: str, thread_id: str, env: str | None, text: str, *, key: str) -> str:
+        req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env)
+        return (await self.ops.thread_send(self.caller(run_id), thread_id, req)).run_id
+
+    async def wait(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
+        """Wait for a run to end, in long-poll chunks; a box that is away is waited for."""
+        failures = 0
+        while True:
+            try:
+                result = await self.ops.thread_wait(
+                    self.caller(run_id),
+                    thread_id,
+                    c.ThreadWait(run_id=run_ref, timeout=WAIT_CHUNK_S, environment_id=env),
+                )
+            except PeerUnreachable:
+                await asyncio.sleep(UNREACHABLE_BACKOFF_S[min(failures, len(UNREACHABLE_BACKOFF_S) - 1)])
+                failures += 1
+                continue
+            failures = 0
+            if result.terminal:
+                return str(result.status)
+
+    async def stopped_by_shutdown(self, run_id: str, thread_id: str, env: str | None) -> bool:
+        thread = await self.ops.thread_show(self.caller(run_id), thread_id, env)
+        return thread.latest_run is not None and thread.latest_run.reason == SHUTDOWN_REASON
+
+    async def reply(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
+        page = await self.ops.thread_read(
+            self.caller(run_id), thread_id, c.ThreadRead(run_id=run_ref, limit=100, environment_id=env)
+        )
+        texts = [i.text for i in page.items if i.kind == "assistant_message"]
+        failures = [i.text for i in page.items if i.kind == "error"]
+        return texts[-1] if texts else ("\n".join(failures) or "")
+
+
+def _dig(data: dict[str, Any], dotted: str) -> Any:
+    value: Any = data
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
