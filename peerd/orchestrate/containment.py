@@ -1,0 +1,229 @@
+"""Containment (the workflow's Verify step): a coder's edits that escaped into the orchestrator's own
+checkout go back to its worktree, scoped strictly to the packet's files."""
+
+from __future__ import annotations
+
+import asyncio
+import filecmp
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from peerd.errors import Conflict, GitError, InvalidRequest
+from peerd.orchestrate.gitbase import (
+    _git_raw,
+    _lock,
+)
+from peerd.runtime.git import (
+    _DIFF_OPTIONS,
+    _git,
+    _same_path,
+    _trim,
+    toplevel,
+)
+
+# --- containment (workflow step 5) --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Status:
+    xy: str
+    path: str
+    orig: str | None  # the source of a rename or copy
+
+
+async def _status(checkout: Path, *, renames: bool) -> list[_Status]:
+    """`git status --porcelain -z` of the whole working tree, every untracked file listed; paths
+    are relative to its top directory. Read only: no index refresh (`GIT_OPTIONAL_LOCKS=0`)."""
+    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all"]
+    args.append("--find-renames" if renames else "--no-renames")
+    raw = await _git_raw(checkout, *args)
+    fields = [os.fsdecode(field) for field in raw.stdout.split(b"\0")]
+    entries: list[_Status] = []
+    i = 0
+    while i < len(fields):
+        field = fields[i]
+        i += 1
+        if len(field) < 4:
+            continue
+        xy, path = field[:2], field[3:]
+        orig: str | None = None
+        if "R" in xy or "C" in xy:
+            orig = fields[i] if i < len(fields) else None
+            i += 1
+        entries.append(_Status(xy, path, orig))
+    return entries
+
+
+async def dirty_paths(checkout: Path) -> list[str]:
+    """Every path `git status --porcelain` reports in `checkout`, untracked files included (each
+    file, not its directory), a rename by its new path; relative to the top, sorted."""
+    return sorted({entry.path for entry in await _status(checkout, renames=True)})
+
+
+def _scope(packet_files: Sequence[str]) -> list[str]:
+    """Normalise packet scope entries to `a/b` form; reject anything that could leave the tree or
+    cover all of it (the whole checkout is never a packet's scope: it holds the user's work)."""
+    if isinstance(packet_files, str):
+        raise InvalidRequest("packet_files must be a list of paths, not one string.")
+    scope: list[str] = []
+    for entry in packet_files:
+        parts = [part for part in entry.split("/") if part not in ("", ".")]
+        if not parts or entry.startswith("/") or ".." in parts or "\0" in entry:
+            raise InvalidRequest(
+                f"Invalid packet path {entry!r}: expected a file or directory relative to the "
+                "repository's top, inside it and not the top itself."
+            )
+        scope.append("/".join(parts))
+    return scope
+
+
+def _in_scope(path: str, scope: Sequence[str]) -> bool:
+    path = path.rstrip("/")
+    return any(path == entry or path.startswith(entry + "/") for entry in scope)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.is_symlink() or b.is_symlink():
+        return a.is_symlink() and b.is_symlink() and a.readlink() == b.readlink()
+    return a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)
+
+
+def _blocked_destination(worktree: Path, relative: str) -> bool:
+    """Whether a directory on the way to `worktree/relative` is a file (or link) in the worktree."""
+    parent = (worktree / relative).parent
+    while parent != worktree and worktree in parent.parents:
+        if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _move_untracked(checkout: Path, worktree: Path, paths: Sequence[str], scope: Sequence[str]) -> None:
+    for relative in paths:
+        source, target = checkout / relative, worktree / relative
+        if os.path.lexists(target):
+            source.unlink()  # identical content, checked before anything moved
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(source, target)
+        # Remove directories the move emptied, but only ones inside the packet's scope.
+        parent = source.parent
+        while parent != checkout and _in_scope(parent.relative_to(checkout).as_posix(), scope):
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+
+
+async def _apply_patch(worktree: Path, patch: bytes) -> None:
+    """Apply `patch` to `worktree`: a three-way apply first (it merges when the worktree's base
+    is not the checkout's HEAD), else a plain one (it works when the worktree has unstaged edits
+    on those files, which `--3way` refuses). Either is checked first; a patch that would only
+    apply with conflicts raises and leaves the worktree as it was."""
+    common = ("apply", "--whitespace=nowarn")
+    three_way = await _git_raw(worktree, *common, "--3way", "--check", ok=(0, 1, 128), stdin=patch)
+    if three_way.returncode == 0 and "with conflicts" not in three_way.stderr:
+        await _git_raw(worktree, *common, "--3way", stdin=patch)
+        return
+    plain = await _git_raw(worktree, *common, "--check", ok=(0, 1, 128), stdin=patch)
+    if plain.returncode == 0:
+        await _git_raw(worktree, *common, stdin=patch)
+        return
+    reason = _trim(three_way.stderr) or _trim(plain.stderr)
+    raise GitError(
+        f"The escaped edits do not apply to the worktree {worktree} without conflicts; "
+        f"the checkout was left as it was: {reason}"
+    )
+
+
+async def recover_escaped(checkout: Path, worktree: Path, packet_files: list[str]) -> list[str]:
+    """Move a packet's edits that landed in the orchestrator's `checkout` into its `worktree`.
+
+    Only dirty paths in the packet's scope are considered: a path equal to an entry of
+    `packet_files` or under one (an entry may be a directory). Tracked changes, staged and
+    unstaged, travel as `git diff HEAD` applied in the worktree; untracked files are moved to the
+    same relative path; then the tracked paths are restored to HEAD in the checkout (index and
+    files). Nothing outside the scope is read into a patch, moved or restored: it may be the
+    user's own uncommitted work. Everything that could fail (a patch that does not apply, an
+    untracked file whose destination already holds something else) is checked before anything
+    changes, and then the checkout is left untouched. Returns the recovered paths, sorted.
+    """
+    scope = _scope(packet_files)
+    checkout_top = await toplevel(checkout)
+    worktree_top = await toplevel(worktree)
+    if _same_path(checkout_top, worktree_top):
+        raise InvalidRequest(f"The checkout and the worktree are the same directory: {checkout_top}.")
+
+    async with _lock("checkout", checkout_top):
+        tracked: list[str] = []
+        untracked: list[str] = []
+        for entry in await _status(checkout_top, renames=False):
+            if not _in_scope(entry.path, scope):
+                continue
+            if entry.xy == "??":
+                # A trailing `/` is a nested repository: not a file to move.
+                if not entry.path.endswith("/"):
+                    untracked.append(entry.path)
+            elif entry.xy != "!!":
+                tracked.append(entry.path)
+        if not tracked and not untracked:
+            return []
+
+        blocked = [
+            path
+            for path in untracked
+            if _blocked_destination(worktree_top, path)
+            or (
+                os.path.lexists(worktree_top / path)
+                and not _same_file(checkout_top / path, worktree_top / path)
+            )
+        ]
+        if blocked:
+            raise Conflict(
+                f"Cannot move untracked files from {checkout_top} into the worktree {worktree_top}: "
+                f"it already has different content at {', '.join(sorted(blocked))}; "
+                "the checkout was left as it was."
+            )
+
+        if tracked:
+            # `--literal-pathspecs`: a file name with `*` or `:` must not match other paths.
+            patch = await _git_raw(
+                checkout_top,
+                "--literal-pathspecs",
+                "diff",
+                "HEAD",
+                "--binary",
+                "--full-index",
+                "--no-renames",
+                *_DIFF_OPTIONS,
+                "--",
+                *tracked,
+            )
+            if patch.stdout:
+                await _apply_patch(worktree_top, patch.stdout)
+
+        if untracked:
+            try:
+                await asyncio.to_thread(_move_untracked, checkout_top, worktree_top, untracked, scope)
+            except OSError as exc:
+                raise GitError(
+                    f"Moving untracked packet files from {checkout_top} to {worktree_top} failed "
+                    f"part way: {exc}"
+                ) from exc
+
+        if tracked:
+            await _git(
+                checkout_top,
+                "--literal-pathspecs",
+                "restore",
+                "--staged",
+                "--worktree",
+                "--source=HEAD",
+                "--",
+                *tracked,
+            )
+        return sorted(tracked + untracked)

@@ -1,0 +1,216 @@
+"""Git plumbing shared by the orchestration modules (the runner for byte output, locks, commit
+identity, sha checks), and the commit and diff functions a packet's result is described by."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import weakref
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from peerd.errors import GitError, InvalidRequest, NotFound
+from peerd.runtime.git import (
+    _DIFF_OPTIONS,
+    _check_rev,
+    _git,
+    _git_env,
+    _raise_for,
+    _Result,
+    head_commit,
+)
+
+DEFAULT_AUTHOR = "peerd orchestrate <orchestrate@peerd.invalid>"
+
+CONFLICT_TEXT_MAX_CHARS = 20_000
+CHECK_OUTPUT_MAX_CHARS = 20_000
+# A UTF-8 character is at most 4 bytes: this many bytes always hold the last 20,000 characters.
+_CHECK_TAIL_BYTES = 4 * CHECK_OUTPUT_MAX_CHARS
+# After SIGTERM on timeout, how long the group gets before SIGKILL.
+_CHECK_TERM_GRACE_S = 2.0
+# After the command exits (and its group is killed), how long to wait for the output pipe to close.
+_CHECK_EOF_GRACE_S = 2.0
+
+_AUTHOR = re.compile(r"^\s*(?P<name>[^<>]*?)\s*<(?P<email>[^<>]*)>\s*$")
+_HEX = re.compile(r"^[0-9a-fA-F]{4,64}$")
+_BRANCH_PROTECTED = frozenset({"main", "master"})
+
+
+# --- small helpers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+
+async def _git_raw(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Raw:
+    """Like `_git`, but stdout stays bytes: patches and file names need not be UTF-8."""
+    argv = ["git", "-C", str(cwd), *args]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=_git_env(),
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed or not on PATH.") from exc
+    try:
+        out, err = await proc.communicate(stdin)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
+    returncode = proc.returncode if proc.returncode is not None else -1
+    result = _Raw(returncode, out, err.decode("utf-8", "replace"))
+    if returncode not in ok:
+        _raise_for(cwd, args, _Result(returncode, "", result.stderr))
+    return result
+
+
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, Path], asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _lock(kind: str, path: Path) -> asyncio.Lock:
+    """One lock per (operation kind, directory) and event loop: two recoveries in one checkout, or
+    two merges in one integration worktree, would otherwise race on that checkout's index."""
+    locks = _LOCKS.setdefault(asyncio.get_running_loop(), {})
+    return locks.setdefault((kind, path.resolve()), asyncio.Lock())
+
+
+def _identity(author: str) -> tuple[str, str]:
+    match = _AUTHOR.match(author)
+    if match is None or not match["name"] or not match["email"]:
+        raise InvalidRequest(f"Invalid git author {author!r}: expected 'Name <email>'.")
+    return match["name"], match["email"]
+
+
+def _commit_config(author: str) -> tuple[str, ...]:
+    """`-c` options that make a commit independent of the machine's git identity and signing."""
+    name, email = _identity(author)
+    return (
+        "-c",
+        f"user.name={name}",
+        "-c",
+        f"user.email={email}",
+        "-c",
+        "commit.gpgSign=false",
+    )
+
+
+def _cap(text: str, limit: int, what: str) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {what} truncated: {len(text) - limit} more characters]\n"
+
+
+def _check_sha(sha: str) -> str:
+    if not _HEX.match(sha):
+        raise InvalidRequest(f"Invalid commit id: {sha!r} (expected a hexadecimal object name).")
+    return sha.lower()
+
+
+async def _resolve_commit(repo: Path, rev: str) -> str:
+    _check_rev(rev)
+    result = await _git(
+        repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", ok=(0, 1)
+    )
+    sha = result.stdout.strip()
+    if result.returncode != 0 or not sha:
+        raise NotFound(f"{rev!r} is not a commit in {repo}.")
+    return sha
+
+
+async def _current_branch(worktree: Path) -> str | None:
+    result = await _git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+async def _common_dir(path: Path) -> Path:
+    result = await _git(path, "rev-parse", "--git-common-dir")
+    common = Path(result.stdout.strip())
+    return (common if common.is_absolute() else path / common).resolve()
+
+
+# --- commits and diffs --------------------------------------------------------------------------
+
+
+async def head(repo: Path) -> str:
+    """The full id of the commit HEAD points at."""
+    sha = await head_commit(repo)
+    if sha is None:
+        raise GitError(f"{repo} has no commits yet.")
+    return sha
+
+
+async def commit_all(worktree: Path, message: str, *, author: str = DEFAULT_AUTHOR) -> str | None:
+    """Stage every change in `worktree` (new, modified, deleted and untracked files; ignored ones
+    stay out) and commit it as `author`; return the new commit's id, or None when there was
+    nothing to commit."""
+    if not message.strip():
+        raise InvalidRequest("A commit message must not be empty.")
+    config = _commit_config(author)
+    await _git(worktree, "add", "--all")
+    staged = await _git(worktree, "diff", "--cached", "--quiet", "--no-ext-diff", ok=(0, 1))
+    if staged.returncode == 0:
+        return None
+    await _git(
+        worktree,
+        *config,
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "--cleanup=verbatim",
+        f"--author={author.strip()}",
+        "-m",
+        message,
+    )
+    return await head(worktree)
+
+
+async def changed_files(repo: Path, base: str, tip: str) -> list[str]:
+    """The paths that differ between `base` and `tip`, sorted; a rename lists both its paths."""
+    _check_rev(base)
+    _check_rev(tip)
+    result = await _git(
+        repo,
+        "diff",
+        "--name-only",
+        "-z",
+        "--no-renames",
+        "--no-ext-diff",
+        "--end-of-options",
+        base,
+        tip,
+        "--",
+    )
+    return sorted({name for name in result.stdout.split("\0") if name})
+
+
+async def diff_stat(repo: Path, base: str, tip: str) -> str:
+    """`git diff --stat` from `base` to `tip` (wide enough that paths are not shortened)."""
+    _check_rev(base)
+    _check_rev(tip)
+    result = await _git(
+        repo, "diff", "--stat=200", "--no-color", "--no-ext-diff", "--end-of-options", base, tip, "--"
+    )
+    return result.stdout
+
+
+async def diff_text(repo: Path, base: str, tip: str, *, max_chars: int = 200_000) -> str:
+    """The patch from `base` to `tip`; past `max_chars` it is cut and a marker line says so."""
+    _check_rev(base)
+    _check_rev(tip)
+    result = await _git(repo, "diff", *_DIFF_OPTIONS, "--end-of-options", base, tip, "--")
+    return _cap(result.stdout, max_chars, "diff")
