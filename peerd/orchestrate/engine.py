@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,16 @@ from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     planner_prompt,
 )
+from peerd.peer.client import PeerUnreachable
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
+
+# A cancel a box could not be told: retried after these pauses, then every 5 minutes.
+OWED_STOP_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 
 __all__ = ["Engine", "ReceiptMissing", "feed_key"]
 
@@ -90,8 +95,21 @@ class Engine:
 
     async def recover(self) -> None:
         for run_id in await ostore.all_runs(self.db, open_only=True):
-            log.info("orchestrate.resume", run_id=run_id)
-            self.spawn(run_id)
+            run = await ostore.get(self.db, run_id)
+            log.info("orchestrate.resume", run_id=run_id, status=run.status)
+            if run.status == "cancelling":  # the daemon died in the middle of a cancel: finish it
+                self._background(run_id, self._finish_cancel(run_id, run.reason or "Cancelled."))
+            else:
+                self.spawn(run_id)
+        for run_id in await ostore.all_runs(self.db, status="cancelled"):
+            if any(p.retries.get("stop_owed") for p in (await ostore.get(self.db, run_id)).packets):
+                self._background(f"owed:{run_id}", self._deliver_owed(run_id))
+
+    def _background(self, key: str, coro: Coroutine[Any, Any, None]) -> None:
+        if key in self._tasks and not self._tasks[key].done():
+            coro.close()
+            return
+        self._tasks[key] = asyncio.create_task(coro, name=f"orchestrate:{key}")
 
     async def close(self) -> None:
         for task in list(self._tasks.values()):
@@ -112,31 +130,72 @@ class Engine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self._stop_packets(run_id, reason or "Cancelled.")
+        await self._finish_cancel(run_id, reason or "Cancelled.")
+
+    async def _finish_cancel(self, run_id: str, reason: str) -> None:
+        owed = await self._stop_packets(run_id, reason)
         await ostore.set_status(self.db, run_id, "cancelled", now=self.clock())
         self.ctx.changed(run_id)
+        if owed:
+            self._background(f"owed:{run_id}", self._deliver_owed(run_id))
 
-    async def _stop_packets(self, run_id: str, reason: str) -> None:
+    async def _stop_packets(self, run_id: str, reason: str) -> int:
+        """Stop every live packet and review thread; a stop a box could not be told now is kept
+        (`stop_owed`) and delivered later. Returns how many are owed."""
         run = await ostore.get(self.db, run_id)
+        owed = 0
         for packet in run.packets:
             if packet.terminal or packet.state == "approved":
                 continue
-            for thread_id, env in self._live_threads(packet):
-                try:
-                    await self.ops.thread_interrupt(
-                        self.ctx.caller(run_id),
-                        thread_id,
-                        c.ThreadInterrupt(
-                            stop=True, reason=f"Orchestration {run_id} cancelled.", environment_id=env
-                        ),
-                    )
-                except PeerdError as exc:
-                    log.warning(
-                        "orchestrate.stop_failed", run_id=run_id, thread_id=thread_id, error=exc.message
-                    )
+            pending = [
+                [thread_id, env]
+                for thread_id, env in self._live_threads(packet)
+                if not await self._stop_thread(run_id, thread_id, env)
+            ]
+            memo = {**packet.retries, "stop_owed": pending}
             await ostore.update_packet(
-                self.db, run_id, packet.packet_id, now=self.clock(), state="cancelled", failure=reason
+                self.db,
+                run_id,
+                packet.packet_id,
+                now=self.clock(),
+                state="cancelled",
+                failure=reason,
+                retries=memo,
             )
+            owed += len(pending)
+        return owed
+
+    async def _stop_thread(self, run_id: str, thread_id: str, env: str | None) -> bool:
+        """True when the stop landed, or can never land (the link is gone, the thread is gone)."""
+        try:
+            await self.ops.thread_interrupt(
+                self.ctx.caller(run_id),
+                thread_id,
+                c.ThreadInterrupt(stop=True, reason=f"Orchestration {run_id} cancelled.", environment_id=env),
+            )
+        except PeerUnreachable as exc:
+            log.info("orchestrate.stop_owed", run_id=run_id, thread_id=thread_id, error=exc.message)
+            return False
+        except PeerdError as exc:
+            log.warning("orchestrate.stop_refused", run_id=run_id, thread_id=thread_id, error=exc.message)
+        return True
+
+    async def _deliver_owed(self, run_id: str) -> None:
+        """Owed stops, retried with backoff (across restarts, from the store) until each lands."""
+        for attempt in itertools.count():
+            remaining = 0
+            for packet in (await ostore.get(self.db, run_id)).packets:
+                owed = packet.retries.get("stop_owed") or []
+                if not owed:
+                    continue
+                still = [[t, e] for t, e in owed if not await self._stop_thread(run_id, t, e)]
+                memo = {**packet.retries, "stop_owed": still}
+                await ostore.update_packet(self.db, run_id, packet.packet_id, now=self.clock(), retries=memo)
+                remaining += len(still)
+            self.ctx.changed(run_id)
+            if not remaining:
+                return
+            await asyncio.sleep(OWED_STOP_BACKOFF_S[min(attempt, len(OWED_STOP_BACKOFF_S) - 1)])
 
     @staticmethod
     def _live_threads(packet: ostore.PacketRow) -> list[tuple[str, str | None]]:

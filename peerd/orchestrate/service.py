@@ -195,6 +195,7 @@ class Orchestrations:
                     "commit": p.commit_sha,
                     "failure": p.failure,
                     "retries": {k: v for k, v in p.retries.items() if isinstance(v, int)},
+                    "stopOwed": [thread for thread, _ in p.retries.get("stop_owed") or []],
                 }
                 for p in run.packets
             ],

@@ -126,11 +126,14 @@ async def get(db: Database, run_id: str) -> RunRow:
     )
 
 
-async def all_runs(db: Database, *, open_only: bool = False) -> list[str]:
+async def all_runs(db: Database, *, open_only: bool = False, status: str | None = None) -> list[str]:
     sql = "SELECT id FROM orchestrations"
+    params: tuple[str, ...] = ()
     if open_only:
         sql += " WHERE status NOT IN ('completed', 'failed', 'cancelled')"
-    return [r["id"] for r in await db.fetchall(sql + " ORDER BY created_at", ())]
+    elif status is not None:
+        sql, params = sql + " WHERE status = ?", (status,)
+    return [r["id"] for r in await db.fetchall(sql + " ORDER BY created_at", params)]
 
 
 async def set_status(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 from pathlib import Path
 from typing import Any
@@ -179,3 +181,84 @@ async def test_reading_an_unknown_orchestration_is_a_typed_error(tmp_path: Path)
         with pytest.raises(PeerdError) as info:
             await client.call("GET", "/v1/orchestrations/orc_nope")
     assert info.value.code == "orchestration_not_found"
+
+
+class Proxy:
+    """A TCP pass-through in front of the box (TLS goes through untouched): stopping it is a network
+    partition between laptop and box while both daemons keep running."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        pipes = list(self._pipes)
+        for pipe in pipes:
+            pipe.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+                with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                    await dst.wait_closed()
+
+        tasks = {asyncio.create_task(pump(reader, up_writer)), asyncio.create_task(pump(up_reader, writer))}
+        self._pipes |= tasks
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._pipes -= tasks
+
+
+async def test_a_cancel_the_box_cannot_hear_is_owed_until_it_lands(tmp_path: Path) -> None:
+    origin = tmp_path / "origin.git"
+    seed = project_repo(tmp_path / "seed")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    async with two_daemons(tmp_path, settings=settings(tmp_path)) as pair:
+        for side, client in (("laptop", pair.lc), ("box", pair.bc)):
+            git(tmp_path, "clone", "-q", str(origin), str(tmp_path / f"{side}-repo"))
+            await client.call("POST", "/v1/projects", body={"path": str(tmp_path / f"{side}-repo")})
+        proxy = Proxy(int(pair.box_url.rsplit(":", 1)[1]))
+        await proxy.start()
+        await pair.link("auto", code=await pair.code("auto", urls=[f"https://127.0.0.1:{proxy.port}"]))
+        project = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
+        hold = tmp_path / "never"
+        plan = [packet("slow", "Wait.\n\n" + steps({"wait_for_file": str(hold)}), ["calc.py"], CHECK_ADD)]
+        info = await start(pair.lc, project, plan=plan, coders=["box/script"])
+        info = await wait_for(pair.lc, info["id"], lambda i: packets_of(i)["slow"]["threadId"])
+        box_thread = packets_of(info)["slow"]["threadId"]
+        await proxy.stop()  # the partition: the box runs on, unaware
+        cancelled = await pair.lc.call("POST", f"/v1/orchestrations/{info['id']}/cancel", body={})
+        assert cancelled["status"] == "cancelled"
+        running = await pair.bc.call("GET", f"/v1/threads/{box_thread}")
+        assert running["latestRun"]["status"] in ("starting", "running")  # not stopped yet: it is owed
+        await proxy.start()  # the network is back: the owed stop lands on its next try
+        waited = await pair.bc.call("GET", f"/v1/threads/{box_thread}/wait", params={"timeout": 30})
+        assert waited["status"] == "interrupted"
+        settled = await pair.lc.call("GET", f"/v1/orchestrations/{info['id']}")
+        while packets_of(settled)["slow"]["stopOwed"]:  # recorded right after the box answered
+            settled = await pair.lc.call(
+                "GET",
+                f"/v1/orchestrations/{info['id']}",
+                params={"after": settled["updatedAt"], "timeout": 10},
+            )
+        hold.write_text("release")
+        await proxy.stop()
+    assert packets_of(cancelled)["slow"]["stopOwed"] == [box_thread]
