@@ -285,17 +285,8 @@ class Engine:
         return True
 
     async def _store_plan(self, run_id: str, receipt: PlanReceipt, request: dict[str, Any] | None) -> None:
-        await ostore.add_receipt(self.db, run_id, None, "plan", receipt.wire(), now=self.clock())
-        if request is not None:
-            async with self.db.write() as tx:
-                import json  # noqa: PLC0415
-
-                await tx.execute(
-                    "UPDATE orchestrations SET request = ? WHERE id = ?", (json.dumps(request), run_id)
-                )
-        await ostore.add_packets(
-            self.db, run_id, [p.model_dump(mode="json") for p in receipt.packets], now=self.clock()
-        )
+        specs = [p.model_dump(mode="json") for p in receipt.packets]
+        await ostore.record_plan(self.db, run_id, receipt.wire(), specs, request=request, now=self.clock())
         self.ctx.changed(run_id)
 
     async def record_given_plan(self, run_id: str, receipt: PlanReceipt) -> None:

@@ -18,7 +18,7 @@ from peerd.orchestrate import gitops
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
 from peerd.orchestrate.engine import Engine, feed_key
-from peerd.orchestrate.models import PacketSpec, PlanReceipt, validate_plan
+from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import links, projects
@@ -148,8 +148,6 @@ class Orchestrations:
 
     async def assign_more(self, request: dict[str, Any], packets: list[PacketSpec]) -> dict[str, Any]:
         """Coders and reviewers for each packet, recorded with the run (and why each was chosen)."""
-        from peerd.orchestrate.models import CoderChoice  # noqa: PLC0415
-
         coders = [CoderChoice.model_validate(x) for x in request["coders"]]
         reviewer_flag = request.get("reviewerFlag")
         configured = request.get("reviewerConfigured")

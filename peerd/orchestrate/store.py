@@ -151,12 +151,41 @@ async def set_status(
 async def add_packets(db: Database, run_id: str, specs: list[dict[str, Any]], *, now: float) -> None:
     """The plan's packets, once: a replayed plan hop finds them already there."""
     async with db.write() as tx:
-        for position, spec in enumerate(specs):
+        await _insert_packets(tx, run_id, specs, now)
+
+
+async def record_plan(
+    db: Database,
+    run_id: str,
+    receipt: dict[str, Any],
+    specs: list[dict[str, Any]],
+    *,
+    request: dict[str, Any] | None,
+    now: float,
+) -> None:
+    """The plan hop's end, in one transaction: its receipt, the packets, and (for a planner's
+    packets) the coders assigned to them. A crash leaves either all of it or none."""
+    async with db.write() as tx:
+        await tx.execute(
+            "INSERT INTO orchestration_receipts (orchestration_id, packet_id, kind, body, created_at)"
+            " VALUES (?, NULL, 'plan', ?, ?)",
+            (run_id, json.dumps(receipt), now),
+        )
+        if request is not None:
             await tx.execute(
-                "INSERT OR IGNORE INTO orchestration_packets (orchestration_id, packet_id, position, spec,"
-                " state, updated_at) VALUES (?, ?, ?, ?, 'queued', ?)",
-                (run_id, spec["id"], position, json.dumps(spec), now),
+                "UPDATE orchestrations SET request = ? WHERE id = ?", (json.dumps(request), run_id)
             )
+        await _insert_packets(tx, run_id, specs, now)
+        await tx.execute("UPDATE orchestrations SET updated_at = ? WHERE id = ?", (now, run_id))
+
+
+async def _insert_packets(tx: Any, run_id: str, specs: list[dict[str, Any]], now: float) -> None:
+    for position, spec in enumerate(specs):
+        await tx.execute(
+            "INSERT OR IGNORE INTO orchestration_packets (orchestration_id, packet_id, position, spec,"
+            " state, updated_at) VALUES (?, ?, ?, ?, 'queued', ?)",
+            (run_id, spec["id"], position, json.dumps(spec), now),
+        )
 
 
 _PACKET_FIELDS = frozenset(
