@@ -114,7 +114,7 @@ def orchestrate_run(
     as_json: bool,
 ) -> None:
     """Run TASK: plan it into packets (or take --plan DIR), implement each in its own worktree,
-    verify, review, and merge the approved ones into the branch orchestrate/RUN."""
+    verify, review, and merge the approved ones into the branch orchestrate/RUN/integrated."""
     body: dict[str, Any] = {
         "task": " ".join(task),
         "coders": list(coders),

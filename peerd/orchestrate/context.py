@@ -8,6 +8,7 @@ keeps state of its own, so any hop can be repeated after a restart from what the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from peerd import contracts as c
-from peerd.core.runs import SHUTDOWN_REASON
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.core.runs import RECOVERY_REASON, SHUTDOWN_REASON
+from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.models import CoderChoice
+from peerd.orchestrate.models import CoderChoice, can_transition
 from peerd.orchestrate.transport import GitTransport
 from peerd.peer.client import PeerUnreachable
 from peerd.runtime.feed import ChangeFeed
@@ -89,12 +90,17 @@ class OrchestrationContext:
         return Caller(namespace=f"orchestrate:{run_id}")
 
     async def set(self, orch_id: str, packet_id: str, **changes: Any) -> None:
+        """Record a packet's change; a state change must follow the state machine (`TRANSITIONS`)."""
+        new = changes.get("state")
+        if new is not None:
+            current = await ostore.packet_state(self.db, orch_id, packet_id)
+            if current != new and not can_transition(current, new):
+                raise Conflict(f"Packet {packet_id} cannot go from {current} to {new}.")
         await ostore.update_packet(self.db, orch_id, packet_id, now=self.clock(), **changes)
         self.changed(orch_id)
 
     async def park(self, run_id: str, packet_id: str, why: str) -> None:
-        await ostore.update_packet(self.db, run_id, packet_id, now=self.clock(), state="parked", failure=why)
-        self.changed(run_id)
+        await self.set(run_id, packet_id, state="parked", failure=why)
 
     async def gate(self, run_id: str, packet_id: str | None, kind: str, **expect: Any) -> dict[str, Any]:
         """A hop starts only with the previous hop's receipt, and only one that lets it start."""
@@ -134,14 +140,30 @@ class OrchestrationContext:
         return await self.ops.thread_launch(self.caller(run.id), req)
 
     async def remote_project(self, env: str, project: c.Project) -> str:
-        page = await self.ops.project_list(self.caller("remote"), c.ProjectList(environment_id=env))
-        for remote in page.items:
-            if remote.repository_key and remote.repository_key == project.repository_key:
-                return remote.id
+        cursor: str | None = None
+        while True:
+            page = await self.ops.project_list(
+                self.caller("remote"), c.ProjectList(environment_id=env, cursor=cursor)
+            )
+            for remote in page.items:
+                if remote.repository_key and remote.repository_key == project.repository_key:
+                    return remote.id
+            cursor = page.next_cursor
+            if cursor is None:
+                break
         raise InvalidRequest(
             f"{env} has no checkout of {project.repository_key or project.name}: clone it there and "
             "`peerd project add` it."
         )
+
+    async def archive(self, run_id: str, thread_id: str, env: str | None) -> None:
+        """Remove a finished thread's worktree (its branch stays), here or on the box through the link
+        that started it; a box that is away keeps it, which costs only disk."""
+        with contextlib.suppress(PeerdError):
+            if env is None:
+                await self.ops.thread_archive(self.caller(run_id), thread_id)
+            else:
+                await self.ops.forward_raw(env, "POST", f"/v1/threads/{thread_id}/archive")
 
     async def send(self, run_id: str, thread_id: str, env: str | None, text: str, *, key: str) -> str:
         req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env)
@@ -167,7 +189,11 @@ class OrchestrationContext:
 
     async def stopped_by_shutdown(self, run_id: str, thread_id: str, env: str | None) -> bool:
         thread = await self.ops.thread_show(self.caller(run_id), thread_id, env)
-        return thread.latest_run is not None and thread.latest_run.reason == SHUTDOWN_REASON
+        # A clean shutdown, or a crash recovered at the next start: either way no coder failed.
+        return thread.latest_run is not None and thread.latest_run.reason in (
+            SHUTDOWN_REASON,
+            RECOVERY_REASON,
+        )
 
     async def reply(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
         page = await self.ops.thread_read(

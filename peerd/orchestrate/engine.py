@@ -271,6 +271,7 @@ class Engine:
                 return False
             packets, errors = parse_plan_reply(reply)
             if packets is not None:
+                await self.ctx.archive(run.id, thread_id, planner.environment)  # planning is done
                 break
         else:
             await self._fail_run(
@@ -422,13 +423,8 @@ class Engine:
         """Remove the worktrees of the packet and review threads, here and on boxes (their
         branches stay); a box that is away keeps them, which is only disk."""
         run = await ostore.get(self.db, run_id)
-        caller = self.ctx.caller(run_id)
         for packet in run.packets:
             for thread_id, env in self._live_threads(packet):
-                with contextlib.suppress(PeerdError):
-                    if env is None:
-                        await self.ops.thread_archive(caller, thread_id)
-                    else:  # on the box, through the link that started it (the fence allows it)
-                        await self.ops.forward_raw(env, "POST", f"/v1/threads/{thread_id}/archive")
+                await self.ctx.archive(run_id, thread_id, env)
 
     # --- threads --------------------------------------------------------------------------------

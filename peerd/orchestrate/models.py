@@ -35,18 +35,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from peerd.contracts import Input, Wire
 
 PacketState = Literal[
-    "queued", "running", "verifying", "reviewing", "approved", "integrated", "parked", "failed", "cancelled"
+    "queued", "implementing", "verifying", "reviewing", "approved", "integrated", "parked", "cancelled"
 ]
-TERMINAL_STATES: frozenset[PacketState] = frozenset({"integrated", "parked", "failed", "cancelled"})
+TERMINAL_STATES: frozenset[PacketState] = frozenset({"integrated", "parked", "cancelled"})
+# The engine moves a packet only along these edges (`OrchestrationContext.set` checks each move).
 TRANSITIONS: dict[PacketState, frozenset[PacketState]] = {
-    "queued": frozenset({"running", "cancelled", "failed"}),
-    "running": frozenset({"verifying", "running", "parked", "cancelled"}),
-    "verifying": frozenset({"reviewing", "running", "verifying", "parked", "cancelled"}),
-    "reviewing": frozenset({"approved", "running", "parked", "cancelled"}),
-    "approved": frozenset({"integrated", "parked", "cancelled"}),
+    "queued": frozenset({"implementing", "parked", "cancelled"}),  # parked: a dependency failed
+    "implementing": frozenset({"implementing", "verifying", "parked", "cancelled"}),  # re-dispatch
+    "verifying": frozenset({"reviewing", "implementing", "parked", "cancelled"}),  # fix
+    "reviewing": frozenset({"approved", "implementing", "parked", "cancelled"}),  # changes
+    "approved": frozenset({"integrated", "parked"}),  # parked: a merge conflict
     "integrated": frozenset(),
     "parked": frozenset(),
-    "failed": frozenset(),
     "cancelled": frozenset(),
 }
 

@@ -11,7 +11,7 @@ from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, ReceiptMissing, Settings
 from peerd.orchestrate.implement import record_impl
 from peerd.orchestrate.models import PacketSpec, ReviewReceipt, VerificationResult
-from peerd.orchestrate.verdicts import classify_verification, parse_review_reply, reviewer_prompt
+from peerd.orchestrate.verdicts import parse_review_reply, reviewer_prompt, verification_result
 from peerd.runtime import git
 from peerd.store import projects
 
@@ -27,30 +27,15 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     await detached_worktree(repo, worktree, packet.commit_sha)
     try:
         check = await gitops.run_check(worktree, spec.verify)
-        kind = (
-            "passed"
-            if check.passed
-            else classify_verification(check.exit_code, check.timed_out, check.output)
-        )
-        if kind == "environmental" and int(memo.get("environmental", 0)) < RETRY_LIMIT:
+        verification = verification_of(spec.verify, check)
+        if verification.classification == "environmental" and int(memo.get("environmental", 0)) < RETRY_LIMIT:
             # The orchestrator's own re-run outside any coder sandbox is authoritative.
             memo["environmental"] = int(memo.get("environmental", 0)) + 1
             check = await gitops.run_check(worktree, spec.verify)
-            kind = (
-                "passed"
-                if check.passed
-                else classify_verification(check.exit_code, check.timed_out, check.output)
-            )
+            verification = verification_of(spec.verify, check)
     finally:
         await git.remove_worktree(repo, worktree, delete_branch=None)
-    verification = VerificationResult(
-        command=spec.verify,
-        exit_code=check.exit_code,
-        passed=check.passed,
-        timed_out=check.timed_out,
-        output_tail=check.output[-OUTPUT_TAIL:],
-        classification=kind,
-    )
+    kind = verification.classification
     await record_impl(ctx, run, packet, memo, packet.commit_sha, verification)
     if verification.passed:
         await ctx.set(run.id, packet.packet_id, state="reviewing", hop="review", retries=memo)
@@ -89,6 +74,10 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     review_run = memo.get("review_run")
     env = reviewer.environment  # a reviewer on a box gets the packet's commit sent there first
     if not isinstance(thread_id, str):
+        previous = memo.get("review_thread")
+        if isinstance(previous, str):  # the last round's reviewer is done: its checkout can go
+            previous_env = memo.get("review_env")
+            await ctx.archive(run.id, previous, previous_env if isinstance(previous_env, str) else None)
         launched = await ctx.launch(
             run, reviewer, reviewer_prompt(spec, diff, verification), key=f"{packet.packet_id}:review:{round_n}",
             runtime_mode="read-only", base=packet.commit_sha,
@@ -146,12 +135,4 @@ async def detached_worktree(repo: Path, worktree: Path, commit: str) -> None:
 
 
 def verification_of(command: str, check: gitops.CheckResult) -> VerificationResult:
-    kind = "passed" if check.passed else classify_verification(check.exit_code, check.timed_out, check.output)
-    return VerificationResult(
-        command=command,
-        exit_code=check.exit_code,
-        passed=check.passed,
-        timed_out=check.timed_out,
-        output_tail=check.output[-OUTPUT_TAIL:],
-        classification=kind,
-    )
+    return verification_result(command, check.exit_code, check.timed_out, check.output, limit=OUTPUT_TAIL)

@@ -136,6 +136,16 @@ async def all_runs(db: Database, *, open_only: bool = False, status: str | None 
     return [r["id"] for r in await db.fetchall(sql + " ORDER BY created_at", params)]
 
 
+async def packet_state(db: Database, orch_id: str, packet_id: str) -> Any:
+    row = await db.fetchone(
+        "SELECT state FROM orchestration_packets WHERE orchestration_id = ? AND packet_id = ?",
+        (orch_id, packet_id),
+    )
+    if row is None:
+        raise OrchestrationNotFound(f"No packet {packet_id!r} in orchestration {orch_id!r}.")
+    return row["state"]
+
+
 async def set_status(
     db: Database, run_id: str, status: str, *, now: float, reason: str | None = None
 ) -> None:

@@ -21,7 +21,7 @@ import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 
@@ -52,7 +52,6 @@ ENVIRONMENTAL_PATTERNS: tuple[str, ...] = (
     r"\benospc\b",
 )
 _ENVIRONMENTAL = re.compile("|".join(ENVIRONMENTAL_PATTERNS), re.IGNORECASE)
-RetryAction = Literal["none", "same_coder", "different_coder", "rerun", "park"]
 
 
 def environmental_signal(output: str) -> str | None:
@@ -80,7 +79,7 @@ def tail(text: str, limit: int = TAIL_CHARS) -> str:
 
 
 def verification_result(
-    command: str, exit_code: int | None, timed_out: bool, output: str
+    command: str, exit_code: int | None, timed_out: bool, output: str, *, limit: int = TAIL_CHARS
 ) -> VerificationResult:
     classification = classify_verification(exit_code, timed_out, output)
     return VerificationResult(
@@ -88,22 +87,9 @@ def verification_result(
         exit_code=exit_code,
         passed=classification == "passed",
         timed_out=timed_out,
-        output_tail=tail(output),
+        output_tail=tail(output, limit),
         classification=classification,
     )
-
-
-def retry_action(classification: Classification, *, retried: bool) -> RetryAction:
-    """What to do after a hop's outcome; never more than one retry in any class."""
-    if classification == "passed":
-        return "none"
-    if retried:
-        return "park"
-    if classification == "content":
-        return "same_coder"
-    if classification == "environmental":
-        return "rerun"
-    return "different_coder"  # empty_diff, coder_error, timeout
 
 
 # --- finding JSON in a reply --------------------------------------------------------------------

@@ -166,6 +166,10 @@ async def test_integration_needs_an_approving_review_receipt(tmp_path: Path) -> 
         )
         with pytest.raises(ReceiptMissing):
             await engine._integrate(run.id)
+        # no hop is skipped: a queued packet cannot jump to approved
+        await ostore.update_packet(daemon.db, run.id, "p", now=2.5, state="queued")
+        with pytest.raises(PeerdError, match="cannot go from queued to approved"):
+            await engine.ctx.set(run.id, "p", state="approved")
         # and the implementation hop cannot start without the plan's receipt
         await ostore.update_packet(daemon.db, run.id, "p", now=3.0, state="queued")
         with pytest.raises(ReceiptMissing):

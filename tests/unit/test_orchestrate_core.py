@@ -36,7 +36,6 @@ from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     parse_review_reply,
     planner_prompt,
-    retry_action,
     reviewer_prompt,
     verification_result,
 )
@@ -153,10 +152,13 @@ def test_packet_schema_is_strict_and_camel_case_on_the_wire() -> None:
 
 
 def test_state_transitions() -> None:
-    assert can_transition("queued", "running")
-    assert can_transition("reviewing", "running"), "request_changes goes back to the coder"
-    assert not can_transition("integrated", "running")
-    assert not can_transition("queued", "approved")
+    assert can_transition("queued", "implementing")
+    assert can_transition("reviewing", "implementing"), "request_changes goes back to the coder"
+    assert can_transition("verifying", "implementing"), "a content failure goes back to the coder"
+    assert can_transition("approved", "parked"), "a merge conflict parks an approved packet"
+    assert not can_transition("integrated", "implementing")
+    assert not can_transition("queued", "approved"), "no hop is skipped"
+    assert not can_transition("parked", "approved")
 
 
 # --- the project's config -----------------------------------------------------------------------
@@ -444,16 +446,10 @@ def test_classify_verification(exit_code: int | None, timed_out: bool, output: s
     assert classify_verification(exit_code, timed_out, output) == expected
 
 
-def test_verification_result_and_retry_actions() -> None:
+def test_verification_result_keeps_the_tail() -> None:
     result = verification_result("pytest", 1, False, "x" * 10_000 + "END")
     assert result.classification == "content" and not result.passed
     assert len(result.output_tail) == 4_000 and result.output_tail.endswith("END")
-    assert retry_action("content", retried=False) == "same_coder"
-    assert retry_action("environmental", retried=False) == "rerun"
-    assert retry_action("empty_diff", retried=False) == "different_coder"
-    assert retry_action("timeout", retried=False) == "different_coder"
-    assert retry_action("content", retried=True) == "park"
-    assert retry_action("passed", retried=True) == "none"
 
 
 # --- replies ------------------------------------------------------------------------------------
