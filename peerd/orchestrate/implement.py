@@ -148,10 +148,10 @@ async def collect(
     message = f"{spec.id}: {spec.goal}"[:200]
     assert packet.thread_id is not None and packet.branch is not None  # noqa: S101
     if coder.environment is not None:
-        tip, _ = await ctx.transport.fetch_result(
-            coder.environment, packet.thread_id, repo, packet.branch, message
+        # Containment runs on the box, against the box's own checkout, before it commits.
+        return await ctx.transport.fetch_result(
+            coder.environment, packet.thread_id, repo, packet.branch, message, spec.files
         )
-        return tip, []
     thread = await ctx.ops.thread_show(ctx.caller(run.id), packet.thread_id)
     worktree = Path(thread.worktree_path)
     # Containment first: edits that escaped into the orchestrator's own checkout come back,

@@ -32,6 +32,9 @@ MAX_BUNDLE_BYTES = 1_400_000
 
 class ThreadCommit(c.Input):
     message: str = Field(min_length=1, max_length=2000)
+    # The packet's files: edits a coder left in this machine's own checkout of the project, inside
+    # this scope only, are moved into the thread's worktree before the commit (containment).
+    scope: list[str] = Field(default_factory=list, max_length=500)
 
 
 class ThreadCommitResult(c.Wire):
@@ -40,6 +43,7 @@ class ThreadCommitResult(c.Wire):
     base_commit: str | None
     commit: str | None  # the branch tip after committing (the base when nothing changed)
     created: bool  # whether a new commit was made
+    recovered: list[str] = Field(default_factory=list)  # paths moved in from the project's checkout
 
 
 class BundleData(c.Wire):
@@ -90,6 +94,11 @@ class GitTransport:
     async def commit(self, caller: Caller, thread_id: str, req: ThreadCommit) -> ThreadCommitResult:
         thread = await self._own_thread(caller, thread_id, "commit a thread's work")
         worktree = Path(thread.worktree_path)
+        recovered: list[str] = []
+        if req.scope:
+            checkout = Path((await projects.get(self.ops.db, thread.project_id)).path)
+            if await gitops.dirty_paths(checkout):
+                recovered = await gitops.recover_escaped(checkout, worktree, req.scope)
         created = await gitops.commit_all(worktree, req.message)
         tip = created or await gitops.head(worktree)
         return ThreadCommitResult(
@@ -98,6 +107,7 @@ class GitTransport:
             base_commit=thread.base_commit,
             commit=tip,
             created=created is not None,
+            recovered=recovered,
         )
 
     async def bundle(self, caller: Caller, thread_id: str) -> BundleData:
@@ -155,21 +165,21 @@ class GitTransport:
             await self.ops.forward_raw(env_id, "POST", f"/v1/projects/{remote_project}/bundle", body=body)
 
     async def fetch_result(
-        self, env_id: str, thread_id: str, repo: Path, branch: str, message: str
-    ) -> tuple[str | None, bool]:
-        """Commit the box thread's work and fetch its branch here; (tip, whether anything changed)."""
+        self, env_id: str, thread_id: str, repo: Path, branch: str, message: str, scope: list[str]
+    ) -> tuple[str | None, list[str]]:
+        """Commit the box thread's work (after containment there, in `scope`) and fetch its branch
+        here; (the tip, the paths recovered from the box's own checkout)."""
+        body = {"message": message, "scope": scope}
         committed = ThreadCommitResult.model_validate(
-            await self.ops.forward_raw(
-                env_id, "POST", f"/v1/threads/{thread_id}/commit", body={"message": message}
-            )
+            await self.ops.forward_raw(env_id, "POST", f"/v1/threads/{thread_id}/commit", body=body)
         )
         data = BundleData.model_validate(
             await self.ops.forward_raw(env_id, "GET", f"/v1/threads/{thread_id}/bundle")
         )
         if data.bundle is None:
-            return committed.base_commit, False
+            return committed.base_commit, committed.recovered
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             path = Path(scratch) / "result.bundle"
             path.write_bytes(base64.b64decode(data.bundle))
             tip = await gitops.fetch_bundle(repo, path, f"refs/heads/{branch}")
-        return tip, True
+        return tip, committed.recovered

@@ -266,3 +266,30 @@ async def test_a_cancel_the_box_cannot_hear_is_owed_until_it_lands(tmp_path: Pat
         hold.write_text("release")
         await proxy.stop()
     assert packets_of(cancelled)["slow"]["stopOwed"] == [box_thread]
+
+
+async def test_an_edit_that_escaped_into_the_boxs_checkout_is_recovered_there(tmp_path: Path) -> None:
+    origin = tmp_path / "origin.git"
+    seed = project_repo(tmp_path / "seed")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    async with two_daemons(tmp_path, settings=settings(tmp_path)) as pair:
+        repos = {}
+        for side, client in (("laptop", pair.lc), ("box", pair.bc)):
+            repos[side] = tmp_path / f"{side}-repo"
+            git(tmp_path, "clone", "-q", str(origin), str(repos[side]))
+            await client.call("POST", "/v1/projects", body={"path": str(repos[side])})
+        await pair.link("auto")
+        box_repo = repos["box"]
+        (box_repo / "scratch.txt").write_text("the box owner's own notes\n")  # out of scope: untouched
+        escape = f"sed -i 's/return a - b/return a + b/' {box_repo / 'calc.py'}"
+        project = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
+        plan = [packet("fix-add", "Fix.\n\n" + steps({"run": escape, "check": True}), ["calc.py"], CHECK_ADD)]
+        info = await start(pair.lc, project, plan=plan, coders=["box/script"])
+        done = await finished(pair.lc, info["id"])
+    fix = packets_of(done)["fix-add"]
+    assert fix["state"] == "integrated", fix["failure"]
+    assert receipts_of(done, "implementation", "fix-add")[-1]["recoveredPaths"] == ["calc.py"]
+    assert "return a + b" in git(repos["laptop"], "show", f"{done['branch']}:calc.py")
+    assert "return a - b" in (box_repo / "calc.py").read_text()  # the box's checkout is as committed
+    assert (box_repo / "scratch.txt").read_text() == "the box owner's own notes\n"
+    assert git(box_repo, "status", "--porcelain") == "?? scratch.txt\n"
