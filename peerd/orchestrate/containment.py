@@ -13,12 +13,12 @@ from pathlib import Path
 
 from peerd.errors import Conflict, GitError, InvalidRequest
 from peerd.orchestrate.gitbase import (
-    _git_raw,
     _lock,
 )
 from peerd.runtime.git import (
     _DIFF_OPTIONS,
     _git,
+    _git_raw,
     _same_path,
     _trim,
     toplevel,

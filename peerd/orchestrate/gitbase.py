@@ -4,11 +4,8 @@ identity, sha checks), and the commit and diff functions a packet's result is de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import weakref
-from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.errors import GitError, InvalidRequest, NotFound
@@ -16,9 +13,6 @@ from peerd.runtime.git import (
     _DIFF_OPTIONS,
     _check_rev,
     _git,
-    _git_env,
-    _raise_for,
-    _Result,
     head_commit,
 )
 
@@ -39,40 +33,6 @@ _BRANCH_PROTECTED = frozenset({"main", "master"})
 
 
 # --- small helpers ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Raw:
-    returncode: int
-    stdout: bytes
-    stderr: str
-
-
-async def _git_raw(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Raw:
-    """Like `_git`, but stdout stays bytes: patches and file names need not be UTF-8."""
-    argv = ["git", "-C", str(cwd), *args]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=_git_env(),
-        )
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH.") from exc
-    try:
-        out, err = await proc.communicate(stdin)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
-        raise
-    returncode = proc.returncode if proc.returncode is not None else -1
-    result = _Raw(returncode, out, err.decode("utf-8", "replace"))
-    if returncode not in ok:
-        _raise_for(cwd, args, _Result(returncode, "", result.stderr))
-    return result
 
 
 _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, Path], asyncio.Lock]] = (

@@ -23,6 +23,7 @@ from peerd.providers.stream_common import (
     file_change_item,
     finish_run,
     joined_text,
+    shell_item,
     tool_call_item,
     with_failure,
 )
@@ -167,15 +168,9 @@ class ClaudeEvents:
 
         if name == "Bash":
             command = as_str(tool_input.get("command"))
-            data: dict[str, Any] = {
-                "command": command,
-                "exit_code": None,
-                "output": output,
-                "output_truncated": truncated,
-                "status": status,
-                "error": error,
-            }
-            return ItemProduced("command", text(clip_head(command) or "(command)"), data)
+            return shell_item(
+                command, output, truncated, status, error, text(clip_head(command) or "(command)")
+            )
         if name in FILE_TOOLS:
             path = as_str(tool_input.get("file_path")) or as_str(tool_input.get("notebook_path"))
             return file_change_item(

@@ -20,6 +20,7 @@ from peerd.providers.stream_common import (
     clip_tail,
     file_change_item,
     finish_run,
+    shell_item,
     tool_call_item,
     with_failure,
 )
@@ -128,15 +129,7 @@ def _tool_item(name: str, parameters: Mapping[str, Any], result: Mapping[str, An
 
     if name == "run_shell_command":
         command = as_str(parameters.get("command"))
-        data: dict[str, Any] = {
-            "command": command,
-            "exit_code": None,
-            "output": output,
-            "output_truncated": truncated,
-            "status": status,
-            "error": error,
-        }
-        return ItemProduced("command", text(clip_head(command) or "(command)"), data)
+        return shell_item(command, output, truncated, status, error, text(clip_head(command) or "(command)"))
     if name in FILE_TOOLS:
         path = as_str(parameters.get("file_path"))
         return file_change_item(name, path, FILE_TOOLS[name], status, error, text(clip_head(path) or name))

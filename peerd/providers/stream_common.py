@@ -165,3 +165,12 @@ def tool_call_item(
             "status": status}  # fmt: skip
     label = f"{server}.{tool}" if server else tool or "tool"
     return ItemProduced("tool_call", text(clip_head(label)), data)
+
+
+def shell_item(
+    command: str, output: str, truncated: bool, status: str, error: str | None, text: str
+) -> ItemProduced:
+    """A shell tool's item (Claude's Bash, Gemini's run_shell_command): no exit code in the stream."""
+    data = {"command": command, "exit_code": None, "output": output, "output_truncated": truncated,
+            "status": status, "error": error}  # fmt: skip
+    return ItemProduced("command", text, data)

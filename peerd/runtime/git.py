@@ -98,8 +98,22 @@ def _trim(stderr: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class _Raw:
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+
 async def _git(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Result:
     """Run `git -C cwd *args`; raise unless the exit code is in `ok`."""
+    raw = await _git_raw(cwd, *args, ok=ok, stdin=stdin)
+    # `replace`: file contents in a diff need not be UTF-8, and a message must still be built.
+    return _Result(raw.returncode, raw.stdout.decode("utf-8", "replace"), raw.stderr)
+
+
+async def _git_raw(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Raw:
+    """Like `_git`, but stdout stays bytes (patches and file names need not be UTF-8)."""
     argv = ["git", "-C", str(cwd), *args]
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -120,10 +134,9 @@ async def _git(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes |
         await asyncio.shield(proc.wait())
         raise
     returncode = proc.returncode if proc.returncode is not None else -1
-    # `replace`: file contents in a diff need not be UTF-8, and a message must still be built.
-    result = _Result(returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    result = _Raw(returncode, out, err.decode("utf-8", "replace"))
     if returncode not in ok:
-        _raise_for(cwd, args, result)
+        _raise_for(cwd, args, _Result(returncode, "", result.stderr))
     return result
 
 
