@@ -86,6 +86,12 @@ async def _project_here(client: LocalClient) -> str:
 )
 @click.option("--verify", default=None, help="The full check run once on the integrated result.")
 @click.option(
+    "--packet-timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Stop a coder's turn after this many seconds (it then goes to another coder once).",
+)
+@click.option(
     "--reviewer", default=None, help="Reviewer coder spec (default: another backend than the implementer)."
 )
 @click.option(
@@ -106,6 +112,7 @@ def orchestrate_run(
     concurrency: int,
     plan_dir: Path | None,
     verify: str | None,
+    packet_timeout: float | None,
     reviewer: str | None,
     environments: tuple[str, ...],
     non_interactive: bool,
@@ -119,6 +126,7 @@ def orchestrate_run(
         "task": " ".join(task),
         "coders": list(coders),
         "concurrency": concurrency,
+        "packetTimeoutS": packet_timeout,
         "verify": verify,
         "reviewer": reviewer,
         "on": list(environments),

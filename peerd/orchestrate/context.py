@@ -30,6 +30,7 @@ from peerd.store.db import Database
 WAIT_CHUNK_S = 50.0
 UNREACHABLE_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0)
 OUTPUT_TAIL = 20_000
+TIMED_OUT = "timed_out"  # what `wait` answers at its deadline (not a run status)
 RETRY_LIMIT = 1  # per class: content, environmental, redispatch, changes, plan, review answer
 
 
@@ -49,6 +50,7 @@ class Settings:
     assignment: dict[str, CoderChoice]
     reviewers: dict[str, CoderChoice]
     concurrency: int
+    packet_timeout_s: float | None  # a coder's turn longer than this is stopped: the timeout class
     verify: str | None
     workarounds: list[str]
     planner: CoderChoice
@@ -60,6 +62,7 @@ class Settings:
             assignment={k: CoderChoice.model_validate(v) for k, v in request.get("assignment", {}).items()},
             reviewers={k: CoderChoice.model_validate(v) for k, v in request.get("reviewers", {}).items()},
             concurrency=int(request.get("concurrency", 3)),
+            packet_timeout_s=request.get("packetTimeoutS"),
             verify=request.get("verify"),
             workarounds=list(request.get("workarounds", [])),
             planner=CoderChoice.model_validate(request.get("planner") or request["coders"][0]),
@@ -169,15 +172,23 @@ class OrchestrationContext:
         req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env)
         return (await self.ops.thread_send(self.caller(run_id), thread_id, req)).run_id
 
-    async def wait(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
-        """Wait for a run to end, in long-poll chunks; a box that is away is waited for."""
+    async def wait(
+        self, run_id: str, thread_id: str, run_ref: str, env: str | None, *, deadline: float | None = None
+    ) -> str:
+        """Wait for a run to end, in long-poll chunks; a box that is away is waited for. With a
+        `deadline` (epoch seconds, kept in the store so a restart keeps it) returns TIMED_OUT there."""
         failures = 0
         while True:
+            chunk = WAIT_CHUNK_S
+            if deadline is not None:
+                chunk = min(chunk, deadline - self.clock())
+                if chunk <= 0:
+                    return TIMED_OUT
             try:
                 result = await self.ops.thread_wait(
                     self.caller(run_id),
                     thread_id,
-                    c.ThreadWait(run_id=run_ref, timeout=WAIT_CHUNK_S, environment_id=env),
+                    c.ThreadWait(run_id=run_ref, timeout=chunk, environment_id=env),
                 )
             except PeerUnreachable:
                 await asyncio.sleep(UNREACHABLE_BACKOFF_S[min(failures, len(UNREACHABLE_BACKOFF_S) - 1)])

@@ -7,14 +7,19 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from peerd import contracts as c
 from peerd.errors import Conflict, PeerdError
 from peerd.orchestrate import gitops
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, Settings
+from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, TIMED_OUT, OrchestrationContext, Settings
 from peerd.orchestrate.models import CoderChoice, ImplementationReceipt, PacketSpec, VerificationResult
 from peerd.orchestrate.verdicts import implementer_prompt
 from peerd.runtime import git
 from peerd.store import projects
+
+
+def _deadline(ctx: OrchestrationContext, settings: Settings) -> float | None:
+    return None if settings.packet_timeout_s is None else ctx.clock() + settings.packet_timeout_s
 
 
 def coder_of(packet: ostore.PacketRow) -> CoderChoice:
@@ -94,6 +99,7 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             base=str(memo["base"]),
             branch=packet.branch,
         )
+        memo["deadline"] = _deadline(ctx, settings)
         await ctx.set(
             run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, retries=memo
         )
@@ -104,11 +110,24 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
         run_id = await ctx.send(
             run.id, packet.thread_id, coder.environment, pending, key=f"{packet.packet_id}:send:{n}"
         )
-        memo.update(sends=n, pending_send=None, pending_after=None)
+        memo.update(sends=n, pending_send=None, pending_after=None, deadline=_deadline(ctx, settings))
         await ctx.set(run.id, packet.packet_id, run_id=run_id, retries=memo)
         packet.run_id = run_id
     assert packet.thread_id is not None and packet.run_id is not None  # noqa: S101  # set just above
-    status = await ctx.wait(run.id, packet.thread_id, packet.run_id, coder.environment)
+    status = await ctx.wait(
+        run.id, packet.thread_id, packet.run_id, coder.environment, deadline=memo.get("deadline")
+    )
+    if status == TIMED_OUT:
+        with contextlib.suppress(PeerdError):
+            stop = c.ThreadInterrupt(
+                stop=True, reason="Past the packet's time limit.", environment_id=coder.environment
+            )
+            await ctx.ops.thread_interrupt(ctx.caller(run.id), packet.thread_id, stop)
+        limit = settings.packet_timeout_s or 0
+        await redispatch_or_park(
+            ctx, run, packet, memo, "timeout", f"The coder ran past its {limit:g} s limit."
+        )
+        return
     if status == "interrupted" and await ctx.stopped_by_shutdown(run.id, packet.thread_id, coder.environment):
         # A daemon restart (here or on the box) cut the coder off: it goes on in the same
         # session, without counting as a retry.
@@ -121,6 +140,7 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             run.id, packet.thread_id, coder.environment, text, key=f"{packet.packet_id}:resume:{n}"
         )
         memo["resumes"] = n
+        memo["deadline"] = _deadline(ctx, settings)
         await ctx.set(run.id, packet.packet_id, run_id=run_ref, retries=memo)
         return
     report = await ctx.reply(run.id, packet.thread_id, packet.run_id, coder.environment)

@@ -30,6 +30,7 @@ class OrchestrateRequest(c.Input):
     project_id: str = Field(min_length=1)
     coders: list[str] = Field(default_factory=list, max_length=20)
     concurrency: int = Field(default=3, ge=1, le=16)
+    packet_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600)
     plan: list[PacketSpec] | None = Field(default=None, max_length=100)
     verify: str | None = Field(default=None, max_length=4000)
     reviewer: str | None = None
@@ -125,6 +126,7 @@ class Orchestrations:
         request: dict[str, Any] = {
             "coders": [x.model_dump(mode="json") for x in resolution.coders],
             "concurrency": req.concurrency,
+            "packetTimeoutS": req.packet_timeout_s,
             "verify": req.verify or config.verify,
             "workarounds": list(config.sandbox_workarounds),
             "planner": resolution.coders[0].model_dump(mode="json"),

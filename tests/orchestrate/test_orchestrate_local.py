@@ -308,3 +308,34 @@ async def test_a_plan_invalid_twice_stops_the_run_with_the_reason(
     assert done["status"] == "failed"
     assert "not valid after one send-back" in done["reason"] and "nope" in done["reason"]
     assert done["packets"] == []
+
+
+async def test_a_coder_past_the_packet_time_limit_is_stopped_and_replaced(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    config = settings(tmp_path)
+    sleeper = ProviderConfig(command=f"{sys.executable} -c 'import time; time.sleep(600)'")
+    config = config.model_copy(
+        update={
+            "providers": {**config.providers, "sleeper": sleeper},
+            "approved_commands": ["reviewer", "sleeper"],
+        }
+    )
+    (repo / ".peerd").mkdir()
+    (repo / ".peerd" / "orchestrate.toml").write_text('coders = ["sleeper", "script"]\n')
+    async with (
+        running_daemon(tmp_path / "home", settings=config) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        plan = [packet("fix-add", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD)]
+        info = await start(client, project, plan=plan, coders=["sleeper", "script"], packetTimeoutS=1)
+        done = await finished(client, info["id"])
+        first = receipts_of(done, "implementation", "fix-add")[0]
+        threads = (await client.call("GET", "/v1/threads", params={"includeArchived": True}))["items"]
+        stopped = next(t for t in threads if t["provider"] == "sleeper")
+    fix = packets_of(done)["fix-add"]
+    assert fix["state"] == "integrated", fix["failure"]
+    assert first["coder"]["backend"] == "sleeper" and first["verification"]["classification"] == "timeout"
+    assert "ran past its 1 s limit" in first["verification"]["outputTail"]
+    assert fix["coder"]["backend"] == "script" and fix["retries"]["redispatch"] == 1
+    assert stopped["latestRun"]["status"] == "interrupted"  # the slow coder was stopped, not left running
