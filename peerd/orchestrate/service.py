@@ -21,7 +21,7 @@ from peerd.orchestrate.engine import Engine, feed_key
 from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
-from peerd.store import links, projects
+from peerd.store import approvals, links, projects
 from peerd.store.db import Database
 
 
@@ -121,6 +121,11 @@ class Orchestrations:
                 f"Custom commands need your confirmation before their first run: {names}. Run again and "
                 "confirm, or pass --allow-command NAME."
             )
+        for name, command in resolution.commands.items():
+            if name in req.allow_commands or command in req.allow_commands:
+                # The owner confirmed (or named) this exact command on their own socket: that is an
+                # approval, bound to the command's text like `peerd provider approve`.
+                await approvals.approve(self.db, name, command, now=self.clock())
         await _keep_out_of_git(repo)
         base = await gitops.head(repo)
         request: dict[str, Any] = {

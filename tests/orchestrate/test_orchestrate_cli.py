@@ -10,15 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from peerd.cli.common import EXIT_OK, EXIT_USAGE
+from peerd.config import ProviderConfig
 from tests.helpers import client_for, git, running_daemon
 from tests.orchestrate.support import project_repo, settings, steps
 from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 
 
-async def peerd(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+async def peerd(
+    home: Path, cwd: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "peerd", "--home", str(home), *args]
     return await asyncio.to_thread(
-        subprocess.run, argv, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        subprocess.run, argv, cwd=cwd, capture_output=True, text=True, timeout=120, input=stdin or ""
     )
 
 
@@ -79,3 +82,28 @@ async def test_orchestrate_refuses_bad_input_clearly(tmp_path: Path) -> None:
         )
         assert bad_spec.returncode != EXIT_OK and "nowhere" in bad_spec.stderr
         assert "Traceback" not in outside.stderr + no_dir.stderr + bad_spec.stderr
+
+
+async def test_an_interactive_run_shows_a_custom_command_and_asks_first(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    command = "sed -i s/a-b/a+b/ {WORKTREE}/calc.py"
+    config = settings(tmp_path)
+    config = config.model_copy(
+        update={"providers": {**config.providers, "mine": ProviderConfig(command=command)}}
+    )
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    (plan / "fix.md").write_text(f'+++\nfiles = ["calc.py"]\nverify = "{CHECK_ADD}"\n+++\nFix add().\n')
+    (repo / "calc.py").write_text((repo / "calc.py").read_text().replace("a - b", "a-b"))
+    git(repo, "commit", "-qam", "compact")
+    async with running_daemon(tmp_path / "home", settings=config) as daemon:
+        home = daemon.paths.home
+        async with client_for(home) as client:
+            await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        args = ("orchestrate", "--plan", str(plan), "--coder", "mine", "--reviewer", "reviewer")
+        declined = await peerd(home, repo, *args, stdin="n\n")
+        accepted = await peerd(home, repo, *args, stdin="y\n")
+    assert command in declined.stdout and "Run mine as a coder?" in declined.stdout
+    assert declined.returncode != EXIT_OK  # not confirmed: nothing ran
+    assert accepted.returncode == EXIT_OK, accepted.stdout + accepted.stderr
+    assert "fix" in accepted.stdout and "integrated" in accepted.stdout
