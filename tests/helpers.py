@@ -7,12 +7,16 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from peerd.cli.client import DaemonNotRunning, LocalClient
 from peerd.config import Config
@@ -204,3 +208,19 @@ async def two_daemons(
         client_for(box.paths.home) as bc,
     ):
         yield Pair(laptop, box, lc, bc)
+
+
+def notify_socket(kind: str, tmp_path: Path) -> tuple[socket.socket, str]:
+    """A bound datagram socket standing in for systemd, and the NOTIFY_SOCKET value naming it:
+    a path (`kind="path"`) or an abstract name (`"abstract"`, written `@name`)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    if kind == "path":
+        path = tmp_path / "notify"
+        if len(os.fsencode(path)) > 100:
+            sock.close()
+            pytest.skip("the temp dir's path is too long for a Unix socket")
+        sock.bind(str(path))
+        return sock, str(path)
+    name = f"peerd-test-{uuid.uuid4().hex}"
+    sock.bind("\0" + name)
+    return sock, "@" + name

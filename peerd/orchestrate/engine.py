@@ -78,10 +78,6 @@ class Engine:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ctx = OrchestrationContext(db, feed, ops, worktrees_dir=worktrees_dir, clock=clock)
-        self.db = db
-        self.ops = ops
-        self.worktrees_dir = worktrees_dir
-        self.clock = clock
         # Coders for packets a planner produced: resolved like the request's own packets.
         self._assign_more = assign_more
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -94,15 +90,15 @@ class Engine:
         self._tasks[run_id] = asyncio.create_task(self._drive(run_id), name=f"orchestrate:{run_id}")
 
     async def recover(self) -> None:
-        for run_id in await ostore.all_runs(self.db, open_only=True):
-            run = await ostore.get(self.db, run_id)
+        for run_id in await ostore.all_runs(self.ctx.db, open_only=True):
+            run = await ostore.get(self.ctx.db, run_id)
             log.info("orchestrate.resume", run_id=run_id, status=run.status)
             if run.status == "cancelling":  # the daemon died in the middle of a cancel: finish it
                 self._background(run_id, self._finish_cancel(run_id, run.reason or "Cancelled."))
             else:
                 self.spawn(run_id)
-        for run_id in await ostore.all_runs(self.db, status="cancelled"):
-            if any(p.retries.get("stop_owed") for p in (await ostore.get(self.db, run_id)).packets):
+        for run_id in await ostore.all_runs(self.ctx.db, status="cancelled"):
+            if any(p.retries.get("stop_owed") for p in (await ostore.get(self.ctx.db, run_id)).packets):
                 self._background(f"owed:{run_id}", self._deliver_owed(run_id))
 
     def _background(self, key: str, coro: Coroutine[Any, Any, None]) -> None:
@@ -119,11 +115,11 @@ class Engine:
                 await task
 
     async def cancel(self, run_id: str, reason: str | None) -> None:
-        run = await ostore.get(self.db, run_id)
+        run = await ostore.get(self.ctx.db, run_id)
         if run.terminal:
             return
         await ostore.set_status(
-            self.db, run_id, "cancelling", now=self.clock(), reason=reason or "Cancelled."
+            self.ctx.db, run_id, "cancelling", now=self.ctx.clock(), reason=reason or "Cancelled."
         )
         task = self._tasks.get(run_id)
         if task is not None:
@@ -134,7 +130,7 @@ class Engine:
 
     async def _finish_cancel(self, run_id: str, reason: str) -> None:
         owed = await self._stop_packets(run_id, reason)
-        await ostore.set_status(self.db, run_id, "cancelled", now=self.clock())
+        await ostore.set_status(self.ctx.db, run_id, "cancelled", now=self.ctx.clock())
         self.ctx.changed(run_id)
         if owed:
             self._background(f"owed:{run_id}", self._deliver_owed(run_id))
@@ -142,7 +138,7 @@ class Engine:
     async def _stop_packets(self, run_id: str, reason: str) -> int:
         """Stop every live packet and review thread; a stop a box could not be told now is kept
         (`stop_owed`) and delivered later. Returns how many are owed."""
-        run = await ostore.get(self.db, run_id)
+        run = await ostore.get(self.ctx.db, run_id)
         owed = 0
         for packet in run.packets:
             if packet.terminal or packet.state == "approved":
@@ -154,10 +150,10 @@ class Engine:
             ]
             memo = {**packet.retries, "stop_owed": pending}
             await ostore.update_packet(
-                self.db,
+                self.ctx.db,
                 run_id,
                 packet.packet_id,
-                now=self.clock(),
+                now=self.ctx.clock(),
                 state="cancelled",
                 failure=reason,
                 retries=memo,
@@ -168,7 +164,7 @@ class Engine:
     async def _stop_thread(self, run_id: str, thread_id: str, env: str | None) -> bool:
         """True when the stop landed, or can never land (the link is gone, the thread is gone)."""
         try:
-            await self.ops.thread_interrupt(
+            await self.ctx.ops.thread_interrupt(
                 self.ctx.caller(run_id),
                 thread_id,
                 c.ThreadInterrupt(stop=True, reason=f"Orchestration {run_id} cancelled.", environment_id=env),
@@ -184,13 +180,15 @@ class Engine:
         """Owed stops, retried with backoff (across restarts, from the store) until each lands."""
         for attempt in itertools.count():
             remaining = 0
-            for packet in (await ostore.get(self.db, run_id)).packets:
+            for packet in (await ostore.get(self.ctx.db, run_id)).packets:
                 owed = packet.retries.get("stop_owed") or []
                 if not owed:
                     continue
                 still = [[t, e] for t, e in owed if not await self._stop_thread(run_id, t, e)]
                 memo = {**packet.retries, "stop_owed": still}
-                await ostore.update_packet(self.db, run_id, packet.packet_id, now=self.clock(), retries=memo)
+                await ostore.update_packet(
+                    self.ctx.db, run_id, packet.packet_id, now=self.ctx.clock(), retries=memo
+                )
                 remaining += len(still)
             self.ctx.changed(run_id)
             if not remaining:
@@ -212,16 +210,16 @@ class Engine:
 
     async def _drive(self, run_id: str) -> None:
         try:
-            run = await ostore.get(self.db, run_id)
+            run = await ostore.get(self.ctx.db, run_id)
             if not run.packets and not await self._plan(run):
                 return
-            await ostore.set_status(self.db, run_id, "running", now=self.clock())
+            await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
             self.ctx.changed(run_id)
             await self._schedule(run_id)
-            await ostore.set_status(self.db, run_id, "integrating", now=self.clock())
+            await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
             self.ctx.changed(run_id)
             summary = await self._integrate(run_id)
-            await ostore.set_status(self.db, run_id, "completed", now=self.clock(), reason=summary)
+            await ostore.set_status(self.ctx.db, run_id, "completed", now=self.ctx.clock(), reason=summary)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -229,7 +227,7 @@ class Engine:
             message = (
                 exc.message if isinstance(exc, PeerdError) else f"peerd failed while orchestrating: {exc}"
             )
-            await ostore.set_status(self.db, run_id, "failed", now=self.clock(), reason=message)
+            await ostore.set_status(self.ctx.db, run_id, "failed", now=self.ctx.clock(), reason=message)
         finally:
             self.ctx.changed(run_id)
 
@@ -287,14 +285,16 @@ class Engine:
 
     async def _store_plan(self, run_id: str, receipt: PlanReceipt, request: dict[str, Any] | None) -> None:
         specs = [p.model_dump(mode="json") for p in receipt.packets]
-        await ostore.record_plan(self.db, run_id, receipt.wire(), specs, request=request, now=self.clock())
+        await ostore.record_plan(
+            self.ctx.db, run_id, receipt.wire(), specs, request=request, now=self.ctx.clock()
+        )
         self.ctx.changed(run_id)
 
     async def record_given_plan(self, run_id: str, receipt: PlanReceipt) -> None:
         await self._store_plan(run_id, receipt, None)
 
     async def _fail_run(self, run_id: str, reason: str) -> None:
-        await ostore.set_status(self.db, run_id, "failed", now=self.clock(), reason=reason)
+        await ostore.set_status(self.ctx.db, run_id, "failed", now=self.ctx.clock(), reason=reason)
         self.ctx.changed(run_id)
 
     # --- scheduling ---------------------------------------------------------------------------
@@ -303,7 +303,7 @@ class Engine:
         in_flight: dict[str, asyncio.Task[None]] = {}
         try:
             while True:
-                run = await ostore.get(self.db, run_id)
+                run = await ostore.get(self.ctx.db, run_id)
                 settings = Settings.from_request(run.request)
                 states = {p.packet_id: p.state for p in run.packets}
                 for packet in run.packets:
@@ -346,7 +346,7 @@ class Engine:
 
     async def _packet(self, run_id: str, packet_id: str) -> None:
         while True:
-            run = await ostore.get(self.db, run_id)
+            run = await ostore.get(self.ctx.db, run_id)
             packet = next(p for p in run.packets if p.packet_id == packet_id)
             if packet.terminal or packet.state == "approved" or run.terminal:
                 return
@@ -364,11 +364,11 @@ class Engine:
     # --- hop 5: integrate ---------------------------------------------------------------------
 
     async def _integrate(self, run_id: str) -> str:
-        run = await ostore.get(self.db, run_id)
+        run = await ostore.get(self.ctx.db, run_id)
         settings = Settings.from_request(run.request)
-        project = await projects.get(self.db, run.project_id)
+        project = await projects.get(self.ctx.db, run.project_id)
         repo = Path(project.path)
-        worktree = self.worktrees_dir / "orchestrate" / run.id / "integration"
+        worktree = self.ctx.worktrees_dir / "orchestrate" / run.id / "integration"
         await git.create_worktree(repo, worktree, run.branch, run.base_commit)
         merged: list[str] = []
         conflicts: dict[str, list[str]] = {}
@@ -404,11 +404,13 @@ class Engine:
             branch=run.branch, base_commit=run.base_commit, merged=merged, conflicts=conflicts,
             verification=verification, commit=tip if merged else None,
         )  # fmt: skip
-        await ostore.add_receipt(self.db, run.id, None, "integration", receipt.wire(), now=self.clock())
+        await ostore.add_receipt(
+            self.ctx.db, run.id, None, "integration", receipt.wire(), now=self.ctx.clock()
+        )
         await self._cleanup(run_id)
         parked = [
             p.packet_id
-            for p in (await ostore.get(self.db, run_id)).packets
+            for p in (await ostore.get(self.ctx.db, run_id)).packets
             if p.state in ("parked", "cancelled")
         ]
         check_text = (
@@ -422,7 +424,7 @@ class Engine:
     async def _cleanup(self, run_id: str) -> None:
         """Remove the worktrees of the packet and review threads, here and on boxes (their
         branches stay); a box that is away keeps them, which is only disk."""
-        run = await ostore.get(self.db, run_id)
+        run = await ostore.get(self.ctx.db, run_id)
         for packet in run.packets:
             for thread_id, env in self._live_threads(packet):
                 await self.ctx.archive(run_id, thread_id, env)

@@ -12,13 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import DaemonProcess, client_for
+from tests.helpers import DaemonProcess, client_for, notify_socket
 
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 RECV_TIMEOUT_S = 30.0
@@ -59,18 +58,8 @@ class FakeSystemd:
 
 @pytest.fixture(params=["path", "abstract"])
 def fake_systemd(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeSystemd]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock, value = notify_socket(request.param, tmp_path)
     sock.setblocking(False)
-    if request.param == "path":
-        path = tmp_path / "notify"
-        if len(os.fsencode(path)) > 100:
-            pytest.skip("the temp dir's path is too long for a Unix socket")
-        sock.bind(str(path))
-        value = str(path)
-    else:
-        name = f"peerd-test-{uuid.uuid4().hex}"
-        sock.bind("\0" + name)
-        value = "@" + name
     with sock:
         yield FakeSystemd(sock, value)
 

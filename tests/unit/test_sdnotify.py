@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from peerd.sdnotify import Notifier, NotifySettings, parse_env, serving_status
+from tests.helpers import notify_socket
 
 PID = 4242
 RECV_TIMEOUT_S = 10.0
@@ -91,18 +90,8 @@ def test_serving_status_names_the_label_and_every_listener() -> None:
 @pytest.fixture(params=["path", "abstract"])
 def receiver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
     """A bound datagram socket standing in for systemd, and the NOTIFY_SOCKET value naming it."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock, value = notify_socket(request.param, tmp_path)
     sock.settimeout(RECV_TIMEOUT_S)
-    if request.param == "path":
-        path = tmp_path / "notify"
-        if len(os.fsencode(path)) > 100:
-            pytest.skip("the temp dir's path is too long for a Unix socket")
-        sock.bind(str(path))
-        value = str(path)
-    else:
-        name = f"peerd-test-{uuid.uuid4().hex}"
-        sock.bind("\0" + name)
-        value = "@" + name
     with sock:
         yield value, sock
 
