@@ -4,6 +4,13 @@ Everything goes to stderr: stdout belongs to the MCP stdio transport. Secrets ar
 by key name and by pattern before rendering (``redact_secrets``), and by pattern once more on the
 rendered line, which also covers tracebacks and exception messages.
 
+Nothing secret at any level (issue 11): only peerd's own loggers follow ``--log-level``; every other
+logger (aiosqlite prints SQL parameters at DEBUG, aiohttp, asyncio, authlib, joserfc, mcp, httpx,
+urllib3, ...) is held at WARNING, by its level and again by a filter on our handler, so a library
+that sets its own level still cannot print below WARNING. Tracebacks are rendered without local
+variables in every renderer (structlog's defaults show them, with ``rich`` too): a frame's locals
+are where secrets live.
+
 Bind request/task context with ``structlog.contextvars.bind_contextvars(...)``; it is merged into
 every record, stdlib ones included.
 """
@@ -18,11 +25,53 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-__all__ = ["REDACTED", "SECRET_KEYS", "configure_logging", "get_logger", "redact_secrets", "scrub_text"]
+__all__ = [
+    "OWN_LOGGER",
+    "REDACTED",
+    "SECRET_KEYS",
+    "THIRD_PARTY_LOGGERS",
+    "THIRD_PARTY_MIN_LEVEL",
+    "configure_logging",
+    "get_logger",
+    "redact_secrets",
+    "scrub_text",
+]
 
 REDACTED = "[REDACTED]"
+
+OWN_LOGGER = "peerd"  # it and its children follow --log-level; every other logger stays at WARNING
+THIRD_PARTY_MIN_LEVEL = logging.WARNING
+# Named explicitly as well (their level is set, not only inherited), so an early `getLogger(...)
+# .setLevel(DEBUG)` in one of them is undone at configure time; the handler filter covers the rest.
+THIRD_PARTY_LOGGERS = (
+    "aiosqlite",
+    "asyncio",
+    "aiohttp",
+    "aiohttp.access",
+    "aiohttp.client",
+    "aiohttp.internal",
+    "aiohttp.server",
+    "aiohttp.web",
+    "aiohttp.websocket",
+    "authlib",
+    "joserfc",
+    "mcp",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "urllib3",
+    "anyio",
+    "starlette",
+    "uvicorn",
+    "sse_starlette",
+    "multipart",
+    "python_multipart",
+    "cryptography",
+    "pydantic",
+)
 
 # Compared after lowercasing and mapping "-" to "_", so "Set-Cookie" and "X-Api-Key" match too.
 SECRET_KEYS = frozenset(
@@ -97,6 +146,23 @@ def _scrubbing(renderer: Processor) -> Processor:
     return render
 
 
+def _is_own(name: str) -> bool:
+    return name == OWN_LOGGER or name.startswith(OWN_LOGGER + ".")
+
+
+class _ThirdPartyFloor(logging.Filter):
+    """Drops records below WARNING from any logger that is not peerd's, whatever its level says."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= THIRD_PARTY_MIN_LEVEL or _is_own(record.name)
+
+
+# Tracebacks as frames (file, line, function) and the exception, never the frames' locals.
+_dict_tracebacks_without_locals = structlog.processors.ExceptionRenderer(
+    ExceptionDictTransformer(show_locals=False)
+)
+
+
 class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is at emit time (like ``logging.lastResort``).
 
@@ -141,10 +207,13 @@ def configure_logging(*, json: bool = True, level: int = logging.INFO) -> None:
     renderer: Processor
     if json:
         renderer = structlog.processors.JSONRenderer()
-        exc: Processor = structlog.processors.dict_tracebacks
+        exc: Processor = _dict_tracebacks_without_locals
     else:
         colors = sys.stderr.isatty() and "NO_COLOR" not in os.environ
-        renderer = structlog.dev.ConsoleRenderer(colors=colors)
+        # plain_traceback: the default (rich or better_exceptions when installed) prints locals.
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=colors, exception_formatter=structlog.dev.plain_traceback
+        )
         exc = structlog.dev.set_exc_info
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,  # stdlib records (aiohttp, mcp, authlib) get the same treatment
@@ -156,13 +225,17 @@ def configure_logging(*, json: bool = True, level: int = logging.INFO) -> None:
     )
     handler = _StderrHandler()
     handler.setFormatter(formatter)
+    handler.addFilter(_ThirdPartyFloor())
     root = logging.getLogger()
     # Replace only our own handler: others (pytest's caplog, an embedding app) stay untouched.
     for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The root (so every logger not named below) never goes under WARNING; peerd's follow the flag.
+    root.setLevel(max(level, THIRD_PARTY_MIN_LEVEL))
+    logging.getLogger(OWN_LOGGER).setLevel(level)
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, THIRD_PARTY_MIN_LEVEL))
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

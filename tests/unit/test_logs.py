@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
+import traceback
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 import structlog
+import structlog.dev
 
-from peerd.logs import REDACTED, configure_logging, get_logger, redact_secrets, scrub_text
+from peerd.logs import (
+    OWN_LOGGER,
+    REDACTED,
+    THIRD_PARTY_LOGGERS,
+    configure_logging,
+    get_logger,
+    redact_secrets,
+    scrub_text,
+)
 
 
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
-    """Leave the root logger and structlog as we found them, for other tests' sake."""
+    """Leave the root logger, the loggers we set and structlog as we found them, for other tests."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    access_level = logging.getLogger("aiohttp.access").level
+    names = (OWN_LOGGER, *THIRD_PARTY_LOGGERS, "someone.else")
+    levels = {name: logging.getLogger(name).level for name in names}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
-    logging.getLogger("aiohttp.access").setLevel(access_level)
+    for name, old in levels.items():
+        logging.getLogger(name).setLevel(old)
     structlog.contextvars.clear_contextvars()
     structlog.reset_defaults()
 
@@ -174,3 +187,80 @@ def test_scrub_text_prefers_over_redaction() -> None:
     assert scrub_text("peer at 127.0.0.1 said no") == "peer at 127.0.0.1 said no"
     # Any word after "bearer" goes: a false positive in prose is cheaper than a leaked token.
     assert scrub_text("bearer of bad news") == f"bearer {REDACTED} bad news"
+
+
+@pytest.mark.parametrize("name", [*THIRD_PARTY_LOGGERS, "someone.else", "aiosqlite.core"])
+def test_third_party_loggers_stay_at_warning_at_debug(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    configure_logging(level=logging.DEBUG)
+    other = logging.getLogger(name)
+    other.debug("executing %s", "('ref-secret-1',)")
+    other.info("info detail")
+    other.warning("worth a look")
+    get_logger("peerd.store").debug("own detail")
+    assert [(line["logger"], line["event"]) for line in json_lines(capsys)] == [
+        (name, "worth a look"),
+        ("peerd.store", "own detail"),
+    ]
+
+
+def test_a_library_that_lowers_its_own_level_is_still_held(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level=logging.DEBUG)
+    logging.getLogger("aiosqlite").setLevel(logging.DEBUG)  # after us: only the filter stands
+    logging.getLogger("aiosqlite").debug("executing INSERT ... ('acc-secret',)")
+    assert json_lines(capsys) == []
+
+
+def test_own_loggers_follow_the_level(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level=logging.ERROR)
+    get_logger("peerd.x").warning("quiet")
+    logging.getLogger("aiohttp.server").warning("quiet too")  # never below WARNING, here above it
+    get_logger("peerd.x").error("loud")
+    assert [line["event"] for line in json_lines(capsys)] == ["loud"]
+
+
+def _fail_with_secret_local() -> None:
+    pairing_secret = "pS3cr3t-in-a-local-variable"  # noqa: F841  # a frame local, never printed
+    raise ValueError("boom")
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_tracebacks_never_show_locals(capsys: pytest.CaptureFixture[str], as_json: bool) -> None:
+    configure_logging(json=as_json)
+    try:
+        _fail_with_secret_local()
+    except ValueError:
+        get_logger("peerd.api.app").exception("api.unhandled")
+        logging.getLogger("aiohttp.server").exception("Error handling request")
+    _, err = capsys.readouterr()
+    assert "_fail_with_secret_local" in err  # the frames are there
+    assert "boom" in err
+    assert "pS3cr3t" not in err
+    assert "pairing_secret" not in err
+
+
+def test_console_tracebacks_stay_plain_even_with_rich_installed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With rich (or better_exceptions) installed, structlog's default formatter prints locals."""
+
+    def locals_showing(sio: TextIO, exc_info: Any) -> None:  # stands in for rich_traceback
+        tb = exc_info[2]
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        sio.write("".join(traceback.format_exception(*exc_info)))
+        sio.write(f"locals: {tb.tb_frame.f_locals!r}\n")
+
+    defaults = list(structlog.dev.ConsoleRenderer.__init__.__defaults__ or ())
+    index = list(inspect.signature(structlog.dev.ConsoleRenderer.__init__).parameters)
+    defaults[index.index("exception_formatter") - 1] = locals_showing
+    monkeypatch.setattr(structlog.dev.ConsoleRenderer.__init__, "__defaults__", tuple(defaults))
+    monkeypatch.setattr(structlog.dev, "default_exception_formatter", locals_showing)
+    monkeypatch.setattr(structlog.dev, "default_monochrome_exception_formatter", locals_showing)
+    configure_logging(json=False)
+    try:
+        _fail_with_secret_local()
+    except ValueError:
+        get_logger("peerd.x").exception("failed")
+    _, err = capsys.readouterr()
+    assert "Traceback" in err
+    assert "pS3cr3t" not in err
