@@ -358,6 +358,15 @@ class ClientInfo(Wire):
     status: ClientStatus
 
 
+class ClientRevoke(Input):
+    # By default a revoked link's work stops with it; keep_runs leaves its runs to finish.
+    keep_runs: bool = False
+
+
+class ClientRevokeResult(ClientInfo):
+    stopped_threads: list[str] = Field(default_factory=list)  # threads whose runs were stopped
+
+
 class LinkCreate(Input):
     code: str = Field(min_length=1, max_length=8192)
     access: RuntimeMode = "approval-required"

@@ -29,6 +29,7 @@ from peerd.api.gitwire import add_git_routes
 from peerd.api.local import local_app
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
+from peerd.api.tools import agent_app
 from peerd.config import Config
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.delegation import Delegation, client_key
@@ -157,7 +158,8 @@ class Daemon:
             self.feed,
             providers,
             state_dir=self.paths.provider_state,
-            tool_env={"PEERD_SOCKET": str(socket_path)},
+            # Runs get the agent socket only: the owner socket is never theirs (api/tools.py).
+            tool_env={"PEERD_SOCKET": str(self.paths.agent_socket)},
         )
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
@@ -197,6 +199,7 @@ class Daemon:
         add_git_routes(local)
         add_orchestration_routes(local, self.orchestrations)
         await self._serve_unix(local, socket_path)
+        await self._serve_unix(agent_app(ops, link_service), self.paths.agent_socket, listed=False)
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.runs.kick_all()
@@ -210,7 +213,7 @@ class Daemon:
             listeners=[listener.address for listener in self._listeners],
         )
 
-    async def _serve_unix(self, app: web.Application, path: Path) -> None:
+    async def _serve_unix(self, app: web.Application, path: Path, *, listed: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if path.parent != self.paths.home:
             # The short fallback socket dir is in a shared temp dir: it must be ours and private,
@@ -230,7 +233,8 @@ class Daemon:
         finally:
             os.umask(old_umask)
         self._runners.append(runner)
-        self._listeners.append(c.Listener(kind="unix", address=str(path), tls=False))
+        if listed:
+            self._listeners.append(c.Listener(kind="unix", address=str(path), tls=False))
 
     async def _serve_tcp(self, app: web.Application, identity: Identity) -> None:
         assert self.config.listen is not None  # noqa: S101  # checked by the caller
@@ -393,8 +397,9 @@ class Daemon:
         if self.db is not None:
             await self.db.close()
         if self._lock_file is not None:  # only the daemon holding the home lock owns the socket
-            with contextlib.suppress(FileNotFoundError):
-                self.paths.socket.unlink()
+            for path in (self.paths.socket, self.paths.agent_socket):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             self._lock_file.close()
         log.info("daemon.stopped")
 

@@ -194,7 +194,14 @@ class Delegation:
     async def _launch_local(self, task: TaskRow) -> TaskRow:
         launch = _launch_of(task)
         try:
-            launched = await self.ops.thread_launch(Caller(namespace="delegate"), launch)
+            # The child is launched as its parent's starter: a link's run delegates as that link
+            # (its cap, fence, providers, no in-place), so the child is the link's thread too.
+            parent = await threads.get_thread(self.db, task.parent_thread_id)
+            caller = Caller(namespace="delegate")
+            if parent.link_origin is not None:
+                of_parent = await self.ops.caller_for_thread(parent, run_id=None, namespace="delegate")
+                caller = Caller(namespace="delegate", link=of_parent.link)
+            launched = await self.ops.thread_launch(caller, launch)
         except PeerdError as exc:
             # The caller hears this failure from its own call (or a retry): no wake run on top.
             message = f"The child thread could not start: {exc.message}"

@@ -9,9 +9,11 @@
     │   └── ItemNotFound      item_not_found           404
     ├── Conflict              conflict                 409
     │   ├── IdempotencyKeyReused  idempotency_key_reused  409
-    │   └── ProjectExists     project_exists           409
+    │   ├── ProjectExists     project_exists           409
+    │   └── BranchTaken       branch_taken             409  (store/threads.py)
     ├── CapabilityDenied      capability_denied        403
-    │   └── ParentNotActive   parent_not_active        403
+    │   ├── ParentNotActive   parent_not_active        403
+    │   └── LinkRevoked       link_revoked             403
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
     ├── GitError              git_error                500
@@ -86,6 +88,12 @@ class ParentNotActive(CapabilityDenied):
     code = "parent_not_active"
 
 
+class LinkRevoked(CapabilityDenied):
+    """The link a run or request acts for was revoked or expired on this machine."""
+
+    code = "link_revoked"
+
+
 class PayloadTooLarge(PeerdError):
     code = "payload_too_large"
 
@@ -111,9 +119,11 @@ HTTP_STATUS: dict[str, int] = {
     "item_not_found": 404,
     "conflict": 409,
     "idempotency_key_reused": 409,
+    "branch_taken": 409,
     "project_exists": 409,
     "capability_denied": 403,
     "parent_not_active": 403,
+    "link_revoked": 403,
     "runtime_mode_escalation_denied": 403,
     "interaction_mode_escalation_denied": 403,
     "payload_too_large": 413,

@@ -22,6 +22,7 @@ from peerd.core.access import (
     InteractionModeEscalationDenied,
     ModeCap,
     RuntimeModeEscalationDenied,
+    cap_for,
     interaction_rank,
     require_write,
     resolve_modes,
@@ -29,7 +30,7 @@ from peerd.core.access import (
 )
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live, is_terminal
-from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, RunNotFound
+from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, RunNotFound
 from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
-from peerd.store import projects, threads
+from peerd.store import clients, projects, threads
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
@@ -58,7 +59,13 @@ class LinkContext:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is asking. `namespace` scopes idempotency keys so two callers never collide."""
+    """Who is asking. `namespace` scopes idempotency keys so two callers never collide.
+
+    One identity follows every request and every run: the owner (no link, no thread), a link
+    calling over the network (`link`), or a run (`thread_id`, `run_id`) - and a run a link started
+    carries that link too, so its agent tools, its delegations and its children stay inside the
+    link's fence, cap, in-place ban and no-chaining rule exactly as the link's own calls do.
+    """
 
     namespace: str
     thread_id: str | None = None
@@ -72,6 +79,11 @@ class Caller:
     @classmethod
     def for_link(cls, link: LinkContext) -> Caller:
         return cls(namespace=f"link:{link.client_id}", link=link)
+
+    @property
+    def via_network(self) -> bool:
+        """A linked environment calling over the network (not a run on this machine)."""
+        return self.link is not None and self.run_id is None
 
 
 def _fence(caller: Caller, thread: c.Thread, what: str, cap: ModeCap | None) -> None:
@@ -150,6 +162,21 @@ class Operations:
         if target is None:
             raise InvalidRequest("Name the linked environment to call.")
         return await self._forward(caller, target, method, path, body=body)
+
+    async def caller_for_thread(self, thread: c.Thread, *, run_id: str | None, namespace: str) -> Caller:
+        """Who a thread's run acts as: that thread, at its own modes, and - when a link started the
+        thread - that link, at the link's current level (a revoked or expired link acts no more)."""
+        link = None
+        if thread.link_origin is not None:
+            client = await clients.active_client(self.db, thread.link_origin, now=self.clock())
+            if client is None:
+                raise LinkRevoked(
+                    f"The link that started thread {thread.id} was revoked or has expired here, so its "
+                    "runs can no longer act."
+                )
+            cap = cap_for(client.access, ModeCap(thread.runtime_mode, thread.interaction_mode))
+            link = LinkContext(client_id=client.id, label=client.label, access=client.access, cap=cap)
+        return Caller(namespace=namespace, thread_id=thread.id, run_id=run_id, link=link)
 
     async def check_can_change(self, caller: Caller, thread: c.Thread, what: str) -> None:
         """The link fence and the caller's mode cap, for operations outside this class."""
@@ -256,16 +283,20 @@ class Operations:
             base_commit=None if req.in_place else req.base_commit,
             link_origin=None if caller.link is None else caller.link.client_id,
             link_label=None if caller.link is None else caller.link.label,
-            # Lineage is the box's to record, and only for launches that came through a link.
-            delegated_from=req.delegated_from.wire()
-            if caller.link is not None and req.delegated_from
-            else None,
+            # Lineage is recorded only for launches that came over a link (what the laptop claims,
+            # shown as such); an agent's own claim is never recorded.
+            delegated_from=req.delegated_from.wire() if caller.via_network and req.delegated_from else None,
         )
         key = threads.Idempotency(
             caller.namespace, req.client_request_id, request_hash("thread_launch", body)
         )
+        repo = Path(project.path)
+
+        async def branch_exists(branch: str) -> bool:
+            return await git.branch_exists(repo, branch)
+
         result, replayed = await threads.launch(
-            self.db, key=key, spec=spec, prompt=req.prompt, now=self.clock()
+            self.db, key=key, spec=spec, prompt=req.prompt, now=self.clock(), branch_exists=branch_exists
         )
         thread_id, run_id = result["threadId"], result["runId"]
         if not replayed:
@@ -423,6 +454,18 @@ class Operations:
             await threads.archive(self.db, thread_id, now=self.clock())
             self.feed.changed(thread_id)
         return c.ThreadArchiveResult(thread_id=thread_id, status="archived", worktree_removed=removed)
+
+    async def stop_link_work(self, client_id: str, label: str) -> list[str]:
+        """A revoked link's work ends with it: every thread it started that has a live or queued
+        run is stopped (interrupted, its queue held, its own delegations stopped too)."""
+        reason = f"The link {label!r} that started this thread was revoked here."
+        stopped = await threads.busy_threads_of_link(self.db, client_id)
+        for thread_id in stopped:
+            await self.runs.interrupt(thread_id, stop=True, reason=reason)
+            if self.on_stop is not None:
+                await self.on_stop(thread_id, reason)
+        log.warning("link.revoked_work_stopped", client_id=client_id, label=label, threads=stopped)
+        return stopped
 
     async def thread_events(self, caller: Caller, thread_id: str, req: c.EventsRead) -> c.EventsResult:
         """Events after a cursor; with a timeout, a long-poll that returns as soon as one arrives."""

@@ -44,9 +44,19 @@ class Paths:
 
     @property
     def socket(self) -> Path:
-        """`<home>/peerd.sock`, or a short per-home path in the temp dir when that is too long."""
-        direct = self.home / "peerd.sock"
+        """The owner's socket: `<home>/peerd.sock`, or a short per-home path in the temp dir when
+        that is too long. No run ever sees it (see `agent_socket`)."""
+        return self._socket("peerd.sock", "")
+
+    @property
+    def agent_socket(self) -> Path:
+        """The agents' socket: `<home>/agent.sock` (same fallback). It serves only the agent tools,
+        and only to a live run's token; it is the one socket a run is given."""
+        return self._socket("agent.sock", "-agent")
+
+    def _socket(self, name: str, suffix: str) -> Path:
+        direct = self.home / name
         if len(os.fsencode(direct)) <= MAX_SOCKET_PATH:
             return direct
         digest = hashlib.sha256(os.fsencode(self.home)).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"peerd-{os.getuid()}" / f"{digest}.sock"
+        return Path(tempfile.gettempdir()) / f"peerd-{os.getuid()}" / f"{digest}{suffix}.sock"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import structlog
 from aiohttp import web
 
 from peerd import contracts as c
@@ -49,6 +50,8 @@ from peerd.errors import InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
 from peerd.store import tasks, threads
+
+log = structlog.get_logger(__name__)
 
 LOCAL = Caller.local()
 CALLER_KEY = web.RequestKey("caller", Caller)
@@ -193,7 +196,13 @@ async def client_list(request: web.Request) -> web.Response:
 
 
 async def client_revoke(request: web.Request) -> web.Response:
-    return ok(await _links(request).client_revoke(request.match_info["id"]))
+    req = await json_body(request, c.ClientRevoke)
+    revoked = await _links(request).client_revoke(request.match_info["id"])
+    stopped = [] if req.keep_runs else await _ops(request).stop_link_work(revoked.id, revoked.label)
+    log.warning(
+        "link.client_revoked", client_id=revoked.id, label=revoked.label, kept_runs=req.keep_runs, stopped=stopped
+    )
+    return ok(c.ClientRevokeResult(**revoked.model_dump(), stopped_threads=stopped))
 
 
 async def link_create(request: web.Request) -> web.Response:

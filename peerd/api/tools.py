@@ -1,10 +1,18 @@
 """Agent tools over HTTP: `POST /v1/tools/{name}`, the calls `peerd mcp` proxies for an agent.
 
-With the run token of a live run (`Authorization: Bearer`), a call acts as that run: its thread's
-namespace and its modes as the ceiling; the caller's identity is that run, never a claim in the
-body. A token of an ended run is refused with `parent_not_active`. Without a token the call comes
-from an agent peerd did not start, on this user's own socket: it acts as the owner, like the CLI,
-and has no run to be woken in (`delegate_task` says to use thread_launch and thread_wait).
+Two sockets serve them. The **agent socket** (`Paths.agent_socket`, `agent_app`) is the only one a
+run is given: it serves nothing but the tools, and only to the run token of a live run
+(`Authorization: Bearer`). The **owner socket** serves them too, with one more case: a call without
+a token comes from an agent the owner started by hand (peerd did not start it) and acts as the
+owner, like the CLI; it has no run to be woken in (`delegate_task` says to use thread_launch and
+thread_wait). Runs never see the owner socket (`peerd.runtime.sandbox`).
+
+With a token the call acts as that run and nothing more (`Operations.caller_for_thread`): its
+thread's namespace, its modes as the ceiling, and - when a link started the thread - the link
+itself, so the link's fence, cap, in-place ban and no-chaining rule apply to the agent's calls
+exactly as to the link's own network calls. The caller is that run, never a claim in the body. A
+token of an ended run is refused with `parent_not_active`; a run whose link was revoked, with
+`link_revoked`.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from aiohttp import web
 
 from peerd import agent_tools as t
 from peerd import contracts as c
-from peerd.api.app import LINKS, OPERATIONS, json_object, ok
+from peerd.api.app import LINKS, OPERATIONS, base_app, json_object, ok
 from peerd.core.runs import is_live
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound, ParentNotActive
 from peerd.operations import Caller, Operations
@@ -87,8 +95,14 @@ async def _project_list(ops: Operations, _: LinkService, caller: Caller, req: c.
 
 
 async def _environment_list(
-    _: Operations, links: LinkService, __: Caller, ___: t.EnvironmentListTool
+    _: Operations, links: LinkService, caller: Caller, __: t.EnvironmentListTool
 ) -> c.Wire:
+    if caller.link is not None:
+        # A box never lends its own links to a link's work: they are not the link's to see or use.
+        raise CapabilityDenied(
+            f"This run was started through the link {caller.link.label!r}, which cannot use this "
+            "machine's own links; it has none to list."
+        )
     return t.EnvironmentListResult(items=await links.environment_list(probe=False))
 
 
@@ -106,15 +120,26 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-async def caller_from_token(ops: Operations, header: str | None) -> Caller:
+OWNER_WITHOUT_TOKEN = web.AppKey("owner_without_token", bool)
+
+
+async def caller_from_token(ops: Operations, header: str | None, *, owner_without_token: bool = True) -> Caller:
+    """The run a token belongs to, as the caller it acts as; no token is the owner only where the
+    socket allows it (the owner socket, never the agent socket)."""
     if header is None:
-        return Caller.local()
+        if owner_without_token:
+            return Caller.local()
+        raise CapabilityDenied(
+            "This socket serves agent tools to peerd's runs only: pass the run token peerd gave this run "
+            "(Authorization: Bearer; `peerd mcp` reads it from PEERD_RUN_TOKEN_FILE)."
+        )
     if not header.startswith("Bearer "):
         raise CapabilityDenied("Agent tools take the run token peerd gave this run (Authorization: Bearer).")
     run = await threads.run_by_token_hash(ops.db, token_hash(header.removeprefix("Bearer ").strip()))
     if run is None or not is_live(run.status):
         raise ParentNotActive("This run has ended; its agent tools no longer act. Start a new run.")
-    return Caller(namespace=f"thread:{run.thread_id}", thread_id=run.thread_id, run_id=run.id)
+    thread = await threads.get_thread(ops.db, run.thread_id)
+    return await ops.caller_for_thread(thread, run_id=run.id, namespace=f"thread:{run.thread_id}")
 
 
 async def call_tool(request: web.Request) -> web.Response:
@@ -123,7 +148,19 @@ async def call_tool(request: web.Request) -> web.Response:
     tool, spec = TOOLS.get(name), t.TOOL_SPECS.get(name)
     if tool is None or spec is None:
         raise NotFound(f"No agent tool {name!r}; tools: {', '.join(sorted(TOOLS))}.")
-    caller = await caller_from_token(ops, request.headers.get("Authorization"))
+    caller = await caller_from_token(
+        ops, request.headers.get("Authorization"), owner_without_token=request.app.get(OWNER_WITHOUT_TOKEN, True)
+    )
     req = spec.input_model.model_validate(await json_object(request))  # 400 via the middleware
     result = await tool(ops, request.app[LINKS], caller, req)
     return ok({"result": result.wire()})
+
+
+def agent_app(ops: Operations, link_service: LinkService) -> web.Application:
+    """The agent socket's app: the tools, for live run tokens only; nothing of the owner's API."""
+    app = base_app()
+    app[OPERATIONS] = ops
+    app[LINKS] = link_service
+    app[OWNER_WITHOUT_TOKEN] = False
+    app.router.add_post("/v1/tools/{name}", call_tool)
+    return app

@@ -283,13 +283,22 @@ def client_list(ctx: click.Context, as_json: bool) -> None:
 
 @client.command("revoke")
 @click.argument("client_id")
+@click.option(
+    "--keep-runs", is_flag=True, help="Let the runs this link started finish (by default they are stopped)."
+)
 @json_option
 @click.pass_context
-def client_revoke(ctx: click.Context, client_id: str, as_json: bool) -> None:
-    """Revoke a linked machine: its next request is refused."""
+def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, as_json: bool) -> None:
+    """Revoke a linked machine: its next request is refused, and the runs it started here stop."""
 
     async def go(c: LocalClient) -> Any:
-        return await c.call("POST", f"/v1/clients/{client_id}/revoke")
+        return await c.call("POST", f"/v1/clients/{client_id}/revoke", body={"keepRuns": keep_runs})
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(f"revoked {data['id']} ({data['label']})")
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"revoked {data['id']} ({data['label']})")
+    stopped = data.get("stoppedThreads") or []
+    if stopped:
+        click.echo(f"stopped the runs of {len(stopped)} thread(s) it started: {', '.join(stopped)}")

@@ -389,3 +389,9 @@ async def status_porcelain(path: Path) -> list[str]:
     """`git status --porcelain=v1` lines for the working tree at `path`, every untracked file listed."""
     result = await _git(path, "status", "--porcelain=v1", "--untracked-files=all")
     return result.stdout.splitlines()
+
+
+async def branch_exists(repo: Path, branch: str) -> bool:
+    """Whether `refs/heads/<branch>` exists in `repo` (a launch may not take an existing branch)."""
+    await _check_branch_name(repo, branch)
+    return await _branch_exists(repo, branch)

@@ -7,6 +7,7 @@ the state can never disagree.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from peerd.core.idempotency import replay
 from peerd.core.runs import RunView, check_transition, is_terminal, recover_at_startup
 from peerd.core.tasks import RunFact
 from peerd.core.text import slice_text
-from peerd.errors import InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
+from peerd.errors import Conflict, InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
 from peerd.store import receipts
 from peerd.store.db import Database
 from peerd.store.ids import new_id
@@ -191,10 +192,23 @@ async def _insert_run(
     return run_id
 
 
+class BranchTaken(Conflict):
+    code = "branch_taken"
+
+
 async def launch(
-    db: Database, *, key: Idempotency, spec: NewThread, prompt: str, now: float
+    db: Database,
+    *,
+    key: Idempotency,
+    spec: NewThread,
+    prompt: str,
+    now: float,
+    branch_exists: Callable[[str], Awaitable[bool]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Create a thread with its first (queued) run; a retried key returns the first result."""
+    """Create a thread with its first (queued) run; a retried key returns the first result.
+
+    A branch belongs to the thread that created it: a new thread's branch must not be another
+    thread's (checked in this transaction) nor exist in the repository yet (`branch_exists`)."""
     async with db.write() as tx:
         if key.command_id is not None:
             found = await receipts.find(tx, key.namespace, "thread_launch", key.command_id)
@@ -204,6 +218,17 @@ async def launch(
         thread_id = new_id("thr")
         worktree_path = spec.worktree_path.replace("{thread}", thread_id)
         branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
+        if branch is not None:
+            cur = await tx.execute(
+                "SELECT id FROM threads WHERE project_id = ? AND branch = ? LIMIT 1", (spec.project_id, branch)
+            )
+            owner = await cur.fetchone()
+            if owner is not None or (branch_exists is not None and await branch_exists(branch)):
+                whose = f"thread {owner['id']}'s" if owner is not None else "an existing branch"
+                raise BranchTaken(
+                    f"Branch {branch} is {whose} in this project; a new thread gets a branch of its own. "
+                    "Omit branch (peerd names one) or choose a new name."
+                )
         await tx.execute(
             "INSERT INTO threads (id, project_id, title, provider, model, runtime_mode, interaction_mode,"
             " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label, delegated_from,"
@@ -500,6 +525,16 @@ async def queued_threads(db: Database) -> list[str]:
     rows = await db.fetchall(
         "SELECT DISTINCT r.thread_id FROM runs r JOIN threads t ON t.id = r.thread_id"
         " WHERE r.status = 'queued' AND t.queue_held = 0 AND t.status = 'active'"
+    )
+    return [r["thread_id"] for r in rows]
+
+
+async def busy_threads_of_link(db: Database, client_id: str) -> list[str]:
+    """The threads a link started that have a live or queued run (what its revocation stops)."""
+    rows = await db.fetchall(
+        "SELECT DISTINCT r.thread_id FROM runs r JOIN threads t ON t.id = r.thread_id"
+        " WHERE t.link_origin = ? AND r.status IN ('queued', 'starting', 'running')",
+        (client_id,),
     )
     return [r["thread_id"] for r in rows]
 
