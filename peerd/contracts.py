@@ -3,14 +3,21 @@
 Field names are snake_case in Python and camelCase on the wire (`project_id` <-> `projectId`).
 Inputs forbid unknown fields, so a misspelt option is a typed `invalid_request`, not a silent no-op.
 Errors are `ErrorBody {code, message}`; the codes live in `peerd.errors`.
+
+Bad input is refused here, before any handler or transaction sees it (issue 11): no float field
+takes NaN or +-Infinity (`allow_inf_nan=False` once, in the base config), every integer that
+reaches SQLite is bounded to its 64-bit range (`MAX_SQL_INT`), a cursor is a bounded non-negative
+integer, and peer-given titles lose their control characters (`peerd.core.text`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from peerd.core.text import clean_label
 
 PROTOCOL_VERSION = 1
 
@@ -37,21 +44,44 @@ DEFAULT_ITEM_CHARS = 20_000
 MAX_ITEM_CHARS = 100_000
 LONG_POLL_MAX_S = 50.0
 PAGE_LIMIT = 100
+MAX_SQL_INT = 2**63 - 1  # SQLite's INTEGER range; Python ints beyond it overflow in the driver
+MAX_LINK_AGE_S = 10 * 365 * 24 * 3600.0  # --max-age: ten years is "no limit" for every purpose
 
 T = TypeVar("T")
 
 
 class Wire(BaseModel):
-    """Base of every wire model: camelCase aliases, accepts either name when parsing."""
+    """Base of every wire model: camelCase aliases, accepts either name when parsing; no float is
+    NaN or infinite (JSON has neither, and a stored Infinity breaks every later computation)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+    )
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
 
 class Input(Wire):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid", allow_inf_nan=False
+    )
+
+
+def _check_cursor(value: str | None) -> str | None:
+    if not value:  # `?cursor=` is the first page, like no cursor
+        return None
+    if not (value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_SQL_INT):
+        raise ValueError(
+            f"a cursor is a whole number from 0 to {MAX_SQL_INT}; pass back the nextCursor this API returned"
+        )
+    return value
+
+
+# A page cursor: the decimal rowid this API returned, so a bounded non-negative integer.
+Cursor = Annotated[str | None, Field(default=None, max_length=64), AfterValidator(_check_cursor)]
+# A title a peer may have written: one line, no control characters (`core.text.clean_label`).
+Title = Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS), AfterValidator(clean_label)]
 
 
 ClientRequestId = Field(default=None, min_length=1, max_length=MAX_REQUEST_ID_CHARS)
@@ -123,7 +153,7 @@ class ProjectAdd(Input):
 
 
 class ProjectList(Input):
-    cursor: str | None = None
+    cursor: Cursor = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
     environment_id: str | None = EnvironmentId
 
@@ -171,14 +201,14 @@ class DelegatedFrom(Wire):
 
     environment_id: str = Field(max_length=64)
     thread_id: str = Field(max_length=64)
-    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    title: Annotated[str, Field(max_length=MAX_TITLE_CHARS), AfterValidator(clean_label)] = ""
 
 
 class ThreadLaunch(Input):
     project_id: str = Field(min_length=1)
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     provider: str = Field(default="script", min_length=1, max_length=64)
-    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    title: Title | None = None
     model: str | None = Field(default=None, min_length=1, max_length=200)
     runtime_mode: RuntimeMode | None = None
     interaction_mode: InteractionMode | None = None
@@ -208,7 +238,7 @@ class ThreadLaunchResult(Wire):
 class ThreadList(Input):
     project_id: str | None = None
     include_archived: bool = False
-    cursor: str | None = None
+    cursor: Cursor = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
     environment_id: str | None = EnvironmentId
 
@@ -229,10 +259,10 @@ class Item(Wire):
 
 
 class ThreadRead(Input):
-    after_position: int | None = Field(default=None, ge=-1)
+    after_position: int | None = Field(default=None, ge=-1, le=MAX_SQL_INT)
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
     item_id: str | None = None
-    text_offset: int = Field(default=0, ge=0)
+    text_offset: int = Field(default=0, ge=0, le=MAX_SQL_INT)
     max_chars_per_item: int = Field(default=DEFAULT_ITEM_CHARS, ge=1, le=MAX_ITEM_CHARS)
     run_id: str | None = None
     environment_id: str | None = EnvironmentId
@@ -301,7 +331,7 @@ class Event(Wire):
 
 
 class EventsRead(Input):
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=MAX_SQL_INT)
     timeout: float = Field(default=0.0, ge=0, le=LONG_POLL_MAX_S)
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
     environment_id: str | None = EnvironmentId
@@ -323,7 +353,7 @@ class PairCreate(Input):
     access: RuntimeMode = "approval-required"
     ttl_s: float = Field(default=600.0, gt=0, le=24 * 3600)
     label_hint: str | None = Field(default=None, max_length=200)
-    max_age_s: float | None = Field(default=None, gt=0)
+    max_age_s: float | None = Field(default=None, gt=0, le=MAX_LINK_AGE_S)
     urls: list[str] = Field(default_factory=list, max_length=16)
 
 
@@ -372,7 +402,7 @@ class LinkCreate(Input):
     access: RuntimeMode = "approval-required"
     label: str | None = Field(default=None, max_length=200)
     urls: list[str] = Field(default_factory=list, max_length=16)
-    max_age_s: float | None = Field(default=None, gt=0)
+    max_age_s: float | None = Field(default=None, gt=0, le=MAX_LINK_AGE_S)
 
 
 class LinkInfo(Wire):
@@ -410,7 +440,7 @@ class DelegateTarget(Input):
 
 class DelegateTask(Input):
     task: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    title: str | None = Field(default=None, min_length=1, max_length=MAX_TITLE_CHARS)
+    title: Title | None = None
     role: TaskRole | None = None
     target: DelegateTarget | None = None
     runtime_mode: RuntimeMode | None = None
