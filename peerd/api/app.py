@@ -3,6 +3,11 @@
 Errors are mapped in one place (`error_middleware`): a `PeerdError` becomes `{code, message}` with
 the status from `peerd.errors.HTTP_STATUS`; malformed or oversized bodies are typed 400/413; an
 unexpected exception is logged with its traceback and answered `internal_error` without details.
+
+A body is refused as `invalid_request` before any handler sees it when it is not JSON, holds
+`NaN`/`Infinity` (not JSON, though Python's parser takes them), a number too long to convert, or
+nests deeper than `MAX_JSON_DEPTH` (100,000 levels would otherwise end in a RecursionError here or
+in whatever walks it later). Query strings are flat; their values are checked by the contract.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from peerd.peer.links import LinkService
 log = structlog.get_logger(__name__)
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other; no request of ours needs a tenth of it
 
 OPERATIONS = web.AppKey("operations", Operations)
 DESCRIPTOR = web.AppKey("descriptor", c.Descriptor)
@@ -82,16 +88,44 @@ async def no_browsers_middleware(request: web.Request, handler: Handler) -> web.
     return await handler(request)
 
 
+def _no_constants(name: str) -> Any:
+    raise InvalidRequest(f"The request body holds {name}, which is not JSON; send a finite number.")
+
+
+def json_depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether parsed JSON nests arrays/objects more than `limit` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def parse_json(raw: bytes) -> Any:
+    """Bytes as JSON within our limits, or a typed invalid_request saying what is wrong."""
+    too_deep = InvalidRequest(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.")
+    try:
+        data = json.loads(raw, parse_constant=_no_constants)
+    except RecursionError:
+        raise too_deep from None
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest("The request body is not valid JSON.") from None
+    if json_depth_exceeds(data, MAX_JSON_DEPTH):
+        raise too_deep
+    return data
+
+
 async def json_object(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object (empty body = {}); anything else is a typed invalid_request."""
     if not request.can_read_body:
         data: Any = {}
     else:
         raw = await request.read()
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except (ValueError, UnicodeDecodeError):
-            raise InvalidRequest("The request body is not valid JSON.") from None
+        data = parse_json(raw) if raw.strip() else {}
     if not isinstance(data, dict):
         raise InvalidRequest("The request body must be a JSON object.")
     return data

@@ -12,6 +12,10 @@ and, for the grant failures, a stable `peerd_reason`. Nothing secret is echoed o
 Guessing is slowed twice: each code burns after 5 wrong secrets (in the store), and failed pairing
 redemptions are limited globally; past that limit pairing requests are answered 429 `slow_down`
 without looking at the code at all, so a guesser learns nothing while it lasts.
+
+Every field of a pairing request is checked before the code is looked at (`max_age` finite,
+positive and at most ten years; label and environment id bounded, then stripped of control
+characters in the store): a bad one is `invalid_request`, and the code stays open, no client made.
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ from authlib.oauth2.rfc6749.errors import (
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.core.access import ACCESS_LEVELS, DEFAULT_LINK_ACCESS
-from peerd.errors import NotFound
+from peerd.errors import InvalidRequest, NotFound
 from peerd.logs import get_logger
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import ACCESS_TOKEN_TTL_S, TokenRejected, sign_access_token, verify_access_token
 from peerd.store import clients
 from peerd.store.clients import AccessExceedsCode, PairingRejected, RefreshRejected
 from peerd.store.db import Database
+from peerd.store.pairing import check_max_age
 
 log = get_logger(__name__)
 
@@ -182,6 +187,10 @@ class OAuthEndpoints:
             )
         max_age = self._max_age(_optional(form, "max_age"))
         label, env_id = _optional(form, "client_label"), _optional(form, "client_env_id")
+        try:
+            clients.check_redemption(label=label, env_id=env_id, max_age_s=max_age)
+        except InvalidRequest as exc:
+            raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
         now = self.clock()
         try:
             redeemed = await clients.redeem_pairing_code(
@@ -219,9 +228,10 @@ class OAuthEndpoints:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            raise _Reject(InvalidRequestError(description="max_age must be a positive number of seconds."))
-        return value
+        try:
+            return check_max_age(value)
+        except InvalidRequest as exc:
+            raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
 
     def _pairing_text(self, reason: str) -> str:
         texts = {

@@ -9,29 +9,38 @@ Some failures must leave a trace even though the call fails: a wrong pairing sec
 burning the code, and a reused refresh token revokes the client. Those are written in the
 transaction, which commits, and the error is raised after it, never inside it (that would roll
 the trace back).
+
+Everything a laptop sends with a redemption (label, environment id, max age) is checked and
+cleaned by `check_redemption` before the transaction that spends the code: a bad value is a typed
+`invalid_request`, and the code stays open with no client made. The label is stripped of control
+characters (it is printed in `peerd client list` and carried on the threads the link starts).
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import aiosqlite
 
-from peerd.contracts import ClientInfo, ClientStatus
+from peerd.contracts import MAX_LINK_AGE_S, ClientInfo, ClientStatus
 from peerd.core.access import AccessLevel, access_within
-from peerd.errors import NotFound, PeerdError
+from peerd.core.text import clean_label
+from peerd.errors import InvalidRequest, NotFound, PeerdError
 from peerd.peer.pairing_code import secret_hash
 from peerd.peer.tokens import new_refresh_token, refresh_hash
 from peerd.store.db import Database
 from peerd.store.ids import new_id
-from peerd.store.pairing import MAX_FAILED_ATTEMPTS, code_state
+from peerd.store.pairing import MAX_FAILED_ATTEMPTS, check_max_age, code_state
 
 REFRESH_TTL_S = 30 * 24 * 3600
 TOUCH_INTERVAL_S = 30.0
 REUSE_REASON = "A refresh token was used twice; the link was revoked to be safe."
 UNLINKED_REASON = "The linked machine unlinked itself."
+MAX_LABEL_CHARS = 200
+MAX_ENV_ID_CHARS = 64
 
 PairingReason = Literal["unknown_code", "wrong_secret", "expired", "used", "burnt", "cancelled"]
 RefreshReason = Literal["unknown", "reused", "revoked", "expired"]
@@ -101,6 +110,30 @@ _REFRESH_MESSAGES: dict[RefreshReason, str] = {
     "revoked": "This link was revoked; link again with a new pairing code.",
     "expired": "This link expired; link again with a new pairing code.",
 }
+
+
+@dataclass(frozen=True)
+class RedemptionInput:
+    """What a laptop sent with a redemption, checked and cleaned (see `check_redemption`)."""
+
+    label: str | None
+    env_id: str | None
+    max_age_s: float | None
+
+
+def _clean_optional(text: str | None) -> str | None:
+    return (clean_label(text) or None) if text is not None else None
+
+
+def check_redemption(*, label: str | None, env_id: str | None, max_age_s: float | None) -> RedemptionInput:
+    """The laptop's label, environment id and max age made safe to store, or `InvalidRequest`."""
+    if label is not None and len(label) > MAX_LABEL_CHARS:
+        raise InvalidRequest(f"client_label is at most {MAX_LABEL_CHARS} characters.")
+    if env_id is not None and len(env_id) > MAX_ENV_ID_CHARS:
+        raise InvalidRequest(f"client_env_id is at most {MAX_ENV_ID_CHARS} characters.")
+    return RedemptionInput(
+        label=_clean_optional(label), env_id=_clean_optional(env_id), max_age_s=check_max_age(max_age_s)
+    )
 
 
 def pairing_rejected(reason: PairingReason) -> PairingRejected:
@@ -191,7 +224,10 @@ async def redeem_pairing_code(
     now: float,
     refresh_ttl_s: float = REFRESH_TTL_S,
 ) -> Redeemed:
-    """Spend an open code for a new client and its first refresh token, all in one transaction."""
+    """Spend an open code for a new client and its first refresh token, all in one transaction.
+
+    The inputs are checked first (`check_redemption`): a bad one spends nothing."""
+    given = check_redemption(label=label, env_id=env_id, max_age_s=max_age_s)
     failure: PairingRejected | None = None
     async with db.write() as tx:
         code = await _one(tx, "SELECT * FROM pairing_codes WHERE id = ?", (code_id,))
@@ -212,7 +248,9 @@ async def redeem_pairing_code(
             # The right secret with too wide a request: nothing is spent, the user may ask again.
             raise AccessExceedsCode(access, code["access"])
         else:
-            ages = [a for a in (code["max_age_s"], max_age_s) if a is not None]
+            # A code stored before max ages were bounded may hold one that is not: refused before
+            # anything is written, so the code is not spent.
+            ages = [a for a in (_stored_max_age(code["max_age_s"]), given.max_age_s) if a is not None]
             expires_at = now + min(ages) if ages else None
             client_id = new_id("cli")
             await tx.execute(
@@ -220,8 +258,8 @@ async def redeem_pairing_code(
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     client_id,
-                    label or code["label_hint"] or env_id or "unnamed",
-                    env_id,
+                    given.label or _clean_optional(code["label_hint"]) or given.env_id or "unnamed",
+                    given.env_id,
                     access,
                     now,
                     expires_at,
@@ -235,6 +273,16 @@ async def redeem_pairing_code(
     if failure is not None:
         raise failure  # after the commit: the counted attempt (or the burn) must stick
     return Redeemed(client, token, refresh_expires_at)
+
+
+def _stored_max_age(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidRequest(
+            "This pairing code holds an unusable max age; cancel it and make a new one with `peerd pair`."
+        )
+    return float(min(value, MAX_LINK_AGE_S))
 
 
 async def rotate_refresh(

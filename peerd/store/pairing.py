@@ -4,20 +4,38 @@ Only the SHA-256 of a code's secret is stored; the plaintext is returned once, t
 The state column holds `open`, `used`, `burnt` or `cancelled`; `expired` is never written but
 computed for an open code past its `expires_at`, so expiry needs no sweeper. Redemption (which
 spends the code and creates a client) lives in `peerd.store.clients`, in one transaction.
+
+A code's lifetime and the link's max age are checked before anything is stored: finite, positive
+and bounded, since a stored Infinity would only fail later, at redemption, after the code is spent.
 """
 
 from __future__ import annotations
 
+import math
+
 import aiosqlite
 
-from peerd.contracts import PairingCodeInfo, PairingState
+from peerd.contracts import MAX_LINK_AGE_S, PairingCodeInfo, PairingState
 from peerd.core.access import AccessLevel
-from peerd.errors import Conflict, NotFound
+from peerd.core.text import clean_label
+from peerd.errors import Conflict, InvalidRequest, NotFound
 from peerd.peer.pairing_code import new_code_id, new_secret, secret_hash
 from peerd.store.db import Database
 
 # A failed attempt counter reaching this burns the code (issue 3: "5 wrong attempts").
 MAX_FAILED_ATTEMPTS = 5
+MAX_CODE_TTL_S = 24 * 3600.0
+
+
+def check_max_age(max_age_s: float | None) -> float | None:
+    """A link's max age if it is a positive, finite number of seconds within ten years."""
+    if max_age_s is None:
+        return None
+    if not math.isfinite(max_age_s) or not 0 < max_age_s <= MAX_LINK_AGE_S:
+        raise InvalidRequest(
+            f"max_age must be a positive number of seconds, at most {int(MAX_LINK_AGE_S)} (ten years)."
+        )
+    return max_age_s
 
 
 def code_state(row: aiosqlite.Row, now: float) -> PairingState:
@@ -54,6 +72,10 @@ async def create_code(
     now: float,
 ) -> tuple[PairingCodeInfo, str]:
     """A new open code and its plaintext secret (the only time the secret exists outside a code)."""
+    if not math.isfinite(ttl_s) or not 0 < ttl_s <= MAX_CODE_TTL_S:
+        raise InvalidRequest(f"A pairing code's lifetime is more than 0 and at most {int(MAX_CODE_TTL_S)} s.")
+    max_age_s = check_max_age(max_age_s)
+    label_hint = (clean_label(label_hint) or None) if label_hint is not None else None
     code_id = new_code_id()
     secret = new_secret()
     async with db.write() as tx:
