@@ -15,6 +15,8 @@ from peerd.orchestrate.gitbase import (
 from peerd.orchestrate.merging import _protected_branches
 from peerd.runtime.git import (
     _commit_exists,
+)
+from peerd.runtime.gitrun import (
     _git,
     _trim,
 )

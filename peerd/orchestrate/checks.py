@@ -18,7 +18,7 @@ from peerd.orchestrate.gitbase import (
     _CHECK_TERM_GRACE_S,
     CHECK_OUTPUT_MAX_CHARS,
 )
-from peerd.runtime.git import (
+from peerd.runtime.gitrun import (
     _REPO_LOCATION_VARS,
 )
 

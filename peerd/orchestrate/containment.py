@@ -16,12 +16,14 @@ from peerd.orchestrate.gitbase import (
     _lock,
 )
 from peerd.runtime.git import (
+    _same_path,
+    toplevel,
+)
+from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
     _git,
     _git_raw,
-    _same_path,
     _trim,
-    toplevel,
 )
 
 # --- containment (workflow step 5) --------------------------------------------------------------

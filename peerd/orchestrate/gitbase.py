@@ -10,10 +10,12 @@ from pathlib import Path
 
 from peerd.errors import GitError, InvalidRequest, NotFound
 from peerd.runtime.git import (
-    _DIFF_OPTIONS,
     _check_rev,
-    _git,
     head_commit,
+)
+from peerd.runtime.gitrun import (
+    _DIFF_OPTIONS,
+    _git,
 )
 
 DEFAULT_AUTHOR = "peerd orchestrate <orchestrate@peerd.invalid>"

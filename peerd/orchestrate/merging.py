@@ -21,16 +21,18 @@ from peerd.orchestrate.gitbase import (
     head,
 )
 from peerd.runtime.git import (
-    _DIFF_OPTIONS,
     _branch_exists,
     _check_branch_name,
+    _same_path,
+    _worktrees,
+    toplevel,
+)
+from peerd.runtime.gitrun import (
+    _DIFF_OPTIONS,
     _git,
     _git_raw,
     _raise_for,
     _Result,
-    _same_path,
-    _worktrees,
-    toplevel,
 )
 
 # --- integration (workflow step 6) --------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""A small typed wrapper around the `git` command line.
+"""Typed git operations peerd needs: repository queries, worktrees, diffs.
 
-Every call runs `git -C <dir> ...` through `asyncio.create_subprocess_exec` with an argument list
-(never a shell), stdin closed and a fixed environment (see `_git_env`). A failure raises `GitError`
-carrying git's own stderr, with any `//user:password@` credentials scrubbed; a path that is not in
-a git repository raises `InvalidRequest`.
+Every command runs through the one runner in `peerd.runtime.gitrun` (`_git`/`_git_raw`,
+re-exported here): argument lists, never a shell, a fixed environment without system or global
+config, and `-c` overrides that turn off every way repository config makes git run a program
+(`SAFE_CONFIG`). A command in a directory an agent could write names its git dir and work tree
+(`GitLocation`, from `locate_worktree`). A failure raises `GitError` carrying git's own stderr,
+with any `//user:password@` credentials scrubbed; a path that is not in a git repository raises
+`InvalidRequest`.
 
 The user's checkout is only read, never changed: status and diff run without optional locks and
 `diff` lists untracked files without touching the index. Only `create_worktree`/`remove_worktree`
@@ -15,20 +18,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import weakref
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 from peerd.core.repo_identity import canonical_repo_key
-from peerd.errors import GitError, InvalidRequest
+from peerd.errors import GitError, InvalidRequest, NotFound
+from peerd.runtime.gitrun import (
+    _DIFF_OPTIONS,
+    SAFE_CONFIG,
+    GitLocation,
+    Where,
+    _git,
+    _raise_for,
+    checkout_location,
+    common_dir,
+    locate_worktree,
+)
 
 __all__ = [
+    "SAFE_CONFIG",
+    "GitLocation",
+    "Where",
+    "branch_exists",
+    "checkout_location",
+    "common_dir",
     "create_worktree",
     "diff",
     "head_commit",
+    "locate_worktree",
     "origin_url",
     "remove_worktree",
     "repository_key",
@@ -36,121 +54,8 @@ __all__ = [
     "toplevel",
 ]
 
-# Variables that would point git at another repository, index or object store than the `-C`
-# directory (they are set, e.g., when peerd is started from inside a git hook).
-_REPO_LOCATION_VARS = frozenset(
-    {
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_COMMON_DIR",
-        "GIT_NAMESPACE",
-        "GIT_PREFIX",
-        "GIT_CEILING_DIRECTORIES",
-    }
-)
-
-_ENV_OVERRIDES: Mapping[str, str] = {
-    # Never wait for a password on a terminal nobody is watching.
-    "GIT_TERMINAL_PROMPT": "0",
-    # English messages: the stderr checks below match git's wording.
-    "LC_ALL": "C",
-    # `git status`/`git diff` otherwise refresh and rewrite the index opportunistically, which
-    # takes `index.lock` and can make the user's own git command fail while we look.
-    "GIT_OPTIONAL_LOCKS": "0",
-}
-
-# Stable, config-independent patch output: the user's color, external diff tool, `diff.relative`
-# or `diff.noprefix` settings must not change what a peer receives.
-_DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-relative", "--src-prefix=a/", "--dst-prefix=b/")
-
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")
-_MAX_STDERR_CHARS = 2000
 # Untracked files are diffed one `git diff --no-index` process each; bound how many run at once.
 _UNTRACKED_DIFF_CONCURRENCY = 8
-
-
-@dataclass(frozen=True, slots=True)
-class _Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATION_VARS}
-    env.update(_ENV_OVERRIDES)
-    return env
-
-
-def _scrub(text: str) -> str:
-    """Drop `user:password@` from any URL in `text`, so tokens never reach a message or log."""
-    return _CREDENTIALS.sub(r"\g<scheme>", text)
-
-
-def _trim(stderr: str) -> str:
-    text = stderr.strip()
-    if len(text) > _MAX_STDERR_CHARS:
-        # The end of git's stderr holds the `fatal:` line that explains the failure.
-        text = "..." + text[-_MAX_STDERR_CHARS:]
-    return text
-
-
-@dataclass(frozen=True)
-class _Raw:
-    returncode: int
-    stdout: bytes
-    stderr: str
-
-
-async def _git(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Result:
-    """Run `git -C cwd *args`; raise unless the exit code is in `ok`."""
-    raw = await _git_raw(cwd, *args, ok=ok, stdin=stdin)
-    # `replace`: file contents in a diff need not be UTF-8, and a message must still be built.
-    return _Result(raw.returncode, raw.stdout.decode("utf-8", "replace"), raw.stderr)
-
-
-async def _git_raw(cwd: Path, *args: str, ok: Collection[int] = (0,), stdin: bytes | None = None) -> _Raw:
-    """Like `_git`, but stdout stays bytes (patches and file names need not be UTF-8)."""
-    argv = ["git", "-C", str(cwd), *args]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=_git_env(),
-        )
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH.") from exc
-    try:
-        out, err = await proc.communicate(stdin)
-    except BaseException:
-        # Cancelled (or failed) mid-run: do not leave a git process behind.
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
-        raise
-    returncode = proc.returncode if proc.returncode is not None else -1
-    result = _Raw(returncode, out, err.decode("utf-8", "replace"))
-    if returncode not in ok:
-        _raise_for(cwd, args, _Result(returncode, "", result.stderr))
-    return result
-
-
-def _raise_for(cwd: Path, args: tuple[str, ...], result: _Result) -> NoReturn:
-    stderr = _trim(result.stderr)
-    if "fatal: not a git repository" in stderr:
-        raise InvalidRequest(f"{cwd} is not inside a git repository.")
-    if "fatal: cannot change to" in stderr:
-        raise InvalidRequest(f"{cwd} does not exist or is not a directory.")
-    if "fatal: this operation must be run in a work tree" in stderr:
-        raise InvalidRequest(f"{cwd} is not inside a git working tree (is it a bare repository?).")
-    command = " ".join(["git", *args])
-    detail = f": {stderr}" if stderr else ""
-    raise GitError(_scrub(f"`{command}` in {cwd} failed (exit {result.returncode}){detail}"))
 
 
 def _check_rev(rev: str) -> None:
@@ -165,7 +70,7 @@ async def toplevel(path: Path) -> Path:
     return Path(result.stdout.strip())
 
 
-async def origin_url(repo: Path) -> str | None:
+async def origin_url(repo: Path) -> str | None:  # noqa: RET503  # _raise_for never returns
     """The URL of the `origin` remote (after `insteadOf` rewriting), or None without one."""
     result = await _git(repo, "remote", "get-url", "origin", ok=(0, 2, 128))
     if result.returncode == 0:
@@ -191,7 +96,7 @@ async def repository_key(repo: Path) -> str | None:
     return key
 
 
-async def head_commit(repo: Path) -> str | None:
+async def head_commit(repo: Where) -> str | None:
     """The commit id HEAD points at, or None in a repository with no commits yet."""
     result = await _git(
         repo, "rev-parse", "--verify", "--quiet", "--end-of-options", "HEAD^{commit}", ok=(0, 1)
@@ -201,7 +106,7 @@ async def head_commit(repo: Path) -> str | None:
     return result.stdout.strip() or None
 
 
-async def _commit_exists(repo: Path, rev: str) -> bool:
+async def _commit_exists(repo: Where, rev: str) -> bool:
     result = await _git(
         repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", ok=(0, 1)
     )
@@ -333,6 +238,10 @@ async def _remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | N
     """
     worktree = worktree.absolute()
     if any(_same_path(w.path, worktree) for w in await _worktrees(repo)):
+        # git refuses to remove a worktree whose `.git` no longer points back at its record (its
+        # agent may have rewritten it): put the recorded one back first.
+        with contextlib.suppress(NotFound):
+            await locate_worktree(repo, worktree, restore=True)
         # `--force`: an agent's uncommitted and untracked files go with its worktree.
         await _git(repo, "worktree", "remove", "--force", "--", str(worktree))
     await _git(repo, "worktree", "prune")
@@ -342,22 +251,23 @@ async def _remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | N
             await _git(repo, "branch", "-D", "--", delete_branch)
 
 
-async def _empty_tree(repo: Path) -> str:
+async def _empty_tree(repo: Where) -> str:
     # The empty tree's id depends on the repository's hash (SHA-1 or SHA-256); ask git.
     result = await _git(repo, "hash-object", "-t", "tree", "--stdin", stdin=b"")
     return result.stdout.strip()
 
 
-async def diff(worktree: Path, base: str | None = None) -> str:
+async def diff(worktree: Where, base: str | None = None) -> str:
     """The working tree's changes against `base` (default HEAD), untracked files included.
 
     Tracked changes come from `git diff <base>`; untracked (not ignored) files follow as
     new-file patches from `git diff --no-index /dev/null <file>`, so the index of the checkout is
-    never touched. In a repository with no commits, the diff is against the empty tree.
+    never touched. In a repository with no commits, the diff is against the empty tree. A
+    `GitLocation` is used as it is; a directory is first taken to the top of its working tree.
     """
     if base is not None:
         _check_rev(base)
-    top = await toplevel(worktree)
+    top = worktree if isinstance(worktree, GitLocation) else await toplevel(worktree)
     if base is None:
         base = "HEAD" if await head_commit(top) is not None else await _empty_tree(top)
     tracked = await _git(top, "diff", *_DIFF_OPTIONS, "--end-of-options", base, "--")
@@ -385,7 +295,7 @@ async def diff(worktree: Path, base: str | None = None) -> str:
     return tracked.stdout + "".join(patches)
 
 
-async def status_porcelain(path: Path) -> list[str]:
+async def status_porcelain(path: Where) -> list[str]:
     """`git status --porcelain=v1` lines for the working tree at `path`, every untracked file listed."""
     result = await _git(path, "status", "--porcelain=v1", "--untracked-files=all")
     return result.stdout.splitlines()
