@@ -32,7 +32,7 @@ from pathlib import Path
 import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import NameOID
 
 from peerd.errors import InvalidRequest, PeerdError
@@ -42,6 +42,7 @@ __all__ = [
     "Identity",
     "IdentityError",
     "InvalidEnvId",
+    "env_id_from_certificate",
     "env_id_from_public_key",
     "env_id_matches",
     "format_fingerprint",
@@ -150,6 +151,26 @@ def normalize_env_id(text: str) -> str:
                 "so a character in it was mistyped; copy the id again from the other machine"
             )
     return "-".join(groups)
+
+
+def env_id_from_certificate(cert_der: bytes, pin: bytes) -> str:
+    """The environment id of the Ed25519 key in a peer's certificate, once it matches its pin.
+
+    This, not a pairing code or a descriptor (which the peer writes), is the id a link is stored
+    and shown under. ``ValueError`` when the DER is not ``pin``'s certificate or holds another
+    kind of key.
+    """
+    if not hmac.compare_digest(hashlib.sha256(cert_der).digest(), pin):
+        raise ValueError("the certificate does not match its pin")
+    try:
+        key = x509.load_der_x509_certificate(cert_der).public_key()
+    except ValueError as exc:
+        raise ValueError(f"the certificate cannot be read ({exc})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"the certificate holds a {type(key).__name__}, not an Ed25519 key")
+    return env_id_from_public_key(
+        key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
 
 
 def env_id_matches(env_id: str, raw_public_key: bytes) -> bool:

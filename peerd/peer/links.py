@@ -1,18 +1,30 @@
 """Pairing and links as operations: the box mints codes and lists/revokes clients; the laptop links,
 lists its environments and unlinks. Everything here is local-only (never reachable over a link).
+
+What the box says about itself is checked, not taken (issue 11). The environment id a link is
+stored and shown under is derived from the public key in the certificate the code pins (fetched
+over TLS and compared with the pin); a code or a descriptor naming another id is refused with
+`wrong_environment` before anything secret is sent. (A plain-http link, loopback only, has no
+certificate: there the code's id, confirmed by the descriptor, stands.) The box's label is
+stripped of control characters and bounded, and its token answer must hold finite, bounded
+lifetimes and an access no wider than the one asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
 from peerd import contracts as c
-from peerd.core.access import access_within
+from peerd.core.access import ACCESS_LEVELS, access_within
+from peerd.core.text import clean_label
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import (
@@ -22,15 +34,21 @@ from peerd.peer.client import (
     PinMismatch,
     WrongEnvironment,
     check_url,
+    is_loopback_url,
     not_linked_message,
     unreachable_message,
 )
-from peerd.peer.identity import Identity, normalize_env_id
+from peerd.peer.identity import Identity, env_id_from_certificate, normalize_env_id
 from peerd.store import clients, links, pairing
 from peerd.store.db import Database
 from peerd.store.links import LinkRow
 
 log = structlog.get_logger(__name__)
+
+MAX_LABEL_CHARS = 200
+CERT_TIMEOUT_S = 10.0
+CERT_TIMEOUT_LOOPBACK_S = 3.0
+MAX_LIFETIME_S = 10 * 365 * 24 * 3600.0  # no token lifetime a box sends may be longer
 
 
 class SelfLink(PeerdError):
@@ -47,6 +65,48 @@ class PairingRefused(PeerdError):
 
 class RateLimited(PeerdError):
     code = "rate_limited"
+
+
+async def peer_certificate(url: str) -> bytes:
+    """The DER certificate the TLS listener at `url` presents (compared with its pin by the caller)."""
+    parts = urlsplit(url)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # a self-signed cert: the pin is what authenticates it
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    timeout = CERT_TIMEOUT_LOOPBACK_S if is_loopback_url(url) else CERT_TIMEOUT_S
+    try:
+        async with asyncio.timeout(timeout):
+            _reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 443, ssl=ctx)
+    except (OSError, TimeoutError, ssl.SSLError):
+        raise PeerUnreachable(f"Nothing answered at {url}.") from None
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    finally:
+        writer.close()
+        try:
+            async with asyncio.timeout(timeout):
+                await writer.wait_closed()
+        except (OSError, TimeoutError, ssl.SSLError):
+            pass
+    if not der:
+        raise PeerUnreachable(f"{url} presented no certificate.")
+    return bytes(der)
+
+
+def _lifetime(body: dict[str, Any], key: str, label: str) -> float | None:
+    """A relative lifetime from the box's token answer: absent, or finite and within bounds."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PairingRefused(f"{label} answered the link with an unusable {key}; nothing was stored.")
+    return float(min(max(value, 0.0), MAX_LIFETIME_S))
+
+
+def _label_of(text: str, fallback: str) -> str:
+    return clean_label(text)[:MAX_LABEL_CHARS] or fallback
 
 
 _REASONS = {
@@ -151,6 +211,12 @@ class LinkService:
                 if isinstance(exc, PeerUnreachable):
                     silent.append(url)
                 continue
+            pinned = await self._pinned_env_id(url, code.fingerprint)
+            if pinned is not None and pinned != code.env_id:
+                raise WrongEnvironment(
+                    f"The pairing code names environment {code.env_id}, but the certificate it pins at "
+                    f"{url} belongs to {pinned}. Ask for a new code on that machine; nothing was sent."
+                )
             if desc.env_id == self.identity.env_id:
                 raise SelfLink("That address is this environment.")
             if desc.env_id != code.env_id:
@@ -158,7 +224,7 @@ class LinkService:
                     f"{url} answered as environment {desc.env_id}, but the pairing code is for {code.env_id}; "
                     "nothing was sent."
                 )
-            label = desc.label
+            label = _label_of(desc.label, code.env_id)
             good.append(url)
         if not good:
             if failures and not all(isinstance(f, PeerUnreachable) for f in failures):
@@ -190,20 +256,27 @@ class LinkService:
         status, body = await self.peers.post_form(provisional, good[0], "/oauth/token", form)
         if status != 200:
             raise self._token_error(status, body, label)
+        if not isinstance(body, dict) or not all(
+            isinstance(body.get(k), str) and body[k] for k in ("client_id", "refresh_token", "access_token")
+        ):
+            raise PairingRefused(f"{label} answered the link in a shape this peerd does not understand.")
         now = self.clock()
+        refresh_in = _lifetime(body, "refresh_expires_in", label)  # 0 means now, not never
+        access_in = _lifetime(body, "expires_in", label) or 0.0
+        scope = body.get("scope")
+        # The box may narrow the access asked for, never widen it.
+        granted = scope if scope in ACCESS_LEVELS and access_within(scope, req.access) else req.access
         row = LinkRow(
             env_id=code.env_id,
             label=label,
             urls=(*good, *silent),
             fingerprint=code.fingerprint,
-            access=body.get("scope") or req.access,
-            client_id=str(body["client_id"]),
-            refresh_token=str(body["refresh_token"]),
-            refresh_expires_at=now + float(body["refresh_expires_in"])
-            if body.get("refresh_expires_in") is not None  # 0 means now, not never
-            else None,
-            access_token=str(body["access_token"]),
-            access_expires_at=now + float(body["expires_in"]),
+            access=granted,
+            client_id=body["client_id"][:200],
+            refresh_token=body["refresh_token"],
+            refresh_expires_at=None if refresh_in is None else now + refresh_in,
+            access_token=body["access_token"],
+            access_expires_at=now + access_in,
             linked_at=now,
             last_reached_at=now,
         )
@@ -214,6 +287,19 @@ class LinkService:
             log.info("link.replaced", env_id=row.env_id, old_revoked_there=told)
         log.info("link.created", env_id=row.env_id, label=label, access=row.access)
         return row.info(now=now)
+
+    async def _pinned_env_id(self, url: str, pin: bytes) -> str | None:
+        """The id of the key in the certificate `url` presents for `pin`; None over plain http."""
+        if not url.startswith("https:"):
+            return None
+        der = await peer_certificate(url)
+        try:
+            return env_id_from_certificate(der, pin)
+        except ValueError:
+            raise PinMismatch(
+                f"The machine at {url} presented a different certificate than the pairing code pins; "
+                "nothing was sent."
+            ) from None
 
     @staticmethod
     def _token_error(status: int, body: Any, label: str) -> PeerdError:

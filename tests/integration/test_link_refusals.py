@@ -231,11 +231,13 @@ async def test_another_environment_at_the_address_is_refused_and_sent_nothing(
 async def test_the_impostor_descriptor_is_accepted_when_it_is_the_codes_environment(
     laptop: Daemon, lc: LocalClient, impostor: Impostor, bc: LocalClient
 ) -> None:
-    """The control for the refusals above: a matching descriptor gets as far as the token
-    request (which this server refuses), so they refuse for the reason they name."""
+    """The control for the refusals above: a code, descriptor and pinned certificate that agree
+    get as far as the token request (which this server refuses), so they refuse for the reason
+    they name. (Claiming the box's id with another certificate: tests/security/test_bad_input.py.)"""
     code = await box_code(bc)
-    impostor.descriptor = descriptor(code.env_id)
-    err = await link_fails(lc, impostor.code_for(code))
+    impostor.descriptor = descriptor(impostor.identity.env_id)
+    own = dataclasses.replace(code, env_id=impostor.identity.env_id)
+    err = await link_fails(lc, impostor.code_for(own))
     assert err.code == "pairing_rejected"
     assert impostor.seen == [("GET", "/.well-known/peerd"), ("POST", "/oauth/token")]
     assert stored_links(laptop) == 0
