@@ -25,6 +25,7 @@ from aiohttp import web
 
 from peerd import __version__, sdnotify
 from peerd import contracts as c
+from peerd.api import peercred
 from peerd.api.gitwire import add_git_routes
 from peerd.api.local import local_app
 from peerd.api.orchestrate import add_orchestration_routes
@@ -118,6 +119,9 @@ class Daemon:
         self.feed = ChangeFeed()
         self.providers: dict[str, Provider] = {}
         self.orchestrations: Orchestrations | None = None
+        # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
+        # started, and the owner socket refuses them all (peerd/api/peercred.py).
+        self.subreaper = False
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -195,7 +199,7 @@ class Daemon:
                 name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
             },
         )
-        local = local_app(ops, desc, self.status, link_service, self)
+        local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
         add_git_routes(local)
         add_orchestration_routes(local, self.orchestrations)
         await self._serve_unix(local, socket_path)
@@ -407,6 +411,7 @@ class Daemon:
 async def serve(config: DaemonConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     daemon = Daemon(config)
+    daemon.subreaper = peercred.become_subreaper()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)

@@ -30,6 +30,7 @@ from peerd.core.access import (
 )
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live, is_terminal
+from peerd.core.text import clean_label
 from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, RunNotFound
 from peerd.peer.forwarding import Forwarder
 
@@ -492,5 +493,5 @@ _FENCED = re.compile(r"```.*?(```|\Z)", re.DOTALL)
 def _title_from(prompt: str) -> str:
     """The first line of prose: fenced blocks (scripts, code) make poor titles."""
     prose = _FENCED.sub("", prompt)
-    first = next((line.strip() for line in prose.splitlines() if line.strip()), "Untitled")
-    return first[:80]
+    first = next((line.strip() for line in prose.splitlines() if clean_label(line)), "Untitled")
+    return clean_label(first)[:80] or "Untitled"

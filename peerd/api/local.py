@@ -26,29 +26,35 @@ Routes (all JSON; errors are `{code, message}`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from peerd import contracts as c
+from peerd.api import peercred
 from peerd.api.app import (
     DESCRIPTOR,
     LINKS,
     OPERATIONS,
     STATUS_FN,
+    Handler,
     StatusFn,
     base_app,
     descriptor,
+    error_response,
     json_body,
     json_object,
     ok,
     query_model,
 )
 from peerd.api.tools import call_tool
-from peerd.errors import InvalidRequest, NotFound
+from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
+from peerd.runtime.runner import RunManager
 from peerd.store import tasks, threads
 
 log = structlog.get_logger(__name__)
@@ -200,7 +206,11 @@ async def client_revoke(request: web.Request) -> web.Response:
     revoked = await _links(request).client_revoke(request.match_info["id"])
     stopped = [] if req.keep_runs else await _ops(request).stop_link_work(revoked.id, revoked.label)
     log.warning(
-        "link.client_revoked", client_id=revoked.id, label=revoked.label, kept_runs=req.keep_runs, stopped=stopped
+        "link.client_revoked",
+        client_id=revoked.id,
+        label=revoked.label,
+        kept_runs=req.keep_runs,
+        stopped=stopped,
     )
     return ok(c.ClientRevokeResult(**revoked.model_dump(), stopped_threads=stopped))
 
@@ -254,10 +264,36 @@ async def config_show(request: web.Request) -> web.Response:
     return web.json_response(request.app[ADMIN].config_shown())
 
 
+def owner_only(runs: RunManager, *, any_descendant: Callable[[], bool]) -> Middleware:
+    """The owner socket refuses processes peerd started for runs (see `peerd.api.peercred`)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+        if peercred.from_a_run(sock, run_groups=runs.live_groups(), any_descendant=any_descendant()):
+            log.warning("socket.run_refused", method=request.method, path=request.path)
+            return error_response(
+                CapabilityDenied(
+                    "This is the owner's socket; processes peerd started for a run cannot use it. "
+                    "Agents use peerd's tools (peerd mcp), which reach the agent socket in PEERD_SOCKET."
+                )
+            )
+        return await handler(request)
+
+    return middleware
+
+
 def local_app(
-    ops: Operations, desc: c.Descriptor, status_fn: StatusFn, link_service: LinkService, admin: Admin
+    ops: Operations,
+    desc: c.Descriptor,
+    status_fn: StatusFn,
+    link_service: LinkService,
+    admin: Admin,
+    *,
+    any_descendant: Callable[[], bool] = lambda: False,
 ) -> web.Application:
     app = base_app()
+    app.middlewares.append(owner_only(ops.runs, any_descendant=any_descendant))
     app[ADMIN] = admin
     app[OPERATIONS] = ops
     app[LINKS] = link_service

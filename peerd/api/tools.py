@@ -123,7 +123,9 @@ TOOLS: dict[str, Tool] = {
 OWNER_WITHOUT_TOKEN = web.AppKey("owner_without_token", bool)
 
 
-async def caller_from_token(ops: Operations, header: str | None, *, owner_without_token: bool = True) -> Caller:
+async def caller_from_token(
+    ops: Operations, header: str | None, *, owner_without_token: bool = True
+) -> Caller:
     """The run a token belongs to, as the caller it acts as; no token is the owner only where the
     socket allows it (the owner socket, never the agent socket)."""
     if header is None:
@@ -149,7 +151,9 @@ async def call_tool(request: web.Request) -> web.Response:
     if tool is None or spec is None:
         raise NotFound(f"No agent tool {name!r}; tools: {', '.join(sorted(TOOLS))}.")
     caller = await caller_from_token(
-        ops, request.headers.get("Authorization"), owner_without_token=request.app.get(OWNER_WITHOUT_TOKEN, True)
+        ops,
+        request.headers.get("Authorization"),
+        owner_without_token=request.app.get(OWNER_WITHOUT_TOKEN, True),
     )
     req = spec.input_model.model_validate(await json_object(request))  # 400 via the middleware
     result = await tool(ops, request.app[LINKS], caller, req)

@@ -10,7 +10,7 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import json_option, with_client
-from peerd.cli.output import ago, emit_json, fields, table
+from peerd.cli.output import ago, emit_json, fields, one_line, table
 from peerd.contracts import RUNTIME_MODES
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -160,9 +160,8 @@ def link(
     if as_json:
         emit_json(data)
     else:
-        click.echo(
-            f"linked {data['label']} ({data['envId']}) with {data['access']} access at {', '.join(data['urls'])}"
-        )
+        at = ", ".join(data["urls"])
+        click.echo(one_line(f"linked {data['label']} ({data['envId']}) with {data['access']} access at {at}"))
 
 
 def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
@@ -243,7 +242,7 @@ def environment_unlink(ctx: click.Context, env_id: str, as_json: bool) -> None:
         return await client.call("DELETE", f"/v1/environments/{env_id}")
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(data["message"])
+    emit_json(data) if as_json else click.echo(one_line(data["message"]))
 
 
 @click.group()
@@ -298,7 +297,7 @@ def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, as_json: 
     if as_json:
         emit_json(data)
         return
-    click.echo(f"revoked {data['id']} ({data['label']})")
+    click.echo(one_line(f"revoked {data['id']} ({data['label']})"))
     stopped = data.get("stoppedThreads") or []
     if stopped:
         click.echo(f"stopped the runs of {len(stopped)} thread(s) it started: {', '.join(stopped)}")

@@ -8,7 +8,7 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import json_option, with_client
-from peerd.cli.output import ago, emit_json, fields, table
+from peerd.cli.output import ago, block, emit_json, fields, one_line, table
 
 
 @click.group()
@@ -74,7 +74,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         ]
     )
     if t["result"] is not None:
-        click.echo(f"\n{t['result']}")
+        click.echo(f"\n{block(t['result'])}")
 
 
 @task.command("cancel")
@@ -95,4 +95,4 @@ def task_cancel(ctx: click.Context, task_id: str, reason: str | None, as_json: b
         emit_json(t)
     else:
         owed = " (the stop is owed and will be retried)" if t["stopOwed"] else ""
-        click.echo(f"{t['taskId']} {t['status']}: {t['result']}{owed}")
+        click.echo(f"{t['taskId']} {t['status']}: {one_line(t['result'])}{owed}")

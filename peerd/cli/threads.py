@@ -10,7 +10,7 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_TIMED_OUT, env_option, json_option, with_client
-from peerd.cli.output import ago, emit_json, fields, table
+from peerd.cli.output import ago, block, emit_json, fields, one_line, table
 from peerd.contracts import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 
 
@@ -71,9 +71,9 @@ def _print_items(items: list[dict[str, Any]]) -> None:
         extra = ""
         if item["kind"] == "command" and "exit_code" in item["data"]:
             extra = f"  (exit {item['data']['exit_code']})"
-        click.echo(f"[{item['position']}] {label}{extra}: {item['text']}")
+        click.echo(f"[{item['position']}] {label}{extra}: {block(item['text'])}")
         if item["kind"] == "command" and item["data"].get("output"):
-            click.echo("    " + item["data"]["output"].rstrip().replace("\n", "\n    "))
+            click.echo("    " + block(str(item["data"]["output"])).rstrip().replace("\n", "\n    "))
 
 
 @thread.command("launch")
@@ -139,10 +139,10 @@ def thread_launch(
         emit_json(data)
     else:
         note = " (an earlier launch with this key)" if data["replayed"] else ""
-        click.echo(f"thread {data['threadId']} run {data['runId']} {data['status']}{note}")
-        click.echo(f"worktree {data['worktreePath']}")
+        click.echo(one_line(f"thread {data['threadId']} run {data['runId']} {data['status']}{note}"))
+        click.echo(one_line(f"worktree {data['worktreePath']}"))
         if "wait" in data:
-            click.echo(f"run {data['wait']['runId']} {data['wait']['status']}")
+            click.echo(one_line(f"run {data['wait']['runId']} {data['wait']['status']}"))
     if "wait" in data and not data["wait"]["terminal"]:
         ctx.exit(EXIT_TIMED_OUT)
 
@@ -220,11 +220,14 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
 
 
 def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Where a thread came from: a subagent's parent on the machine that delegated to this one."""
+    """Where a thread came from: a subagent's parent on the machine that delegated to this one.
+
+    `delegatedFrom` is what the launching link said, so it is shown as that link's claim, never
+    as fact; only the link itself (`linkLabel`) is known here."""
     origin = t.get("delegatedFrom")
     if origin:
-        where = t.get("linkLabel") or origin["environmentId"]
-        return [("subagent of", f"thread {origin['threadId']} on {where}")]
+        claimant = t.get("linkLabel") or "its launcher, unverified"
+        return [("subagent of", f"thread {origin['threadId']} (claimed by {claimant})")]
     if t.get("linkLabel"):
         return [("started by", f"link {t['linkLabel']}")]
     return []
@@ -249,7 +252,7 @@ def thread_send(
         )
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(f"run {data['runId']} {data['status']}")
+    emit_json(data) if as_json else click.echo(one_line(f"run {data['runId']} {data['status']}"))
 
 
 @thread.command("wait")
@@ -300,7 +303,7 @@ def thread_interrupt(
     else:
         held = ", queue held" if data["queueHeld"] else ""
         run = f" (run {data['runId']})" if data["runId"] else ""
-        click.echo(f"{data['status'].replace('_', ' ')}{run}{held}")
+        click.echo(one_line(f"{data['status'].replace('_', ' ')}{run}{held}"))
 
 
 @thread.command("archive")

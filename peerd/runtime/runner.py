@@ -253,6 +253,10 @@ class RunManager:
     def is_executing(self, run_id: str) -> bool:
         return run_id in self._tasks
 
+    def live_groups(self) -> frozenset[int]:
+        """The process groups of the live runs (the owner socket refuses their members)."""
+        return frozenset(run.pgid for run in self._live.values() if run.pgid is not None and run.pgid > 1)
+
     async def shutdown(self) -> None:
         """Interrupt every live run and record it; nothing is left half-written."""
         self._closing = True
