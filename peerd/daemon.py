@@ -27,6 +27,7 @@ from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
 from peerd.api.gitwire import add_git_routes
+from peerd.api.listener import ListenerLimits, start_tcp
 from peerd.api.local import local_app
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
@@ -74,6 +75,7 @@ class DaemonConfig:
     advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
     watch_chunk_s: float = 50.0  # the follower's long-poll chunk (tests shorten it)
     settings: Config = field(default_factory=Config)  # the config file (providers, approvals)
+    listener_limits: ListenerLimits = field(default_factory=ListenerLimits)  # TCP caps, timeouts (tests lower them)
 
 
 def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
@@ -243,14 +245,18 @@ class Daemon:
     async def _serve_tcp(self, app: web.Application, identity: Identity) -> None:
         assert self.config.listen is not None  # noqa: S101  # checked by the caller
         host, port = parse_listen(self.config.listen, tls=self.config.tls)
-        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
-        await runner.setup()
         ssl_ctx = server_ssl_context(identity) if self.config.tls else None
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx)
-        try:
-            await site.start()
+        try:  # caps, timeouts and Host checks: peerd/api/listener.py
+            runner = await start_tcp(
+                app,
+                host=host,
+                port=port,
+                ssl_context=ssl_ctx,
+                limits=self.config.listener_limits,
+                advertise=self.config.advertise,
+                shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S,
+            )
         except OSError as exc:
-            await runner.cleanup()
             raise InvalidRequest(f"Cannot listen on {self.config.listen}: {exc.strerror or exc}.") from None
         self._runners.append(runner)
         for address in runner.addresses:

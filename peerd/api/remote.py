@@ -22,6 +22,7 @@ from peerd import contracts as c
 from peerd.api import local
 from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response
 from peerd.api.gitwire import add_git_routes
+from peerd.api.listener import host_middleware
 from peerd.api.oauth import add_oauth_routes
 from peerd.core.access import cap_for, parse_mode_limit
 from peerd.errors import CapabilityDenied, PeerdError
@@ -88,6 +89,7 @@ def network_app(
     clock: Callable[[], float] = time.time,
 ) -> web.Application:
     app = base_app()
+    app.middlewares.append(host_middleware)  # a foreign Host on a loopback listener: refused first
     app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.env_id, clock))  # type: ignore[arg-type]
     app[OPERATIONS] = ops
     app[DESCRIPTOR] = desc

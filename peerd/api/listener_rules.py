@@ -1,0 +1,243 @@
+"""The network listener's rules as plain state: caps, per-connection deadlines, Host names, log pacing.
+
+No sockets here (`peerd.api.listener` applies these to real connections), so each rule is tested
+with plain values and a fake clock.
+
+- `ConnectionGate`: a cap on all connections of the listener, on those from one peer address, and
+  on those that have not yet completed an authenticated request. Past a cap a new connection is
+  refused (the caller closes it before the TLS handshake).
+- `Timeline`: one connection's current deadline. The client must finish a request's head within
+  `head_s` of the connection (after TLS) or of its first byte after an idle pause (of the previous
+  response, if it sent while we answered), the body within `body_s` of the head, and may stay idle
+  between requests `idle_s`. Our own answer has no deadline: long-polls answer after up to 50 s.
+- `HostPolicy`: which `Host` headers a listener accepts (DNS rebinding).
+- `Pacer`: at most one log line a second for a repeating event, with the count of those left out.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from collections import Counter
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+# Caps. The total is derived from the open-file soft limit: half of it, leaving the rest for runs
+# (each holds pipes and log files), the database, the Unix sockets and outgoing link calls.
+MAX_PER_ADDRESS = 32
+MAX_UNAUTHENTICATED = 128
+TOTAL_SHARE_OF_NOFILE = 0.5
+
+# Timeouts on what the client sends (never on our answer).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+HEAD_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0  # the whole body, up to MAX_BODY_BYTES (2 MiB)
+IDLE_TIMEOUT_S = 30.0
+TLS_SHUTDOWN_TIMEOUT_S = 5.0  # how long a closing TLS connection may hold its descriptor
+
+LOG_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    """The TCP listener's caps and timeouts (the defaults are the constants above; tests lower them)."""
+
+    total: int | None = None  # None: TOTAL_SHARE_OF_NOFILE of the open-file soft limit
+    per_address: int = MAX_PER_ADDRESS
+    unauthenticated: int = MAX_UNAUTHENTICATED
+    handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    tls_shutdown_timeout_s: float = TLS_SHUTDOWN_TIMEOUT_S
+
+    def total_for(self, nofile_soft: int) -> int:
+        if self.total is not None:
+            return self.total
+        return max(1, int(nofile_soft * TOTAL_SHARE_OF_NOFILE))
+
+
+def address_key(peername: object) -> str:
+    """Who counts as one peer: an IPv4 address, or an IPv6 /64 (one host can hold a whole /64);
+    an IPv4-mapped IPv6 address counts as its IPv4 address."""
+    host = peername[0] if isinstance(peername, tuple) and peername else peername
+    try:
+        ip = ipaddress.ip_address(str(host).split("%", 1)[0])
+    except ValueError:
+        return str(host)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class Refusal(enum.StrEnum):
+    TOTAL = "total"
+    PER_ADDRESS = "per_address"
+    UNAUTHENTICATED = "unauthenticated"
+
+
+@dataclass
+class ConnectionGate:
+    """Counts of open connections; `admit` takes a slot or says which cap refuses it."""
+
+    total_cap: int
+    per_address_cap: int
+    unauthenticated_cap: int
+    total: int = 0
+    unauthenticated: int = 0
+    by_address: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def for_limits(cls, limits: ListenerLimits, nofile_soft: int) -> ConnectionGate:
+        return cls(limits.total_for(nofile_soft), limits.per_address, limits.unauthenticated)
+
+    def admit(self, key: str) -> Refusal | None:
+        if self.total >= self.total_cap:
+            return Refusal.TOTAL
+        if self.by_address[key] >= self.per_address_cap:
+            return Refusal.PER_ADDRESS
+        if self.unauthenticated >= self.unauthenticated_cap:
+            return Refusal.UNAUTHENTICATED
+        self.total += 1
+        self.unauthenticated += 1
+        self.by_address[key] += 1
+        return None
+
+    def authenticated(self) -> None:
+        """An admitted connection completed an authenticated request: it no longer counts as unknown."""
+        self.unauthenticated -= 1
+
+    def release(self, key: str, *, authenticated: bool) -> None:
+        self.total -= 1
+        if not authenticated:
+            self.unauthenticated -= 1
+        self.by_address[key] -= 1
+        if self.by_address[key] <= 0:
+            del self.by_address[key]
+
+
+class Phase(enum.StrEnum):
+    HEAD = "head"  # waiting for a request's head; deadline
+    BODY = "body"  # the handler runs and the body is still arriving; deadline
+    ANSWERING = "answering"  # the body is in; our answer takes what it takes; no deadline
+    IDLE = "idle"  # between requests, nothing sent yet; deadline
+
+
+@dataclass
+class Timeline:
+    """One connection's phase and deadline, moved by what the client sends and what we answer."""
+
+    head_s: float
+    body_s: float
+    idle_s: float
+    phase: Phase = Phase.HEAD
+    deadline: float | None = None
+    sent_while_answering: bool = False
+
+    @classmethod
+    def started(cls, limits: ListenerLimits, now: float) -> Timeline:
+        return cls(
+            limits.head_timeout_s,
+            limits.body_timeout_s,
+            limits.idle_timeout_s,
+            deadline=now + limits.head_timeout_s,
+        )
+
+    def on_bytes(self, now: float) -> None:
+        if self.phase is Phase.IDLE:  # the next request begins: its head is now due
+            self.phase, self.deadline = Phase.HEAD, now + self.head_s
+        elif self.phase is Phase.ANSWERING:
+            self.sent_while_answering = True  # a pipelined request: its head is due from our answer
+
+    def on_request(self, now: float, *, body_complete: bool) -> None:
+        if body_complete:
+            self.phase, self.deadline = Phase.ANSWERING, None
+        else:
+            self.phase, self.deadline = Phase.BODY, now + self.body_s
+
+    def on_answered(self, now: float) -> None:
+        if self.sent_while_answering:
+            self.phase, self.deadline = Phase.HEAD, now + self.head_s
+        else:
+            self.phase, self.deadline = Phase.IDLE, now + self.idle_s
+        self.sent_while_answering = False
+
+    def expired(self, now: float, *, body_complete: bool) -> bool:
+        """At (or after) the deadline: True when the connection must be closed."""
+        if self.deadline is None or now < self.deadline:
+            return False
+        if self.phase is Phase.BODY and body_complete:
+            self.phase, self.deadline = Phase.ANSWERING, None
+            return False
+        return True
+
+
+LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+def host_name(header: str) -> str:
+    """The name or address in a `Host` header, without port, brackets or a final dot, lowercased."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1:].split("]", 1)[0]
+    if value.count(":") > 1:  # a bare IPv6 address (not valid in Host, but unambiguous)
+        return value
+    return value.rsplit(":", 1)[0].rstrip(".") if ":" in value else value.rstrip(".")
+
+
+def _is_loopback_ip(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """Which `Host` headers a listener answers.
+
+    Bound to loopback, only a browser can send a foreign name there (a page whose DNS name was
+    rebound to 127.0.0.1): only `localhost`, loopback addresses and the advertised names are
+    answered. Bound off loopback, peers dial the advertised names and whatever address reaches the
+    box (its IPs, a Tailscale name), so every name is accepted: there the TLS pin is what protects,
+    and a browser cannot finish a TLS handshake with the box's self-signed certificate anyway.
+    A request without `Host` is not from a browser (they always send it) and is accepted.
+    """
+
+    any_host: bool
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def for_bind(cls, bind_host: str, advertise: tuple[str, ...] | list[str] = ()) -> HostPolicy:
+        host = bind_host.strip("[]").lower()
+        loopback = host in LOOPBACK_NAMES or _is_loopback_ip(host)
+        names = frozenset(host_name(urlsplit(url).netloc) for url in advertise if urlsplit(url).netloc)
+        return cls(any_host=not loopback, names=names)
+
+    def allows(self, header: str | None) -> bool:
+        if self.any_host or header is None:
+            return True
+        name = host_name(header)
+        return name in LOOPBACK_NAMES or name in self.names or _is_loopback_ip(name)
+
+
+LOOPBACK_ONLY = HostPolicy(any_host=False)  # for an app served without a policy: fail closed
+
+
+@dataclass
+class Pacer:
+    """Lets one event through per `every_s`; counts the ones held back until the next goes out."""
+
+    every_s: float = LOG_EVERY_S
+    last: float | None = None
+    held: int = 0
+
+    def tick(self, now: float) -> int | None:
+        """None: stay quiet. Else log now, mentioning the returned count of events left out."""
+        if self.last is not None and now - self.last < self.every_s:
+            self.held += 1
+            return None
+        self.last, held, self.held = now, self.held, 0
+        return held
