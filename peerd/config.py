@@ -19,6 +19,12 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     kind = "command"
     command = "my-coder run --task-file {SPEC} --workdir {WORKTREE}"
     format = "text"                    # or codex-jsonl, claude-stream-json, gemini-stream-json
+
+    [links]                            # what runs a linked machine starts here may use
+    providers = ["script", "codex", "claude", "gemini"]   # the default; custom commands only if listed
+    script_run = true                  # the scripted provider's `run` step (only ever confined)
+    allow_unconfined = false           # true: without bubblewrap, still run a link's runs above
+                                       # read-only, with only the coder's own sandbox
 """
 
 from __future__ import annotations
@@ -60,6 +66,20 @@ class ProviderConfig(_Strict):
     timeout_s: float | None = Field(default=None, gt=0)
 
 
+LINK_PROVIDERS_DEFAULT = ("script", *BUILTIN_KINDS)
+
+
+class LinksConfig(_Strict):
+    """What the runs a link starts here may use (`[links]`)."""
+
+    providers: list[str] = Field(default_factory=lambda: list(LINK_PROVIDERS_DEFAULT))
+    script_run: bool = True
+    allow_unconfined: bool = False
+
+    def allows(self, provider: str) -> bool:
+        return provider in self.providers
+
+
 class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
@@ -67,6 +87,7 @@ class Config(_Strict):
     advertise: list[str] = Field(default_factory=list)
     approved_commands: list[str] = Field(default_factory=list)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    links: LinksConfig = Field(default_factory=LinksConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def provider_kind(self, name: str) -> ProviderKind:
@@ -83,6 +104,11 @@ class Config(_Strict):
         for entry in data.get("providers", {}).values():
             entry["env"] = {key: HIDDEN for key in entry.get("env", {})}
         return data
+
+
+def link_may_use(config: Config, provider: str) -> bool:
+    """Whether a run a link starts here may use `provider` (`links.providers`)."""
+    return config.links.allows(provider)
 
 
 def default_path(env: dict[str, str] | None = None) -> Path:
@@ -117,6 +143,12 @@ def _validate(raw: dict[str, Any], source: str) -> Config:
             )
         if kind != "command" and entry.command:
             raise ConfigInvalid(f'{source}: providers.{name}: `command` is only for kind = "command".')
+    for name in config.links.providers:
+        if name != "script" and name not in BUILTIN_KINDS and name not in config.providers:
+            raise ConfigInvalid(
+                f"{source}: links.providers: {name!r} is not a provider here (the built-in script, "
+                f"{', '.join(BUILTIN_KINDS)}, or one of [providers.*])."
+            )
     return config.model_copy(update={"source": source})
 
 

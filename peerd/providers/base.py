@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from peerd.runtime.sandbox import Confinement
+
 ItemKind = Literal[
     "user_message", "assistant_message", "command", "file_change", "tool_call", "error", "notice"
 ]
@@ -36,6 +38,9 @@ class RunSpec:
     # Environment variables that bind peerd's agent tools to this run (socket path and a run
     # token). Passed through the environment, never argv.
     tool_env: Mapping[str, str] = field(default_factory=dict)
+    # peerd's sandbox for this run (see `peerd.runtime.sandbox`), or None when it runs unconfined.
+    # The provider adds what its CLI needs (install dir, state dirs, network) and runs inside it.
+    confinement: Confinement | None = None
 
 
 @dataclass(frozen=True)

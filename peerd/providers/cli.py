@@ -28,7 +28,9 @@ import structlog
 
 from peerd.config import ProviderConfig
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
+from peerd.runtime import sandbox
 from peerd.runtime.process import ProviderProcess
+from peerd.runtime.sandbox import Confinement, Mount
 
 log = structlog.get_logger(__name__)
 
@@ -118,6 +120,33 @@ class Launch:
     notices: list[str] = field(default_factory=list)
     skip_sigint: bool = False  # the CLI ignores SIGINT without a terminal: start at SIGTERM
     timeout_s: float | None = None
+    confinement: Confinement | None = None  # run inside peerd's sandbox (see `confine`)
+
+
+def home_mounts(config: ProviderConfig, env: Mapping[str, str]) -> list[Mount]:
+    """A provider whose configured `env` sets HOME may write that whole directory."""
+    if "HOME" in config.env and env.get("HOME"):
+        return [Mount(sandbox.real(env["HOME"]), writable=True)]
+    return []
+
+
+def confine(
+    launch: Launch, base: Confinement | None, binary: str, *extra: Mount, notices: tuple[str, ...] = ()
+) -> None:
+    """Confine a coder CLI's launch: its install dir read-only, `extra` (its state dirs) bound, and
+    the network shared (it must reach its model's API). Missing state dirs are created first."""
+    if base is None:
+        return
+    for mount in extra:
+        if not mount.optional:
+            mount.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    installed = [Mount(path) for path in sandbox.install_dirs(binary, launch.env)]
+    launch.confinement = base.plus(*installed, *extra, share_net=True)
+    launch.notices = [
+        *launch.notices,
+        *notices,
+        "The network is shared with this machine inside peerd's sandbox: the coder must reach its model's API.",
+    ]
 
 
 class CliRun:
@@ -213,10 +242,11 @@ class CliRun:
 
 async def start_cli(launch: Launch, parser: StreamParser, *, cli: str) -> CliRun:
     """Spawn the CLI in its own process group; a failure to start removes the scratch dir."""
+    argv, env = launch.argv, launch.env
     try:
-        process = await ProviderProcess.spawn(
-            launch.argv, cwd=launch.cwd, env=launch.env, stdin_data=launch.stdin
-        )
+        if launch.confinement is not None:
+            argv, env = sandbox.wrap(launch.confinement, argv, env)
+        process = await ProviderProcess.spawn(argv, cwd=launch.cwd, env=env, stdin_data=launch.stdin)
     except BaseException:
         shutil.rmtree(launch.scratch, ignore_errors=True)
         raise

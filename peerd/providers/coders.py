@@ -11,9 +11,11 @@ the nearest narrower mode is used and a notice in the run's items says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from peerd.providers.cli import (
     ToolBinding,
     base_env,
     bind_tools,
+    confine,
+    home_mounts,
     resolve_binary,
     scratch_dir,
     start_cli,
@@ -37,6 +41,7 @@ from peerd.providers.cli import (
 )
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
+from peerd.runtime.sandbox import Mount, real
 
 # Linux caps one argv string at 128 KiB; a longer Gemini prompt goes through stdin instead.
 MAX_ARG_BYTES = 100_000
@@ -49,6 +54,8 @@ class AccessFlags:
 
 
 # --- access levels -------------------------------------------------------------------------------
+
+CODEX_NO_SANDBOX = "--dangerously-bypass-approvals-and-sandbox"
 
 
 def codex_access(runtime: str, interaction: str) -> AccessFlags:
@@ -77,7 +84,27 @@ def codex_access(runtime: str, interaction: str) -> AccessFlags:
         )
     if runtime == "auto":
         return AccessFlags(["--sandbox", "workspace-write"], [])
-    return AccessFlags(["--dangerously-bypass-approvals-and-sandbox"], [])
+    return AccessFlags([CODEX_NO_SANDBOX], [])
+
+
+CODEX_IN_PEERD_SANDBOX = (
+    "Codex runs with its own sandbox off inside peerd's sandbox (nested, Codex's sandbox cannot see "
+    "worktrees below /tmp), which enforces the same rule: the worktree is writable only at access "
+    "level auto and wider."
+)
+
+
+def codex_confined_access(runtime: str, interaction: str) -> AccessFlags:
+    """Codex inside peerd's sandbox: its own sandbox off, the level's notices kept; peerd's sandbox
+    leaves the worktree writable exactly where Codex's own mapping would (`codex_writes`)."""
+    access = codex_access(runtime, interaction)
+    return AccessFlags([CODEX_NO_SANDBOX], [*access.notices, CODEX_IN_PEERD_SANDBOX])
+
+
+def codex_writes(runtime: str, interaction: str) -> bool:
+    """Whether Codex's own mapping lets this level write the worktree (workspace-write or wider)."""
+    flags = codex_access(runtime, interaction).flags
+    return "workspace-write" in flags or CODEX_NO_SANDBOX in flags
 
 
 def claude_access(runtime: str, interaction: str) -> AccessFlags:
@@ -160,7 +187,10 @@ def _toml(value: object) -> str:
 def codex_argv(
     binary: str, spec: RunSpec, config: ProviderConfig, binding: ToolBinding | None, scratch: Path
 ) -> Launch:
-    access = codex_access(spec.runtime_mode, spec.interaction_mode)
+    if spec.confinement is not None:
+        access = codex_confined_access(spec.runtime_mode, spec.interaction_mode)
+    else:
+        access = codex_access(spec.runtime_mode, spec.interaction_mode)
     argv = [binary, "exec", "--json", "--skip-git-repo-check", "-C", str(spec.cwd)]
     if model := spec.model or config.model:
         argv += ["-m", model]
@@ -267,6 +297,22 @@ def gemini_argv(
     return launch
 
 
+# --- peerd's sandbox -----------------------------------------------------------------------------
+
+
+def state_mounts(kind: str, env: Mapping[str, str]) -> list[Mount]:
+    """The directories (and Claude's one file) each CLI keeps its own state in, writable."""
+    home = real(env.get("HOME") or Path.home())
+    if kind == "codex":
+        return [Mount(real(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex", writable=True)]
+    if kind == "claude":
+        config_dir = real(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else home / ".claude"
+        return [Mount(config_dir, writable=True), Mount(home / ".claude.json", writable=True, optional=True)]
+    if kind == "gemini":
+        return [Mount(home / ".gemini", writable=True)]
+    return []
+
+
 # --- providers -----------------------------------------------------------------------------------
 
 
@@ -300,4 +346,10 @@ class CoderProvider:
             raise ProviderError(f"Provider {self.name!r} has an unknown kind {self.kind!r}.")
         launch.env = {**env, **launch.env}
         launch.timeout_s = self.config.timeout_s
+        base = spec.confinement
+        if base is not None and self.kind == "codex":
+            writes = base.worktree_writable and codex_writes(spec.runtime_mode, spec.interaction_mode)
+            base = dataclasses.replace(base, worktree_writable=writes)
+        mounts = [*home_mounts(self.config, launch.env), *state_mounts(self.kind, launch.env)]
+        confine(launch, base, binary, *mounts)
         return await start_cli(launch, parser, cli=self.kind)

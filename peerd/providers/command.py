@@ -27,6 +27,8 @@ from peerd.providers.cli import (
     StreamParser,
     base_env,
     bind_tools,
+    confine,
+    home_mounts,
     resolve_binary,
     scratch_dir,
     start_cli,
@@ -131,4 +133,5 @@ class CommandProvider:
             raise ProviderError(f"Custom provider {self.name!r}: {argv[0]!r} was not found on PATH.")
         argv = [binary, *argv[1:], *self.config.args]
         launch = Launch(argv, env, spec.cwd, None, scratch, timeout_s=self.config.timeout_s)
+        confine(launch, spec.confinement, binary, *home_mounts(self.config, env))
         return await start_cli(launch, _parser(self.config, self.name), cli=self.name)

@@ -25,7 +25,9 @@ from peerd.providers.base import (
     SessionStarted,
 )
 from peerd.providers.cli import TOOL_ENV_KEYS
+from peerd.runtime import sandbox
 from peerd.runtime.process import ProviderProcess
+from peerd.runtime.sandbox import Mount
 
 log = structlog.get_logger(__name__)
 
@@ -125,7 +127,13 @@ class ScriptProvider:
         self._grace_term = grace_term
 
     async def start(self, spec: RunSpec) -> ScriptRun:
-        argv = [self._python, "-m", "peerd.providers.script_agent", "--state-dir", str(spec.state_dir)]
+        state_dir = spec.state_dir
+        if spec.confinement is not None:
+            # Confined, a run may write only its own thread's sessions (and has no network: it
+            # needs only the agent socket, a Unix socket file).
+            state_dir = spec.state_dir / "threads" / spec.thread_id
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        argv = [self._python, "-m", "peerd.providers.script_agent", "--state-dir", str(state_dir)]
         argv += ["--runtime-mode", spec.runtime_mode, "--interaction-mode", spec.interaction_mode]
         if spec.model:
             argv += ["--model", spec.model]
@@ -133,6 +141,11 @@ class ScriptProvider:
             argv += ["--resume", spec.resume_session]
         env = {key: value for key, value in os.environ.items() if key not in TOOL_ENV_KEYS}
         env.update(spec.tool_env)
+        if spec.confinement is not None:
+            confinement = spec.confinement.plus(
+                Mount(sandbox.real(state_dir), writable=True), share_net=False
+            )
+            argv, env = sandbox.wrap(confinement, argv, env)
         process = await ProviderProcess.spawn(
             argv, cwd=spec.cwd, env=env, stdin_data=spec.prompt.encode("utf-8")
         )

@@ -17,12 +17,16 @@ from pathlib import Path
 
 import structlog
 
+from peerd.config import LinksConfig
 from peerd.contracts import Thread
+from peerd.core.access import runtime_rank
 from peerd.core.runs import SHUTDOWN_REASON, next_to_start, plan_interrupt
-from peerd.errors import PeerdError, ProviderError
+from peerd.errors import CapabilityDenied, PeerdError
+from peerd.paths import Paths
 from peerd.providers.base import ItemProduced, Provider, ProviderRun, RunFinished, RunSpec, SessionStarted
-from peerd.runtime import git
+from peerd.runtime import git, sandbox
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
 from peerd.store import projects
 from peerd.store import threads as store
 from peerd.store.db import Database
@@ -46,8 +50,13 @@ class RunManager:
         state_dir: Path,
         tool_env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
+        home: Path | None = None,
+        links: LinksConfig | None = None,
     ) -> None:
         self._db = db
+        # peerd's home (hidden from confined runs); by default the one state_dir lies in.
+        self._home = home or state_dir.parent
+        self._links = links or LinksConfig()
         self._feed = feed
         self._providers = providers
         self._state_dir = state_dir
@@ -153,28 +162,69 @@ class RunManager:
         if run_id in self._interrupts:
             await self._finish(run_id, "interrupted", reason=self._interrupts[run_id])
             return
+        by_link = thread.link_origin is not None
+        if by_link and not self._links.allows(thread.provider):
+            await self._refuse(
+                thread.id,
+                run_id,
+                CapabilityDenied(
+                    f"This machine's owner does not let linked machines use provider {thread.provider!r} "
+                    "(links.providers in config.toml)."
+                ),
+            )
+            return
+        decision = sandbox.decide(
+            by_link=by_link,
+            runtime_mode=thread.runtime_mode,
+            available=await asyncio.to_thread(sandbox.available),
+            allow_unconfined=self._links.allow_unconfined,
+        )
+        if decision.refusal is not None:
+            await self._refuse(thread.id, run_id, ConfinementUnavailable(decision.refusal))
+            return
         current = await store.get_thread(self._db, thread.id)  # the session may have changed
+        tool_env = {
+            **self._tool_env,
+            "PEERD_RUN_TOKEN": token,
+            "PEERD_THREAD_ID": thread.id,
+            "PEERD_RUN_ID": run_id,
+        }
+        state_dir = self._state_dir / thread.provider
+        confinement = None
+        if decision.confine:
+            confinement = await self._confinement(thread, cwd, state_dir / "runs" / run_id, tool_env)
+        notices = [n for n in (decision.notice, confinement and confinement.describe()) if n]
+        runtime_mode = thread.runtime_mode
+        if (
+            by_link
+            and thread.provider == "script"
+            and runtime_rank(runtime_mode) >= runtime_rank("auto")
+            and not (self._links.script_run and confinement is not None)
+        ):
+            runtime_mode = "auto-accept-edits"
+            why = "links.script_run = false" if not self._links.script_run else "this run is not confined"
+            notices.append(
+                f"The scripted provider's run steps are refused for this linked machine's run ({why})."
+            )
+        for notice in notices:
+            await self._item(thread.id, run_id, "notice", notice)
         spec = RunSpec(
             thread_id=thread.id,
             run_id=run_id,
             prompt=await store.run_prompt(self._db, run_id),
             cwd=cwd,
             model=thread.model,
-            runtime_mode=thread.runtime_mode,
+            runtime_mode=runtime_mode,
             interaction_mode=thread.interaction_mode,
             resume_session=current.provider_session,
-            state_dir=self._state_dir / thread.provider,
-            tool_env={
-                **self._tool_env,
-                "PEERD_RUN_TOKEN": token,
-                "PEERD_THREAD_ID": thread.id,
-                "PEERD_RUN_ID": run_id,
-            },
+            state_dir=state_dir,
+            tool_env=tool_env,
+            confinement=confinement,
         )
         spec.state_dir.mkdir(parents=True, exist_ok=True)
         try:
             provider_run = await provider.start(spec)
-        except ProviderError as exc:
+        except PeerdError as exc:
             await self._finish(run_id, "failed", reason=exc.message)
             return
         self._live[run_id] = provider_run
@@ -190,15 +240,7 @@ class RunManager:
             elif isinstance(event, ItemProduced):
                 if event.kind == "error":
                     errors_seen.add(event.text)
-                await store.add_item(
-                    self._db,
-                    thread_id=thread.id,
-                    run_id=run_id,
-                    kind=event.kind,
-                    text=event.text,
-                    data=dict(event.data),
-                    now=self._clock(),
-                )
+                await self._item(thread.id, run_id, event.kind, event.text, event.data)
             elif isinstance(event, RunFinished):
                 final = event
             self._feed.changed(thread.id)
@@ -209,6 +251,51 @@ class RunManager:
         await self._finish(
             run_id, status, reason=reason, exit_code=final.exit_code, reported=reason in errors_seen
         )
+
+    async def _confinement(
+        self, thread: Thread, cwd: Path, scratch: Path, tool_env: Mapping[str, str]
+    ) -> Confinement:
+        """The run's base sandbox profile; the provider adds its CLI's own needs."""
+        project = await projects.get(self._db, thread.project_id)
+        checkouts: list[Path] = []
+        cursor: str | None = None
+        while True:
+            page = await projects.page(self._db, cursor=cursor, limit=500)
+            checkouts += [Path(p.path) for p in page.items]
+            if (cursor := page.next_cursor) is None:
+                break
+        socket = tool_env.get("PEERD_SOCKET")
+        return sandbox.profile(
+            home=self._home,
+            owner_socket=Paths(self._home).socket,
+            agent_socket=Path(socket) if socket else None,
+            checkouts=checkouts,
+            checkout=Path(project.path),
+            worktree=cwd,
+            scratch=scratch,
+            by_link=thread.link_origin is not None,
+            runtime_mode=thread.runtime_mode,
+            interaction_mode=thread.interaction_mode,
+        )
+
+    async def _item(
+        self, thread_id: str, run_id: str, kind: str, text: str, data: Mapping[str, object] | None = None
+    ) -> None:
+        await store.add_item(
+            self._db,
+            thread_id=thread_id,
+            run_id=run_id,
+            kind=kind,
+            text=text,
+            data=dict(data or {}),
+            now=self._clock(),
+        )
+        self._feed.changed(thread_id)
+
+    async def _refuse(self, thread_id: str, run_id: str, exc: PeerdError) -> None:
+        """The run may not start: an error item carrying the code, and the run failed with it."""
+        await self._item(thread_id, run_id, "error", exc.message, {"code": exc.code})
+        await self._finish(run_id, "failed", reason=exc.message, reported=True)
 
     async def _finish(
         self,

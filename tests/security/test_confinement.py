@@ -1,0 +1,206 @@
+"""peerd confines the runs it starts: a hostile link's scripted `run` step inside bubblewrap.
+
+Two real daemons, the laptop linked to the box at `auto`; the laptop launches a scripted thread on
+the box whose `run` step runs a probe (written into its own worktree first) that tries the box's
+owner socket, database, key, the owner's checkout and the project's `.git/config`, and uses what a
+run may use: its worktree and peerd's agent tools through `PEERD_SOCKET`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.runtime import sandbox
+from tests.helpers import Pair, script, wait_terminal
+from tests.integration.test_delegation import items, linked_pair
+
+PROBE = r"""
+import http.client, json, os, socket, sys
+
+paths = json.loads(sys.argv[1])
+found = {}
+
+
+class Unix(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("peerd", timeout=10)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.unix_path)
+
+
+def post(path, url, body, token=None):
+    conn = Unix(path)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    conn.request("POST", url, body=json.dumps(body), headers=headers)
+    return conn.getresponse().status
+
+
+def attempt(name, action):
+    try:
+        found[name] = ["done", action()]
+    except Exception as exc:
+        found[name] = ["refused", type(exc).__name__]
+
+
+def append(path, text):
+    with open(path, "a") as handle:
+        handle.write(text)
+    return "written"
+
+
+attempt("pair", lambda: post(paths["owner_socket"], "/v1/pair", {"access": "full-access"}))
+attempt("db", lambda: len(open(paths["db"], "rb").read()))
+attempt("key", lambda: len(open(paths["key"], "rb").read()))
+attempt("checkout_read", lambda: open(os.path.join(paths["checkout"], "README.md")).read())
+attempt("checkout_write", lambda: append(os.path.join(paths["checkout"], "PWNED"), "x"))
+attempt("git_config", lambda: append(os.path.join(paths["checkout"], ".git", "config"), "[core]\n\tbare = true\n"))
+attempt("worktree", lambda: append("mine.txt", "mine\n"))
+attempt(
+    "agent_tool",
+    lambda: post(os.environ["PEERD_SOCKET"], "/v1/tools/project_list", {}, os.environ["PEERD_RUN_TOKEN"]),
+)
+print(json.dumps(found))
+"""
+
+Linked = tuple[Pair, dict[str, Any]]
+
+
+@pytest.fixture
+async def linked(tmp_path: Path) -> AsyncIterator[Linked]:
+    async with linked_pair(tmp_path, watch_chunk_s=5) as found:
+        yield found
+
+
+async def box_project(pair: Pair) -> dict[str, Any]:
+    return dict((await pair.bc.call("GET", "/v1/projects"))["items"][0])
+
+
+def probe_steps(pair: Pair, checkout: Path) -> list[dict[str, Any]]:
+    home = pair.box.paths
+    targets = {
+        "owner_socket": str(home.socket),
+        "db": str(home.db),
+        "key": str(home.home / "identity" / "key.pem"),
+        "checkout": str(checkout),
+    }
+    return [
+        {"write": {"path": "probe.py", "content": PROBE}},
+        {"run": f"{sys.executable} probe.py '{json.dumps(targets)}'"},
+    ]
+
+
+async def launch_on_box(pair: Pair, prompt: str, **extra: Any) -> dict[str, Any]:
+    project = await box_project(pair)
+    body = {"projectId": project["id"], "prompt": prompt, **extra}
+    launched: dict[str, Any] = await pair.remote("POST", "/v1/threads", body=body)
+    return launched
+
+
+async def probe_results(pair: Pair, thread_id: str) -> dict[str, list[Any]]:
+    commands = [i for i in await items(pair.bc, thread_id) if i["kind"] == "command"]
+    assert commands, await items(pair.bc, thread_id)
+    output = commands[-1]["data"]["output"].strip()
+    assert commands[-1]["data"]["exit_code"] == 0, output
+    found: dict[str, list[Any]] = json.loads(output.splitlines()[-1])
+    return found
+
+
+async def test_a_links_run_step_reaches_only_its_worktree_and_the_agent_tools(linked: Linked) -> None:
+    pair, _ = linked
+    checkout = Path((await box_project(pair))["path"])
+    config_before = (checkout / ".git" / "config").read_text()
+    launched = await launch_on_box(pair, script(*probe_steps(pair, checkout)))
+    done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+    assert done["status"] == "completed", await items(pair.bc, launched["threadId"])
+    found = await probe_results(pair, launched["threadId"])
+    # Hidden: the owner socket, the database and key, the owner's checkout (not even readable).
+    assert found["pair"] == ["refused", "FileNotFoundError"], found
+    assert found["db"] == ["refused", "FileNotFoundError"], found
+    assert found["key"] == ["refused", "FileNotFoundError"], found
+    assert found["checkout_read"][0] == "refused", found
+    assert found["checkout_write"] == ["refused", "OSError"], found
+    # The project's git dir is visible read-only, the worktree writable, the agent tools reachable.
+    assert found["git_config"] == ["refused", "OSError"], found
+    assert found["worktree"] == ["done", "written"], found
+    assert found["agent_tool"] == ["done", 200], found
+    assert (checkout / ".git" / "config").read_text() == config_before
+    assert not (checkout / "PWNED").exists()
+    assert (Path(launched["worktreePath"]) / "mine.txt").read_text() == "mine\n"
+    assert (await pair.bc.call("GET", "/v1/pair"))["items"] == [], "no code was minted"
+    notices = [i["text"] for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "notice"]
+    assert any(n.startswith("peerd confines this run") for n in notices), notices
+
+
+async def test_an_owner_run_at_full_access_is_not_confined(linked: Linked) -> None:
+    pair, _ = linked
+    project = await box_project(pair)
+    db = pair.box.paths.db
+    prompt = script({"run": f"test -r {db} && echo visible"})
+    launched = await pair.bc.call(
+        "POST",
+        "/v1/threads",
+        body={"projectId": project["id"], "prompt": prompt, "runtimeMode": "full-access"},
+    )
+    done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+    found = await items(pair.bc, launched["threadId"])
+    assert done["status"] == "completed", found
+    assert [i["data"]["output"].strip() for i in found if i["kind"] == "command"] == ["visible"]
+    assert not [i for i in found if i["kind"] == "notice"], "nothing to say: the owner is the owner"
+
+
+async def test_without_bwrap_a_links_auto_run_is_refused_and_a_read_only_one_runs(
+    linked: Linked, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pair, _ = linked
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    refused = await launch_on_box(pair, script({"run": "echo ran > ran.txt"}))
+    done = await wait_terminal(pair.bc, refused["threadId"], refused["runId"])
+    assert done["status"] == "failed"
+    errors = [i for i in await items(pair.bc, refused["threadId"]) if i["kind"] == "error"]
+    assert [e["data"].get("code") for e in errors] == ["confinement_unavailable"], errors
+    assert "allow_unconfined" in errors[0]["text"] and "bubblewrap" in errors[0]["text"]
+    assert not (Path(refused["worktreePath"]) / "ran.txt").exists()
+
+    reader = await launch_on_box(pair, script({"reply": "looked"}), runtimeMode="read-only")
+    done = await wait_terminal(pair.bc, reader["threadId"], reader["runId"])
+    assert done["status"] == "completed", await items(pair.bc, reader["threadId"])
+
+
+def processes_in(directory: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str((entry / "cwd").readlink()) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def test_an_interrupt_ends_a_confined_run_and_its_children(linked: Linked) -> None:
+    pair, _ = linked
+    launched = await launch_on_box(pair, script({"run": "sleep 60 & sleep 61 & touch started; wait"}))
+    worktree = launched["worktreePath"]
+    async with asyncio.timeout(20):
+        while not (Path(worktree) / "started").exists():
+            await asyncio.sleep(0.05)
+    assert len(processes_in(worktree)) >= 3  # the agent, its shell and the two sleeps
+    await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/interrupt", body={})
+    done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
+    assert done["status"] == "interrupted"
+    async with asyncio.timeout(10):
+        while processes_in(worktree):
+            await asyncio.sleep(0.05)
