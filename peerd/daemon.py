@@ -166,6 +166,8 @@ class Daemon:
             state_dir=self.paths.provider_state,
             # Runs get the agent socket only: the owner socket is never theirs (api/tools.py).
             tool_env={"PEERD_SOCKET": str(self.paths.agent_socket)},
+            home=self.paths.home,
+            links=self.config.settings.links,  # what a link's runs may use (runtime/sandbox.py)
         )
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
