@@ -209,6 +209,8 @@ class OAuthEndpoints:
                 "oauth.pairing_rejected", code_id=code_id[:64], reason=exc.reason
             )  # caller-chosen: bounded
             raise _Reject(InvalidGrantError(description=self._pairing_text(exc.reason)), exc.reason) from None
+        except InvalidRequest as exc:  # e.g. a code stored with an unusable max age: nothing spent
+            raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
         except AccessExceedsCode as exc:
             raise _Reject(
                 InvalidScopeError(
