@@ -9,17 +9,23 @@ run may use: its worktree and peerd's agent tools through `PEERD_SOCKET`.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from peerd.config import Config, LinksConfig
+from peerd.errors import PeerdError
 from peerd.runtime import sandbox
-from tests.helpers import Pair, script, wait_terminal
+from tests.fakemodel import FakeModel
+from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 from tests.integration.test_delegation import items, linked_pair
+from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
 
 PROBE = r"""
 import http.client, json, os, socket, sys
@@ -204,3 +210,106 @@ async def test_an_interrupt_ends_a_confined_run_and_its_children(linked: Linked)
     async with asyncio.timeout(10):
         while processes_in(worktree):
             await asyncio.sleep(0.05)
+
+
+# --- a real coder CLI: Codex at auto, driven by the fake model to run a command -------------------
+
+SOCKET_PROBE = (
+    'python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); '
+    "open('socket-probe.txt','w').write(str(s.connect_ex(sys.argv[1])))\" {socket}"
+)
+
+
+async def test_a_links_codex_run_at_auto_cannot_reach_the_owner_socket(tmp_path: Path) -> None:
+    scripts = {
+        "probe": {
+            "steps": [
+                {"tool_call": {"name": "exec_command", "arguments": {"cmd": "{var:cmd}"}}},
+                {"text": "Probed."},
+            ],
+            "fallback_text": "side request",
+        }
+    }
+    with FakeModel(scripts, log_path=tmp_path / "model.jsonl") as fake:
+        settings = offline_settings(tmp_path / "clis", fake)
+        with secure_dir() as homes:
+            async with two_daemons(homes, settings=settings) as pair:
+                repo = make_repo(tmp_path / "box-repo")
+                project = await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
+                await pair.link("auto")
+                fake.variables["cmd"] = SOCKET_PROBE.format(socket=pair.box.paths.socket)
+                body = {
+                    "projectId": project["id"],
+                    "prompt": f"{fake_marker('probe')} Look around.",
+                    "provider": "codex",
+                    "model": CODEX_MODEL,
+                }
+                launched = await pair.remote("POST", "/v1/threads", body=body)
+                done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=90)
+                found = await items(pair.bc, launched["threadId"])
+                assert done["status"] == "completed", [(i["kind"], i["text"][:300]) for i in found]
+                # The command ran, wrote in its worktree, and found no owner socket (ENOENT).
+                probe = Path(launched["worktreePath"]) / "socket-probe.txt"
+                assert probe.read_text() == str(errno.ENOENT), found
+                notices = [i["text"] for i in found if i["kind"] == "notice"]
+                assert any("Codex runs with its own sandbox off inside peerd's" in n for n in notices), (
+                    notices
+                )
+                assert (await pair.bc.call("GET", "/v1/pair"))["items"] == []
+
+
+# --- what the box owner lets links use ([links] in config.toml) ------------------------------------
+
+
+@asynccontextmanager
+async def linked_with(tmp_path: Path, links: LinksConfig) -> AsyncIterator[Pair]:
+    async with two_daemons(tmp_path, settings=Config(links=links)) as pair:
+        repo = make_repo(tmp_path / "box-repo")
+        await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
+        await pair.link("auto")
+        yield pair
+
+
+async def failure_codes(pair: Pair, launched: dict[str, Any]) -> list[str | None]:
+    done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+    assert done["status"] == "failed", await items(pair.bc, launched["threadId"])
+    return [i["data"].get("code") for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "error"]
+
+
+async def test_a_link_may_not_use_a_provider_the_owner_did_not_list(tmp_path: Path) -> None:
+    async with linked_with(tmp_path, LinksConfig(providers=["script"])) as pair:
+        try:
+            launched = await launch_on_box(pair, "hello", provider="codex")
+        except PeerdError as exc:  # refused at launch (operations), or else when the run starts
+            assert exc.code == "capability_denied"
+        else:
+            assert await failure_codes(pair, launched) == ["capability_denied"]
+        allowed = await launch_on_box(pair, script({"reply": "fine"}))
+        done = await wait_terminal(pair.bc, allowed["threadId"], allowed["runId"])
+        assert done["status"] == "completed"
+
+
+async def test_script_run_false_refuses_a_links_run_steps(tmp_path: Path) -> None:
+    async with linked_with(tmp_path, LinksConfig(script_run=False)) as pair:
+        launched = await launch_on_box(
+            pair, script({"write": {"path": "a.txt", "content": "a"}}, {"run": "touch b"})
+        )
+        done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+        assert done["status"] == "failed"
+        worktree = Path(launched["worktreePath"])
+        assert (worktree / "a.txt").exists() and not (worktree / "b").exists()
+        notices = [i["text"] for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "notice"]
+        assert any("links.script_run = false" in n for n in notices), notices
+
+
+async def test_allow_unconfined_lets_a_links_run_go_on_without_bwrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    async with linked_with(tmp_path, LinksConfig(allow_unconfined=True)) as pair:
+        launched = await launch_on_box(pair, script({"write": {"path": "a.txt", "content": "a"}}))
+        done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+        found = await items(pair.bc, launched["threadId"])
+        assert done["status"] == "completed", found
+        notices = [i["text"] for i in found if i["kind"] == "notice"]
+        assert any("links.allow_unconfined = true" in n for n in notices), notices
