@@ -36,6 +36,7 @@ from aiohttp.web_protocol import RequestHandler
 from peerd.api import local
 from peerd.api.app import Handler, error_response
 from peerd.api.listener_rules import (
+    ACCEPT_BACKLOG,
     LOOPBACK_ONLY,
     ConnectionGate,
     HostPolicy,
@@ -372,7 +373,7 @@ class GuardedSite(web.BaseSite):
         self._guard.server = self._runner.server
         AcceptErrorFilter.install(loop)
         self._server = await loop.create_server(
-            lambda: GuardedConnection(self._guard, loop), self._host, self._port
+            lambda: GuardedConnection(self._guard, loop), self._host, self._port, backlog=ACCEPT_BACKLOG
         )
 
     async def stop(self) -> None:

@@ -23,10 +23,14 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # Caps. The total is derived from the open-file soft limit: half of it, leaving the rest for runs
-# (each holds pipes and log files), the database, the Unix sockets and outgoing link calls.
+# (each holds pipes and log files), the database, the Unix sockets and outgoing link calls; and
+# never so much that the connections asyncio accepts in one go (up to the backlog, before any is
+# gated) plus a reserve would not fit.
 MAX_PER_ADDRESS = 32
 MAX_UNAUTHENTICATED = 128
 TOTAL_SHARE_OF_NOFILE = 0.5
+ACCEPT_BACKLOG = 100  # the listen backlog, which is also how many connections one accept round takes
+RESERVED_FDS = 64
 
 # Timeouts on what the client sends (never on our answer).
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -54,7 +58,8 @@ class ListenerLimits:
     def total_for(self, nofile_soft: int) -> int:
         if self.total is not None:
             return self.total
-        return max(1, int(nofile_soft * TOTAL_SHARE_OF_NOFILE))
+        share = int(nofile_soft * TOTAL_SHARE_OF_NOFILE)
+        return max(1, min(share, nofile_soft - ACCEPT_BACKLOG - RESERVED_FDS))
 
 
 def address_key(peername: object) -> str:

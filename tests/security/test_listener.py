@@ -1,0 +1,350 @@
+"""A hostile network against the TCP listener: floods, slow clients, foreign Host names, EMFILE.
+
+Real daemons on loopback. "Other addresses" are 127.0.0.2 and up (all of 127/8 is loopback on
+Linux); the owner, the laptop's link and the descriptor fetch come from 127.0.0.1. Caps and timeouts
+are set low per test through `DaemonConfig.listener_limits`; waits are generous upper bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import ssl
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from peerd.api.listener_rules import ListenerLimits
+from peerd.config import Config
+from peerd.daemon import Daemon, DaemonConfig
+from tests.helpers import Pair, client_for, make_repo, running_daemon, script
+
+
+@contextlib.asynccontextmanager
+async def box_daemon(
+    tmp_path: Path, limits: ListenerLimits, advertise: tuple[str, ...] = ()
+) -> AsyncIterator[Daemon]:
+    config = DaemonConfig(
+        home=tmp_path / "box",
+        label="box",
+        listen="127.0.0.1:0",
+        advertise=advertise,
+        settings=Config(),
+        listener_limits=limits,
+    )
+    daemon = Daemon(config)
+    try:
+        await daemon.start()
+        yield daemon
+    finally:
+        await daemon.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def linked(tmp_path: Path, limits: ListenerLimits) -> AsyncIterator[Pair]:
+    """A laptop linked (auto) to a box with these listener limits."""
+    async with (
+        running_daemon(tmp_path / "laptop", label="laptop") as laptop,
+        box_daemon(tmp_path, limits) as box,
+        client_for(laptop.paths.home) as lc,
+        client_for(box.paths.home) as bc,
+    ):
+        pair = Pair(laptop, box, lc, bc)
+        await pair.link("auto")
+        yield pair
+
+
+async def port_of(daemon: Daemon) -> int:
+    tcp = next(x for x in (await daemon.status()).listeners if x.kind == "tcp")
+    return int(tcp.address.rsplit(":", 1)[1])
+
+
+class Flood:
+    """Raw TCP connections that send nothing; each has a task that ends when the box closes it."""
+
+    def __init__(self) -> None:
+        self.writers: list[asyncio.StreamWriter] = []
+        self.ends: list[asyncio.Task[bytes]] = []
+
+    async def open(self, port: int, source: str, count: int) -> None:
+        for _ in range(count):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+            self.writers.append(writer)
+            self.ends.append(asyncio.create_task(_until_closed(reader)))
+
+    async def closed_within(self, seconds: float) -> int:
+        await asyncio.wait(self.ends, timeout=seconds)
+        return sum(task.done() for task in self.ends)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        for task in self.ends:
+            task.cancel()
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> bytes:
+    with contextlib.suppress(ConnectionError):
+        return await reader.read()
+    return b""
+
+
+@contextlib.asynccontextmanager
+async def flood() -> AsyncIterator[Flood]:
+    f = Flood()
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def insecure_tls() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the attacker does not care who answers
+    return ctx
+
+
+async def descriptor(port: int, host: str | None = None) -> tuple[int, dict[str, Any]]:
+    headers = {"Host": host} if host is not None else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"https://127.0.0.1:{port}/.well-known/peerd", ssl=False, headers=headers) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+async def test_a_flood_from_one_address_is_capped_and_everyone_else_still_answers(tmp_path: Path) -> None:
+    limits = ListenerLimits(total=50, per_address=10, unauthenticated=40, handshake_timeout_s=3)
+    async with linked(tmp_path, limits) as pair, flood() as f:
+        port = await port_of(pair.box)
+        await f.open(port, "127.0.0.2", 300)
+        assert await f.closed_within(1.0) == 290, "past the per-address cap, closed at once"
+        status = await asyncio.wait_for(pair.bc.call("GET", "/v1/status"), 10)
+        assert status["label"] == "box"
+        code, desc = await asyncio.wait_for(descriptor(port), 10)
+        assert (code, desc["label"]) == (200, "box")
+        projects = await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 10)
+        assert projects["items"] == []
+        assert await f.closed_within(10.0) == 300, "the admitted ten are closed by the handshake timeout"
+
+
+async def test_past_the_total_cap_a_new_connection_is_closed_at_once(tmp_path: Path) -> None:
+    limits = ListenerLimits(total=20, per_address=10, unauthenticated=100, handshake_timeout_s=5)
+    async with box_daemon(tmp_path, limits) as box, client_for(box.paths.home) as bc, flood() as f:
+        port = await port_of(box)
+        for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            await f.open(port, source, 10)
+        assert await f.closed_within(1.0) == 10
+        fresh = Flood()
+        try:
+            await fresh.open(port, "127.0.0.9", 1)
+            assert await fresh.closed_within(2.0) == 1, "a fresh address too: the total is full"
+        finally:
+            fresh.close()
+        assert (await asyncio.wait_for(bc.call("GET", "/v1/status"), 10))["label"] == "box"
+
+
+async def test_unauthenticated_connections_are_capped_but_an_authenticated_link_is_not(
+    tmp_path: Path,
+) -> None:
+    limits = ListenerLimits(total=100, per_address=10, unauthenticated=20, handshake_timeout_s=5)
+    async with linked(tmp_path, limits) as pair, flood() as f:
+        await pair.remote("GET", "/v1/projects")  # the laptop's kept-alive connection is now known
+        port = await port_of(pair.box)
+        for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            await f.open(port, source, 10)
+        assert await f.closed_within(1.0) == 10, "20 unknown connections at most"
+        projects = await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 10)
+        assert projects["items"] == []
+
+
+async def _tls_connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, ssl=insecure_tls(), server_hostname="box")
+
+
+async def _dribble(port: int, head: bytes, body: bytes = b"", every_s: float = 1.0) -> int:
+    """Send `head` at once (if `body`) or byte by byte, then `body` byte by byte; returns how many
+    dribbled bytes went out before the box closed the connection (-1: it never did)."""
+    reader, writer = await _tls_connect(port)
+    ended = asyncio.create_task(_until_closed(reader))
+    slow = body or head
+    if body:
+        writer.write(head)
+    try:
+        for sent in range(len(slow)):
+            if ended.done():
+                return sent
+            writer.write(slow[sent : sent + 1])
+            await asyncio.wait({ended}, timeout=every_s)
+        return -1
+    finally:
+        ended.cancel()
+        writer.transport.abort()
+
+
+async def test_slowloris_head_one_byte_a_second_is_closed(tmp_path: Path) -> None:
+    async with box_daemon(tmp_path, ListenerLimits(head_timeout_s=2)) as box:
+        sent = await _dribble(await port_of(box), b"GET /.well-known/peerd HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert 0 < sent <= 4, f"closed after {sent} bytes"
+
+
+async def test_a_body_sent_one_byte_a_second_is_closed(tmp_path: Path) -> None:
+    head = (
+        b"POST /oauth/token HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 64\r\n\r\n"
+    )
+    async with box_daemon(tmp_path, ListenerLimits(body_timeout_s=2)) as box:
+        sent = await _dribble(await port_of(box), head, body=b"grant_type=x&" * 5)
+        assert 0 < sent <= 4, f"closed after {sent} body bytes"
+
+
+async def test_an_idle_kept_alive_connection_is_closed(tmp_path: Path) -> None:
+    async with box_daemon(tmp_path, ListenerLimits(idle_timeout_s=2, head_timeout_s=10)) as box:
+        reader, writer = await _tls_connect(await port_of(box))
+        try:
+            writer.write(b"GET /.well-known/peerd HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(
+                next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+            )
+            await reader.readexactly(length)
+            # kept alive, then closed after the idle time (well before aiohttp's own 12 s backstop)
+            assert await asyncio.wait_for(_until_closed(reader), 8) == b""
+        finally:
+            writer.transport.abort()
+
+
+async def test_a_long_poll_outlives_every_client_timeout(tmp_path: Path) -> None:
+    limits = ListenerLimits(head_timeout_s=1, body_timeout_s=1, idle_timeout_s=1)
+    async with linked(tmp_path, limits) as pair:
+        project = await pair.bc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "repo"))})
+        body = {"projectId": project["id"], "prompt": script({"wait": 3}, {"reply": "slow"})}
+        launched = await pair.bc.call("POST", "/v1/threads", body=body)
+        done = await pair.remote("GET", f"/v1/threads/{launched['threadId']}/wait", params={"timeout": 20})
+        assert (done["terminal"], done["status"]) == (True, "completed")
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:7433", "10.0.0.1", "localhost.evil.example"])
+async def test_a_foreign_host_on_a_loopback_listener_is_refused(tmp_path: Path, host: str) -> None:
+    async with box_daemon(tmp_path, ListenerLimits(), advertise=("https://box.example.test:7433",)) as box:
+        code, body = await descriptor(await port_of(box), host)
+        assert (code, body["code"]) == (403, "capability_denied")
+        for ok in ("localhost:7433", "127.0.0.1", "[::1]:7433", "box.example.test:7433"):
+            assert (await descriptor(await port_of(box), ok))[0] == 200, ok
+
+
+# --- descriptors: a subprocess daemon with a 200-descriptor limit -----------------------------
+
+NOFILE = 200
+DAEMON = """
+import asyncio, logging, resource, sys
+from pathlib import Path
+from peerd.api.listener_rules import ListenerLimits
+from peerd.daemon import DaemonConfig, serve
+from peerd.logs import configure_logging
+resource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}))
+configure_logging(json=True, level=logging.INFO)
+big = 10**6
+uncapped = ListenerLimits(total=big, per_address=big, unauthenticated=big)
+limits = ListenerLimits() if sys.argv[2] == "default" else uncapped
+asyncio.run(serve(DaemonConfig(home=Path(sys.argv[1]), label="fd", listen="127.0.0.1:0", listener_limits=limits)))
+"""
+
+
+@contextlib.asynccontextmanager
+async def fd_limited_daemon(tmp_path: Path, caps: str) -> AsyncIterator[tuple[int, Path]]:
+    home, log = tmp_path / "fd", tmp_path / "fd.log"
+    home.mkdir()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", DAEMON.format(n=NOFILE), str(home), caps],
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "NOTIFY_SOCKET": ""},
+        )
+    try:
+        yield await _tcp_port(home, proc, log), log
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def _tcp_port(home: Path, proc: subprocess.Popen[bytes], log: Path) -> int:
+    for _ in range(400):  # up to 20 s to start
+        with contextlib.suppress(Exception):
+            async with client_for(home) as client:
+                status = await client.call("GET", "/v1/status")
+            tcp = next(x["address"] for x in status["listeners"] if x["kind"] == "tcp")
+            return int(tcp.rsplit(":", 1)[1])
+        assert proc.poll() is None, log.read_text()
+        await asyncio.sleep(0.05)
+    pytest.fail("the daemon did not start: " + log.read_text())
+
+
+async def _open_many(port: int, count: int, sources: int) -> list[asyncio.StreamWriter]:
+    async def one(i: int) -> asyncio.StreamWriter | None:
+        with contextlib.suppress(OSError, TimeoutError):
+            connecting = asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(f"127.0.0.{2 + i % sources}", 0)
+            )
+            return (await asyncio.wait_for(connecting, 2))[1]
+        return None
+
+    return [w for w in await asyncio.gather(*(one(i) for i in range(count))) if w is not None]
+
+
+def _log_lines(log: Path) -> list[str]:
+    return log.read_text(errors="replace").splitlines()
+
+
+def _about_accept(lines: list[str]) -> list[str]:
+    return [line for line in lines if "socket.accept()" in line or "listener.accept_failed" in line]
+
+
+@pytest.fixture(autouse=True)
+def _enough_descriptors_here() -> None:
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1024:
+        pytest.skip("the test process needs 1,024 descriptors for its floods")
+
+
+async def test_at_a_low_descriptor_limit_the_default_caps_keep_the_owner_answering(tmp_path: Path) -> None:
+    async with fd_limited_daemon(tmp_path, "default") as (port, log):
+        before = len(_log_lines(log))
+        writers = await _open_many(port, 400, sources=16)
+        try:
+            async with client_for(tmp_path / "fd") as client:
+                status = await asyncio.wait_for(client.call("GET", "/v1/status"), 10)
+            assert status["label"] == "fd"
+        finally:
+            for writer in writers:
+                writer.transport.abort()
+        lines = _log_lines(log)[before:]
+        assert not _about_accept(lines), "never out of descriptors"
+        assert len(lines) < 20, lines
+
+
+async def test_accept_errors_are_logged_at_most_once_a_second(tmp_path: Path) -> None:
+    async with fd_limited_daemon(tmp_path, "uncapped") as (port, log):
+        before = len(_log_lines(log))
+        writers = await _open_many(port, 400, sources=16)
+        try:
+            await asyncio.sleep(3)  # the box is out of descriptors meanwhile
+        finally:
+            for writer in writers:
+                writer.transport.abort()
+        async with client_for(tmp_path / "fd") as client:  # and recovers once they are gone
+            assert (await asyncio.wait_for(client.call("GET", "/v1/status"), 15))["label"] == "fd"
+        lines = _log_lines(log)[before:]
+        accept = _about_accept(lines)
+        assert accept and all("listener.accept_failed" in line for line in accept), accept[:3]
+        assert len(lines) < 30, f"{len(lines)} lines, e.g. {lines[:3]}"

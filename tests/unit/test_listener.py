@@ -1,0 +1,194 @@
+"""The listener's rules as plain values: caps, deadlines, Host names, log pacing, accept errors."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import resource
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from peerd.api.listener import AcceptErrorFilter, raise_nofile_limit
+from peerd.api.listener_rules import (
+    ConnectionGate,
+    HostPolicy,
+    ListenerLimits,
+    Pacer,
+    Phase,
+    Refusal,
+    Timeline,
+    address_key,
+    host_name,
+)
+
+
+def test_gate_caps_per_address_then_total() -> None:
+    gate = ConnectionGate(total_cap=5, per_address_cap=2, unauthenticated_cap=100)
+    assert [gate.admit("a") for _ in range(3)] == [None, None, Refusal.PER_ADDRESS]
+    assert [gate.admit("b") for _ in range(2)] == [None, None]
+    assert gate.admit("c") is None
+    assert gate.admit("d") is Refusal.TOTAL
+    gate.release("a", authenticated=False)
+    assert gate.admit("d") is None
+    assert gate.total == 5 and gate.by_address["a"] == 1
+
+
+def test_gate_caps_unauthenticated_and_an_authenticated_connection_frees_its_slot() -> None:
+    gate = ConnectionGate(total_cap=10, per_address_cap=10, unauthenticated_cap=2)
+    assert gate.admit("a") is None and gate.admit("b") is None
+    assert gate.admit("c") is Refusal.UNAUTHENTICATED
+    gate.authenticated()  # "a" answered a request carrying a link's token
+    assert gate.admit("c") is None
+    gate.release("a", authenticated=True)
+    gate.release("b", authenticated=False)
+    gate.release("c", authenticated=False)
+    assert (gate.total, gate.unauthenticated, dict(gate.by_address)) == (0, 0, {})
+
+
+def test_total_cap_is_half_the_open_file_limit_unless_set() -> None:
+    assert ListenerLimits().total_for(1024) == 512
+    assert ListenerLimits().total_for(200) == 36  # what one accept round may take must fit too
+    assert ListenerLimits().total_for(65536) == 32768
+    assert ListenerLimits(total=50).total_for(1024) == 50
+
+
+def test_address_key_groups_ipv6_by_64_and_unmaps_ipv4() -> None:
+    assert address_key(("127.0.0.2", 4000)) == "127.0.0.2"
+    assert (
+        address_key(("2001:db8::1", 1, 0, 0)) == address_key(("2001:db8::ffff", 2, 0, 0)) == "2001:db8::/64"
+    )
+    assert address_key(("2001:db8:0:1::1", 1, 0, 0)) != address_key(("2001:db8::1", 1, 0, 0))
+    assert address_key(("::ffff:10.0.0.1", 1, 0, 0)) == "10.0.0.1"
+    assert address_key(None) == "None"
+
+
+def test_head_deadline_does_not_move_with_each_byte() -> None:
+    limits = ListenerLimits(head_timeout_s=10, body_timeout_s=30, idle_timeout_s=30)
+    t = Timeline.started(limits, now=0)
+    for second in range(1, 10):
+        t.on_bytes(now=second)  # slowloris: a byte a second
+    assert t.deadline == 10
+    assert not t.expired(9.9, body_complete=False)
+    assert t.expired(10, body_complete=False)
+
+
+def test_body_deadline_then_no_deadline_while_answering() -> None:
+    limits = ListenerLimits(head_timeout_s=10, body_timeout_s=30, idle_timeout_s=30)
+    t = Timeline.started(limits, now=0)
+    t.on_request(now=2, body_complete=False)
+    assert (t.phase, t.deadline) == (Phase.BODY, 32)
+    assert t.expired(32, body_complete=False)  # the body is still dribbling in
+    t = Timeline.started(limits, now=0)
+    t.on_request(now=2, body_complete=False)
+    assert not t.expired(32, body_complete=True)  # the body arrived; the answer takes its time
+    assert (t.phase, t.deadline) == (Phase.ANSWERING, None)
+    t.on_request(now=40, body_complete=True)
+    assert not t.expired(1000, body_complete=True)  # a long-poll is never cut
+
+
+def test_idle_after_an_answer_then_a_head_deadline_from_the_first_byte() -> None:
+    limits = ListenerLimits(head_timeout_s=10, body_timeout_s=30, idle_timeout_s=30)
+    t = Timeline.started(limits, now=0)
+    t.on_request(now=1, body_complete=True)
+    t.on_answered(now=5)
+    assert (t.phase, t.deadline) == (Phase.IDLE, 35)
+    t.on_bytes(now=20)
+    assert (t.phase, t.deadline) == (Phase.HEAD, 30)
+    t.on_request(now=21, body_complete=True)
+    t.on_bytes(now=22)  # pipelined: sent while we answered
+    t.on_answered(now=25)
+    assert (t.phase, t.deadline) == (Phase.HEAD, 35)
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("localhost", "localhost"),
+        ("LOCALHOST:7433", "localhost"),
+        ("127.0.0.1:7433", "127.0.0.1"),
+        ("[::1]:7433", "::1"),
+        ("[::1]", "::1"),
+        ("::1", "::1"),
+        ("box.example.", "box.example"),
+    ],
+)
+def test_host_name(header: str, name: str) -> None:
+    assert host_name(header) == name
+
+
+def test_loopback_policy_allows_loopback_and_advertised_names_only() -> None:
+    policy = HostPolicy.for_bind("127.0.0.1", ("https://box.tail1234.ts.net:7433",))
+    for ok in ("localhost:7433", "127.0.0.1", "127.0.0.5:1", "[::1]:7433", "box.tail1234.ts.net:7433", None):
+        assert policy.allows(ok), ok
+    for bad in ("evil.example", "evil.example:7433", "10.0.0.1", "localhost.evil.example", ""):
+        assert not policy.allows(bad), bad
+    assert not HostPolicy.for_bind("[::1]").allows("evil.example")
+    assert not HostPolicy.for_bind("localhost").allows("evil.example")
+
+
+def test_off_loopback_policy_allows_any_name() -> None:
+    assert HostPolicy.for_bind("0.0.0.0").allows("anything.example")  # noqa: S104
+    assert HostPolicy.for_bind("[::]").allows("10.1.2.3:7433")
+    assert HostPolicy.for_bind("192.168.1.5").allows("box.lan")
+
+
+def test_pacer_lets_one_a_second_through_and_counts_the_rest() -> None:
+    pacer = Pacer(every_s=1.0)
+    got = [pacer.tick(now=i / 100) for i in range(250)]  # 100 a second for 2.5 s
+    assert [(i, g) for i, g in enumerate(got) if g is not None] == [(0, 0), (100, 99), (200, 99)]
+
+
+def _accept_context(code: int) -> dict[str, Any]:
+    return {
+        "message": "socket.accept() out of system resource",
+        "exception": OSError(code, "Too many open files"),
+        "socket": object(),
+    }
+
+
+async def test_accept_errors_are_logged_once_a_second_and_others_pass_through() -> None:
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    accept_filter = AcceptErrorFilter(lambda _loop, context: seen.append(context))
+    with capture_logs() as logs:
+        for _ in range(1000):
+            accept_filter(loop, _accept_context(errno.EMFILE))
+        accept_filter(loop, _accept_context(errno.ENFILE))
+        other = {"message": "something else", "exception": ValueError("x")}
+        accept_filter(loop, other)
+        not_accept = {"message": "a pipe", "exception": OSError(errno.EMFILE, "x")}  # no "socket"
+        accept_filter(loop, not_accept)
+    assert [e["event"] for e in logs] == ["listener.accept_failed"]
+    assert logs[0]["error"] == "EMFILE"
+    assert seen == [other, not_accept]
+    accept_filter.pacer.last = loop.time() - 2  # a second later, the count of those left out
+    with capture_logs() as logs:
+        accept_filter(loop, _accept_context(errno.EMFILE))
+    assert logs[0]["left_out"] == 1000
+
+
+async def test_accept_filter_is_installed_once_per_loop() -> None:
+    loop = asyncio.get_running_loop()
+    before = loop.get_exception_handler()
+    try:
+        AcceptErrorFilter.install(loop)
+        first = loop.get_exception_handler()
+        AcceptErrorFilter.install(loop)
+        assert isinstance(first, AcceptErrorFilter) and loop.get_exception_handler() is first
+    finally:
+        loop.set_exception_handler(before)
+
+
+def test_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        if hard != resource.RLIM_INFINITY and hard > 64:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        assert raise_nofile_limit() == (hard if hard != resource.RLIM_INFINITY else 65536)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] in (hard, 65536)
+    finally:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (max(soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), hard)
+        )
