@@ -28,7 +28,7 @@ import structlog
 
 from peerd.config import ProviderConfig
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
-from peerd.runtime import sandbox
+from peerd.runtime import sandbox, sandbox_profile
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Confinement, Mount
 
@@ -126,7 +126,7 @@ class Launch:
 def home_mounts(config: ProviderConfig, env: Mapping[str, str]) -> list[Mount]:
     """A provider whose configured `env` sets HOME may write that whole directory."""
     if "HOME" in config.env and env.get("HOME"):
-        return [Mount(sandbox.real(env["HOME"]), writable=True)]
+        return [Mount(sandbox_profile.real(env["HOME"]), writable=True)]
     return []
 
 
@@ -140,7 +140,7 @@ def confine(
     for mount in extra:
         if not mount.optional:
             mount.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    installed = [Mount(path) for path in sandbox.install_dirs(binary, launch.env)]
+    installed = [Mount(path) for path in sandbox_profile.install_dirs(binary, launch.env)]
     launch.confinement = base.plus(*installed, *extra, share_net=True)
     launch.notices = [
         *launch.notices,

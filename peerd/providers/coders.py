@@ -41,7 +41,8 @@ from peerd.providers.cli import (
 )
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
-from peerd.runtime.sandbox import Mount, real
+from peerd.runtime.sandbox import Mount
+from peerd.runtime.sandbox_profile import real
 
 # Linux caps one argv string at 128 KiB; a longer Gemini prompt goes through stdin instead.
 MAX_ARG_BYTES = 100_000

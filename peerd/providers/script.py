@@ -25,7 +25,7 @@ from peerd.providers.base import (
     SessionStarted,
 )
 from peerd.providers.cli import TOOL_ENV_KEYS
-from peerd.runtime import sandbox
+from peerd.runtime import sandbox, sandbox_profile
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Mount
 
@@ -143,7 +143,7 @@ class ScriptProvider:
         env.update(spec.tool_env)
         if spec.confinement is not None:
             confinement = spec.confinement.plus(
-                Mount(sandbox.real(state_dir), writable=True), share_net=False
+                Mount(sandbox_profile.real(state_dir), writable=True), share_net=False
             )
             argv, env = sandbox.wrap(confinement, argv, env)
         process = await ProviderProcess.spawn(

@@ -24,7 +24,7 @@ from peerd.core.runs import SHUTDOWN_REASON, next_to_start, plan_interrupt
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.paths import Paths
 from peerd.providers.base import ItemProduced, Provider, ProviderRun, RunFinished, RunSpec, SessionStarted
-from peerd.runtime import git, sandbox
+from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
 from peerd.store import projects
@@ -265,7 +265,7 @@ class RunManager:
             if (cursor := page.next_cursor) is None:
                 break
         socket = tool_env.get("PEERD_SOCKET")
-        return sandbox.profile(
+        return sandbox_profile.profile(
             home=self._home,
             owner_socket=Paths(self._home).socket,
             agent_socket=Path(socket) if socket else None,

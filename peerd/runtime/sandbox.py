@@ -49,7 +49,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,138 +281,6 @@ def decide(*, by_link: bool, runtime_mode: str, available: bool, allow_unconfine
             f"{INSTALL_HINT}, or set `allow_unconfined = true` in the [links] table of config.toml to "
             "let such runs go on with the coder's own sandbox only."
         ),
-    )
-
-
-# --- building a run's profile ---------------------------------------------------------------------
-
-
-def private_tmp_dirs(uid: int | None = None) -> list[Path]:
-    uid = os.getuid() if uid is None else uid
-    candidates = (Path("/tmp"), Path("/var/tmp"), Path(f"/run/user/{uid}"))  # noqa: S108  # hidden, not used
-    return [p for p in candidates if p.is_dir()]
-
-
-def real(path: Path | str) -> Path:
-    return Path(os.path.realpath(path))
-
-
-def python_dirs() -> list[Path]:
-    """What `python -m peerd ...` needs: the interpreter's prefixes and the peerd package."""
-    import peerd  # noqa: PLC0415  # the package this module belongs to
-
-    dirs = {real(sys.prefix), real(sys.base_prefix), real(Path(peerd.__file__).parent)}
-    return sorted(dirs)
-
-
-def git_dir_of(checkout: Path) -> Path | None:
-    """The repository's own git dir (shared by its worktrees), read without running git."""
-    dot = checkout / ".git"
-    if dot.is_dir():
-        return real(dot)
-    try:
-        text = dot.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    gitdir = (checkout / text.removeprefix("gitdir:").strip()).resolve()
-    try:
-        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
-    except OSError:
-        return gitdir
-    return (gitdir / common).resolve()
-
-
-def install_dirs(binary: str, env: Mapping[str, str]) -> list[Path]:
-    """Where an installed CLI lives, as far as running it needs: an npm package's whole
-    `node_modules` tree, else the binary's directory (a `bin/` with a `lib/` beside it: its
-    prefix); and the same for the interpreter its `#!` line names."""
-    found: list[Path] = []
-    for path in (binary, _interpreter(binary, env)):
-        if path is None:
-            continue
-        resolved = real(path)
-        found.append(Path(path).parent.absolute())
-        parts = resolved.parts
-        if "node_modules" in parts:
-            found.append(Path(*parts[: parts.index("node_modules") + 1]))
-            continue
-        parent = resolved.parent
-        home = real(Path.home())
-        if (
-            parent.name == "bin"
-            and (parent.parent / "lib").is_dir()
-            and parent.parent not in (home, home / ".local")
-        ):
-            parent = parent.parent
-        found.append(parent)
-    return sorted({p for p in found if p.is_dir() and p != Path("/")})
-
-
-def _interpreter(binary: str, env: Mapping[str, str]) -> str | None:
-    try:
-        with open(binary, "rb") as handle:
-            first = handle.readline(256)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode("utf-8", "replace").split()
-    if not words:
-        return None
-    if Path(words[0]).name == "env":
-        names = [w for w in words[1:] if not w.startswith("-")]
-        return shutil.which(names[0], path=env.get("PATH")) if names else None
-    return words[0]
-
-
-def existing(paths: Iterable[Path]) -> tuple[Path, ...]:
-    return tuple(dict.fromkeys(p for p in paths if p.exists()))
-
-
-def writes_worktree(runtime_mode: str, interaction_mode: str) -> bool:
-    """Whether a confined run may write its worktree: from auto-accept-edits up, never in plan."""
-    return interaction_mode != "plan" and runtime_mode in ("auto-accept-edits", "auto", "full-access")
-
-
-def profile(
-    *,
-    home: Path,
-    owner_socket: Path,
-    agent_socket: Path | None,
-    checkouts: Iterable[Path],
-    checkout: Path,
-    worktree: Path,
-    scratch: Path,
-    by_link: bool,
-    runtime_mode: str,
-    interaction_mode: str,
-    user_home: Path | None = None,
-) -> Confinement:
-    """A run's base profile, before its provider adds the CLI's own directories and network."""
-    home, owner_socket = real(home), real(owner_socket)
-    hidden = [home, *(real(p) for p in checkouts)]
-    if owner_socket.parent != home:
-        hidden.append(owner_socket.parent)
-    if by_link:
-        hidden.append(real(user_home or Path.home()))
-    binds = [Mount(p) for p in python_dirs()]
-    binds.append(Mount(real(scratch), optional=True))
-    if agent_socket is not None and real(agent_socket) != owner_socket:
-        binds.append(Mount(real(agent_socket), writable=True, optional=True))
-    worktree = real(worktree)
-    return Confinement(
-        cwd=worktree,
-        worktree=worktree,
-        worktree_writable=writes_worktree(runtime_mode, interaction_mode),
-        git_dir=git_dir_of(real(checkout)),
-        tmp=tuple(private_tmp_dirs()),
-        hidden=tuple(p for p in existing(hidden) if p != Path("/")),
-        binds=tuple(binds),
-        private=tuple(dict.fromkeys((home, owner_socket, Path(str(home)), owner_socket.parent))),
-        by_link=by_link,
-        root_writable=by_link and runtime_mode == "full-access",
     )
 
 

@@ -16,14 +16,19 @@ from peerd.errors import ProviderError
 from peerd.providers.base import RunSpec
 from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.coders import (
+    CODEX_IN_PEERD_SANDBOX,
+    CODEX_NO_SANDBOX,
     claude_access,
     claude_argv,
     codex_access,
     codex_argv,
+    codex_writes,
     gemini_access,
     gemini_argv,
+    state_mounts,
 )
 from peerd.providers.command import TextEvents, expand
+from peerd.runtime.sandbox import Confinement, Mount
 
 
 def spec(tmp_path: Path, **kw: object) -> RunSpec:
@@ -110,6 +115,33 @@ def test_codex_invocation(tmp_path: Path) -> None:
     assert server["default_tools_approval_mode"] == "approve"  # required under `codex exec`
     assert server["args"] == ["-m", "peerd", "mcp"]
     assert server["env"]["PEERD_SOCKET"] == "/run/peerd.sock"
+
+
+@pytest.mark.parametrize("runtime", RUNTIME_MODES)
+def test_inside_peerds_sandbox_codex_runs_its_own_sandbox_off_and_says_so(
+    tmp_path: Path, runtime: str
+) -> None:
+    confined = Confinement(cwd=tmp_path, worktree=tmp_path, worktree_writable=True)
+    s = spec(tmp_path, runtime_mode=runtime, confinement=confined)
+    launch = codex_argv("codex", s, ProviderConfig(), None, scratch_dir(s))
+    assert CODEX_NO_SANDBOX in launch.argv and "--sandbox" not in launch.argv
+    assert launch.notices[-1] == CODEX_IN_PEERD_SANDBOX
+    # peerd's sandbox lets it write exactly where its own mapping would have (auto and wider).
+    assert codex_writes(runtime, "default") is (runtime in ("auto", "full-access"))
+    assert not codex_writes(runtime, "plan")
+
+
+def test_each_cli_writes_its_own_state_dirs(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    assert state_mounts("codex", env) == [Mount(tmp_path / ".codex", writable=True)]
+    assert state_mounts("codex", {**env, "CODEX_HOME": str(tmp_path / "c")}) == [
+        Mount(tmp_path / "c", writable=True)
+    ]
+    assert state_mounts("claude", env) == [
+        Mount(tmp_path / ".claude", writable=True),
+        Mount(tmp_path / ".claude.json", writable=True, optional=True),
+    ]
+    assert state_mounts("gemini", env) == [Mount(tmp_path / ".gemini", writable=True)]
 
 
 def test_claude_invocation(tmp_path: Path) -> None:
