@@ -84,6 +84,13 @@ class DaemonFacts:
 
 
 @dataclass(frozen=True)
+class ConfinementFacts:
+    works: bool
+    detail: str  # what the probe found: the binary that works, or why none does
+    allow_unconfined: bool = False  # links.allow_unconfined in the config file
+
+
+@dataclass(frozen=True)
 class Facts:
     home: str
     uid: int
@@ -103,6 +110,9 @@ class Facts:
     git_version: str | None = None  # what `git --version` printed
     git_path: str | None = None
     git_error: str | None = None
+    # peerd's sandbox (runtime/sandbox.py): does bwrap work here, and does the config let a link's
+    # runs go on without it. None: not looked at.
+    confinement: ConfinementFacts | None = None
 
     @property
     def status(self) -> c.Status | None:
@@ -596,6 +606,40 @@ def check_git(facts: Facts) -> Check:
     return Check("git", "ok", f"{shown}{where}")
 
 
+# --- confinement -------------------------------------------------------------------------------
+
+
+def check_confinement(facts: Facts) -> Check | None:
+    found = facts.confinement
+    if found is None:
+        return None
+    if found.works:
+        return Check(
+            "confinement",
+            "ok",
+            f"{found.detail} peerd confines linked machines' runs, and the owner's below full-access "
+            "(peerd's home, sockets and the checkouts hidden from them).",
+        )
+    install = "Install bubblewrap (Debian and Ubuntu: `sudo apt-get install bubblewrap`)"
+    if found.allow_unconfined:
+        return Check(
+            "confinement",
+            "warn",
+            f"runs are not confined here: {found.detail} links.allow_unconfined = true, so a linked "
+            "machine's runs go on with only the coder CLI's own sandbox (scripted run steps stay "
+            "refused).",
+            f"{install}, or remove allow_unconfined from the [links] table of {facts.config_path}.",
+        )
+    return Check(
+        "confinement",
+        "warn",
+        f"runs are not confined here: {found.detail} A linked machine's runs above read-only are "
+        "refused; the owner's runs use only the coder's own sandbox.",
+        f"{install}; or, to accept the risk, set allow_unconfined = true in the [links] table of "
+        f"{facts.config_path}.",
+    )
+
+
 # --- all of them -------------------------------------------------------------------------------
 
 
@@ -614,6 +658,9 @@ def run_checks(facts: Facts) -> list[Check]:
     ]
     checks += check_links(facts)
     checks += check_providers(facts)
+    confinement = check_confinement(facts)
+    if confinement is not None:
+        checks.append(confinement)
     checks.append(check_git(facts))
     return checks
 

@@ -26,10 +26,21 @@ from peerd import contracts as c
 from peerd.cli.client import DaemonNotRunning, LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
 from peerd.cli.output import emit_json
-from peerd.doctor import CertFacts, DaemonFacts, Facts, FileFacts, kind_of, passed, render, run_checks
+from peerd.doctor import (
+    CertFacts,
+    ConfinementFacts,
+    DaemonFacts,
+    Facts,
+    FileFacts,
+    kind_of,
+    passed,
+    render,
+    run_checks,
+)
 from peerd.errors import PeerdError
 from peerd.paths import Paths
 from peerd.peer.identity import format_fingerprint
+from peerd.runtime import sandbox
 
 GIT_TIMEOUT_S = 10.0
 T = TypeVar("T")
@@ -161,6 +172,15 @@ async def daemon_facts(socket: Path) -> DaemonFacts:
     )
 
 
+def confinement_facts() -> ConfinementFacts:
+    found = sandbox.probe()
+    try:
+        allow = settings_file.load().links.allow_unconfined
+    except PeerdError:
+        allow = False  # the config check says what is wrong with the file
+    return ConfinementFacts(works=found.ok, detail=found.detail, allow_unconfined=allow)
+
+
 async def gather(paths: Paths, *, now: float | None = None) -> Facts:
     socket = paths.socket
     identity_dir = paths.home / "identity"
@@ -192,6 +212,7 @@ async def gather(paths: Paths, *, now: float | None = None) -> Facts:
         git_path=git_path,
         git_error=git_error,
         daemon=daemon,
+        confinement=await asyncio.to_thread(confinement_facts),
     )
 
 

@@ -235,7 +235,7 @@ def probe() -> Probe:
             "(sysctl kernel.unprivileged_userns_clone=1, or the AppArmor bwrap profile) or run peerd "
             "where they are allowed.",
         )
-    return Probe(True, binary, f"{binary} works: peerd confines the runs it starts.")
+    return Probe(True, binary, f"bubblewrap works ({binary}).")
 
 
 def available() -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from peerd.config import Config, ConfigInvalid, LinksConfig, ProviderConfig, _validate, link_may_use
+from peerd.doctor import ConfinementFacts, check_confinement, run_checks
 from peerd.runtime import sandbox
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide
 from peerd.runtime.sandbox_profile import git_dir_of, install_dirs, profile, writes_worktree
@@ -234,3 +236,19 @@ def test_the_probe_finds_a_working_bwrap() -> None:
     """The suite needs bubblewrap (`make test` installs it where it can); this says so first."""
     found = sandbox.probe()
     assert found.ok and found.binary, found.detail
+
+
+def test_doctor_says_whether_runs_are_confined_and_what_it_means_for_links() -> None:
+    from tests.unit.test_doctor import facts  # noqa: PLC0415  # the doctor tests' complete Facts
+
+    assert check_confinement(facts()) is None  # not looked at
+    works = check_confinement(facts(confinement=ConfinementFacts(True, "bubblewrap works (/usr/bin/bwrap).")))
+    assert works is not None and works.status == "ok" and "linked machines' runs" in works.detail
+    missing = ConfinementFacts(False, "bubblewrap (bwrap) is not on PATH.")
+    refused = check_confinement(facts(confinement=missing))
+    assert refused is not None and refused.status == "warn"
+    assert "above read-only are refused" in refused.detail
+    assert refused.fix and "apt-get install bubblewrap" in refused.fix and "allow_unconfined" in refused.fix
+    allowed = check_confinement(facts(confinement=dataclasses.replace(missing, allow_unconfined=True)))
+    assert allowed is not None and allowed.status == "warn" and "allow_unconfined = true" in allowed.detail
+    assert "confinement" in [c.name for c in run_checks(facts(confinement=missing))]
