@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis
+.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,19 @@ $(CLIS_STAMP): tests/coder-clis/package.json tests/coder-clis/package-lock.json
 
 clis: $(CLIS_STAMP)
 
+# peerd confines the runs it starts with bubblewrap (bwrap); the tests and the demo's linked runs
+# need it. Installed here when missing and we are root with apt-get; otherwise one line says so.
+sandbox:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing bubblewrap: peerd confines the runs it starts with it."; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+			{ apt-get update -qq && apt-get install -y -qq bubblewrap; }; \
+	else \
+		echo "bubblewrap (bwrap) is not installed: linked machines' runs above read-only will be refused (install it: sudo apt-get install bubblewrap)."; \
+	fi
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check peerd tests examples tools bench
 	$(VENV)/bin/ruff format --check peerd tests examples tools bench
@@ -36,7 +49,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
 
-unit: $(STAMP) $(CLIS_STAMP)
+unit: $(STAMP) $(CLIS_STAMP) sandbox
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
@@ -45,7 +58,7 @@ bench: $(STAMP)
 	$(PY) bench/follower.py
 
 # DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
-demo: $(STAMP) $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))
+demo: $(STAMP) sandbox $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))
 	$(PY) examples/demo.py
 
 clean:
