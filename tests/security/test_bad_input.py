@@ -388,6 +388,8 @@ class Impostor:
     fingerprint: bytes = b""
     env_id: str = ""
     claimed: str = ""
+    label: str = "box"
+    token_body: bytes = b""
     seen: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
@@ -399,8 +401,12 @@ async def impostor(tmp_path: Path, pair: Pair) -> AsyncIterator[Impostor]:
     async def anything(request: web.Request) -> web.StreamResponse:
         server.seen.append((request.method, request.path))
         if request.path == "/.well-known/peerd":
-            desc = c.Descriptor(env_id=server.claimed, label="box", version="1", capabilities=["links"])
+            desc = c.Descriptor(
+                env_id=server.claimed, label=server.label, version="1", capabilities=["links"]
+            )
             return web.json_response(desc.wire())
+        if request.path == "/oauth/token" and server.token_body:
+            return web.Response(body=server.token_body, content_type="application/json")
         if request.path == "/oauth/token":
             token = {"access_token": "a.b.c", "token_type": "Bearer", "expires_in": 900}
             return web.json_response(
@@ -440,3 +446,54 @@ async def test_a_link_is_stored_under_its_certificates_id(pair: Pair) -> None:
     linked = await pair.link("auto")
     assert pair.box.identity is not None
     assert linked["envId"] == pair.box.identity.env_id == pair.box_id
+
+
+def own_code(real: pairing_code.PairingCode, impostor: Impostor) -> str:
+    """A code that is honest about the impostor: its own id, its own certificate."""
+    impostor.claimed = impostor.env_id
+    own = dataclasses.replace(
+        real, env_id=impostor.env_id, urls=(impostor.url,), fingerprint=impostor.fingerprint
+    )
+    return own.encode()
+
+
+async def test_a_box_label_with_escapes_is_stored_clean(pair: Pair, impostor: Impostor) -> None:
+    impostor.label = f"evil{ESCAPES}box"
+    code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
+    linked = await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
+    assert linked["label"] == "evil box"
+    [stored] = (await pair.lc.call("GET", "/v1/environments", params={"probe": "false"}))["items"]
+    assert stored["label"] == "evil box"
+
+
+@pytest.mark.parametrize(
+    "token_body",
+    [
+        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 1e400}',
+        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 900,'
+        b' "refresh_expires_in": NaN}',
+        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": "soon"}',
+        b'{"access_token": 7, "refresh_token": "r", "client_id": "c", "expires_in": 900}',
+    ],
+    ids=["infinite-expiry", "nan-refresh-expiry", "text-expiry", "numeric-token"],
+)
+async def test_a_box_answering_with_unusable_tokens_links_nothing(
+    pair: Pair, impostor: Impostor, token_body: bytes
+) -> None:
+    impostor.token_body = token_body
+    code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
+    before = snapshot(pair)
+    with pytest.raises(PeerdError) as err:
+        await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
+    assert err.value.code == "pairing_rejected", err.value
+    assert snapshot(pair) == before
+
+
+async def test_a_box_cannot_widen_the_access_the_laptop_asked_for(pair: Pair, impostor: Impostor) -> None:
+    impostor.token_body = (
+        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 900,'
+        b' "scope": "full-access"}'
+    )
+    code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
+    linked = await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "read-only"})
+    assert linked["access"] == "read-only"
