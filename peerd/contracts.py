@@ -73,7 +73,8 @@ def _check_cursor(value: str | None) -> str | None:
         return None
     if not (value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_SQL_INT):
         raise ValueError(
-            f"a cursor is a whole number from 0 to {MAX_SQL_INT}; pass back the nextCursor this API returned"
+            f"cursor {value!r} is not one this API returned (a whole number from 0 to {MAX_SQL_INT}); "
+            "pass back its nextCursor"
         )
     return value
 
