@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import resource
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from peerd.api.listener import AcceptErrorFilter, raise_nofile_limit
+from peerd.api.listener import AcceptErrorFilter, http_logger, raise_nofile_limit
 from peerd.api.listener_rules import (
     ConnectionGate,
     HostPolicy,
@@ -192,3 +193,18 @@ def test_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
         resource.setrlimit(
             resource.RLIMIT_NOFILE, (max(soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), hard)
         )
+
+
+def test_aiohttp_request_errors_are_paced() -> None:
+    logger = http_logger()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        for _ in range(100):  # e.g. a client sending garbage on 100 connections within a second
+            logger.error("Error handling request from %s", "127.0.0.2")
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) <= 1
+    assert http_logger() is logger and len(logger.filters) == 1, "one filter, however often asked"
