@@ -3,11 +3,14 @@ the other)."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from peerd.errors import GitError, InvalidRequest, NotFound
+from peerd.errors import Conflict, InvalidRequest, NotFound
 from peerd.orchestrate.gitbase import (
     _check_sha,
     _resolve_commit,
@@ -17,6 +20,8 @@ from peerd.runtime.git import (
     _commit_exists,
 )
 from peerd.runtime.gitrun import (
+    Where,
+    _dir_of,
     _git,
     _trim,
 )
@@ -24,12 +29,12 @@ from peerd.runtime.gitrun import (
 # --- bundles (box <-> laptop) -------------------------------------------------------------------
 
 
-async def has_commit(repo: Path, sha: str) -> bool:
+async def has_commit(repo: Where, sha: str) -> bool:
     """Whether `repo` holds the commit `sha`."""
     return await _commit_exists(repo, _check_sha(sha))
 
 
-async def ref_tips(repo: Path) -> list[str]:
+async def ref_tips(repo: Where) -> list[str]:
     """The distinct commits that `repo`'s branches, remote-tracking branches, tags (peeled) and
     peerd's own refs (`refs/peerd/...`, e.g. fetched base commits) point at: what the other side
     may exclude from a bundle for this repository. Sorted."""
@@ -52,7 +57,7 @@ async def ref_tips(repo: Path) -> list[str]:
     return sorted(tips)
 
 
-async def _known_objects(repo: Path, shas: Sequence[str]) -> list[str]:
+async def _known_objects(repo: Where, shas: Sequence[str]) -> list[str]:
     """The full ids of those of `shas` that are commits or tags in `repo` (one `cat-file` run)."""
     if not shas:
         return []
@@ -66,7 +71,7 @@ async def _known_objects(repo: Path, shas: Sequence[str]) -> list[str]:
     return sorted(known)
 
 
-async def create_bundle(repo: Path, out: Path, tip: str, *, exclude: list[str]) -> bool:
+async def create_bundle(repo: Where, out: Path, tip: str, *, exclude: list[str]) -> bool:
     """Write to `out` a bundle holding `tip` and its history minus what `exclude` (the other
     side's `ref_tips`) reaches; ids in `exclude` unknown here are ignored. Returns False, and
     writes nothing, when `exclude` already reaches `tip`."""
@@ -94,10 +99,78 @@ async def create_bundle(repo: Path, out: Path, tip: str, *, exclude: list[str]) 
     return True
 
 
-async def fetch_bundle(repo: Path, bundle: Path, into_ref: str) -> str:
-    """Verify `bundle` against `repo` (its prerequisite commits must be here), fetch its single
-    head into `into_ref` (a full ref name such as `refs/heads/orchestrate/r1/p1` or
-    `refs/peerd/base/<sha>`) and return the fetched commit id. An existing `into_ref` is only
+async def _bundle_heads(repo: Where, path: str) -> dict[str, str]:
+    listed = await _git(repo, "bundle", "list-heads", path, ok=range(256))
+    if listed.returncode != 0:
+        raise InvalidRequest(f"The upload is not a git bundle ({_trim(listed.stderr) or 'no header'}).")
+    heads: dict[str, str] = {}
+    for line in listed.stdout.splitlines():
+        sha, _, name = line.strip().partition(" ")
+        if sha and name:
+            heads[name] = sha
+    return heads
+
+
+async def _objects_dir(repo: Where) -> Path:
+    result = await _git(repo, "rev-parse", "--git-path", "objects")
+    objects = Path(result.stdout.strip())
+    return (objects if objects.is_absolute() else _dir_of(repo) / objects).resolve()
+
+
+def _migrate(incoming: Path, objects: Path) -> None:
+    """Move quarantined objects into the object store: packs before their indexes (git finds a
+    pack by its `.idx`), and nothing that is already there."""
+    files = [p for p in incoming.rglob("*") if p.is_file()]
+    for source in sorted(files, key=lambda p: (p.suffix == ".idx", str(p))):
+        target = objects / source.relative_to(incoming)
+        target.parent.mkdir(exist_ok=True)
+        if not target.exists():
+            source.rename(target)
+
+
+async def _unbundle_quarantined(repo: Where, path: str, sha: str) -> None:
+    """Index the bundle's objects into a quarantine directory inside the object store (as git's
+    own receive-pack does) and move them in only once they are complete: a damaged bundle leaves
+    neither objects nor a temporary pack behind."""
+    objects = await _objects_dir(repo)
+    incoming = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tmp_objdir-peerd-", dir=objects))
+    env = {
+        "GIT_OBJECT_DIRECTORY": str(incoming),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(objects),
+        "GIT_QUARANTINE_PATH": str(incoming),  # git refuses ref updates while it is set
+    }
+    try:
+        (incoming / "pack").mkdir()
+        unpacked = await _git(repo, "bundle", "unbundle", path, env=env, ok=range(256))
+        # Every object the head reaches must be here now (new ones or ones the repository had).
+        walked = (
+            unpacked.returncode == 0
+            and (
+                await _git(
+                    repo, "rev-list", "--objects", "--quiet", sha, "--not", "--all", env=env, ok=range(256)
+                )
+            ).returncode
+            == 0
+        )
+        if not walked:
+            why = _trim(unpacked.stderr) or "objects are missing"
+            raise InvalidRequest(f"The bundle is damaged and was not stored: {why}")
+        peeled = await _git(repo, "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}", env=env, ok=(0, 1))
+        if peeled.stdout.strip() != sha:
+            raise InvalidRequest(f"The bundle's head {sha} is not a commit.")
+        await asyncio.to_thread(_migrate, incoming, objects)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, incoming, True)
+
+
+async def fetch_bundle(repo: Path, bundle: Path, into_ref: str, *, expect: str | None = None) -> str:
+    """Store `bundle`'s single head in `repo` under `into_ref` (a full ref name such as
+    `refs/heads/orchestrate/r1/p1` or `refs/peerd/base/<sha>`) and return its commit id.
+
+    The bundle comes from another machine and is checked before anything changes: it must be a
+    bundle, hold exactly one head (`expect`, when given), and need only commits `repo` has. Its
+    objects go through a quarantine (`_unbundle_quarantined`), so a bad bundle raises
+    `InvalidRequest` and leaves no ref and no objects. An existing `into_ref` is only
     fast-forwarded, never rewound or replaced; the main branch (see `merge_into`) is refused."""
     if not into_ref.startswith("refs/"):
         raise InvalidRequest(f"Invalid ref {into_ref!r}: expected a full name starting with refs/.")
@@ -110,31 +183,31 @@ async def fetch_bundle(repo: Path, bundle: Path, into_ref: str) -> str:
     if not bundle.is_file():
         raise NotFound(f"No bundle file at {path}.")
 
+    heads = await _bundle_heads(repo, path)
+    if len(set(heads.values())) != 1:
+        raise InvalidRequest(
+            f"The bundle must hold exactly one head, it holds {len(heads)}: {sorted(heads)}."
+        )
+    sha = next(iter(heads.values()))
+    if expect is not None and sha != expect:
+        raise InvalidRequest(f"The bundle's head is {sha}, not the announced {expect}.")
     verified = await _git(repo, "bundle", "verify", path, ok=range(256))
     if verified.returncode != 0:
-        raise GitError(f"The bundle {path} cannot be fetched into {repo}: {_trim(verified.stderr)}")
-    listed = await _git(repo, "bundle", "list-heads", path)
-    heads: dict[str, str] = {}
-    for line in listed.stdout.splitlines():
-        sha, _, name = line.strip().partition(" ")
-        if sha and name:
-            heads[name] = sha
-    if len(set(heads.values())) != 1:
-        raise GitError(
-            f"The bundle {path} must hold exactly one head, it holds {len(heads)}: {sorted(heads)}."
+        raise InvalidRequest(
+            f"The bundle cannot be fetched into {repo}: it needs commits this repository does not have "
+            f"({_trim(verified.stderr)}). Send a bundle built against this repository's tips."
         )
-    name = next((n for n in heads if n != "HEAD"), "HEAD")
-    sha = heads[name]
-    await _git(
-        repo,
-        "fetch",
-        "--no-tags",
-        "--no-write-fetch-head",
-        "--no-recurse-submodules",
-        path,
-        f"{name}:{into_ref}",
-    )
-    fetched = await _git(repo, "rev-parse", "--verify", "--end-of-options", f"{into_ref}^{{commit}}")
-    if fetched.stdout.strip() != sha:
-        raise GitError(f"Fetching {path} left {into_ref} at {fetched.stdout.strip()}, not {sha}.")
+    found = await _git(repo, "rev-parse", "--verify", "--quiet", f"{into_ref}^{{commit}}", ok=(0, 1))
+    old = found.stdout.strip() if found.returncode == 0 else ""
+    if old == sha:
+        return sha
+    await _unbundle_quarantined(repo, path, sha)
+    if old:
+        ancestor = await _git(repo, "merge-base", "--is-ancestor", old, sha, ok=(0, 1))
+        if ancestor.returncode != 0:
+            raise Conflict(
+                f"{into_ref} is at {old}; the bundle's {sha} does not build on it (not a fast-forward)."
+            )
+    # The old value (empty: must not exist) makes the move atomic against a concurrent writer.
+    await _git(repo, "update-ref", "-m", "peerd: bundle", into_ref, sha, old)
     return sha

@@ -1,5 +1,10 @@
 """Containment (the workflow's Verify step): a coder's edits that escaped into the orchestrator's own
-checkout go back to its worktree, scoped strictly to the packet's files."""
+checkout go back to its worktree, scoped strictly to the packet's files.
+
+Only for the orchestrator's own local packets, on the machine it runs on: a box never does this on
+a link's request (a link could name the box owner's files as its "scope"); coders on a box are
+confined to their worktree instead. The worktree side is a recorded `GitLocation`; the checkout
+side is the checkout's own `.git` directory (`checkout_location`)."""
 
 from __future__ import annotations
 
@@ -17,10 +22,14 @@ from peerd.orchestrate.gitbase import (
 )
 from peerd.runtime.git import (
     _same_path,
+    checkout_location,
     toplevel,
 )
 from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
+    IGNORE_NESTED,
+    GitLocation,
+    Where,
     _git,
     _git_raw,
     _trim,
@@ -36,10 +45,10 @@ class _Status:
     orig: str | None  # the source of a rename or copy
 
 
-async def _status(checkout: Path, *, renames: bool) -> list[_Status]:
+async def _status(checkout: Where, *, renames: bool) -> list[_Status]:
     """`git status --porcelain -z` of the whole working tree, every untracked file listed; paths
     are relative to its top directory. Read only: no index refresh (`GIT_OPTIONAL_LOCKS=0`)."""
-    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all"]
+    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", IGNORE_NESTED]
     args.append("--find-renames" if renames else "--no-renames")
     raw = await _git_raw(checkout, *args)
     fields = [os.fsdecode(field) for field in raw.stdout.split(b"\0")]
@@ -59,9 +68,12 @@ async def _status(checkout: Path, *, renames: bool) -> list[_Status]:
     return entries
 
 
-async def dirty_paths(checkout: Path) -> list[str]:
+async def dirty_paths(checkout: Where) -> list[str]:
     """Every path `git status --porcelain` reports in `checkout`, untracked files included (each
-    file, not its directory), a rename by its new path; relative to the top, sorted."""
+    file, not its directory), a rename by its new path; relative to the top, sorted. A directory
+    is taken to its checkout's top and `.git` directory first."""
+    if not isinstance(checkout, GitLocation):
+        checkout = await checkout_location(await toplevel(checkout))
     return sorted({entry.path for entry in await _status(checkout, renames=True)})
 
 
@@ -121,7 +133,7 @@ def _move_untracked(checkout: Path, worktree: Path, paths: Sequence[str], scope:
             parent = parent.parent
 
 
-async def _apply_patch(worktree: Path, patch: bytes) -> None:
+async def _apply_patch(worktree: GitLocation, patch: bytes) -> None:
     """Apply `patch` to `worktree`: a three-way apply first (it merges when the worktree's base
     is not the checkout's HEAD), else a plain one (it works when the worktree has unstaged edits
     on those files, which `--3way` refuses). Either is checked first; a patch that would only
@@ -137,13 +149,14 @@ async def _apply_patch(worktree: Path, patch: bytes) -> None:
         return
     reason = _trim(three_way.stderr) or _trim(plain.stderr)
     raise GitError(
-        f"The escaped edits do not apply to the worktree {worktree} without conflicts; "
+        f"The escaped edits do not apply to the worktree {worktree.work_tree} without conflicts; "
         f"the checkout was left as it was: {reason}"
     )
 
 
-async def recover_escaped(checkout: Path, worktree: Path, packet_files: list[str]) -> list[str]:
-    """Move a packet's edits that landed in the orchestrator's `checkout` into its `worktree`.
+async def recover_escaped(checkout: Path, worktree: GitLocation, packet_files: list[str]) -> list[str]:
+    """Move a packet's edits that landed in the orchestrator's `checkout` into its `worktree` (the
+    packet worktree's recorded location, `locate_worktree`).
 
     Only dirty paths in the packet's scope are considered: a path equal to an entry of
     `packet_files` or under one (an entry may be a directory). Tracked changes, staged and
@@ -156,14 +169,15 @@ async def recover_escaped(checkout: Path, worktree: Path, packet_files: list[str
     """
     scope = _scope(packet_files)
     checkout_top = await toplevel(checkout)
-    worktree_top = await toplevel(worktree)
+    place = await checkout_location(checkout_top)
+    worktree_top = worktree.work_tree
     if _same_path(checkout_top, worktree_top):
         raise InvalidRequest(f"The checkout and the worktree are the same directory: {checkout_top}.")
 
     async with _lock("checkout", checkout_top):
         tracked: list[str] = []
         untracked: list[str] = []
-        for entry in await _status(checkout_top, renames=False):
+        for entry in await _status(place, renames=False):
             if not _in_scope(entry.path, scope):
                 continue
             if entry.xy == "??":
@@ -194,7 +208,7 @@ async def recover_escaped(checkout: Path, worktree: Path, packet_files: list[str
         if tracked:
             # `--literal-pathspecs`: a file name with `*` or `:` must not match other paths.
             patch = await _git_raw(
-                checkout_top,
+                place,
                 "--literal-pathspecs",
                 "diff",
                 "HEAD",
@@ -206,7 +220,7 @@ async def recover_escaped(checkout: Path, worktree: Path, packet_files: list[str
                 *tracked,
             )
             if patch.stdout:
-                await _apply_patch(worktree_top, patch.stdout)
+                await _apply_patch(worktree, patch.stdout)
 
         if untracked:
             try:
@@ -219,7 +233,7 @@ async def recover_escaped(checkout: Path, worktree: Path, packet_files: list[str
 
         if tracked:
             await _git(
-                checkout_top,
+                place,
                 "--literal-pathspecs",
                 "restore",
                 "--staged",

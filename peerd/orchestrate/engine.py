@@ -397,7 +397,8 @@ class Engine:
             if settings.verify and merged:
                 check = await gitops.run_check(worktree, settings.verify)
                 verification = verification_of(settings.verify, check)
-            tip = await gitops.head(worktree)
+            # The recorded git dir: the check ran the packets' code in this worktree.
+            tip = await gitops.head(await git.locate_worktree(repo, worktree))
         finally:
             await git.remove_worktree(repo, worktree, delete_branch=None)
         receipt = IntegrationReceipt(

@@ -1,5 +1,8 @@
-"""Git plumbing shared by the orchestration modules (the runner for byte output, locks, commit
-identity, sha checks), and the commit and diff functions a packet's result is described by."""
+"""Git plumbing shared by the orchestration modules (locks, commit identity, sha checks), and the
+commit and diff functions a packet's result is described by.
+
+Functions that touch a worktree an agent wrote take a `GitLocation` (`peerd.runtime.git.
+locate_worktree`): git then uses the recorded git dir, never the worktree's own `.git`."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from peerd.runtime.git import (
 )
 from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
+    Where,
     _git,
+    common_dir,
 )
 
 DEFAULT_AUTHOR = "peerd orchestrate <orchestrate@peerd.invalid>"
@@ -81,7 +86,7 @@ def _check_sha(sha: str) -> str:
     return sha.lower()
 
 
-async def _resolve_commit(repo: Path, rev: str) -> str:
+async def _resolve_commit(repo: Where, rev: str) -> str:
     _check_rev(rev)
     result = await _git(
         repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", ok=(0, 1)
@@ -92,23 +97,21 @@ async def _resolve_commit(repo: Path, rev: str) -> str:
     return sha
 
 
-async def _current_branch(worktree: Path) -> str | None:
+async def _current_branch(worktree: Where) -> str | None:
     result = await _git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
     if result.returncode != 0:
         return None
     return result.stdout.strip() or None
 
 
-async def _common_dir(path: Path) -> Path:
-    result = await _git(path, "rev-parse", "--git-common-dir")
-    common = Path(result.stdout.strip())
-    return (common if common.is_absolute() else path / common).resolve()
+async def _common_dir(path: Where) -> Path:
+    return await common_dir(path)
 
 
 # --- commits and diffs --------------------------------------------------------------------------
 
 
-async def head(repo: Path) -> str:
+async def head(repo: Where) -> str:
     """The full id of the commit HEAD points at."""
     sha = await head_commit(repo)
     if sha is None:
@@ -116,32 +119,31 @@ async def head(repo: Path) -> str:
     return sha
 
 
-async def commit_all(worktree: Path, message: str, *, author: str = DEFAULT_AUTHOR) -> str | None:
+async def commit_all(worktree: Where, message: str, *, author: str = DEFAULT_AUTHOR) -> str | None:
     """Stage every change in `worktree` (new, modified, deleted and untracked files; ignored ones
-    stay out) and commit it as `author`; return the new commit's id, or None when there was
-    nothing to commit."""
+    stay out) and commit it as `author` on the branch HEAD is on; return the new commit's id, or
+    None when there was nothing to commit.
+
+    Plumbing only (`write-tree`, `commit-tree`, `update-ref`): `git commit` would collect a status
+    first, which runs `git status` inside every nested repository the agent made (with that
+    repository's own config: its filters), and would consult hooks and an editor."""
     if not message.strip():
         raise InvalidRequest("A commit message must not be empty.")
     config = _commit_config(author)
     await _git(worktree, "add", "--all")
-    staged = await _git(worktree, "diff", "--cached", "--quiet", "--no-ext-diff", ok=(0, 1))
-    if staged.returncode == 0:
+    parent = await head(worktree)
+    tree = (await _git(worktree, "write-tree")).stdout.strip()
+    before = await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")
+    if tree == before.stdout.strip():
         return None
-    await _git(
-        worktree,
-        *config,
-        "commit",
-        "--quiet",
-        "--no-verify",
-        "--cleanup=verbatim",
-        f"--author={author.strip()}",
-        "-m",
-        message,
-    )
-    return await head(worktree)
+    created = await _git(worktree, *config, "commit-tree", "--no-gpg-sign", "-p", parent, "-m", message, tree)
+    sha = created.stdout.strip()
+    # The old value makes the move atomic: a HEAD that moved meanwhile is not overwritten.
+    await _git(worktree, "update-ref", "-m", f"peerd: {message.splitlines()[0][:100]}", "HEAD", sha, parent)
+    return sha
 
 
-async def changed_files(repo: Path, base: str, tip: str) -> list[str]:
+async def changed_files(repo: Where, base: str, tip: str) -> list[str]:
     """The paths that differ between `base` and `tip`, sorted; a rename lists both its paths."""
     _check_rev(base)
     _check_rev(tip)
@@ -160,7 +162,7 @@ async def changed_files(repo: Path, base: str, tip: str) -> list[str]:
     return sorted({name for name in result.stdout.split("\0") if name})
 
 
-async def diff_stat(repo: Path, base: str, tip: str) -> str:
+async def diff_stat(repo: Where, base: str, tip: str) -> str:
     """`git diff --stat` from `base` to `tip` (wide enough that paths are not shortened)."""
     _check_rev(base)
     _check_rev(tip)
@@ -170,7 +172,7 @@ async def diff_stat(repo: Path, base: str, tip: str) -> str:
     return result.stdout
 
 
-async def diff_text(repo: Path, base: str, tip: str, *, max_chars: int = 200_000) -> str:
+async def diff_text(repo: Where, base: str, tip: str, *, max_chars: int = 200_000) -> str:
     """The patch from `base` to `tip`; past `max_chars` it is cut and a marker line says so."""
     _check_rev(base)
     _check_rev(tip)

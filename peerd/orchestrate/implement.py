@@ -69,7 +69,7 @@ async def base_for(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore
                     raise Conflict(
                         f"The dependencies of {packet.packet_id} conflict: {', '.join(merged.conflicts)}"
                     )
-        return await gitops.head(worktree)
+        return await gitops.head(await git.locate_worktree(repo, worktree))
     finally:
         await git.remove_worktree(repo, worktree, delete_branch=None)
 
@@ -161,19 +161,22 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
 async def collect(
     ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, coder: CoderChoice
 ) -> tuple[str | None, list[str]]:
-    """Commit the coder's work on the packet branch, here (after containment) or on the box."""
+    """Commit the coder's work on the packet branch, here (after containment) or on the box (only
+    the worktree: containment there is the box's confinement, never a recovery from the box
+    owner's checkout, which a link may not ask for)."""
     project = await projects.get(ctx.db, run.project_id)
     repo = Path(project.path)
     spec = PacketSpec.model_validate(packet.spec)
     message = f"{spec.id}: {spec.goal}"[:200]
     assert packet.thread_id is not None and packet.branch is not None  # noqa: S101
     if coder.environment is not None:
-        # Containment runs on the box, against the box's own checkout, before it commits.
-        return await ctx.transport.fetch_result(
-            coder.environment, packet.thread_id, repo, packet.branch, message, spec.files
+        tip = await ctx.transport.fetch_result(
+            coder.environment, packet.thread_id, repo, packet.branch, message
         )
+        return tip, []
     thread = await ctx.ops.thread_show(ctx.caller(run.id), packet.thread_id)
-    worktree = Path(thread.worktree_path)
+    # The worktree's recorded git dir, never the `.git` file its coder could rewrite.
+    worktree = await git.locate_worktree(repo, Path(thread.worktree_path))
     # Containment first: edits that escaped into the orchestrator's own checkout come back,
     # scoped to the packet's files only (anything else there may be the user's own work).
     recovered: list[str] = []

@@ -14,7 +14,6 @@ from peerd.orchestrate.gitbase import (
     DEFAULT_AUTHOR,
     _cap,
     _commit_config,
-    _common_dir,
     _current_branch,
     _lock,
     _resolve_commit,
@@ -25,10 +24,13 @@ from peerd.runtime.git import (
     _check_branch_name,
     _same_path,
     _worktrees,
+    locate_worktree,
     toplevel,
 )
 from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
+    IGNORE_NESTED,
+    Where,
     _git,
     _git_raw,
     _raise_for,
@@ -89,7 +91,7 @@ async def _protected_branches(repo: Path) -> set[str]:
     return protected
 
 
-async def _unmerged_paths(worktree: Path) -> list[str]:
+async def _unmerged_paths(worktree: Where) -> list[str]:
     result = await _git_raw(worktree, "ls-files", "--unmerged", "-z")
     paths = set()
     for record in result.stdout.split(b"\0"):
@@ -99,7 +101,7 @@ async def _unmerged_paths(worktree: Path) -> list[str]:
     return sorted(paths)
 
 
-async def _merge_in_progress(worktree: Path) -> bool:
+async def _merge_in_progress(worktree: Where) -> bool:
     result = await _git(worktree, "rev-parse", "--verify", "--quiet", "MERGE_HEAD", ok=(0, 1))
     return result.returncode == 0
 
@@ -124,14 +126,16 @@ async def merge_into(
     await _check_branch_name(repo, branch)
     if not await _branch_exists(repo, branch):
         raise NotFound(f"Branch {branch} does not exist in {repo}.")
-    top = await toplevel(integration_worktree)
-    if await _common_dir(top) != await _common_dir(repo):
-        raise InvalidRequest(f"{top} is not a worktree of the repository {repo}.")
+    shown = await toplevel(integration_worktree)
     worktrees = await _worktrees(repo)
-    if worktrees and _same_path(worktrees[0].path, top):
+    if worktrees and _same_path(worktrees[0].path, shown):
         raise InvalidRequest(
-            f"{top} is the repository's own checkout; integrate in a separate worktree instead."
+            f"{shown} is the repository's own checkout; integrate in a separate worktree instead."
         )
+    try:
+        top = await locate_worktree(repo, shown)
+    except NotFound:
+        raise InvalidRequest(f"{shown} is not a worktree of the repository {repo}.") from None
     target = await _current_branch(top)
     if target is None:
         raise InvalidRequest(f"{top} is not on a branch (detached HEAD); nothing to merge into.")
@@ -142,12 +146,12 @@ async def merge_into(
     if target == branch:
         raise InvalidRequest(f"Cannot merge {branch} into itself.")
 
-    async with _lock("merge", top):
+    async with _lock("merge", top.work_tree):
         if await _merge_in_progress(top):
-            raise Conflict(f"A merge is already in progress in {top}.")
-        dirty = await _git(top, "status", "--porcelain=v1", "--untracked-files=no")
+            raise Conflict(f"A merge is already in progress in {shown}.")
+        dirty = await _git(top, "status", "--porcelain=v1", "--untracked-files=no", IGNORE_NESTED)
         if dirty.stdout.strip():
-            raise Conflict(f"The integration worktree {top} has uncommitted changes:\n{dirty.stdout}")
+            raise Conflict(f"The integration worktree {shown} has uncommitted changes:\n{dirty.stdout}")
         before = await head(top)
         merge = await _git(
             top,
@@ -180,14 +184,14 @@ async def merge_into(
             )
         conflict_text = ""
         if conflicts:
-            shown = await _git(top, "diff", *_DIFF_OPTIONS)
-            conflict_text = _cap(shown.stdout, CONFLICT_TEXT_MAX_CHARS, "conflict diff")
+            conflicted = await _git(top, "diff", *_DIFF_OPTIONS)
+            conflict_text = _cap(conflicted.stdout, CONFLICT_TEXT_MAX_CHARS, "conflict diff")
         await _git(top, "merge", "--abort")
         after = await head(top)
         if after != before:
-            raise GitError(f"Aborting the merge of {branch} in {top} left HEAD at {after}, not {before}.")
+            raise GitError(f"Aborting the merge of {branch} in {shown} left HEAD at {after}, not {before}.")
         if not conflicts:
-            raise GitError(f"Merging {branch} into {target} in {top} failed and was aborted:\n{output}")
+            raise GitError(f"Merging {branch} into {target} in {shown} failed and was aborted:\n{output}")
         return MergeResult(
             merged=False,
             commit=None,

@@ -12,7 +12,7 @@ from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationCon
 from peerd.orchestrate.implement import record_impl
 from peerd.orchestrate.models import PacketSpec, ReviewReceipt, VerificationResult
 from peerd.orchestrate.verdicts import parse_review_reply, reviewer_prompt, verification_result
-from peerd.runtime import git
+from peerd.runtime import git, gitrun
 from peerd.store import projects
 
 
@@ -130,8 +130,8 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
 async def detached_worktree(repo: Path, worktree: Path, commit: str) -> None:
     """A throwaway checkout of `commit` for running a check, on no branch."""
     worktree.parent.mkdir(parents=True, exist_ok=True)
-    await git._git(repo, "worktree", "prune")  # the runtime's git runner
-    await git._git(repo, "worktree", "add", "--detach", "--", str(worktree), commit)
+    await gitrun._git(repo, "worktree", "prune")  # the runtime's git runner
+    await gitrun._git(repo, "worktree", "add", "--detach", "--", str(worktree), commit)
 
 
 def verification_of(command: str, check: gitops.CheckResult) -> VerificationResult:

@@ -19,7 +19,7 @@ from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
 from peerd.orchestrate.engine import Engine, feed_key
 from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
-from peerd.runtime import git
+from peerd.runtime import gitrun
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import approvals, links, projects
 from peerd.store.db import Database
@@ -45,10 +45,10 @@ async def _keep_out_of_git(repo: Path) -> None:
     it is never committed and never looks like a change in the checkout."""
     if not (repo / ".peerd").exists():
         return
-    ignored = await git._git(repo, "check-ignore", "-q", ".peerd/", ok=(0, 1))
+    ignored = await gitrun._git(repo, "check-ignore", "-q", ".peerd/", ok=(0, 1))
     if ignored.returncode == 0:
         return
-    git_dir = Path((await git._git(repo, "rev-parse", "--git-common-dir")).stdout.strip())
+    git_dir = Path((await gitrun._git(repo, "rev-parse", "--git-common-dir")).stdout.strip())
     exclude = (git_dir if git_dir.is_absolute() else repo / git_dir) / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with exclude.open("a", encoding="utf-8") as handle:

@@ -7,13 +7,24 @@ branch and the laptop downloads `branch --not base` as a bundle and fetches it i
 repository under the same branch name. Bundles travel base64 in JSON, inside the API's body limit.
 
 The box side enforces the link fence (a link may commit or read only threads it started) through
-`Operations`; reading a project's tips or receiving a base bundle needs write access.
+`Operations`; reading a project's tips or receiving a base bundle needs write access. A commit takes
+only the thread's own worktree, through its recorded git dir (`locate_worktree`): nothing is moved
+in from the box owner's checkout on request (a `scope` is refused), and the worktree's own `.git`
+file, which its agent could rewrite, is never followed.
+
+Base bundles from a link are counted against a quota per link (`BundleQuota`: at most
+`BUNDLE_UPLOADS_PER_DAY` uploads and `BUNDLE_BYTES_PER_DAY` decoded bytes in any 24 hours; kept in
+memory, so a restart of the box starts afresh, which a link cannot cause). A bad bundle (not base64,
+not a bundle, another head than the announced tip, prerequisites the box lacks, damaged objects)
+answers 400 `invalid_request` and stores nothing: no ref and no objects (see `fetch_bundle`).
 """
 
 from __future__ import annotations
 
 import base64
 import tempfile
+import weakref
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +32,24 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.core.access import require_write
-from peerd.errors import InvalidRequest, PayloadTooLarge
+from peerd.errors import CapabilityDenied, InvalidRequest, PayloadTooLarge
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import gitops
+from peerd.runtime import git
 from peerd.store import projects, threads
 
 # Base64 inflates by 4/3: this keeps a bundle inside the API's 2 MiB body limit.
 MAX_BUNDLE_BYTES = 1_400_000
+# Per link, in any QUOTA_WINDOW_S: an orchestration sends one base bundle per packet on a new base.
+BUNDLE_UPLOADS_PER_DAY = 200
+BUNDLE_BYTES_PER_DAY = 64 * 1024 * 1024
+QUOTA_WINDOW_S = 86_400.0
 
 
 class ThreadCommit(c.Input):
     message: str = Field(min_length=1, max_length=2000)
-    # The packet's files: edits a coder left in this machine's own checkout of the project, inside
-    # this scope only, are moved into the thread's worktree before the commit (containment).
+    # Refused when not empty: it once named files to move in from this machine's own checkout,
+    # which let a link take the owner's uncommitted work. Kept so the refusal is a typed one.
     scope: list[str] = Field(default_factory=list, max_length=500)
 
 
@@ -43,7 +59,6 @@ class ThreadCommitResult(c.Wire):
     base_commit: str | None
     commit: str | None  # the branch tip after committing (the base when nothing changed)
     created: bool  # whether a new commit was made
-    recovered: list[str] = Field(default_factory=list)  # paths moved in from the project's checkout
 
 
 class BundleData(c.Wire):
@@ -74,11 +89,43 @@ def _encode(path: Path) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+class BundleQuota:
+    """Base-bundle uploads per link in a rolling window: (time, decoded bytes) of each upload."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, deque[tuple[float, int]]] = {}
+
+    def charge(self, client_id: str, label: str, size: int, now: float) -> None:
+        used = self._used.setdefault(client_id, deque())
+        while used and used[0][0] <= now - QUOTA_WINDOW_S:
+            used.popleft()
+        total = sum(n for _, n in used)
+        if len(used) >= BUNDLE_UPLOADS_PER_DAY or total + size > BUNDLE_BYTES_PER_DAY:
+            raise PayloadTooLarge(
+                f"The link {label!r} is over its bundle quota ({BUNDLE_UPLOADS_PER_DAY} uploads and "
+                f"{BUNDLE_BYTES_PER_DAY} bytes in 24 hours; used {len(used)} and {total}): push the "
+                "base commits to the shared origin and fetch them on this machine, or wait."
+            )
+        used.append((now, size))
+
+
+# One quota per daemon (its Operations), shared by the socket and the network listener.
+_QUOTAS: weakref.WeakKeyDictionary[Operations, BundleQuota] = weakref.WeakKeyDictionary()
+
+
+def _decode(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise InvalidRequest(f"{what}: not valid base64.") from None
+
+
 class GitTransport:
     """Both ends: the box serves `commit`, `bundle`, `tips`, `receive`; the laptop calls them."""
 
     def __init__(self, ops: Operations) -> None:
         self.ops = ops
+        self.quota = _QUOTAS.setdefault(ops, BundleQuota())
 
     # --- box side -----------------------------------------------------------------------------
 
@@ -91,14 +138,19 @@ class GitTransport:
             )
         return thread
 
+    async def _location(self, thread: c.Thread) -> git.GitLocation:
+        """The thread's worktree as peerd recorded it (never its own `.git` file)."""
+        project = await projects.get(self.ops.db, thread.project_id)
+        return await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
+
     async def commit(self, caller: Caller, thread_id: str, req: ThreadCommit) -> ThreadCommitResult:
-        thread = await self._own_thread(caller, thread_id, "commit a thread's work")
-        worktree = Path(thread.worktree_path)
-        recovered: list[str] = []
         if req.scope:
-            checkout = Path((await projects.get(self.ops.db, thread.project_id)).path)
-            if await gitops.dirty_paths(checkout):
-                recovered = await gitops.recover_escaped(checkout, worktree, req.scope)
+            raise CapabilityDenied(
+                "A commit takes only the thread's own worktree: peerd does not move files in from "
+                "this machine's checkout on request. Send the commit without `scope`."
+            )
+        thread = await self._own_thread(caller, thread_id, "commit a thread's work")
+        worktree = await self._location(thread)
         created = await gitops.commit_all(worktree, req.message)
         tip = created or await gitops.head(worktree)
         return ThreadCommitResult(
@@ -107,12 +159,11 @@ class GitTransport:
             base_commit=thread.base_commit,
             commit=tip,
             created=created is not None,
-            recovered=recovered,
         )
 
     async def bundle(self, caller: Caller, thread_id: str) -> BundleData:
         thread = await self._own_thread(caller, thread_id, "read a thread's commits")
-        worktree = Path(thread.worktree_path)
+        worktree = await self._location(thread)
         tip = await gitops.head(worktree)
         exclude = [thread.base_commit] if thread.base_commit else []
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
@@ -134,17 +185,16 @@ class GitTransport:
         repo = Path(project.path)
         if await gitops.has_commit(repo, req.tip):
             return BundleReceived(commit=req.tip)
-        try:
-            data = base64.b64decode(req.bundle, validate=True)
-        except ValueError:
-            raise InvalidRequest("bundle: not valid base64.") from None
+        data = _decode(req.bundle, "bundle")
+        if len(data) > MAX_BUNDLE_BYTES:
+            raise PayloadTooLarge(f"The bundle is {len(data)} bytes, over {MAX_BUNDLE_BYTES}.")
+        if caller.link is not None:
+            self.quota.charge(caller.link.client_id, caller.link.label, len(data), self.ops.clock())
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             path = Path(scratch) / "in.bundle"
             path.write_bytes(data)
             # Kept under refs/peerd/ so worktrees can start from it and git gc keeps it.
-            commit = await gitops.fetch_bundle(repo, path, f"refs/peerd/base/{req.tip}")
-        if commit != req.tip:
-            raise InvalidRequest(f"The bundle's head is {commit}, not the announced {req.tip}.")
+            commit = await gitops.fetch_bundle(repo, path, f"refs/peerd/base/{req.tip}", expect=req.tip)
         return BundleReceived(commit=commit)
 
     # --- laptop side --------------------------------------------------------------------------
@@ -165,11 +215,11 @@ class GitTransport:
             await self.ops.forward_raw(env_id, "POST", f"/v1/projects/{remote_project}/bundle", body=body)
 
     async def fetch_result(
-        self, env_id: str, thread_id: str, repo: Path, branch: str, message: str, scope: list[str]
-    ) -> tuple[str | None, list[str]]:
-        """Commit the box thread's work (after containment there, in `scope`) and fetch its branch
-        here; (the tip, the paths recovered from the box's own checkout)."""
-        body = {"message": message, "scope": scope}
+        self, env_id: str, thread_id: str, repo: Path, branch: str, message: str
+    ) -> str | None:
+        """Commit the box thread's worktree (only it: the box moves nothing in from its own
+        checkout) and fetch its branch here; the tip (the base when nothing changed)."""
+        body = {"message": message}
         committed = ThreadCommitResult.model_validate(
             await self.ops.forward_raw(env_id, "POST", f"/v1/threads/{thread_id}/commit", body=body)
         )
@@ -177,9 +227,8 @@ class GitTransport:
             await self.ops.forward_raw(env_id, "GET", f"/v1/threads/{thread_id}/bundle")
         )
         if data.bundle is None:
-            return committed.base_commit, committed.recovered
+            return committed.base_commit
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             path = Path(scratch) / "result.bundle"
-            path.write_bytes(base64.b64decode(data.bundle))
-            tip = await gitops.fetch_bundle(repo, path, f"refs/heads/{branch}")
-        return tip, committed.recovered
+            path.write_bytes(_decode(data.bundle, "the box's bundle"))
+            return await gitops.fetch_bundle(repo, path, f"refs/heads/{branch}", expect=data.tip)

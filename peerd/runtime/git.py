@@ -26,6 +26,7 @@ from peerd.core.repo_identity import canonical_repo_key
 from peerd.errors import GitError, InvalidRequest, NotFound
 from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
+    IGNORE_NESTED,
     SAFE_CONFIG,
     GitLocation,
     Where,
@@ -297,7 +298,7 @@ async def diff(worktree: Where, base: str | None = None) -> str:
 
 async def status_porcelain(path: Where) -> list[str]:
     """`git status --porcelain=v1` lines for the working tree at `path`, every untracked file listed."""
-    result = await _git(path, "status", "--porcelain=v1", "--untracked-files=all")
+    result = await _git(path, "status", "--porcelain=v1", "--untracked-files=all", IGNORE_NESTED)
     return result.stdout.splitlines()
 
 

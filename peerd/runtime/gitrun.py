@@ -125,8 +125,18 @@ SAFE_CONFIG: tuple[str, ...] = tuple(
 )
 
 # Stable, config-independent patch output: the user's color, external diff tool, `diff.relative`
-# or `diff.noprefix` settings must not change what a peer receives.
-_DIFF_OPTIONS = ("--no-color", "--no-ext-diff", "--no-relative", "--src-prefix=a/", "--dst-prefix=b/")
+# or `diff.noprefix` settings must not change what a peer receives. `--ignore-submodules=dirty`
+# (on the command line, so a `.gitmodules` an agent wrote cannot undo it): a nested repository's
+# commit still shows, but git never runs inside its work tree, where its own config would apply.
+IGNORE_NESTED = "--ignore-submodules=dirty"
+_DIFF_OPTIONS = (
+    "--no-color",
+    "--no-ext-diff",
+    "--no-relative",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    IGNORE_NESTED,
+)
 
 _CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s]*@")
 _MAX_STDERR_CHARS = 2000

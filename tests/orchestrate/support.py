@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.cli.client import LocalClient
-from peerd.config import Config, ProviderConfig
+from peerd.config import LINK_PROVIDERS_DEFAULT, Config, LinksConfig, ProviderConfig
 from tests.helpers import git, make_repo
 
 REVIEWER = Path(__file__).resolve().parent / "reviewer.py"
@@ -34,13 +34,21 @@ def project_repo(root: Path) -> Path:
 
 
 def settings(tmp_path: Path, verdicts: dict[str, list[Any]] | None = None) -> Config:
-    """The scripted coders are built in; the reviewer is a custom command the config approves."""
-    verdict_file = tmp_path / "verdicts.json"
+    """The scripted coders are built in; the reviewer is a custom command the config approves (and
+    lets linked machines use, for reviews on a box). Its verdicts and counters live in the HOME
+    its config sets, which peerd's confinement keeps visible and writable for it."""
+    home = tmp_path / "reviewer-home"
+    home.mkdir(exist_ok=True)
+    verdict_file = home / "verdicts.json"
     verdict_file.write_text(json.dumps(verdicts or {}))
-    state = tmp_path / "reviews"
+    state = home / "reviews"
     state.mkdir(exist_ok=True)
     command = f"{sys.executable} {REVIEWER} {{SPEC}} {{WORKTREE}} {verdict_file} {state}"
-    return Config(providers={"reviewer": ProviderConfig(command=command)}, approved_commands=["reviewer"])
+    return Config(
+        providers={"reviewer": ProviderConfig(command=command, env={"HOME": str(home)})},
+        approved_commands=["reviewer"],
+        links=LinksConfig(providers=[*LINK_PROVIDERS_DEFAULT, "reviewer"]),
+    )
 
 
 def steps(*items: dict[str, Any]) -> str:

@@ -34,8 +34,10 @@ def config_file(tmp_path: Path) -> Path:
     config = settings(tmp_path)
     path = tmp_path / "config.toml"
     command = config.providers["reviewer"].command
+    home = config.providers["reviewer"].env["HOME"]
     path.write_text(
-        f'approved_commands = ["reviewer"]\n\n[providers.reviewer]\ncommand = {command!r}\n'.replace("'", '"')
+        f'approved_commands = ["reviewer"]\n\n[providers.reviewer]\ncommand = {command!r}\n'
+        f"env = {{ HOME = {home!r} }}\n".replace("'", '"')
     )
     return path
 
@@ -55,18 +57,20 @@ async def test_a_restart_mid_run_resumes_where_it_was(
 ) -> None:
     monkeypatch.setenv("PEERD_CONFIG", str(config_file(tmp_path)))
     repo = project_repo(tmp_path / "repo")
-    release = tmp_path / "release"
     daemon = DaemonProcess(tmp_path / "home", label="laptop")
     daemon.start()
     try:
         await daemon.ready()
         async with client_for(daemon.home) as client:
             project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
-            # run 1 waits and is cut off by the restart; the resumed run is given the task again
-            script = steps({"wait_for_file": str(release)}, FIX_ADD)
+            # run 1 waits and is cut off by the restart; the resumed run is given the task again. The
+            # file it waits for is in its worktree: a confined run sees only that of this machine's /tmp.
+            script = steps({"wait_for_file": "release"}, FIX_ADD)
             info = await start(client, project, plan=[packet("fix-add", "Fix.\n\n" + script, ["calc.py"], CHECK_ADD)],
                                coders=["script"])  # fmt: skip
-            await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
+            info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
+            thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
+            release = Path(thread["worktreePath"]) / "release"
         daemon.signal(signal.SIGTERM)
         assert await daemon.exited() == 0
         daemon.start()
@@ -268,7 +272,10 @@ async def test_a_cancel_the_box_cannot_hear_is_owed_until_it_lands(tmp_path: Pat
     assert packets_of(cancelled)["slow"]["stopOwed"] == [box_thread]
 
 
-async def test_an_edit_that_escaped_into_the_boxs_checkout_is_recovered_there(tmp_path: Path) -> None:
+async def test_an_edit_that_escaped_into_the_boxs_checkout_is_never_taken_from_there(tmp_path: Path) -> None:
+    """Containment recovery is only for the orchestrator's own local packets: a box commits only the
+    thread's worktree (a link may not name the box owner's files), so an escaped edit is not the
+    packet's work, and the box's checkout keeps whatever is in it."""
     origin = tmp_path / "origin.git"
     seed = project_repo(tmp_path / "seed")
     git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
@@ -280,16 +287,17 @@ async def test_an_edit_that_escaped_into_the_boxs_checkout_is_recovered_there(tm
             await client.call("POST", "/v1/projects", body={"path": str(repos[side])})
         await pair.link("auto")
         box_repo = repos["box"]
-        (box_repo / "scratch.txt").write_text("the box owner's own notes\n")  # out of scope: untouched
+        (box_repo / "scratch.txt").write_text("the box owner's own notes\n")
         escape = f"sed -i 's/return a - b/return a + b/' {box_repo / 'calc.py'}"
         project = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
-        plan = [packet("fix-add", "Fix.\n\n" + steps({"run": escape, "check": True}), ["calc.py"], CHECK_ADD)]
+        plan = [packet("fix-add", "Fix.\n\n" + steps({"run": escape}), ["calc.py"], CHECK_ADD)]
         info = await start(pair.lc, project, plan=plan, coders=["box/script"])
         done = await finished(pair.lc, info["id"])
     fix = packets_of(done)["fix-add"]
-    assert fix["state"] == "integrated", fix["failure"]
-    assert receipts_of(done, "implementation", "fix-add")[-1]["recoveredPaths"] == ["calc.py"]
-    assert "return a + b" in git(repos["laptop"], "show", f"{done['branch']}:calc.py")
-    assert "return a - b" in (box_repo / "calc.py").read_text()  # the box's checkout is as committed
+    assert fix["state"] != "integrated"
+    assert all(not r.get("recoveredPaths") for r in receipts_of(done, "implementation", "fix-add"))
+    assert "return a - b" in git(repos["laptop"], "show", f"{done['branch']}:calc.py")
     assert (box_repo / "scratch.txt").read_text() == "the box owner's own notes\n"
-    assert git(box_repo, "status", "--porcelain") == "?? scratch.txt\n"
+    # Whatever the escape did to the box's checkout, peerd moved nothing out of it.
+    escaped = "return a + b" in (box_repo / "calc.py").read_text()
+    assert (" M calc.py" in git(box_repo, "status", "--porcelain")) == escaped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -175,11 +176,22 @@ async def test_an_edit_that_escaped_into_the_checkout_is_recovered_in_scope_only
     # The user's own uncommitted work, outside the packet's scope: it must stay exactly as it is.
     (repo / "README.md").write_text("# demo\n\nmy own notes\n")
     (repo / "scratch.txt").write_text("mine\n")
-    escape = f"sed -i 's/return a - b/return a + b/' {repo / 'calc.py'}"
-    plan = [
-        packet("fix-add", "Fix add().\n\n" + steps({"run": escape, "check": True}), ["calc.py"], CHECK_ADD)
-    ]
+    # peerd confines the coder (the checkout is hidden from it), so the escape is made for it, as an
+    # unconfined coder could: while it waits for the file `escaped` in its worktree.
+    plan = [packet("fix-add", "Fix add().\n\n" + steps({"wait_for_file": "escaped"}), ["calc.py"], CHECK_ADD)]
     info = await start(client, project, plan=plan, coders=["script"])
+    while not packets_of(info)["fix-add"]["threadId"]:
+        info = await client.call(
+            "GET", f"/v1/orchestrations/{info['id']}", params={"after": info["updatedAt"], "timeout": 10}
+        )
+    thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
+    worktree = Path(thread["worktreePath"])
+    for _ in range(200):  # the run makes its worktree as it starts
+        if worktree.is_dir():
+            break
+        await asyncio.sleep(0.05)
+    (repo / "calc.py").write_text((repo / "calc.py").read_text().replace("return a - b", "return a + b"))
+    (worktree / "escaped").write_text("")
     done = await finished(client, info["id"])
     fix = packets_of(done)["fix-add"]
     assert fix["state"] == "integrated", fix

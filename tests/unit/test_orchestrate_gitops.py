@@ -138,6 +138,10 @@ async def test_dirty_paths_lists_untracked_files_and_renames_by_new_path(tmp_pat
     assert await gitops.dirty_paths(repo) == ["README.md", "b.txt", "new/deep/file.txt"]
 
 
+async def located(repo: Path, worktree: Path) -> rgit.GitLocation:
+    return await rgit.locate_worktree(repo, worktree)
+
+
 async def _packet_worktree(repo: Path, tmp_path: Path, name: str = "p1") -> Path:
     worktree = tmp_path / "worktrees" / name
     await rgit.create_worktree(repo, worktree, f"orchestrate/r1/{name}", await gitops.head(repo))
@@ -163,7 +167,9 @@ async def test_recover_escaped_moves_in_scope_edits_and_leaves_the_users_work(tm
     (repo / "scratch.txt").write_text("user's scratch\n")
     (repo / "app" / "user_helper.py").write_text("mine\n")
 
-    recovered = await gitops.recover_escaped(repo, worktree, ["app/a.py", "app/b.py", "app/c.py"])
+    recovered = await gitops.recover_escaped(
+        repo, await located(repo, worktree), ["app/a.py", "app/b.py", "app/c.py"]
+    )
 
     assert recovered == ["app/a.py", "app/b.py", "app/c.py"]
     assert (worktree / "app" / "a.py").read_text() == "a = 2\n"
@@ -191,7 +197,12 @@ async def test_recover_escaped_moves_in_scope_edits_and_leaves_the_users_work(tm
         "app/c.py",
     ]
     # Nothing left in scope: a second recovery is a no-op.
-    assert await gitops.recover_escaped(repo, worktree, ["app/a.py", "app/b.py", "app/c.py"]) == []
+    assert (
+        await gitops.recover_escaped(
+            repo, await located(repo, worktree), ["app/a.py", "app/b.py", "app/c.py"]
+        )
+        == []
+    )
 
 
 async def test_recover_escaped_with_a_directory_scope(tmp_path: Path) -> None:
@@ -210,7 +221,7 @@ async def test_recover_escaped_with_a_directory_scope(tmp_path: Path) -> None:
     (repo / "pkg2").mkdir()
     (repo / "pkg2" / "mine.py").write_text("mine\n")
 
-    recovered = await gitops.recover_escaped(repo, worktree, ["./pkg/"])
+    recovered = await gitops.recover_escaped(repo, await located(repo, worktree), ["./pkg/"])
 
     assert recovered == ["pkg/mod.py", "pkg/old.py", "pkg/sub/deeper/new.py"]
     assert (worktree / "pkg" / "mod.py").read_text() == "v = 2\n"
@@ -235,7 +246,7 @@ async def test_recover_escaped_merges_into_a_worktree_that_moved_on(tmp_path: Pa
     escaped = (repo / "f.txt").read_text().replace("line 1\n", "line 1 escaped\n")
     (repo / "f.txt").write_text(escaped)
 
-    assert await gitops.recover_escaped(repo, worktree, ["f.txt"]) == ["f.txt"]
+    assert await gitops.recover_escaped(repo, await located(repo, worktree), ["f.txt"]) == ["f.txt"]
     text = (worktree / "f.txt").read_text()
     assert "line 1 escaped\n" in text and "line 18 in the worktree\n" in text
     assert status(repo) == ""
@@ -251,10 +262,10 @@ async def test_recover_escaped_that_would_conflict_changes_nothing(tmp_path: Pat
     (worktree / "new.txt").write_text("different\n")
 
     with pytest.raises(Conflict, match=r"new\.txt"):
-        await gitops.recover_escaped(repo, worktree, ["f.txt", "new.txt"])
+        await gitops.recover_escaped(repo, await located(repo, worktree), ["f.txt", "new.txt"])
     (worktree / "new.txt").unlink()
     with pytest.raises(GitError, match="without conflicts"):
-        await gitops.recover_escaped(repo, worktree, ["f.txt", "new.txt"])
+        await gitops.recover_escaped(repo, await located(repo, worktree), ["f.txt", "new.txt"])
 
     assert (repo / "f.txt").read_text() == "checkout\n"
     assert (repo / "new.txt").read_text() == "escaped\n"
@@ -268,9 +279,9 @@ async def test_recover_escaped_rejects_scopes_that_leave_or_cover_the_tree(tmp_p
     (repo / "README.md").write_text("user\n")
     for bad in (["."], ["../x"], ["/etc/passwd"], [""]):
         with pytest.raises(InvalidRequest):
-            await gitops.recover_escaped(repo, worktree, bad)
+            await gitops.recover_escaped(repo, await located(repo, worktree), bad)
     with pytest.raises(InvalidRequest):
-        await gitops.recover_escaped(repo, repo, ["README.md"])
+        await gitops.recover_escaped(repo, rgit.GitLocation(repo / ".git", repo), ["README.md"])
     assert (repo / "README.md").read_text() == "user\n"
 
 
@@ -418,8 +429,9 @@ async def test_fetch_bundle_without_its_prerequisites_fails_clearly(tmp_path: Pa
     git(stranger, "init", "-q", "-b", "main")
     commit_file(stranger, "other.txt", "unrelated history\n")
     assert not await gitops.has_commit(stranger, base)
-    with pytest.raises(GitError, match="cannot be fetched"):
+    with pytest.raises(InvalidRequest, match="cannot be fetched"):
         await gitops.fetch_bundle(stranger, out, "refs/heads/x")
+    assert "refs/heads/x" not in git(stranger, "for-each-ref")
     with pytest.raises(InvalidRequest):
         await gitops.fetch_bundle(laptop, out, "x")
     with pytest.raises(InvalidRequest):
