@@ -34,6 +34,9 @@ READY_TIMEOUT_S = 20.0
 COMMAND_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_LINES = 30
+# What the box's slow agent waits for, in its own worktree: peerd confines a linked machine's runs,
+# so the worktree is the one place both it and this demo can see (its /tmp is its own).
+RELEASE_FILE = ".release"
 
 BUGGY_PRICING = '''\
 """Prices for the shop."""
@@ -368,13 +371,13 @@ class Demo:
 
     def restart_mid_task(self) -> None:
         self.heading("A second delegation; the laptop's daemon restarts in the middle")
-        release = self.root / "release-second-task"
-        task = "Write NOTES.md.\n\n" + fenced(load_script("box-slow.json", release=str(release)))
+        task = "Write NOTES.md.\n\n" + fenced(load_script("box-slow.json", release=RELEASE_FILE))
         lead = load_script("lead.json", task=task, title="Write the notes", key="write-notes")
         thread_id, first_run = self.launch_parent("Write the notes", lead)
         self.laptop.peerd("thread", "wait", thread_id, "--run", first_run, "--timeout", "60", show=False)
         task_id = self.laptop.json("task", "list", thread_id)[0]["taskId"]
         self.say(f"Task {task_id} is running on the box (its agent waits for a release file).")
+        release = self.box_release_file(thread_id)
         code = self.laptop.stop()
         self.say(f"The laptop's daemon stopped (exit {code}). Meanwhile the box finishes the task:")
         release.write_text("go\n")
@@ -386,13 +389,20 @@ class Demo:
         self.say(_indent(f"woken run {done['thread']['latestRun']['id']}: {reply}"))
         self.laptop.peerd("task", "show", task_id)
 
+    def box_release_file(self, thread_id: str) -> Path:
+        """The file the box's agent waits for: in its own worktree, the one place of the box's
+        filesystem both it (confined by peerd) and this demo can see."""
+        child = self.laptop.json("task", "list", thread_id)[0]["remoteChild"]["threadId"]
+        worktree = self.box.json("thread", "show", child)["thread"]["worktreePath"]
+        return Path(worktree) / RELEASE_FILE
+
     def revoke(self) -> None:
         self.heading("A third task is running on the box; the box revokes the link")
-        release = self.root / "release-third-task"
-        task = "Write NOTES.md.\n\n" + fenced(load_script("box-slow.json", release=str(release)))
+        task = "Write NOTES.md.\n\n" + fenced(load_script("box-slow.json", release=RELEASE_FILE))
         lead = load_script("lead.json", task=task, title="Before the revocation", key="third-task")
         thread_id, first_run = self.launch_parent("Before the revocation", lead)
         self.laptop.peerd("thread", "wait", thread_id, "--run", first_run, "--timeout", "60", show=False)
+        release = self.box_release_file(thread_id)
         client_id = self.box.json("client", "list")[0]["id"]
         self.box.peerd("client", "revoke", client_id)
         self.say("The laptop's follower learns it at once (the box ends the link's open long-poll);")
