@@ -195,6 +195,9 @@ class Thread(Wire):
     link_origin: str | None = None
     link_label: str | None = None
     delegated_from: DelegatedFrom | None = None
+    # Who started it: owner, link:<client id>, run:<run id> (an agent's tool call), task:<parent
+    # thread> (a delegation), orchestrate:<orchestration id>; None for threads older than this.
+    started_by: str | None = None
 
 
 class DelegatedFrom(Wire):

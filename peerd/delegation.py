@@ -197,10 +197,10 @@ class Delegation:
             # The child is launched as its parent's starter: a link's run delegates as that link
             # (its cap, fence, providers, no in-place), so the child is the link's thread too.
             parent = await threads.get_thread(self.db, task.parent_thread_id)
-            caller = Caller(namespace="delegate")
+            caller = Caller(namespace="delegate", started_by=f"task:{parent.id}")
             if parent.link_origin is not None:
                 of_parent = await self.ops.caller_for_thread(parent, run_id=None, namespace="delegate")
-                caller = Caller(namespace="delegate", link=of_parent.link)
+                caller = Caller(namespace="delegate", link=of_parent.link, started_by=f"task:{parent.id}")
             launched = await self.ops.thread_launch(caller, launch)
         except PeerdError as exc:
             # The caller hears this failure from its own call (or a retry): no wake run on top.

@@ -72,6 +72,7 @@ class Caller:
     thread_id: str | None = None
     run_id: str | None = None
     link: LinkContext | None = None
+    started_by: str | None = None  # what a thread it launches records, when not derived (`started_by`)
 
     @classmethod
     def local(cls) -> Caller:
@@ -84,7 +85,7 @@ class Caller:
     @property
     def via_network(self) -> bool:
         """A linked environment calling over the network (not a run on this machine)."""
-        return self.link is not None and self.run_id is None
+        return self.link is not None and self.namespace == f"link:{self.link.client_id}"
 
 
 def _fence(caller: Caller, thread: c.Thread, what: str, cap: ModeCap | None) -> None:
@@ -287,6 +288,7 @@ class Operations:
             # Lineage is recorded only for launches that came over a link (what the laptop claims,
             # shown as such); an agent's own claim is never recorded.
             delegated_from=req.delegated_from.wire() if caller.via_network and req.delegated_from else None,
+            started_by=started_by(caller),
         )
         key = threads.Idempotency(
             caller.namespace, req.client_request_id, request_hash("thread_launch", body)
@@ -485,6 +487,21 @@ class Operations:
                 cursor = events[-1].seq if events else req.after
                 return c.EventsResult(events=events, next_cursor=cursor)
             await self.feed.wait(changed, remaining)
+
+
+def started_by(caller: Caller) -> str:
+    """Who a launch came from, as recorded on the thread (see `c.Thread.started_by`)."""
+    if caller.started_by is not None:
+        return caller.started_by
+    if caller.run_id is not None:
+        return f"run:{caller.run_id}"
+    if caller.via_network and caller.link is not None:
+        return f"link:{caller.link.client_id}"
+    if caller.namespace.startswith(("orchestrate:", "task:")):
+        return caller.namespace
+    if caller.namespace == "local":
+        return "owner"
+    return caller.namespace
 
 
 _FENCED = re.compile(r"```.*?(```|\Z)", re.DOTALL)

@@ -230,6 +230,14 @@ def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
         return [("subagent of", f"thread {origin['threadId']} (claimed by {claimant})")]
     if t.get("linkLabel"):
         return [("started by", f"link {t['linkLabel']}")]
+    kind, _, ref = str(t.get("startedBy") or "").partition(":")
+    starters = {
+        "run": "an agent's tool call in run",
+        "task": "a task delegated by thread",
+        "orchestrate": "orchestration",
+    }
+    if kind in starters and ref:
+        return [("started by", f"{starters[kind]} {ref}")]
     return []
 
 

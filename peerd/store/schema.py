@@ -239,4 +239,10 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX orchestration_receipts_run ON orchestration_receipts(orchestration_id, seq)",
     ],
+    # 6: who started each thread (owner, link:<client>, run:<run> for an agent's tool call,
+    # task:<parent thread> for a delegation, orchestrate:<run>); older threads are unknown (NULL).
+    [
+        "ALTER TABLE threads ADD COLUMN started_by TEXT",
+        "CREATE INDEX threads_link_origin ON threads(link_origin)",
+    ],
 ]

@@ -38,6 +38,7 @@ class NewThread:
     link_origin: str | None = None  # the client id of the link that started it (the fence)
     link_label: str | None = None
     delegated_from: dict[str, Any] | None = None
+    started_by: str | None = None  # see `Operations.started_by`
     base_commit: str | None = None
 
 
@@ -85,6 +86,7 @@ def _thread(row: aiosqlite.Row, latest: Run | None) -> Thread:
         link_origin=row["link_origin"],
         link_label=row["link_label"],
         delegated_from=json.loads(row["delegated_from"]) if row["delegated_from"] else None,
+        started_by=row["started_by"],
         base_commit=row["base_commit"],
     )
 
@@ -232,7 +234,7 @@ async def launch(
         await tx.execute(
             "INSERT INTO threads (id, project_id, title, provider, model, runtime_mode, interaction_mode,"
             " in_place, worktree_path, branch, created_at, updated_at, link_origin, link_label, delegated_from,"
-            " base_commit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " base_commit, started_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 thread_id,
                 spec.project_id,
@@ -250,6 +252,7 @@ async def launch(
                 spec.link_label,
                 json.dumps(spec.delegated_from) if spec.delegated_from else None,
                 spec.base_commit,
+                spec.started_by,
             ),
         )
         await _event(tx, thread_id, "thread.created", {"threadId": thread_id}, now)

@@ -131,6 +131,8 @@ async def test_a_link_runs_delegation_stays_inside_the_link(linked: Linked) -> N
     [child] = children
     parent = await pair.bc.call("GET", f"/v1/threads/{thread}")
     assert child["linkOrigin"] == parent["linkOrigin"] is not None, "the child is the link's thread"
+    assert parent["startedBy"] == f"link:{parent['linkOrigin']}"
+    assert child["startedBy"] == f"task:{thread}"
     assert child["runtimeMode"] == "auto-accept-edits"
     # The link can therefore reach its child the way it reaches its own threads, and nothing more.
     sent = await pair.remote("POST", f"/v1/threads/{child['id']}/runs", body={"text": "more"})
