@@ -5,16 +5,13 @@ to build most of them) on the box's local socket and, where a read-only link rea
 network API with a read-only link's token; each one's answer must be `invalid_request` and the row
 count of every table of both databases must be the same before and after.
 
-The display rules are here too: labels and titles from peers are stored and printed without
-control characters, a forged `delegatedFrom` is shown as the link's claim, and a link is stored
-under the environment id of its pinned certificate's key, never one the box only claims.
+What peers say about themselves (labels, titles, lineage, their environment id, their tokens) is
+in tests/security/test_peer_claims.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 import math
 import sqlite3
 from collections.abc import AsyncIterator
@@ -23,25 +20,19 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
-from click.testing import CliRunner
 
 import peerd.agent_tools  # imported for their wire models (every model counts)
 import peerd.api.orchestrate
 import peerd.orchestrate.models
 import peerd.orchestrate.transport  # noqa: F401
 from peerd import contracts as c
-from peerd.cli.main import cli
-from peerd.cli.output import fields, table
-from peerd.core.text import clean_label, strip_controls
 from peerd.errors import PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import PAIRING_GRANT
-from peerd.peer.identity import load_or_create_identity, pinned_fingerprint, server_ssl_context
-from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+from peerd.peer.identity import pinned_fingerprint
+from tests.helpers import Pair, two_daemons
 
 DEEP = 100_000
-ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\x9b1m\r\x08\u202e"
 
 
 @pytest.fixture
@@ -291,209 +282,3 @@ async def test_a_stored_unusable_max_age_is_refused_before_the_code_is_spent(pai
     assert snapshot(pair) == before
     with contextlib.closing(sqlite3.connect(pair.box.paths.db)) as db:
         assert db.execute("SELECT state FROM pairing_codes WHERE id = ?", (code_id,)).fetchone() == ("open",)
-
-
-# --- labels and titles: stored and printed without control characters ----------------------------------
-
-
-def test_strip_controls_removes_what_a_terminal_acts_on() -> None:
-    assert strip_controls("lap\x1b[31mtop\x1b[0m") == "laptop"
-    assert strip_controls("a\x1b]0;title\x07b\x1b]8;;http://x\x1b\\c") == "abc"
-    assert strip_controls("a\x9b2Jb\x85c\x00d\x7fe") == "ab cde"
-    assert strip_controls("\u202eevil\u2066") == "evil"
-    assert strip_controls("one\r\ntwo\tthree") == "one  two three"
-    assert strip_controls("one\r\ntwo\tthree\x1b[2J", multiline=True) == "one\ntwo\tthree"
-    assert strip_controls("ok: é 日本 ✓") == "ok: é 日本 ✓"
-    assert clean_label(f"  box{ESCAPES}  ") == "box"
-
-
-def test_cli_tables_and_fields_print_no_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
-    table(["id", "label"], [["cli_1", f"evil{ESCAPES}label"]])
-    fields([("label", f"evil{ESCAPES}label"), ("n", 3)])
-    out = capsys.readouterr().out
-    assert "evil label" in out
-    assert not any(ch in out for ch in "\x1b\x07\x9b\r\x08\u202e")
-
-
-async def cli_output(home: Path, *args: str) -> str:
-    result = await asyncio.to_thread(CliRunner().invoke, cli, ["--home", str(home), *args])
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def assert_clean(text: str) -> None:
-    bad = sorted({f"U+{ord(ch):04X}" for ch in text if ch != "\n" and strip_controls(ch) != ch})
-    assert not bad, f"control characters printed: {bad}"
-
-
-async def test_a_client_label_with_escapes_is_stored_and_listed_clean(pair: Pair) -> None:
-    code_id, secret = code_parts(await pair.code("auto"))
-    form = {
-        "grant_type": PAIRING_GRANT,
-        "code_id": code_id,
-        "code_secret": secret,
-        "client_label": f"evil{ESCAPES}laptop",
-    }
-    status, body = await network_raw(pair, "POST", "/oauth/token", form, token=False)
-    assert status == 200, body
-    [client] = (await pair.bc.call("GET", "/v1/clients"))["items"]
-    assert client["label"] == "evil laptop"
-    out = await cli_output(pair.box.paths.home, "client", "list")
-    assert "evil laptop" in out
-    assert_clean(out)
-
-
-async def box_project(pair: Pair, tmp_path: Path) -> dict[str, Any]:
-    repo = make_repo(tmp_path / "box-repo")
-    project: dict[str, Any] = await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
-    return project
-
-
-async def test_a_link_launch_title_with_escapes_is_stored_and_listed_clean(
-    pair: Pair, tmp_path: Path
-) -> None:
-    project = await box_project(pair, tmp_path)
-    await pair.link("auto")
-    body = {"projectId": project["id"], "prompt": script({"reply": "hi"}), "title": f"fix{ESCAPES} it"}
-    launched = await pair.remote("POST", "/v1/threads", body=body)
-    await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
-    thread = await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}")
-    assert thread["title"] == "fix  it"
-    out = await cli_output(pair.box.paths.home, "thread", "list")
-    assert "fix  it" in out
-    assert_clean(out)
-
-
-async def test_a_forged_delegated_from_is_shown_as_the_links_claim(pair: Pair, tmp_path: Path) -> None:
-    project = await box_project(pair, tmp_path)
-    await pair.link("auto")
-    forged = {"environmentId": "AAAAAA-AAAAAA-AAAAAA-AAAAAA", "threadId": "thr_forged", "title": "the boss"}
-    body = {"projectId": project["id"], "prompt": script({"reply": "ok"}), "delegatedFrom": forged}
-    launched = await pair.remote("POST", "/v1/threads", body=body)
-    await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
-    out = await cli_output(pair.box.paths.home, "thread", "show", launched["threadId"])
-    lineage = next(line for line in out.splitlines() if "thr_forged" in line)
-    assert "(claimed by laptop)" in lineage, lineage
-    assert "AAAAAA" not in out
-
-
-# --- the environment id comes from the pinned certificate --------------------------------------------------
-
-
-@dataclasses.dataclass
-class Impostor:
-    """An HTTPS server with its own key that claims to be the box and hands out tokens."""
-
-    url: str = ""
-    fingerprint: bytes = b""
-    env_id: str = ""
-    claimed: str = ""
-    label: str = "box"
-    token_body: bytes = b""
-    seen: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-
-
-@pytest.fixture
-async def impostor(tmp_path: Path, pair: Pair) -> AsyncIterator[Impostor]:
-    identity = load_or_create_identity(tmp_path / "impostor")
-    server = Impostor(fingerprint=identity.fingerprint, env_id=identity.env_id, claimed=pair.box_id)
-
-    async def anything(request: web.Request) -> web.StreamResponse:
-        server.seen.append((request.method, request.path))
-        if request.path == "/.well-known/peerd":
-            desc = c.Descriptor(
-                env_id=server.claimed, label=server.label, version="1", capabilities=["links"]
-            )
-            return web.json_response(desc.wire())
-        if request.path == "/oauth/token" and server.token_body:
-            return web.Response(body=server.token_body, content_type="application/json")
-        if request.path == "/oauth/token":
-            token = {"access_token": "a.b.c", "token_type": "Bearer", "expires_in": 900}
-            return web.json_response(
-                {**token, "refresh_token": "r", "client_id": "cli_fake", "scope": "auto"}
-            )
-        return web.json_response({"code": "not_found", "message": "no"}, status=404)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", anything)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(identity))
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    server.url = f"https://{host}:{port}"
-    try:
-        yield server
-    finally:
-        await runner.cleanup()
-
-
-async def test_a_box_claiming_another_environments_id_is_refused(pair: Pair, impostor: Impostor) -> None:
-    """The code and the descriptor both name the real box; the certificate they pin is another key."""
-    real = pairing_code.decode(await pair.code("auto"))
-    forged = dataclasses.replace(real, urls=(impostor.url,), fingerprint=impostor.fingerprint)
-    before = snapshot(pair)
-    with pytest.raises(PeerdError) as err:
-        await pair.lc.call("POST", "/v1/links", body={"code": forged.encode(), "access": "auto"})
-    assert err.value.code == "wrong_environment"
-    assert impostor.env_id in err.value.message and pair.box_id in err.value.message
-    assert ("POST", "/oauth/token") not in impostor.seen, "nothing secret was sent"
-    assert snapshot(pair) == before
-    assert (await pair.lc.call("GET", "/v1/environments", params={"probe": "false"}))["items"] == []
-
-
-async def test_a_link_is_stored_under_its_certificates_id(pair: Pair) -> None:
-    linked = await pair.link("auto")
-    assert pair.box.identity is not None
-    assert linked["envId"] == pair.box.identity.env_id == pair.box_id
-
-
-def own_code(real: pairing_code.PairingCode, impostor: Impostor) -> str:
-    """A code that is honest about the impostor: its own id, its own certificate."""
-    impostor.claimed = impostor.env_id
-    own = dataclasses.replace(
-        real, env_id=impostor.env_id, urls=(impostor.url,), fingerprint=impostor.fingerprint
-    )
-    return own.encode()
-
-
-async def test_a_box_label_with_escapes_is_stored_clean(pair: Pair, impostor: Impostor) -> None:
-    impostor.label = f"evil{ESCAPES}box"
-    code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
-    linked = await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
-    assert linked["label"] == "evil box"
-    [stored] = (await pair.lc.call("GET", "/v1/environments", params={"probe": "false"}))["items"]
-    assert stored["label"] == "evil box"
-
-
-@pytest.mark.parametrize(
-    "token_body",
-    [
-        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 1e400}',
-        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 900,'
-        b' "refresh_expires_in": NaN}',
-        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": "soon"}',
-        b'{"access_token": 7, "refresh_token": "r", "client_id": "c", "expires_in": 900}',
-    ],
-    ids=["infinite-expiry", "nan-refresh-expiry", "text-expiry", "numeric-token"],
-)
-async def test_a_box_answering_with_unusable_tokens_links_nothing(
-    pair: Pair, impostor: Impostor, token_body: bytes
-) -> None:
-    impostor.token_body = token_body
-    code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
-    before = snapshot(pair)
-    with pytest.raises(PeerdError) as err:
-        await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
-    assert err.value.code == "pairing_rejected", err.value
-    assert snapshot(pair) == before
-
-
-async def test_a_box_cannot_widen_the_access_the_laptop_asked_for(pair: Pair, impostor: Impostor) -> None:
-    impostor.token_body = (
-        b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 900,'
-        b' "scope": "full-access"}'
-    )
-    code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
-    linked = await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "read-only"})
-    assert linked["access"] == "read-only"
