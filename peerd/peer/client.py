@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -236,14 +238,17 @@ class PeerClient:
                     raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
                 raise PeerUnreachable(f"{link.label} answered HTTP {status} while refreshing the link.")
             now = self._clock()
+            answer = _token_answer(body, link.label)
             updated = link.with_tokens(
-                refresh_token=str(body["refresh_token"]),
-                refresh_expires_at=_expiry(now, body.get("refresh_expires_in")),
-                access_token=str(body["access_token"]),
-                access_expires_at=now + float(body["expires_in"]),
+                refresh_token=answer.refresh_token,
+                refresh_expires_at=None
+                if answer.refresh_expires_in is None
+                else now + answer.refresh_expires_in,
+                access_token=answer.access_token,
+                access_expires_at=now + answer.expires_in,
             )
             await links.save_tokens(self._db, updated)  # persisted before it is used
-            return updated, str(body["access_token"])
+            return updated, answer.access_token
 
     async def post_form(self, link: LinkRow, base: str, path: str, form: dict[str, str]) -> tuple[int, Any]:
         try:
@@ -336,9 +341,46 @@ class PeerClient:
         return status == 200
 
 
-def _expiry(now: float, seconds: Any) -> float | None:
-    """An absolute expiry from a relative one; absent means the box set none."""
-    return None if seconds is None else now + float(seconds)
+MAX_TOKEN_LIFETIME_S = 10 * 365 * 24 * 3600.0  # no lifetime a box sends is taken as longer
+
+
+@dataclass(frozen=True)
+class _TokenAnswer:
+    access_token: str
+    refresh_token: str
+    expires_in: float
+    refresh_expires_in: float | None
+
+    def __repr__(self) -> str:  # tokens never reach a log through repr()
+        return f"_TokenAnswer(expires_in={self.expires_in}, refresh_expires_in={self.refresh_expires_in})"
+
+
+def _lifetime(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return float(min(max(value, 0.0), MAX_TOKEN_LIFETIME_S))
+
+
+def _token_answer(body: Any, label: str) -> _TokenAnswer:
+    """A refresh answer the laptop can store: two non-empty token strings and finite lifetimes. A
+    box answering anything else keeps the stored tokens and is treated as not answering properly."""
+    try:
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+        access, refresh = body.get("access_token"), body.get("refresh_token")
+        if not (isinstance(access, str) and access and isinstance(refresh, str) and refresh):
+            raise ValueError("no tokens")
+        refresh_in = body.get("refresh_expires_in")
+        return _TokenAnswer(
+            access,
+            refresh,
+            _lifetime(body.get("expires_in")),
+            None if refresh_in is None else _lifetime(refresh_in),
+        )
+    except ValueError:
+        raise PeerUnreachable(
+            f"{label} answered the link's token refresh with an unusable answer; the link's tokens were kept."
+        ) from None
 
 
 READ_ONLY_POSTS = frozenset({"/v1/watch"})  # POST for its body, but it only reads

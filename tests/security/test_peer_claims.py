@@ -242,3 +242,33 @@ async def test_a_box_cannot_widen_the_access_the_laptop_asked_for(pair: Pair, im
     code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
     linked = await pair.lc.call("POST", "/v1/links", body={"code": code, "access": "read-only"})
     assert linked["access"] == "read-only"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"access_token": "a", "refresh_token": "r", "expires_in": float("inf")},
+        {"access_token": "a", "refresh_token": "r", "expires_in": "900"},
+        {"access_token": "a", "expires_in": 900},
+        ["not", "an", "object"],
+    ],
+)
+async def test_a_box_answering_a_refresh_with_unusable_tokens_changes_nothing(
+    pair: Pair, answer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await pair.link("auto")
+    peers = pair.laptop.peers
+    assert peers is not None
+    before = await peers.load_link(pair.box_id)
+
+    async def post_form(*_: Any, **__: Any) -> tuple[int, Any]:
+        return 200, answer
+
+    monkeypatch.setattr(peers, "post_form", post_form)
+    with pytest.raises(PeerdError) as refused:
+        await peers.access_token(pair.box_id, force_refresh=True)
+    assert refused.value.code == "unreachable"
+    after = await peers.load_link(pair.box_id)
+    assert (after.refresh_token, after.access_token) == (before.refresh_token, before.access_token)
+    listed = await pair.lc.call("GET", "/v1/environments", params={"probe": "false"})
+    assert [e["envId"] for e in listed["items"]] == [pair.box_id]
