@@ -20,6 +20,7 @@ from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
     Where,
     _git,
+    _git_raw,
     common_dir,
 )
 
@@ -124,13 +125,23 @@ async def commit_all(worktree: Where, message: str, *, author: str = DEFAULT_AUT
     stay out) and commit it as `author` on the branch HEAD is on; return the new commit's id, or
     None when there was nothing to commit.
 
-    Plumbing only (`write-tree`, `commit-tree`, `update-ref`): `git commit` would collect a status
-    first, which runs `git status` inside every nested repository the agent made (with that
-    repository's own config: its filters), and would consult hooks and an editor."""
+    Plumbing only (`ls-files`, `update-index`, `write-tree`, `commit-tree`, `update-ref`): `git add`
+    and `git commit` run `git status` inside every nested repository the agent made (with that
+    repository's own config, so its filters), and `git commit` consults hooks and an editor. A
+    nested repository is staged as what it is to git, a commit id (its HEAD)."""
     if not message.strip():
         raise InvalidRequest("A commit message must not be empty.")
     config = _commit_config(author)
-    await _git(worktree, "add", "--all")
+    listed = await _git_raw(
+        worktree, "ls-files", "-z", "--modified", "--deleted", "--others", "--exclude-standard"
+    )
+    # A nested repository is listed as `dir/`; the index names it without the slash.
+    paths = dict.fromkeys(p.rstrip(b"/") for p in listed.stdout.split(b"\0") if p)
+    if paths:
+        stdin = b"".join(p + b"\0" for p in paths)
+        await _git_raw(
+            worktree, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=stdin
+        )
     parent = await head(worktree)
     tree = (await _git(worktree, "write-tree")).stdout.strip()
     before = await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")
