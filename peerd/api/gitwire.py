@@ -1,9 +1,11 @@
 """Routes that move commits for orchestration packets (see `peerd/orchestrate/transport.py`).
 
-    POST /v1/threads/{id}/commit {message}   commit a thread's worktree on its branch
+    POST /v1/threads/{id}/commit {message}   commit a thread's worktree (only it) on its branch
     GET  /v1/threads/{id}/bundle             the branch's commits past its base, as a git bundle
     GET  /v1/projects/{id}/tips              the project's ref tips (what not to send)
-    POST /v1/projects/{id}/bundle {bundle, tip}   receive missing base commits
+    POST /v1/projects/{id}/bundle {bundle, tip}   receive missing base commits (quota per link)
+
+A `scope` in a commit is `capability_denied`; a bad bundle is `invalid_request` and stores nothing.
 
 Served on the local socket and, behind the link's authentication, on the network listener.
 """
