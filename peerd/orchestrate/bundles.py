@@ -163,7 +163,7 @@ async def _unbundle_quarantined(repo: Where, path: str, sha: str) -> None:
         await asyncio.to_thread(shutil.rmtree, incoming, True)
 
 
-async def fetch_bundle(repo: Path, bundle: Path, into_ref: str, *, expect: str | None = None) -> str:
+async def fetch_bundle(repo: Where, bundle: Path, into_ref: str, *, expect: str | None = None) -> str:
     """Store `bundle`'s single head in `repo` under `into_ref` (a full ref name such as
     `refs/heads/orchestrate/r1/p1` or `refs/peerd/base/<sha>`) and return its commit id.
 
@@ -194,7 +194,7 @@ async def fetch_bundle(repo: Path, bundle: Path, into_ref: str, *, expect: str |
     verified = await _git(repo, "bundle", "verify", path, ok=range(256))
     if verified.returncode != 0:
         raise InvalidRequest(
-            f"The bundle cannot be fetched into {repo}: it needs commits this repository does not have "
+            f"The bundle cannot be fetched into {_dir_of(repo)}: it needs commits this repository does not have "
             f"({_trim(verified.stderr)}). Send a bundle built against this repository's tips."
         )
     found = await _git(repo, "rev-parse", "--verify", "--quiet", f"{into_ref}^{{commit}}", ok=(0, 1))

@@ -78,7 +78,7 @@ async def create_branch(repo: Path, branch: str, base: str) -> None:
         raise Conflict(f"Branch {branch} already exists in {repo} at {tip}, not at {sha}.")
 
 
-async def _protected_branches(repo: Path) -> set[str]:
+async def _protected_branches(repo: Where) -> set[str]:
     protected = set(_BRANCH_PROTECTED)
     worktrees = await _worktrees(repo)
     if worktrees and worktrees[0].branch:

@@ -176,13 +176,14 @@ class GitTransport:
         if caller.link is not None:
             require_write(caller.link.access, "exchange commits")
         project = await projects.get(self.ops.db, project_id)
-        return ProjectTips(tips=await gitops.ref_tips(Path(project.path)))
+        return ProjectTips(tips=await gitops.ref_tips(await git.checkout_location(Path(project.path))))
 
     async def receive(self, caller: Caller, project_id: str, req: BundleUpload) -> BundleReceived:
         if caller.link is not None:
             require_write(caller.link.access, "send commits")
         project = await projects.get(self.ops.db, project_id)
-        repo = Path(project.path)
+        # The checkout's own `.git` directory: an in-place thread's agent works in this checkout.
+        repo = await git.checkout_location(Path(project.path))
         if await gitops.has_commit(repo, req.tip):
             return BundleReceived(commit=req.tip)
         data = _decode(req.bundle, "bundle")

@@ -114,12 +114,12 @@ async def _commit_exists(repo: Where, rev: str) -> bool:
     return result.returncode == 0
 
 
-async def _branch_exists(repo: Path, branch: str) -> bool:
+async def _branch_exists(repo: Where, branch: str) -> bool:
     result = await _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1))
     return result.returncode == 0
 
 
-async def _check_branch_name(repo: Path, branch: str) -> None:
+async def _check_branch_name(repo: Where, branch: str) -> None:
     if not branch or branch.startswith("-"):
         raise InvalidRequest(f"Invalid branch name: {branch!r}.")
     result = await _git(repo, "check-ref-format", f"refs/heads/{branch}", ok=(0, 1))
@@ -134,7 +134,7 @@ class _Worktree:
     prunable: bool
 
 
-async def _worktrees(repo: Path) -> list[_Worktree]:
+async def _worktrees(repo: Where) -> list[_Worktree]:
     result = await _git(repo, "worktree", "list", "--porcelain")
     found: list[_Worktree] = []
     for record in result.stdout.split("\n\n"):
@@ -175,12 +175,14 @@ def _repo_lock(repo: Path) -> asyncio.Lock:
 
 
 async def create_worktree(repo: Path, worktree: Path, branch: str, base: str | None) -> None:
-    """Check out a new worktree at `worktree` on a new `branch` (see `_create_worktree`)."""
+    """Check out a new worktree at `worktree` on a new `branch` (see `_create_worktree`). `repo`
+    is the project's checkout, named by its own `.git` directory (`checkout_location`): an
+    in-place thread's agent works in it."""
     async with _repo_lock(repo):
-        await _create_worktree(repo, worktree, branch, base)
+        await _create_worktree(await checkout_location(repo), worktree, branch, base)
 
 
-async def _create_worktree(repo: Path, worktree: Path, branch: str, base: str | None) -> None:
+async def _create_worktree(repo: GitLocation, worktree: Path, branch: str, base: str | None) -> None:
     """Check out a new worktree at `worktree` on a new `branch` made from `base` (default HEAD).
 
     Idempotent, so a launch retried after a crash converges: a worktree already at `worktree`
@@ -198,7 +200,7 @@ async def _create_worktree(repo: Path, worktree: Path, branch: str, base: str | 
             continue
         if existing.branch != branch:
             raise GitError(
-                f"{worktree} is already a worktree of {repo} on "
+                f"{worktree} is already a worktree of {repo.work_tree} on "
                 f"{'branch ' + existing.branch if existing.branch else 'a detached HEAD'}, not on {branch}."
             )
         # `prunable` is only reported by git >= 2.31; the directory check covers older versions.
@@ -217,10 +219,10 @@ async def _create_worktree(repo: Path, worktree: Path, branch: str, base: str | 
     if not await _commit_exists(repo, start):
         if await head_commit(repo) is None:
             raise GitError(
-                f"{repo} has no commits yet, so there is nothing to start a worktree from; "
+                f"{repo.work_tree} has no commits yet, so there is nothing to start a worktree from; "
                 "commit once or launch with --in-place."
             )
-        raise GitError(f"{start!r} is not a commit in {repo}.")
+        raise GitError(f"{start!r} is not a commit in {repo.work_tree}.")
     await _git(repo, "worktree", "prune")
     await _git(repo, "worktree", "add", "-b", branch, "--", str(worktree), start)
 
@@ -228,10 +230,10 @@ async def _create_worktree(repo: Path, worktree: Path, branch: str, base: str | 
 async def remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | None) -> None:
     """Remove the worktree at `worktree` and optionally its branch (see `_remove_worktree`)."""
     async with _repo_lock(repo):
-        await _remove_worktree(repo, worktree, delete_branch=delete_branch)
+        await _remove_worktree(await checkout_location(repo), worktree, delete_branch=delete_branch)
 
 
-async def _remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | None) -> None:
+async def _remove_worktree(repo: GitLocation, worktree: Path, *, delete_branch: str | None) -> None:
     """Remove the worktree at `worktree` (discarding its changes) and optionally its branch.
 
     Idempotent: a worktree that is already gone, or a branch that no longer exists, is fine. A
@@ -242,7 +244,7 @@ async def _remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | N
         # git refuses to remove a worktree whose `.git` no longer points back at its record (its
         # agent may have rewritten it): put the recorded one back first.
         with contextlib.suppress(NotFound):
-            await locate_worktree(repo, worktree, restore=True)
+            await locate_worktree(repo.work_tree, worktree, restore=True)
         # `--force`: an agent's uncommitted and untracked files go with its worktree.
         await _git(repo, "worktree", "remove", "--force", "--", str(worktree))
     await _git(repo, "worktree", "prune")
