@@ -7,19 +7,20 @@ exact base commit. This module is what the engine calls around that:
 - `commit_all` turns a coder's edits in its worktree into one commit (`head`, `changed_files`,
   `diff_stat` and `diff_text` describe it to the reviewer);
 - `dirty_paths` and `recover_escaped` implement the containment check of the workflow's "Verify"
-  step: a coder that wrote into the orchestrator's own checkout instead of its worktree has those
-  edits moved into the worktree, scoped strictly to the packet's files;
+  step for local packets: a coder that wrote into the orchestrator's own checkout instead of its
+  worktree has those edits moved into the worktree, scoped strictly to the packet's files (never
+  on a box, never on a link's request);
 - `create_branch` and `merge_into` implement "Integrate": `--no-ff` merges into a peerd-owned
   integration worktree, a conflicting merge is reported and aborted so the branch stays clean;
 - `create_bundle`, `fetch_bundle`, `has_commit` and `ref_tips` move commits between a laptop and a
   linked box as git bundles (the box's result commits one way, a base commit the other);
 - `run_check` runs a packet's verification command in its own process group with a timeout.
 
-Git runs through `peerd.runtime.git`'s runner (argument lists, scrubbed environment, `GitError` with
-git's own stderr). Commits and merges pass their identity and `commit.gpgSign=false` with `-c`, so
-they work on a machine without a git identity and never wait on a signing agent; they skip the
-repository's pre-commit/commit-msg hooks (`--no-verify`): the packet's verification command is the
-gate, not a hook that may be interactive or rewrite the tree.
+Git runs through `peerd.runtime.gitrun`'s runner (argument lists, no system or global config, no
+config-run programs, `GitError` with git's own stderr); a worktree an agent wrote is named by its
+recorded location (`GitLocation`). Commits and merges pass their identity with `-c`, so they work on
+a machine without a git identity and never wait on a signing agent; no hook runs (the packet's
+verification command is the gate, not a hook that may be interactive or rewrite the tree).
 """
 
 from __future__ import annotations
