@@ -32,7 +32,7 @@ from peerd.api.local import local_app
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
-from peerd.config import Config
+from peerd.config import Config, link_may_use
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.delegation import Delegation, client_key
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
@@ -176,6 +176,7 @@ class Daemon:
         await self.peers.start()
         forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
         ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder)
+        ops.link_may_use = lambda provider: link_may_use(self.config.settings, provider)
         delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id)
         ops.delegation = delegation
         ops.on_stop = delegation.stop_children

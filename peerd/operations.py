@@ -129,6 +129,8 @@ class Operations:
         self.runs = runs
         self.worktrees_dir = worktrees_dir
         self.clock = clock
+        # Which providers a link's runs may use (`[links] providers` in config.toml; set by the daemon).
+        self.link_may_use: Callable[[str], bool] = lambda provider: True
 
     async def remote_target(self, caller: Caller, environment_id: str | None) -> str | None:
         """The linked environment this call goes to, or None when it runs here."""
@@ -263,6 +265,11 @@ class Operations:
         interaction_mode = req.interaction_mode or DEFAULT_INTERACTION_MODE
         if caller.link is not None:
             require_write(caller.link.access, "launch threads")
+            if not self.link_may_use(req.provider):
+                raise CapabilityDenied(
+                    f"This machine's owner does not let linked machines use provider {req.provider!r} "
+                    "(links.providers in its config.toml); ask them, or name another provider."
+                )
             if req.in_place:
                 raise CapabilityDenied(
                     "Work started through a link gets its own worktree; it cannot work in the checkout itself."

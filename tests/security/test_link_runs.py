@@ -15,8 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
-from tests.helpers import Pair, client_for, git, running_daemon, script, wait_terminal
+from tests.helpers import Pair, client_for, git, make_repo, running_daemon, script, two_daemons, wait_terminal
 from tests.integration.test_delegation import items, linked_pair
 
 Linked = tuple[Pair, dict[str, Any]]
@@ -251,3 +252,19 @@ async def test_revoking_with_keep_runs_leaves_them_but_their_tools_no_longer_act
     done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
     assert done["status"] == "completed"
     assert await tool_errors(pair, launched["threadId"]) == ["link_revoked"]
+
+
+async def test_a_link_may_launch_only_the_providers_the_box_owner_allows(tmp_path: Path) -> None:
+    settings = Config(links=LinksConfig(providers=["claude"]))
+    async with two_daemons(tmp_path, settings=settings) as pair:
+        make_repo(tmp_path / "box-repo")
+        project = await pair.bc.call("POST", "/v1/projects", body={"path": str(tmp_path / "box-repo")})
+        await pair.link("auto")
+        with pytest.raises(PeerdError) as refused:
+            await pair.remote("POST", "/v1/threads", body={"projectId": project["id"], "prompt": script()})
+        assert refused.value.code == "capability_denied"
+        assert (await pair.bc.call("GET", "/v1/threads"))["items"] == [], "nothing was created"
+        owner = await pair.bc.call(
+            "POST", "/v1/threads", body={"projectId": project["id"], "prompt": script()}
+        )
+        assert owner["threadId"], "the owner is not limited by links.providers"
