@@ -5,9 +5,11 @@ Real daemons, a real link over TLS, the scripted provider on both sides. The box
 fixed port chosen here, so it can be stopped and started again at the address the link stored.
 Each test names, in its docstring, the rule it guards.
 
-Waiting: children are held with `wait_for_file` and released by creating the file; the tests wait
-through long-polls (`/wait`, `/events?timeout=`). `eventually` polls only what no event reports
-(a task's `stopOwed`, the laptop's `link_backoff` row, the follower's state).
+Waiting: children are held with `wait_for_file` and released by creating the file (in `signals`,
+outside /tmp: peerd confines the box's link-started runs, whose /tmp is their own; a child says it
+started with a file in its own worktree); the tests wait through long-polls (`/wait`,
+`/events?timeout=`). `eventually` polls only what no event reports (a task's `stopOwed`, the
+laptop's `link_backoff` row, the follower's state).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 import socket
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from tests.integration.test_delegation import (
 )
 from tests.integration.test_delegation import wait_run_number as wait_run_number_unbounded
 from tests.integration.test_delegation import wait_task as wait_task_unbounded
+from tests.realcli import secure_dir
 
 CHUNK_S = 2.0  # the laptop follower's long-poll chunk in these tests
 WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it
@@ -196,6 +199,18 @@ async def m(tmp_path: Path) -> AsyncIterator[Machines]:
         await machines.close()
 
 
+@pytest.fixture
+def signals() -> Iterator[Path]:
+    """Files the box's confined runs can see (read-only): outside /tmp and peerd's homes."""
+    with secure_dir() as path:
+        yield path
+
+
+async def started_file(m: Machines, thread_id: str) -> Path:
+    """Where a `held_child` running as box thread `thread_id` says it started: its worktree."""
+    return Path((await m.bc.call("GET", f"/v1/threads/{thread_id}"))["worktreePath"]) / "started"
+
+
 async def wait_file(client: LocalClient, thread_id: str, path: Path) -> None:
     """Follow a thread's events until `path` exists with content (a step of its run writes it)."""
 
@@ -210,9 +225,9 @@ async def wait_file(client: LocalClient, thread_id: str, path: Path) -> None:
     await asyncio.wait_for(follow(), WAIT_S)
 
 
-def held_child(started: Path, hold: Path, reply: str = "CHILD DONE") -> str:
-    """A child that says it started (a file), then waits for `hold`, then replies."""
-    return script({"run": f"printf started > {started}"}, {"wait_for_file": str(hold)}, {"reply": reply})
+def held_child(hold: Path, reply: str = "CHILD DONE") -> str:
+    """A child that says it started (a file in its worktree), then waits for `hold`, then replies."""
+    return script({"run": "printf started > started"}, {"wait_for_file": str(hold)}, {"reply": reply})
 
 
 async def delegated_and_running(m: Machines, child: str, key: str) -> tuple[str, dict[str, Any]]:
@@ -238,9 +253,9 @@ def wake_text(task_id: str) -> str:
 # --- 1. resume at startup, one wake ----------------------------------------------------------
 
 
-async def test_restart_mid_task_completes_with_the_reply_and_wakes_once(m: Machines, tmp_path: Path) -> None:
+async def test_restart_mid_task_completes_with_the_reply_and_wakes_once(m: Machines, signals: Path) -> None:
     """Rules: resume at startup; wake after completion; wakes are never duplicated across restarts."""
-    hold = tmp_path / "hold"
+    hold = signals / "hold"
     parent, task = await delegated_and_running(
         m, script({"wait_for_file": str(hold)}, {"reply": "DONE WHILE YOU SLEPT"}), "r1"
     )
@@ -272,9 +287,11 @@ async def test_restart_mid_task_completes_with_the_reply_and_wakes_once(m: Machi
 # --- 2. cancel -------------------------------------------------------------------------------
 
 
-async def test_task_cancel_from_the_parent_stops_the_run_there(m: Machines, tmp_path: Path) -> None:
+async def test_task_cancel_from_the_parent_stops_the_run_there(
+    m: Machines, tmp_path: Path, signals: Path
+) -> None:
     """Rule: task_cancel stops the child there (interrupt + held queue) and ends the task cancelled."""
-    started, hold = tmp_path / "started", tmp_path / "hold"
+    hold, cancel_now = signals / "hold", tmp_path / "cancel-now"
     cancel = {
         "tool": {
             "name": "task_cancel",
@@ -285,15 +302,23 @@ async def test_task_cancel_from_the_parent_stops_the_run_there(m: Machines, tmp_
     parent, run = await m.parent(
         runs_script(
             [
-                delegate(
-                    task=held_child(started, hold), target={"environmentId": m.box_id}, clientRequestId="c1"
-                ),
-                {"wait_for_file": str(started)},
+                delegate(task=held_child(hold), target={"environmentId": m.box_id}, clientRequestId="c1"),
+                {"wait_for_file": str(cancel_now)},  # written once the child has started there
                 cancel,
                 {"reply": "CANCEL ${status}|${result}|${stopOwed}"},
             ]
         )
     )
+
+    async def child_started() -> bool:
+        tasks = await tasks_of(m.lc, parent)
+        remote = tasks[0]["remoteChild"] if tasks else None
+        return (
+            bool(remote and remote.get("threadId")) and (await started_file(m, remote["threadId"])).exists()
+        )
+
+    await eventually(child_started)
+    cancel_now.write_text("go")
     assert (await wait_terminal(m.lc, parent, run))["status"] == "completed"
     replies = [i["text"] for i in await items(m.lc, parent) if i["kind"] == "assistant_message"]
     assert "CANCEL cancelled|Cancelled: not needed|False" in replies
@@ -365,13 +390,13 @@ async def test_a_stop_while_the_box_is_down_is_delivered_when_it_returns(
 # --- 4. the parent's Stop ----------------------------------------------------------------------
 
 
-async def test_the_parents_stop_stops_its_remote_task(m: Machines, tmp_path: Path) -> None:
+async def test_the_parents_stop_stops_its_remote_task(m: Machines, signals: Path) -> None:
     """Rule: a parent's Stop stops what it delegated there ("Stopped with its parent: <reason>");
     the stop is owed until the follower delivered it, and a stopped parent is not woken."""
-    started, hold = tmp_path / "started", tmp_path / "hold"
-    parent, task = await delegated_and_running(m, held_child(started, hold), "p1")
+    hold = signals / "hold"
+    parent, task = await delegated_and_running(m, held_child(hold), "p1")
     child = task["remoteChild"]
-    await wait_file(m.bc, child["threadId"], started)
+    await wait_file(m.bc, child["threadId"], await started_file(m, child["threadId"]))
 
     await m.lc.call("POST", f"/v1/threads/{parent}/interrupt", body={"stop": True, "reason": "User stopped"})
     stopped = await m.lc.call("GET", f"/v1/tasks/{task['taskId']}")
@@ -555,10 +580,10 @@ async def test_a_crash_between_record_and_launch_leaves_one_thread_there(tmp_pat
         await boxes.close()
 
 
-async def test_a_crash_between_launch_and_attach_reaches_the_same_thread(m: Machines, tmp_path: Path) -> None:
+async def test_a_crash_between_launch_and_attach_reaches_the_same_thread(m: Machines, signals: Path) -> None:
     """Rule: the idempotency key. A launch re-sent after a crash that lost the answer (simulated:
     the child's ids cleared in the laptop's store while it is down) reaches the same thread."""
-    hold = tmp_path / "hold"
+    hold = signals / "hold"
     parent, task = await delegated_and_running(
         m, script({"wait_for_file": str(hold)}, {"reply": "SAME"}), "a1"
     )
@@ -731,12 +756,10 @@ async def test_the_follower_stops_even_while_it_abandons_a_long_poll(
 # --- 11. the child's own delegated work ----------------------------------------------------------
 
 
-async def test_a_remote_child_with_its_own_task_completes_after_that_task(
-    m: Machines, tmp_path: Path
-) -> None:
+async def test_a_remote_child_with_its_own_task_completes_after_that_task(m: Machines, signals: Path) -> None:
     """Rule: a remote thread with delegated work of its own is complete only when that work settled
     and its wake run ended; the result is that wake run's final reply."""
-    hold = tmp_path / "hold"
+    hold = signals / "hold"
     grandchild = script({"wait_for_file": str(hold)}, {"reply": "GRANDCHILD DONE"})
     child = runs_script(
         [delegate(task=grandchild, clientRequestId="g"), {"reply": "FIRST REPLY"}],
