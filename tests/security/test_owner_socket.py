@@ -7,6 +7,8 @@ refused; the CLI and the owner's own processes are not.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,10 @@ def test_the_run_rules_from_proc(tmp_path: Path) -> None:
     assert not run_process(103, any_descendant=False)
     assert run_process(103, any_descendant=True)
     assert not run_process(200, any_descendant=True)
+
+
+async def test_both_sockets_and_the_store_are_this_users_only(daemon: Daemon) -> None:
+    for path in (daemon.paths.socket, daemon.paths.agent_socket, daemon.paths.db):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert path.stat().st_uid == os.getuid()
+    assert stat.S_IMODE((daemon.paths.home / "identity").stat().st_mode) == 0o700
