@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from peerd import daemon as daemon_module
 from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
 from peerd.runtime import sandbox
@@ -28,7 +30,7 @@ from tests.integration.test_delegation import items, linked_pair
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
 
 PROBE = r"""
-import http.client, json, os, socket, sys
+import http.client, json, os, socket, subprocess, sys
 
 paths = json.loads(sys.argv[1])
 found = {}
@@ -68,10 +70,17 @@ def append(path, text):
 
 attempt("pair", lambda: post(paths["owner_socket"], "/v1/pair", {"access": "full-access"}))
 attempt("db", lambda: len(open(paths["db"], "rb").read()))
+# The daemon's own view of the filesystem, through /proc (a fresh PID namespace has no such pid).
+attempt("proc_root", lambda: len(open(f"/proc/{paths['daemon_pid']}/root{paths['db']}", "rb").read()))
+# Undo the hiding (possible with capabilities, e.g. when peerd runs as root).
+subprocess.run(["umount", "-l", paths["home"]], capture_output=True)
+attempt("db_after_umount", lambda: len(open(paths["db"], "rb").read()))
 attempt("key", lambda: len(open(paths["key"], "rb").read()))
 attempt("checkout_read", lambda: open(os.path.join(paths["checkout"], "README.md")).read())
 attempt("checkout_write", lambda: append(os.path.join(paths["checkout"], "PWNED"), "x"))
 attempt("git_config", lambda: append(os.path.join(paths["checkout"], ".git", "config"), "[core]\n\tbare = true\n"))
+attempt("user_home", lambda: open(os.path.join(paths["user_home"], "secret")).read())
+attempt("outside", lambda: append(os.path.join(paths["outside"], "ESCAPED"), "x"))
 attempt("worktree", lambda: append("mine.txt", "mine\n"))
 attempt(
     "agent_tool",
@@ -84,9 +93,12 @@ Linked = tuple[Pair, dict[str, Any]]
 
 
 @pytest.fixture
-async def linked(tmp_path: Path) -> AsyncIterator[Linked]:
-    async with linked_pair(tmp_path, watch_chunk_s=5) as found:
-        yield found
+async def linked() -> AsyncIterator[Linked]:
+    """Homes and checkouts outside /tmp (as ~/.local/share/peerd and ~/src would be): a confined
+    run's private /tmp would hide them anyway, and the test is that peerd hides them."""
+    with secure_dir() as base:
+        async with linked_pair(base, watch_chunk_s=5) as found:
+            yield found
 
 
 async def box_project(pair: Pair) -> dict[str, Any]:
@@ -96,10 +108,14 @@ async def box_project(pair: Pair) -> dict[str, Any]:
 def probe_steps(pair: Pair, checkout: Path) -> list[dict[str, Any]]:
     home = pair.box.paths
     targets = {
+        "user_home": str(Path.home()),
         "owner_socket": str(home.socket),
         "db": str(home.db),
         "key": str(home.home / "identity" / "key.pem"),
         "checkout": str(checkout),
+        "home": str(home.home),
+        "outside": str(home.home.parent),  # a directory nothing hides: read-only like all of /
+        "daemon_pid": os.getpid(),  # the daemons run in this process
     }
     return [
         {"write": {"path": "probe.py", "content": PROBE}},
@@ -123,8 +139,17 @@ async def probe_results(pair: Pair, thread_id: str) -> dict[str, list[Any]]:
     return found
 
 
-async def test_a_links_run_step_reaches_only_its_worktree_and_the_agent_tools(linked: Linked) -> None:
+async def test_a_links_run_step_reaches_only_its_worktree_and_the_agent_tools(
+    linked: Linked, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pair, _ = linked
+    with secure_dir() as user_home:  # the box user's $HOME, with something of theirs in it
+        (user_home / "secret").write_text("the box user's\n")
+        monkeypatch.setenv("HOME", str(user_home))
+        await probe_the_box(pair)
+
+
+async def probe_the_box(pair: Pair) -> None:
     checkout = Path((await box_project(pair))["path"])
     config_before = (checkout / ".git" / "config").read_text()
     launched = await launch_on_box(pair, script(*probe_steps(pair, checkout)))
@@ -134,11 +159,16 @@ async def test_a_links_run_step_reaches_only_its_worktree_and_the_agent_tools(li
     # Hidden: the owner socket, the database and key, the owner's checkout (not even readable).
     assert found["pair"] == ["refused", "FileNotFoundError"], found
     assert found["db"] == ["refused", "FileNotFoundError"], found
+    assert found["proc_root"] == ["refused", "FileNotFoundError"], found
+    assert found["db_after_umount"] == ["refused", "FileNotFoundError"], found
+    assert found["user_home"] == ["refused", "FileNotFoundError"], found
     assert found["key"] == ["refused", "FileNotFoundError"], found
     assert found["checkout_read"][0] == "refused", found
     assert found["checkout_write"] == ["refused", "OSError"], found
     # The project's git dir is visible read-only, the worktree writable, the agent tools reachable.
     assert found["git_config"] == ["refused", "OSError"], found
+    assert found["outside"] == ["refused", "OSError"], found
+    assert not (pair.box.paths.home.parent / "ESCAPED").exists()
     assert found["worktree"] == ["done", "written"], found
     assert found["agent_tool"] == ["done", 200], found
     assert (checkout / ".git" / "config").read_text() == config_before
@@ -207,6 +237,8 @@ async def test_an_interrupt_ends_a_confined_run_and_its_children(linked: Linked)
     await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/interrupt", body={})
     done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
     assert done["status"] == "interrupted"
+    run = (await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}"))["latestRun"]
+    assert run["exitCode"] == 130, run  # the agent itself got SIGINT and ended as it does, not bwrap
     async with asyncio.timeout(10):
         while processes_in(worktree):
             await asyncio.sleep(0.05)
@@ -234,7 +266,7 @@ async def test_a_links_codex_run_at_auto_cannot_reach_the_owner_socket(tmp_path:
         settings = offline_settings(tmp_path / "clis", fake)
         with secure_dir() as homes:
             async with two_daemons(homes, settings=settings) as pair:
-                repo = make_repo(tmp_path / "box-repo")
+                repo = make_repo(homes / "box-repo")
                 project = await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
                 await pair.link("auto")
                 fake.variables["cmd"] = SOCKET_PROBE.format(socket=pair.box.paths.socket)
@@ -276,14 +308,17 @@ async def failure_codes(pair: Pair, launched: dict[str, Any]) -> list[str | None
     return [i["data"].get("code") for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "error"]
 
 
-async def test_a_link_may_not_use_a_provider_the_owner_did_not_list(tmp_path: Path) -> None:
+async def test_a_link_may_not_use_a_provider_the_owner_did_not_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with linked_with(tmp_path, LinksConfig(providers=["script"])) as pair:
-        try:
-            launched = await launch_on_box(pair, "hello", provider="codex")
-        except PeerdError as exc:  # refused at launch (operations), or else when the run starts
-            assert exc.code == "capability_denied"
-        else:
-            assert await failure_codes(pair, launched) == ["capability_denied"]
+        with pytest.raises(PeerdError) as refused:  # at launch
+            await launch_on_box(pair, "hello", provider="codex")
+        assert refused.value.code == "capability_denied"
+        # And when the run starts (a launch taken before the owner narrowed the list, say).
+        monkeypatch.setattr(daemon_module, "link_may_use", lambda _config, _provider: True)
+        launched = await launch_on_box(pair, "hello", provider="codex")
+        assert await failure_codes(pair, launched) == ["capability_denied"]
         allowed = await launch_on_box(pair, script({"reply": "fine"}))
         done = await wait_terminal(pair.bc, allowed["threadId"], allowed["runId"])
         assert done["status"] == "completed"
