@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -80,6 +81,7 @@ attempt("checkout_read", lambda: open(os.path.join(paths["checkout"], "README.md
 attempt("checkout_write", lambda: append(os.path.join(paths["checkout"], "PWNED"), "x"))
 attempt("git_config", lambda: append(os.path.join(paths["checkout"], ".git", "config"), "[core]\n\tbare = true\n"))
 attempt("user_home", lambda: open(os.path.join(paths["user_home"], "secret")).read())
+attempt("network", lambda: socket.create_connection(("127.0.0.1", paths["port"]), timeout=5).close())
 attempt("outside", lambda: append(os.path.join(paths["outside"], "ESCAPED"), "x"))
 attempt("worktree", lambda: append("mine.txt", "mine\n"))
 attempt(
@@ -109,6 +111,7 @@ def probe_steps(pair: Pair, checkout: Path) -> list[dict[str, Any]]:
     home = pair.box.paths
     targets = {
         "user_home": str(Path.home()),
+        "port": urlsplit(pair.box_url).port,  # the box's own listener, on loopback
         "owner_socket": str(home.socket),
         "db": str(home.db),
         "key": str(home.home / "identity" / "key.pem"),
@@ -162,6 +165,7 @@ async def probe_the_box(pair: Pair) -> None:
     assert found["proc_root"] == ["refused", "FileNotFoundError"], found
     assert found["db_after_umount"] == ["refused", "FileNotFoundError"], found
     assert found["user_home"] == ["refused", "FileNotFoundError"], found
+    assert found["network"][0] == "refused", found  # the scripted provider has no network at all
     assert found["key"] == ["refused", "FileNotFoundError"], found
     assert found["checkout_read"][0] == "refused", found
     assert found["checkout_write"] == ["refused", "OSError"], found
