@@ -3,20 +3,16 @@
 A client that opens connections and then sends nothing (or a byte every few seconds) must not
 take the descriptors the owner's socket, the database, runs and real links need. So:
 
-- Each accepted TCP connection first meets `GuardedConnection.connection_made`, before any TLS:
-  past a cap (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) it
-  is aborted there, which costs one accept and one close. An admitted one gets its TLS handshake
-  (`loop.start_tls`, with a timeout) and is then handed to aiohttp's own `RequestHandler`, this
-  wrapper forwarding the transport's events to it.
-- Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
-  request head, the body, the idle time between requests. `track_middleware` (outermost in the
-  app) tells the connection when a request's head is in and when its answer is written; when a
-  deadline passes the connection is aborted. A connection counts as authenticated once a request
-  carrying a link's token (`CALLER_KEY` set) has been answered.
-- asyncio reports a failed `accept()` (EMFILE, ENFILE, ...) through the loop's exception handler,
-  many times a second: `AcceptErrorFilter` logs it at most once a second with a count.
+- `Acceptor` runs peerd's own accept loop on the listening sockets and hands each accepted socket
+  to the guard (`listener_connection.Guard`) at once: past a cap it is reset and closed before any
+  TLS, else it is served with the TLS handshake and request deadlines there.
+- A failed accept (EMFILE, ENFILE, ...) is logged at most once a second, with a count, and retried
+  after ACCEPT_RETRY_S. asyncio's own accept loop (the Unix sockets) reports the same failure
+  through the loop's exception handler, once per attempt, many times a second: `AcceptErrorFilter`
+  paces those too.
 - aiohttp's own request errors go to a logger paced the same way.
-- The soft open-file limit is raised to the hard one at start, and the total cap is half of it.
+- The soft open-file limit is raised to the hard one at start; the total cap is half of it.
+- `host_middleware` refuses a `Host` the listener does not answer to (`listener_rules.HostPolicy`).
 """
 
 from __future__ import annotations
@@ -25,30 +21,21 @@ import asyncio
 import errno
 import logging
 import resource
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
 import structlog
 from aiohttp import hdrs, web
-from aiohttp.web_protocol import RequestHandler
+from yarl import URL
 
-from peerd.api import local
 from peerd.api.app import Handler, error_response
-from peerd.api.listener_rules import (
-    ACCEPT_BACKLOG,
-    LOOPBACK_ONLY,
-    ConnectionGate,
-    HostPolicy,
-    ListenerLimits,
-    Pacer,
-    Refusal,
-    Timeline,
-    address_key,
-)
+from peerd.api.listener_connection import Guard
+from peerd.api.listener_rules import LOOPBACK_ONLY, HostPolicy, ListenerLimits, Pacer
 from peerd.errors import CapabilityDenied
 
-__all__ = ["HOST_POLICY", "GuardedConnection", "ListenerLimits", "host_middleware", "start_tcp"]
+__all__ = ["HOST_POLICY", "ListenerLimits", "host_middleware", "start_tcp"]
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +43,9 @@ HOST_POLICY = web.AppKey("host_policy", HostPolicy)
 ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 NOFILE_WHEN_UNLIMITED = 65536  # the soft limit to take when the hard one is "unlimited"
 HTTP_LOGGER = "peerd.listener.http"  # aiohttp's RequestHandler logs here (paced)
+ACCEPT_BACKLOG = 100  # the kernel's queue of connections not yet accepted
+ACCEPT_BURST = 64  # accepts in a row before the accept loop lets other tasks run
+ACCEPT_RETRY_S = 0.1  # after a failed accept (out of descriptors), wait this long
 
 
 def raise_nofile_limit() -> int:
@@ -124,237 +114,87 @@ def http_logger() -> logging.Logger:
     return logger
 
 
-class Guard:
-    """One listener's connections: the gate, the live connections, and the request hooks."""
-
-    def __init__(self, limits: ListenerLimits, nofile_soft: int, ssl_context: ssl.SSLContext | None) -> None:
-        self.limits = limits
-        self.gate = ConnectionGate.for_limits(limits, nofile_soft)
-        self.ssl_context = ssl_context
-        self.server: web.Server | None = None
-        self.connections: set[GuardedConnection] = set()
-        self.by_handler: dict[RequestHandler, GuardedConnection] = {}
-        self._refusals = Pacer()
-
-    def refused(self, reason: Refusal, loop: asyncio.AbstractEventLoop) -> None:
-        held = self._refusals.tick(loop.time())
-        if held is not None:
-            log.warning(
-                "listener.connection_refused",
-                cap=str(reason),
-                left_out=held,
-                open=self.gate.total,
-                unauthenticated=self.gate.unauthenticated,
-            )
-
-    def close_all(self) -> None:
-        """At shutdown: connections aiohttp does not know yet (in their handshake) are dropped."""
-        for conn in list(self.connections):
-            conn.drop_if_unattached()
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        conn = self.by_handler.get(request.protocol)
-        if conn is None:
-            return await handler(request)
-        conn.request_started(request)
-        try:
-            response = await handler(request)
-            # Written here, so the idle time starts when the answer is out, not when it was built.
-            if not response.prepared:
-                await response.prepare(request)
-            await response.write_eof()
-            if local.CALLER_KEY in request:
-                conn.mark_authenticated()
-            return response
-        finally:
-            conn.request_answered()
+async def _bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for HOST:PORT, as `loop.create_server` would make them."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(ACCEPT_BACKLOG)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
-class GuardedConnection(asyncio.Protocol):
-    """The transport's protocol for one accepted connection; aiohttp's `RequestHandler` behind it."""
+class Acceptor(asyncio.AbstractServer):
+    """Listening sockets with peerd's own accept loops: each accepted socket goes to the guard at
+    once, so one past a cap is closed before it has a transport (asyncio's own loop would accept a
+    whole backlog, and make a transport for each, before any could be refused)."""
 
-    def __init__(self, guard: Guard, loop: asyncio.AbstractEventLoop) -> None:
-        self._guard = guard
-        self._loop = loop
-        self._key: str | None = None  # set once admitted
-        self._handler: RequestHandler | None = None
-        self._transport: asyncio.Transport | None = None  # the one the handler uses (TLS or raw)
-        self._raw: asyncio.Transport | None = None
-        self._early: list[bytes] = []  # data the TLS layer delivered before we attached the handler
-        self._early_eof = False
-        self._done = False
-        self._authenticated = False
-        self._timeline: Timeline | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._request: web.BaseRequest | None = None
-        self._handshake: asyncio.Task[None] | None = None
+    def __init__(self, sockets: list[socket.socket], guard: Guard, loop: asyncio.AbstractEventLoop) -> None:
+        self._sockets, self._guard, self._loop = sockets, guard, loop
+        self._failures = Pacer()
+        self._tasks = [loop.create_task(self._accept(sock)) for sock in sockets]
 
-    # -- asyncio.Protocol, before and after TLS ------------------------------------------------
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:  # what `web.BaseRunner.addresses` reads
+        return tuple(self._sockets)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        raw = cast(asyncio.Transport, transport)  # the raw TCP one: start_tls does not call this again
-        key = address_key(raw.get_extra_info("peername"))
-        refusal = self._guard.gate.admit(key)
-        if refusal is not None:
-            self._done = True
-            raw.abort()
-            self._guard.refused(refusal, self._loop)
-            return
-        self._key, self._raw = key, raw
-        self._guard.connections.add(self)
-        if self._guard.ssl_context is None:
-            self._attach(raw)
-            return
-        raw.pause_reading()  # nothing reaches this protocol before start_tls takes the transport
-        self._handshake = self._loop.create_task(self._start_tls(raw, self._guard.ssl_context))
+    async def _accept(self, listening: socket.socket) -> None:
+        burst = 0
+        while True:
+            try:
+                sock, peer = await self._loop.sock_accept(listening)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue  # the client left before we took it
+            except OSError as exc:  # EMFILE, ENFILE, ...: wait a little, say so once a second
+                held = self._failures.tick(self._loop.time())
+                if held is not None:
+                    name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+                    log.warning("listener.accept_failed", error=name, left_out=held)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            self._guard.accepted(sock, peer)
+            burst += 1
+            if burst >= ACCEPT_BURST:  # a flood must not keep the rest of the daemon waiting
+                burst = 0
+                await asyncio.sleep(0)
 
-    def data_received(self, data: bytes) -> None:
-        if self._handler is None:
-            self._early.append(data)
-            return
-        self._on_bytes()
-        self._handler.data_received(data)
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for sock in self._sockets:
+            sock.close()
+        self._guard.close_all()
 
-    def eof_received(self) -> bool | None:
-        if self._handler is None:
-            self._early_eof = True
-            return None
-        self._handler.eof_received()
-        return None
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
-    def pause_writing(self) -> None:
-        if self._handler is not None:
-            self._handler.pause_writing()
+    def is_serving(self) -> bool:
+        return any(not task.done() for task in self._tasks)
 
-    def resume_writing(self) -> None:
-        if self._handler is not None:
-            self._handler.resume_writing()
+    async def start_serving(self) -> None:
+        return None  # serving from the start
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        handler = self._handler
-        self._finish()
-        if handler is not None:
-            handler.connection_lost(exc)
+    async def serve_forever(self) -> None:
+        await asyncio.gather(*self._tasks)
 
-    # -- TLS, attach, release ------------------------------------------------------------------
-
-    async def _start_tls(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
-        limits = self._guard.limits
-        tls: asyncio.Transport | None
-        try:
-            tls = await self._loop.start_tls(
-                raw,
-                self,
-                ctx,
-                server_side=True,
-                ssl_handshake_timeout=limits.handshake_timeout_s,
-                ssl_shutdown_timeout=limits.tls_shutdown_timeout_s,
-            )
-        except asyncio.CancelledError:  # shutdown
-            self._handshake = None
-            raw.abort()
-            self._finish()
-            raise
-        except Exception:  # a failed or timed-out handshake: just close
-            tls = None
-        self._handshake = None  # before _finish, which would cancel this very task
-        if tls is None or self._done:  # failed, or lost during or right after the handshake
-            raw.abort()
-            self._finish()
-            return
-        self._attach(tls)
-
-    def _attach(self, transport: asyncio.Transport) -> None:
-        server = self._guard.server
-        assert server is not None  # noqa: S101  # set before the site accepts
-        handler = server()
-        self._handler, self._transport = handler, transport
-        self._guard.by_handler[handler] = self
-        self._timeline = Timeline.started(self._guard.limits, self._loop.time())
-        self._arm()
-        handler.connection_made(transport)
-        early, self._early = self._early, []
-        for data in early:
-            self.data_received(data)
-        if self._early_eof:
-            handler.eof_received()
-
-    def _finish(self) -> None:
-        """Release the slot, once."""
-        if self._done:
-            return
-        self._done = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._handshake is not None:
-            self._handshake.cancel()
-        self._guard.connections.discard(self)
-        if self._handler is not None:
-            self._guard.by_handler.pop(self._handler, None)
-        if self._key is not None:
-            self._guard.gate.release(self._key, authenticated=self._authenticated)
-
-    def drop_if_unattached(self) -> None:
-        if self._handler is None:
-            if self._raw is not None:
-                self._raw.abort()
-            self._finish()
-
-    def _abort(self) -> None:
-        transport = self._transport or self._raw
-        if transport is not None:
-            transport.abort()  # not close(): a TLS close would wait for the client's close_notify
-
-    # -- deadlines -----------------------------------------------------------------------------
-
-    def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deadline = self._timeline.deadline if self._timeline is not None else None
-        if deadline is not None and not self._done:
-            self._timer = self._loop.call_at(deadline, self._on_deadline)
-
-    def _on_deadline(self) -> None:
-        self._timer = None
-        if self._timeline is None or self._done:
-            return
-        body_complete = self._request is not None and self._request.content.is_eof()
-        if self._timeline.expired(self._loop.time(), body_complete=body_complete):
-            log.debug("listener.timed_out", phase=str(self._timeline.phase))
-            self._abort()
-        else:
-            self._arm()
-
-    def _on_bytes(self) -> None:
-        if self._timeline is not None:
-            before = self._timeline.deadline
-            self._timeline.on_bytes(self._loop.time())
-            if self._timeline.deadline != before:
-                self._arm()
-
-    def request_started(self, request: web.BaseRequest) -> None:
-        self._request = request
-        if self._timeline is not None:
-            self._timeline.on_request(self._loop.time(), body_complete=request.content.is_eof())
-            self._arm()
-
-    def request_answered(self) -> None:
-        self._request = None
-        if self._timeline is not None and not self._done:
-            self._timeline.on_answered(self._loop.time())
-            self._arm()
-
-    def mark_authenticated(self) -> None:
-        if not self._authenticated and not self._done:
-            self._authenticated = True
-            self._guard.gate.authenticated()
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 class GuardedSite(web.BaseSite):
-    """A TCP site whose connections go through `GuardedConnection` (TLS is done there)."""
+    """A TCP site whose connections are admitted by the guard and served through it (TLS too)."""
 
     __slots__ = ("_guard", "_host", "_port")
 
@@ -365,20 +205,14 @@ class GuardedSite(web.BaseSite):
     @property
     def name(self) -> str:
         scheme = "https" if self._guard.ssl_context else "http"
-        return f"{scheme}://{self._host}:{self._port}"
+        return str(URL.build(scheme=scheme, host=self._host, port=self._port))
 
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
         self._guard.server = self._runner.server
-        AcceptErrorFilter.install(loop)
-        self._server = await loop.create_server(
-            lambda: GuardedConnection(self._guard, loop), self._host, self._port, backlog=ACCEPT_BACKLOG
-        )
-
-    async def stop(self) -> None:
-        await super().stop()
-        self._guard.close_all()
+        AcceptErrorFilter.install(loop)  # for the Unix sockets, which asyncio accepts
+        self._server = Acceptor(await _bind(self._host, self._port), self._guard, loop)
 
 
 @web.middleware
@@ -408,7 +242,7 @@ async def start_tcp(
     """Serve `app` on HOST:PORT with the caps and timeouts; the runner's cleanup stops it all.
     An `OSError` from binding is raised after the runner is cleaned up."""
     nofile_soft = raise_nofile_limit()
-    guard = Guard(limits, nofile_soft, ssl_context)
+    guard = Guard(limits, nofile_soft, ssl_context, asyncio.get_running_loop())
     app[HOST_POLICY] = HostPolicy.for_bind(host, advertise)
     app.middlewares.insert(0, cast(Any, guard.middleware))  # outermost: it sees every answer
     runner = web.AppRunner(

@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # Caps. The total is derived from the open-file soft limit: half of it, leaving the rest for runs
-# (each holds pipes and log files), the database, the Unix sockets and outgoing link calls; and
-# never so much that the connections asyncio accepts in one go (up to the backlog, before any is
-# gated) plus a reserve would not fit.
+# (each holds pipes and log files), the database, the Unix sockets and outgoing link calls, and
+# at least RESERVED_FDS of them however low the limit is.
 MAX_PER_ADDRESS = 32
 MAX_UNAUTHENTICATED = 128
 TOTAL_SHARE_OF_NOFILE = 0.5
-ACCEPT_BACKLOG = 100  # the listen backlog, which is also how many connections one accept round takes
 RESERVED_FDS = 64
 
 # Timeouts on what the client sends (never on our answer).
@@ -59,7 +57,7 @@ class ListenerLimits:
         if self.total is not None:
             return self.total
         share = int(nofile_soft * TOTAL_SHARE_OF_NOFILE)
-        return max(1, min(share, nofile_soft - ACCEPT_BACKLOG - RESERVED_FDS))
+        return max(1, min(share, nofile_soft - RESERVED_FDS))
 
 
 def address_key(peername: object) -> str:

@@ -350,4 +350,5 @@ async def test_accept_errors_are_logged_at_most_once_a_second(tmp_path: Path) ->
         lines = _log_lines(log)[before:]
         accept = _about_accept(lines)
         assert accept and all("listener.accept_failed" in line for line in accept), accept[:3]
+        assert len(accept) <= 8, f"once a second: {len(accept)} lines"
         assert len(lines) < 30, f"{len(lines)} lines, e.g. {lines[:3]}"

@@ -1,0 +1,299 @@
+"""One listener's connections: admission at accept, TLS, deadlines, and aiohttp behind each.
+
+`Guard.accepted` is called with each socket the listener accepts, before anything else: past a
+cap (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) the socket
+is reset and closed at once, before any TLS and without a transport. An admitted one becomes a
+`GuardedConnection`: its TLS handshake (`loop.start_tls`, with a timeout), then aiohttp's own
+`RequestHandler`, to which it forwards the transport's events.
+
+Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
+request head, the body, the idle time between requests. `Guard.middleware` (outermost in the app)
+tells the connection when a request's head is in and when its answer is written; when a deadline
+passes the connection is aborted. A connection counts as authenticated once a request carrying a
+link's token (`CALLER_KEY` set) has been answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import struct
+from typing import cast
+
+import structlog
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from peerd.api import local
+from peerd.api.app import Handler
+from peerd.api.listener_rules import ConnectionGate, ListenerLimits, Pacer, Refusal, Timeline, address_key
+
+log = structlog.get_logger(__name__)
+
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, nothing lingers
+
+
+class Guard:
+    """One listener's connections: the gate, the live connections, and the request hooks."""
+
+    def __init__(
+        self,
+        limits: ListenerLimits,
+        nofile_soft: int,
+        ssl_context: ssl.SSLContext | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.limits = limits
+        self.gate = ConnectionGate.for_limits(limits, nofile_soft)
+        self.ssl_context = ssl_context
+        self.server: web.Server | None = None  # aiohttp's, once set up: makes each RequestHandler
+        self.loop = loop
+        self.connections: set[GuardedConnection] = set()
+        self.by_handler: dict[RequestHandler, GuardedConnection] = {}
+        self._refusals = Pacer()
+        self._starting: set[asyncio.Task[None]] = set()
+
+    def accepted(self, sock: socket.socket, peername: object) -> None:
+        """A socket the listener just accepted: refused at once past a cap, else served."""
+        key = address_key(peername)
+        refusal = self.gate.admit(key)
+        if refusal is not None:
+            self._refuse(sock, refusal)
+            return
+        conn = GuardedConnection(self, key)
+        self.connections.add(conn)
+        task = self.loop.create_task(conn.start(sock))
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    def _refuse(self, sock: socket.socket, reason: Refusal) -> None:
+        with contextlib.suppress(OSError):  # already reset by the client
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+        sock.close()
+        held = self._refusals.tick(self.loop.time())
+        if held is not None:
+            log.warning(
+                "listener.connection_refused",
+                cap=str(reason),
+                left_out=held,
+                open=self.gate.total,
+                unauthenticated=self.gate.unauthenticated,
+            )
+
+    def close_all(self) -> None:
+        """At shutdown: connections aiohttp does not know yet (in their handshake) are dropped."""
+        for task in list(self._starting):
+            task.cancel()
+        for conn in list(self.connections):
+            conn.drop_if_unattached()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        conn = self.by_handler.get(request.protocol)
+        if conn is None:
+            return await handler(request)
+        conn.request_started(request)
+        try:
+            response = await handler(request)
+            # Written here, so the idle time starts when the answer is out, not when it was built.
+            try:
+                if not response.prepared:
+                    await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:
+                pass  # the client left; aiohttp's own finish notices it too, quietly
+            if local.CALLER_KEY in request:
+                conn.mark_authenticated()
+            return response
+        finally:
+            conn.request_answered()
+
+
+class GuardedConnection(asyncio.Protocol):
+    """The transport's protocol for one accepted connection; aiohttp's `RequestHandler` behind it."""
+
+    def __init__(self, guard: Guard, key: str) -> None:
+        self._guard = guard
+        self._loop = guard.loop
+        self._key = key  # admitted: holds a slot of the gate until _finish
+        self._handler: RequestHandler | None = None
+        self._transport: asyncio.Transport | None = None  # the one the handler uses (TLS or raw)
+        self._raw: asyncio.Transport | None = None
+        self._early: list[bytes] = []  # data the TLS layer delivered before we attached the handler
+        self._early_eof = False
+        self._done = False
+        self._authenticated = False
+        self._timeline: Timeline | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._request: web.BaseRequest | None = None
+        self._handshake: asyncio.Task[None] | None = None
+
+    # -- asyncio.Protocol, before and after TLS ------------------------------------------------
+
+    async def start(self, sock: socket.socket) -> None:
+        """Make the transport for the accepted socket (this protocol's connection_made follows)."""
+        try:
+            await self._loop.connect_accepted_socket(lambda: self, sock)
+        except asyncio.CancelledError:
+            sock.close()
+            self._finish()
+            raise
+        except OSError:
+            sock.close()
+            self._finish()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        raw = cast(asyncio.Transport, transport)  # the raw TCP one: start_tls does not call this again
+        self._raw = raw
+        if self._done:  # dropped at shutdown meanwhile
+            raw.abort()
+            return
+        if self._guard.ssl_context is None:
+            self._attach(raw)
+            return
+        raw.pause_reading()  # nothing reaches this protocol before start_tls takes the transport
+        self._handshake = self._loop.create_task(self._start_tls(raw, self._guard.ssl_context))
+
+    def data_received(self, data: bytes) -> None:
+        if self._handler is None:
+            self._early.append(data)
+            return
+        self._on_bytes()
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._handler is None:
+            self._early_eof = True
+            return None
+        self._handler.eof_received()
+        return None
+
+    def pause_writing(self) -> None:
+        if self._handler is not None:
+            self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._handler is not None:
+            self._handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        handler = self._handler
+        self._finish()
+        if handler is not None:
+            handler.connection_lost(exc)
+
+    # -- TLS, attach, release ------------------------------------------------------------------
+
+    async def _start_tls(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
+        limits = self._guard.limits
+        tls: asyncio.Transport | None
+        try:
+            tls = await self._loop.start_tls(
+                raw,
+                self,
+                ctx,
+                server_side=True,
+                ssl_handshake_timeout=limits.handshake_timeout_s,
+                ssl_shutdown_timeout=limits.tls_shutdown_timeout_s,
+            )
+        except asyncio.CancelledError:  # shutdown
+            self._handshake = None
+            raw.abort()
+            self._finish()
+            raise
+        except Exception:  # a failed or timed-out handshake: just close
+            tls = None
+        self._handshake = None  # before _finish, which would cancel this very task
+        if tls is None or self._done:  # failed, or lost during or right after the handshake
+            raw.abort()
+            self._finish()
+            return
+        self._attach(tls)
+
+    def _attach(self, transport: asyncio.Transport) -> None:
+        server = self._guard.server
+        assert server is not None  # noqa: S101  # set before the listener accepts
+        handler = server()
+        self._handler, self._transport = handler, transport
+        self._guard.by_handler[handler] = self
+        self._timeline = Timeline.started(self._guard.limits, self._loop.time())
+        self._arm()
+        handler.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
+        if self._early_eof:
+            handler.eof_received()
+
+    def _finish(self) -> None:
+        """Release the slot, once."""
+        if self._done:
+            return
+        self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._handshake is not None:
+            self._handshake.cancel()
+        self._guard.connections.discard(self)
+        if self._handler is not None:
+            self._guard.by_handler.pop(self._handler, None)
+        self._guard.gate.release(self._key, authenticated=self._authenticated)
+
+    def drop_if_unattached(self) -> None:
+        if self._handler is None:
+            if self._raw is not None:
+                self._raw.abort()
+            self._finish()
+
+    def _abort(self) -> None:
+        transport = self._transport or self._raw
+        if transport is not None:
+            transport.abort()  # not close(): a TLS close would wait for the client's close_notify
+
+    # -- deadlines -----------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self._timeline.deadline if self._timeline is not None else None
+        if deadline is not None and not self._done:
+            self._timer = self._loop.call_at(deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        if self._timeline is None or self._done:
+            return
+        body_complete = self._request is not None and self._request.content.is_eof()
+        if self._timeline.expired(self._loop.time(), body_complete=body_complete):
+            log.debug("listener.timed_out", phase=str(self._timeline.phase))
+            self._abort()
+        else:
+            self._arm()
+
+    def _on_bytes(self) -> None:
+        if self._timeline is not None:
+            before = self._timeline.deadline
+            self._timeline.on_bytes(self._loop.time())
+            if self._timeline.deadline != before:
+                self._arm()
+
+    def request_started(self, request: web.BaseRequest) -> None:
+        self._request = request
+        if self._timeline is not None:
+            self._timeline.on_request(self._loop.time(), body_complete=request.content.is_eof())
+            self._arm()
+
+    def request_answered(self) -> None:
+        self._request = None
+        if self._timeline is not None and not self._done:
+            self._timeline.on_answered(self._loop.time())
+            self._arm()
+
+    def mark_authenticated(self) -> None:
+        if not self._authenticated and not self._done:
+            self._authenticated = True
+            self._guard.gate.authenticated()
