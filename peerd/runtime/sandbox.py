@@ -136,9 +136,9 @@ class Confinement:
 
     def describe(self) -> str:
         """The run's notice: what peerd's sandbox lets it see and write."""
-        hidden = "peerd's home and sockets, the registered checkouts"
+        hidden = "peerd's home and sockets and the registered checkouts"
         if self.by_link:
-            hidden += " and the box user's home"
+            hidden = "peerd's home and sockets, the registered checkouts and the box user's home"
         root = "writable" if self.root_writable else "read-only"
         tree = "writable" if self.worktree_writable else "read-only"
         return (

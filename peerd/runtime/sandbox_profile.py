@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -28,10 +29,14 @@ def real(path: Path | str) -> Path:
 
 
 def python_dirs() -> list[Path]:
-    """What `python -m peerd ...` needs: the interpreter's prefixes and the peerd package."""
+    """What `python -m peerd ...` needs: the interpreter's prefixes, the user's site-packages when
+    Python uses it (`pip install --user`), and the peerd package."""
     import peerd  # noqa: PLC0415  # the package this module belongs to
 
     dirs = {real(sys.prefix), real(sys.base_prefix), real(Path(peerd.__file__).parent)}
+    user_site = site.getusersitepackages()
+    if user_site in sys.path and Path(user_site).is_dir():
+        dirs.add(real(user_site))
     return sorted(dirs)
 
 
@@ -140,7 +145,7 @@ def profile(
         tmp=tuple(private_tmp_dirs()),
         hidden=tuple(p for p in existing(hidden) if p != Path("/")),
         binds=tuple(binds),
-        private=tuple(dict.fromkeys((home, owner_socket, Path(str(home)), owner_socket.parent))),
+        private=tuple(dict.fromkeys((home, owner_socket.parent))),
         by_link=by_link,
         root_writable=by_link and runtime_mode == "full-access",
     )
