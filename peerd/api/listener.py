@@ -151,6 +151,12 @@ class Acceptor(asyncio.AbstractServer):
         return tuple(self._sockets)
 
     async def _accept(self, listening: socket.socket) -> None:
+        try:
+            await self._accept_forever(listening)
+        finally:  # closed here, after asyncio has stopped watching it (a closed fd's number is reused)
+            listening.close()
+
+    async def _accept_forever(self, listening: socket.socket) -> None:
         burst = 0
         while True:
             try:
@@ -172,9 +178,7 @@ class Acceptor(asyncio.AbstractServer):
 
     def close(self) -> None:
         for task in self._tasks:
-            task.cancel()
-        for sock in self._sockets:
-            sock.close()
+            task.cancel()  # each closes its socket as it ends
         self._guard.close_all()
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
