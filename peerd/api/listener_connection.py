@@ -296,4 +296,4 @@ class GuardedConnection(asyncio.Protocol):
     def mark_authenticated(self) -> None:
         if not self._authenticated and not self._done:
             self._authenticated = True
-            self._guard.gate.authenticated()
+            self._guard.gate.authenticated(self._key)

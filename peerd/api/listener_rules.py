@@ -25,6 +25,10 @@ from urllib.parse import urlsplit
 # Caps. The total is derived from the open-file soft limit: half of it, leaving the rest for runs
 # (each holds pipes and log files), the database, the Unix sockets and outgoing link calls, and
 # at least RESERVED_FDS of them however low the limit is.
+# Per peer address, only connections that have not yet made an authenticated request count: a
+# flood from one address is of those, while a linked laptop's many long-polls are authenticated
+# (and bounded by the total cap and by revocation). A laptop keeps its own unauthenticated burst
+# below this (`peer/client.py:CONNECTIONS_PER_BOX`).
 MAX_PER_ADDRESS = 32
 MAX_UNAUTHENTICATED = 128
 TOTAL_SHARE_OF_NOFILE = 0.5
@@ -83,7 +87,8 @@ class Refusal(enum.StrEnum):
 
 @dataclass
 class ConnectionGate:
-    """Counts of open connections; `admit` takes a slot or says which cap refuses it."""
+    """Counts of open connections (`by_address`: the not yet authenticated ones); `admit` takes a
+    slot or says which cap refuses it."""
 
     total_cap: int
     per_address_cap: int
@@ -108,14 +113,19 @@ class ConnectionGate:
         self.by_address[key] += 1
         return None
 
-    def authenticated(self) -> None:
-        """An admitted connection completed an authenticated request: it no longer counts as unknown."""
+    def authenticated(self, key: str) -> None:
+        """An admitted connection completed an authenticated request: it no longer counts as unknown,
+        in all or for its address."""
         self.unauthenticated -= 1
+        self._drop(key)
 
     def release(self, key: str, *, authenticated: bool) -> None:
         self.total -= 1
         if not authenticated:
             self.unauthenticated -= 1
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
         self.by_address[key] -= 1
         if self.by_address[key] <= 0:
             del self.by_address[key]

@@ -119,18 +119,28 @@ class PeerClient:
         self._own_env_id = own_env_id
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
+        self._long_session: aiohttp.ClientSession | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._good_url: dict[str, str] = {}
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=REQUEST_TIMEOUT_S)
-        # No pool cap: forwarded long-polls (up to 50 s each) must never starve the follower's watch.
-        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
+        # Two pools. Long-polls (the follower's watch, forwarded waits and event reads: up to 50 s
+        # each) have no cap, so they never starve one another; every other call shares at most
+        # CONNECTIONS_PER_BOX connections per box, so a burst (hundreds of launches at once) queues
+        # here instead of opening more unauthenticated connections than a box admits per address.
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=0, limit_per_host=CONNECTIONS_PER_BOX)
+        )
+        self._long_session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._long_session is not None:
+            await self._long_session.close()
+            self._long_session = None
 
     @property
     def db(self) -> Database:
@@ -141,6 +151,12 @@ class PeerClient:
         if self._session is None:
             raise RuntimeError("PeerClient used before start()")
         return self._session
+
+    def session_for(self, method: str, path: str) -> aiohttp.ClientSession:
+        """The pool a call uses: the uncapped one for long-polls, else the capped one."""
+        if self._long_session is not None and is_long_poll(method, path):
+            return self._long_session
+        return self.session
 
     # --- descriptor probes (no credentials) --------------------------------------------------
 
@@ -289,7 +305,7 @@ class PeerClient:
                 headers[MODE_LIMIT_HEADER] = mode_limit
             query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
             try:
-                async with self.session.request(
+                async with self.session_for(method, path).request(
                     method,
                     f"{base}{path}",
                     json=body,
@@ -384,6 +400,16 @@ def _token_answer(body: Any, label: str) -> _TokenAnswer:
 
 
 READ_ONLY_POSTS = frozenset({"/v1/watch"})  # POST for its body, but it only reads
+# At most this many connections per box for calls other than long-polls: below the box's cap on
+# connections per address that have not yet made an authenticated request (api/listener_rules.py).
+CONNECTIONS_PER_BOX = 16
+
+
+def is_long_poll(method: str, path: str) -> bool:
+    """The box's long-polls: the follower's batched watch, and a thread's wait and events."""
+    if method == "POST":
+        return path == "/v1/watch"
+    return method == "GET" and path.startswith("/v1/threads/") and path.endswith(("/wait", "/events"))
 
 
 def precheck(link: LinkRow, method: str, path: str, body: dict[str, Any] | None) -> None:

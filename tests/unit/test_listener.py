@@ -36,11 +36,24 @@ def test_gate_caps_per_address_then_total() -> None:
     assert gate.total == 5 and gate.by_address["a"] == 1
 
 
+def test_an_authenticated_connection_no_longer_counts_for_its_address() -> None:
+    gate = ConnectionGate(total_cap=10, per_address_cap=2, unauthenticated_cap=100)
+    assert gate.admit("a") is None and gate.admit("a") is None
+    assert gate.admit("a") is Refusal.PER_ADDRESS
+    gate.authenticated("a")  # a laptop's long-poll, say
+    assert gate.admit("a") is None, "only not-yet-authenticated connections are capped per address"
+    assert gate.admit("a") is Refusal.PER_ADDRESS
+    gate.release("a", authenticated=True)
+    assert gate.admit("a") is Refusal.PER_ADDRESS, "releasing an authenticated one frees no address slot"
+    gate.release("a", authenticated=False)
+    assert gate.admit("a") is None
+
+
 def test_gate_caps_unauthenticated_and_an_authenticated_connection_frees_its_slot() -> None:
     gate = ConnectionGate(total_cap=10, per_address_cap=10, unauthenticated_cap=2)
     assert gate.admit("a") is None and gate.admit("b") is None
     assert gate.admit("c") is Refusal.UNAUTHENTICATED
-    gate.authenticated()  # "a" answered a request carrying a link's token
+    gate.authenticated("a")  # "a" answered a request carrying a link's token
     assert gate.admit("c") is None
     gate.release("a", authenticated=True)
     gate.release("b", authenticated=False)
