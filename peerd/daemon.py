@@ -75,7 +75,9 @@ class DaemonConfig:
     advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
     watch_chunk_s: float = 50.0  # the follower's long-poll chunk (tests shorten it)
     settings: Config = field(default_factory=Config)  # the config file (providers, approvals)
-    listener_limits: ListenerLimits = field(default_factory=ListenerLimits)  # TCP caps, timeouts (tests lower them)
+    listener_limits: ListenerLimits = field(
+        default_factory=ListenerLimits
+    )  # TCP caps, timeouts (tests lower them)
 
 
 def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:

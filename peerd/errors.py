@@ -13,7 +13,8 @@
     │   └── BranchTaken       branch_taken             409  (store/threads.py)
     ├── CapabilityDenied      capability_denied        403
     │   ├── ParentNotActive   parent_not_active        403
-    │   └── LinkRevoked       link_revoked             403
+    │   ├── LinkRevoked       link_revoked             403
+    │   └── ConfinementUnavailable  confinement_unavailable  403  (runtime/sandbox.py)
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
     ├── GitError              git_error                500
@@ -124,6 +125,7 @@ HTTP_STATUS: dict[str, int] = {
     "capability_denied": 403,
     "parent_not_active": 403,
     "link_revoked": 403,
+    "confinement_unavailable": 403,
     "runtime_mode_escalation_denied": 403,
     "interaction_mode_escalation_denied": 403,
     "payload_too_large": 413,

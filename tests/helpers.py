@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from peerd.api.listener_rules import ListenerLimits
 from peerd.cli.client import DaemonNotRunning, LocalClient
 from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.paths import Paths
+from peerd.peer.identity import Identity, server_ssl_context
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "peerd tests",
@@ -64,6 +67,8 @@ async def running_daemon(
     tls: bool = True,
     watch_chunk_s: float = 50.0,
     settings: Config | None = None,
+    advertise: tuple[str, ...] = (),
+    listener_limits: ListenerLimits | None = None,
 ) -> AsyncIterator[Daemon]:
     """A real daemon in this event loop: real Unix socket, real TLS listener (plain HTTP with
     `tls=False`, loopback only), real SQLite file."""
@@ -74,6 +79,8 @@ async def running_daemon(
         tls=tls,
         watch_chunk_s=watch_chunk_s,
         settings=settings or Config(),
+        advertise=advertise,
+        listener_limits=listener_limits or ListenerLimits(),
     )
     daemon = Daemon(config)
     try:
@@ -224,3 +231,30 @@ def notify_socket(kind: str, tmp_path: Path) -> tuple[socket.socket, str]:
     name = f"peerd-test-{uuid.uuid4().hex}"
     sock.bind("\0" + name)
     return sock, "@" + name
+
+
+def processes_in(directory: str) -> list[int]:
+    """Processes whose working directory is `directory` (a CLI and its helpers run in the worktree)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str((entry / "cwd").readlink()) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@asynccontextmanager
+async def pinned_server(app: web.Application, identity: Identity) -> AsyncIterator[str]:
+    """`app` served over TLS on loopback with `identity`'s certificate (a fake box); yields its URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(identity))
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"https://{host}:{port}"
+    finally:
+        await runner.cleanup()

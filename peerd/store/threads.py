@@ -222,7 +222,8 @@ async def launch(
         branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
         if branch is not None:
             cur = await tx.execute(
-                "SELECT id FROM threads WHERE project_id = ? AND branch = ? LIMIT 1", (spec.project_id, branch)
+                "SELECT id FROM threads WHERE project_id = ? AND branch = ? LIMIT 1",
+                (spec.project_id, branch),
             )
             owner = await cur.fetchone()
             if owner is not None or (branch_exists is not None and await branch_exists(branch)):

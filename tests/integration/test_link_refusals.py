@@ -26,8 +26,8 @@ from peerd.daemon import Daemon
 from peerd.errors import PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import is_loopback_url
-from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
-from tests.helpers import client_for, running_daemon
+from peerd.peer.identity import Identity, load_or_create_identity
+from tests.helpers import client_for, pinned_server, running_daemon
 
 OFF_LOOPBACK = "http://192.0.2.1:7433"  # TEST-NET-1: never routed, and never contacted here
 
@@ -150,16 +150,9 @@ async def impostor(tmp_path: Path) -> AsyncIterator[Impostor]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", anything)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(identity))
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    server.url = f"https://{host}:{port}"
-    try:
+    async with pinned_server(app, identity) as url:
+        server.url = url
         yield server
-    finally:
-        await runner.cleanup()
 
 
 def descriptor(env_id: str, **changes: Any) -> dict[str, Any]:

@@ -18,7 +18,15 @@ import pytest
 from peerd.cli.client import LocalClient
 from peerd.daemon import Daemon
 from tests.fakemodel import FakeModel
-from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
+from tests.helpers import (
+    client_for,
+    make_repo,
+    processes_in,
+    running_daemon,
+    script,
+    two_daemons,
+    wait_terminal,
+)
 from tests.realcli import CLIS, CODEX_MODEL, fake_marker, offline_settings, secure_dir
 
 ADD_NOTES_PATCH = "*** Begin Patch\n*** Add File: NOTES.md\n+edited by the agent\n*** End Patch\n"
@@ -208,19 +216,6 @@ async def next_run(client: LocalClient, thread_id: str, *, after: str, total: fl
             "GET", f"/v1/threads/{thread_id}/events", params={"after": cursor, "timeout": 5}
         )
         cursor = events["nextCursor"]
-
-
-def processes_in(directory: str) -> list[int]:
-    """Processes whose working directory is `directory` (a CLI and its helpers run in the worktree)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if str((entry / "cwd").readlink()) == directory:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.mark.parametrize("cli", CLIS)

@@ -26,7 +26,7 @@ from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
 from peerd.runtime import sandbox
 from tests.fakemodel import FakeModel
-from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+from tests.helpers import Pair, make_repo, processes_in, script, two_daemons, wait_terminal
 from tests.integration.test_delegation import items, linked_pair
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
 
@@ -216,18 +216,6 @@ async def test_without_bwrap_a_links_auto_run_is_refused_and_a_read_only_one_run
     reader = await launch_on_box(pair, script({"reply": "looked"}), runtimeMode="read-only")
     done = await wait_terminal(pair.bc, reader["threadId"], reader["runId"])
     assert done["status"] == "completed", await items(pair.bc, reader["threadId"])
-
-
-def processes_in(directory: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if str((entry / "cwd").readlink()) == directory:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 async def test_an_interrupt_ends_a_confined_run_and_its_children(linked: Linked) -> None:

@@ -23,29 +23,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from peerd.api.listener_rules import ListenerLimits
-from peerd.config import Config
-from peerd.daemon import Daemon, DaemonConfig
+from peerd.daemon import Daemon
 from tests.helpers import Pair, client_for, make_repo, running_daemon, script
 
 
-@contextlib.asynccontextmanager
-async def box_daemon(
+def box_daemon(
     tmp_path: Path, limits: ListenerLimits, advertise: tuple[str, ...] = ()
-) -> AsyncIterator[Daemon]:
-    config = DaemonConfig(
-        home=tmp_path / "box",
-        label="box",
-        listen="127.0.0.1:0",
-        advertise=advertise,
-        settings=Config(),
-        listener_limits=limits,
-    )
-    daemon = Daemon(config)
-    try:
-        await daemon.start()
-        yield daemon
-    finally:
-        await daemon.shutdown()
+) -> contextlib.AbstractAsyncContextManager[Daemon]:
+    return running_daemon(tmp_path / "box", label="box", advertise=advertise, listener_limits=limits)
 
 
 @contextlib.asynccontextmanager

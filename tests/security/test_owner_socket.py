@@ -70,6 +70,7 @@ def test_the_run_rules_from_proc(tmp_path: Path) -> None:
     proc(102, 101, 102, 102)  # setsid() escaped the group and session, not the ancestry
     proc(103, 50, 103, 103)  # re-parented to the daemon after a double fork
     proc(200, 1, 200, 200)  # the owner's shell
+
     def run_process(pid: int, *, any_descendant: bool) -> bool:
         return peercred.started_by_peerd(
             pid, daemon_pid=50, run_groups=frozenset({100}), any_descendant=any_descendant, proc=tmp_path

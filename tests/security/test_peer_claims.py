@@ -25,8 +25,8 @@ from peerd.core.text import clean_label, strip_controls
 from peerd.errors import PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import PAIRING_GRANT
-from peerd.peer.identity import load_or_create_identity, server_ssl_context
-from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+from peerd.peer.identity import load_or_create_identity
+from tests.helpers import Pair, make_repo, pinned_server, script, two_daemons, wait_terminal
 from tests.security.test_bad_input import code_parts, network_raw, snapshot
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\x9b1m\r\x08\u202e"
@@ -161,16 +161,9 @@ async def impostor(tmp_path: Path, pair: Pair) -> AsyncIterator[Impostor]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", anything)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl_context(identity))
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    server.url = f"https://{host}:{port}"
-    try:
+    async with pinned_server(app, identity) as url:
+        server.url = url
         yield server
-    finally:
-        await runner.cleanup()
 
 
 async def test_a_box_claiming_another_environments_id_is_refused(pair: Pair, impostor: Impostor) -> None:
