@@ -18,7 +18,9 @@
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
     ├── GitError              git_error                500
-    └── Unavailable           unavailable              503  (shutting down, retry later)
+    └── Unavailable           unavailable              503  (retry later)
+        ├── StorageUnavailable  storage_unavailable    503  (disk full, read-only, locked)
+        └── ShuttingDown      shutting_down            503
 
 Handlers raise these; the HTTP layer maps `code` to a status in one place (`HTTP_STATUS`), and the
 CLI prints `code: message`. Anything else that escapes is a bug: it is logged with its traceback and
@@ -111,6 +113,18 @@ class Unavailable(PeerdError):
     code = "unavailable"
 
 
+class StorageUnavailable(Unavailable):
+    """The store cannot be written now (disk full, read-only, locked); nothing was changed."""
+
+    code = "storage_unavailable"
+
+
+class ShuttingDown(Unavailable):
+    """The daemon is stopping; the request was not carried out. Retry once it is back."""
+
+    code = "shutting_down"
+
+
 HTTP_STATUS: dict[str, int] = {
     "invalid_request": 400,
     "not_found": 404,
@@ -148,6 +162,8 @@ HTTP_STATUS: dict[str, int] = {
     "provider_error": 502,
     "git_error": 500,
     "unavailable": 503,
+    "storage_unavailable": 503,
+    "shutting_down": 503,
     "internal_error": 500,
 }
 
