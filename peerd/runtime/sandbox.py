@@ -87,11 +87,13 @@ class ConfinementUnavailable(CapabilityDenied):
 
 @dataclass(frozen=True)
 class Mount:
-    """A path made visible again inside the sandbox (the same path as outside)."""
+    """A path made visible again inside the sandbox (the same path as outside, or `source` shown
+    at `path`)."""
 
     path: Path
     writable: bool = False
     optional: bool = False  # bound only when it exists (`--bind-try`)
+    source: Path | None = None  # what is shown at `path`, when not `path` itself
 
 
 @dataclass(frozen=True)
@@ -123,11 +125,13 @@ class Confinement:
         wanted += [("hide", p) for p in self.hidden]
         for bind in self.binds:
             kind = "write" if bind.writable else "read"
+            if bind.source is not None:
+                kind = "swap"  # another file shown in this one's place: beats any other rule for it
             wanted.append((kind + ("?" if bind.optional else ""), bind.path))
         wanted.append(("write" if self.worktree_writable else "read", self.worktree))
         if self.git_dir is not None:
             wanted.append(("read", self.git_dir))
-        rank = {"tmp": 0, "hide": 1, "write?": 2, "write": 3, "read?": 4, "read": 5}
+        rank = {"tmp": 0, "hide": 1, "write?": 2, "write": 3, "read?": 4, "read": 5, "swap?": 6, "swap": 7}
         chosen: dict[Path, str] = {}
         for kind, path in wanted:
             if path not in chosen or rank[kind] > rank[chosen[path]]:
@@ -155,6 +159,8 @@ _FLAG = {
     "read?": "--ro-bind-try",
     "write": "--bind",
     "write?": "--bind-try",
+    "swap": "--ro-bind",
+    "swap?": "--ro-bind-try",
 }
 
 
@@ -165,8 +171,16 @@ def bwrap_args(conf: Confinement) -> list[str]:
     if not conf.share_net:
         args.append("--unshare-net")
     mounts = conf.mounts()
+    sources = {b.path: b.source for b in conf.binds if b.source is not None}
     for kind, path in mounts:
-        args += [_FLAG[kind], str(path)] if kind in ("tmp", "hide") else [_FLAG[kind], str(path), str(path)]
+        if kind in ("tmp", "hide"):
+            args += [_FLAG[kind], str(path)]
+        else:
+            args += [
+                _FLAG[kind],
+                str(sources.get(path, path) if kind.startswith("swap") else path),
+                str(path),
+            ]
     # Last, once every mount point below them exists: a hidden path is empty and read-only (what is
     # bound below it stays as bound).
     for kind, path in mounts:

@@ -59,6 +59,74 @@ def git_dir_of(checkout: Path) -> Path | None:
     return (gitdir / common).resolve()
 
 
+# What a link's run sees of the repository's `.git/config`: the settings git needs to read the
+# repository, nothing else (remote URLs may carry credentials; helpers and aliases are the owner's).
+SAFE_GIT_CONFIG: dict[str, frozenset[str] | None] = {
+    "core": frozenset(
+        {
+            "repositoryformatversion",
+            "bare",
+            "filemode",
+            "symlinks",
+            "ignorecase",
+            "precomposeunicode",
+            "logallrefupdates",
+            "autocrlf",
+            "eol",
+            "safecrlf",
+            "checkstat",
+            "trustctime",
+        }
+    ),
+    "extensions": None,  # all of them: how the repository is stored (objectformat, refstorage, ...)
+}
+
+
+def sanitized_git_config(text: str) -> str:
+    """`text` (a git config file) reduced to `SAFE_GIT_CONFIG`: sections with subsections
+    (`[remote "origin"]`), includes and every other key are dropped. A line that cannot be read is
+    dropped too; git then uses its defaults."""
+    kept: list[str] = []
+    section: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            name = line[1 : line.find("]")].strip().lower() if "]" in line else ""
+            section = name if name in SAFE_GIT_CONFIG and " " not in name and "." not in name else None
+            if section is not None:
+                kept.append(f"[{section}]")
+            continue
+        if section is None:
+            continue
+        key, _, value = line.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        allowed = SAFE_GIT_CONFIG[section]
+        if (
+            (allowed is None or key in allowed)
+            and key.replace("-", "").isalnum()
+            and not value.endswith("\\")
+        ):
+            kept.append(f"\t{key} = {value}" if value else f"\t{key}")
+    return "\n".join(kept) + "\n"
+
+
+def git_config_swap(git_dir: Path, scratch: Path) -> Mount | None:
+    """A sanitized copy of the repository's config, written into the run's scratch dir (0600), to
+    be shown at `<git dir>/config` inside a link's sandbox."""
+    try:
+        text = (git_dir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    copy = scratch / "git-config"
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(sanitized_git_config(text))
+    return Mount(git_dir / "config", source=copy)
+
+
 def install_dirs(binary: str, env: Mapping[str, str]) -> list[Path]:
     """Where an installed CLI lives, as far as running it needs: an npm package's whole
     `node_modules` tree, else the binary's directory (a `bin/` with a `lib/` beside it: its
@@ -137,11 +205,14 @@ def profile(
     if agent_socket is not None and real(agent_socket) != owner_socket:
         binds.append(Mount(real(agent_socket), writable=True, optional=True))
     worktree = real(worktree)
+    git_dir = git_dir_of(real(checkout))
+    if by_link and git_dir is not None and (swap := git_config_swap(git_dir, real(scratch))) is not None:
+        binds.append(swap)
     return Confinement(
         cwd=worktree,
         worktree=worktree,
         worktree_writable=writes_worktree(runtime_mode, interaction_mode),
-        git_dir=git_dir_of(real(checkout)),
+        git_dir=git_dir,
         tmp=tuple(private_tmp_dirs()),
         hidden=tuple(p for p in existing(hidden) if p != Path("/")),
         binds=tuple(binds),

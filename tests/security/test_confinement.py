@@ -340,3 +340,27 @@ async def test_allow_unconfined_lets_a_links_run_go_on_without_bwrap(
         assert done["status"] == "completed", found
         notices = [i["text"] for i in found if i["kind"] == "notice"]
         assert any("links.allow_unconfined = true" in n for n in notices), notices
+
+
+async def test_a_links_run_sees_no_credential_in_the_repositorys_config(linked: Linked) -> None:
+    """Remote URLs in `.git/config` may carry the owner's token: a link's run sees only what git
+    needs to read the repository, and git still works there."""
+    pair, _ = linked
+    checkout = Path((await box_project(pair))["path"])
+    (checkout / ".git" / "config").write_text(
+        (checkout / ".git" / "config").read_text()
+        + '[remote "mirror"]\n\turl = https://owner:SECRET-TOKEN@git.example.invalid/r.git\n'
+        + "[credential]\n\thelper = store\n"
+    )
+    steps = [
+        {"run": f"cat {checkout / '.git' / 'config'}"},
+        {"run": "git status --porcelain && git log --oneline -1 && git remote", "check": True},
+    ]
+    launched = await launch_on_box(pair, script(*steps))
+    done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+    assert done["status"] == "completed", await items(pair.bc, launched["threadId"])
+    seen, git_ran = [i["data"] for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "command"]
+    assert "SECRET-TOKEN" not in seen["output"] and "helper" not in seen["output"]
+    assert "repositoryformatversion" in seen["output"]
+    assert git_ran["exit_code"] == 0 and "mirror" not in git_ran["output"], git_ran
+    assert "SECRET-TOKEN" in (checkout / ".git" / "config").read_text(), "the owner's own file is unchanged"

@@ -11,7 +11,13 @@ from peerd.config import Config, ConfigInvalid, LinksConfig, ProviderConfig, _va
 from peerd.doctor import ConfinementFacts, check_confinement, run_checks
 from peerd.runtime import sandbox
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide
-from peerd.runtime.sandbox_profile import git_dir_of, install_dirs, profile, writes_worktree
+from peerd.runtime.sandbox_profile import (
+    git_dir_of,
+    install_dirs,
+    profile,
+    sanitized_git_config,
+    writes_worktree,
+)
 
 HOME = Path("/srv/peerd")
 WT = HOME / "worktrees" / "thr_1"
@@ -252,3 +258,29 @@ def test_doctor_says_whether_runs_are_confined_and_what_it_means_for_links() -> 
     allowed = check_confinement(facts(confinement=dataclasses.replace(missing, allow_unconfined=True)))
     assert allowed is not None and allowed.status == "warn" and "allow_unconfined = true" in allowed.detail
     assert "confinement" in [c.name for c in run_checks(facts(confinement=missing))]
+
+
+def test_a_sanitized_git_config_keeps_only_what_git_needs_to_read_the_repository() -> None:
+    text = (
+        "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = /tmp/evil\n\tbare = false\n"
+        '[remote "origin"]\n\turl = https://u:SECRET@x/r.git\n[extensions]\n\tobjectFormat = sha256\n'
+        "[include]\n\tpath = ~/.gitconfig-secrets\n[credential]\n\thelper = store\n[core\n\tworktree = /\n"
+    )
+    assert sanitized_git_config(text) == (
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n[extensions]\n\tobjectformat = sha256\n"
+    )
+
+
+def test_a_swapped_file_is_bound_from_its_source_last() -> None:
+    conf = Confinement(
+        cwd=Path("/w"),
+        worktree=Path("/w"),
+        worktree_writable=True,
+        git_dir=Path("/c/.git"),
+        hidden=(Path("/c"),),
+        binds=(Mount(Path("/c/.git/config"), source=Path("/s/git-config")),),
+    )
+    args = bwrap_args(conf)
+    at = args.index("/s/git-config")
+    assert args[at - 1 : at + 2] == ["--ro-bind", "/s/git-config", "/c/.git/config"]
+    assert at > args.index("/c/.git"), "after the git dir it lies in"
