@@ -135,3 +135,17 @@ CATALOGUE: tuple[ToolSpec, ...] = (
     ),
 )
 TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in CATALOGUE}
+
+
+def continue_hint(name: str, result: dict[str, Any]) -> str | None:
+    """What a model should do when a wait returned before the thing it waited for ended (given in
+    the tool's result, `hint`, and in its text: every CLI shows the model one or the other)."""
+    if name in ("delegate_task", "task_status") and result.get("waitTimedOut"):
+        return (
+            f"Task {result.get('taskId')} is still {result.get('status')}. Call task_status with "
+            f'{{"taskId": "{result.get("taskId")}", "wait": true}} to keep waiting, or end your turn: '
+            "you are woken when it ends."
+        )
+    if name == "thread_wait" and result.get("timedOut"):
+        return f"The run is still {result.get('status')}. Call thread_wait again to keep waiting."
+    return None

@@ -305,6 +305,7 @@ class ThreadWaitResult(Wire):
     status: RunStatus | None
     terminal: bool
     timed_out: bool
+    hint: str | None = None  # agent tools: what to do when the wait ended first
 
 
 class ThreadInterrupt(Input):
@@ -475,6 +476,7 @@ class TaskInfo(Wire):
     wait_timed_out: bool | None = None
     created_at: float
     ended_at: float | None = None
+    hint: str | None = None  # agent tools: what to do when the wait ended first
 
 
 class TaskStatusRead(Input):

@@ -9,8 +9,11 @@ Identity: when peerd started the agent, this process's environment carries the r
 agent CLI's own argv), and every call acts as that run. Without one it acts as the socket's owner,
 for agents peerd did not start.
 
-Errors come back as MCP tool errors (`isError`) whose text is `{"code": ..., "message": ...}`, so
-a model can read what went wrong and what to do.
+Errors come back as MCP tool errors (`isError`) whose text is a sentence starting with the stable
+code (`target_required: Pass target.model ...`) and no structured content: Gemini CLI validates
+structured content against the tool's output schema, so a JSON error text was read as a result and
+rejected before the model saw it. A wait that ended first carries a `hint` (what to do next) both
+in the structured result, which Claude Code and Codex give the model, and in the text.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from peerd import __version__
-from peerd.agent_tools import CATALOGUE, TOOL_SPECS, ToolSpec
+from peerd.agent_tools import CATALOGUE, TOOL_SPECS, ToolSpec, continue_hint
 from peerd.paths import Paths, resolve_home
 
 INSTRUCTIONS = """\
@@ -83,27 +86,17 @@ def tool_list() -> list[types.Tool]:
 
 
 def error_result(code: str, message: str) -> types.CallToolResult:
-    text = json.dumps({"code": code, "message": message})
-    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
-
-
-def continue_hint(spec: ToolSpec, result: dict[str, Any]) -> str | None:
-    """What to do when a wait returned before the thing it waited for ended."""
-    if spec.name in ("delegate_task", "task_status") and result.get("waitTimedOut"):
-        return (
-            f"Task {result.get('taskId')} is still {result.get('status')}. Call task_status with "
-            f'{{"taskId": "{result.get("taskId")}", "wait": true}} to keep waiting, or end your turn: '
-            "you are woken when it ends."
-        )
-    if spec.name == "thread_wait" and result.get("timedOut"):
-        return f"The run is still {result.get('status')}. Call thread_wait again to keep waiting."
-    return None
+    """A tool error every CLI passes to its model: plain text, the code first, no structure."""
+    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], is_error=True)
 
 
 def success_result(spec: ToolSpec, result: dict[str, Any]) -> types.CallToolResult:
+    hint = result.get("hint") or continue_hint(spec.name, result)
+    if hint is not None:
+        result = {**result, "hint": hint}
     text = json.dumps(result, indent=1)
-    if (hint := continue_hint(spec, result)) is not None:
-        text += "\n\n" + hint
+    if hint is not None:
+        text += "\n\n" + str(hint)
     return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
 
 

@@ -156,8 +156,10 @@ async def call_tool(request: web.Request) -> web.Response:
         owner_without_token=request.app.get(OWNER_WITHOUT_TOKEN, True),
     )
     req = spec.input_model.model_validate(await json_object(request))  # 400 via the middleware
-    result = await tool(ops, request.app[LINKS], caller, req)
-    return ok({"result": result.wire()})
+    body = (await tool(ops, request.app[LINKS], caller, req)).wire()
+    if (hint := t.continue_hint(name, body)) is not None:
+        body["hint"] = hint
+    return ok({"result": body})
 
 
 def agent_app(ops: Operations, link_service: LinkService) -> web.Application:

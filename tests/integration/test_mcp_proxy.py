@@ -27,8 +27,14 @@ async def mcp_client(env: dict[str, str]) -> AsyncIterator[Client]:
 
 
 def payload(result: types.CallToolResult) -> dict[str, Any]:
+    """A result's JSON, or an error's code and sentence (`code: message`, plain text, no structure)."""
     block = result.content[0]
     assert isinstance(block, types.TextContent)
+    if result.is_error:
+        assert result.structured_content is None, "an error is text only (Gemini validates structure)"
+        code, sep, message = block.text.partition(": ")
+        assert sep and code.replace("_", "").isalpha() and message, block.text
+        return {"code": code, "message": message}
     data: dict[str, Any] = json.loads(block.text.split("\n\n")[0])
     return data
 

@@ -63,6 +63,38 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         "fallback_text": "side request",
     },
     "hang": {"steps": [{"hang": True}]},
+    # What each CLI hands its model from peerd: a tool error, and a wait that ended first.
+    "tool_error": {
+        "steps": [
+            {
+                "tool_call": {
+                    "server": "peerd",
+                    "tool": "delegate_task",
+                    "arguments": {"task": "x", "target": {"environmentId": "no-such-box"}},
+                }
+            },
+            {"text": "Got: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "wait_hint": {
+        "steps": [
+            {
+                "tool_call": {
+                    "server": "peerd",
+                    "tool": "delegate_task",
+                    "arguments": {
+                        "task": script({"wait": 20}),
+                        "target": {"provider": "script"},
+                        "mode": "wait",
+                        "timeoutMs": 200,
+                    },
+                }
+            },
+            {"text": "Got: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
     # Each CLI's own file-writing tool, on a checkout whose path the test sets as {var:repo}.
     "edit": {
         "steps": [
@@ -171,6 +203,25 @@ async def test_a_run_replies(cli: str, cli_client: LocalClient, cli_project: dic
     assert replies(items)[-1] == "Hello from the fake model."
     thread = await cli_client.call("GET", f"/v1/threads/{launched['threadId']}")
     assert thread["providerSession"]  # the CLI's own session id, for later runs
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_the_model_reads_peerds_tool_errors_and_hints(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any]
+) -> None:
+    """Each CLI passes peerd's error sentence (code first) and a wait's hint on to its model: the
+    fake model echoes what it received as the tool's result."""
+    for marker, expected in (
+        ("tool_error", "invalid_request: This environment is not linked to no-such-box"),
+        ("wait_hint", '"wait": true} to keep waiting, or end your turn'),
+    ):
+        launched = await launch(cli_client, cli_project, cli, f"{fake_marker(marker)} Try it.")
+        done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=90)
+        items = await items_of(cli_client, launched["threadId"])
+        assert done["status"] == "completed", items
+        got = replies(items)[-1]
+        assert got.startswith("Got: ") and "-32602" not in got, (marker, got)
+        assert expected in got.replace('\\"', '"'), (marker, got)
 
 
 @pytest.mark.parametrize("cli", CLIS)
