@@ -156,4 +156,7 @@ def _mcp_item(item: Mapping[str, Any], status: str) -> ItemProduced:
         "status": status,
     }
     failed = error is not None or status == "failed"
-    return ItemProduced("tool_call", with_failure(name, error or "") if failed else name, data)
+    # A tool that answered with an error (MCP `isError`) fails the call with no `error` of Codex's
+    # own: its answer is the reason (peerd's is "code: message").
+    reason = error or (result_text if failed else "")
+    return ItemProduced("tool_call", with_failure(name, reason) if failed else name, data)

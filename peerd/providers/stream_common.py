@@ -73,25 +73,35 @@ def joined_text(blocks: Iterable[Any]) -> str:
     return "\n".join(part for part in parts if part)
 
 
+HEAD_LINE_CHARS = 400  # the first stderr line kept in a reason (a CLI's usage error comes first)
+
+
 def tail_of_stderr(
     stderr: str, *, noise_prefixes: tuple[str, ...] = (), limit: int = ERROR_TAIL_CHARS
 ) -> str:
-    """The last non-empty stderr lines (up to `limit` chars), without the CLI's known noise lines.
+    """Why the run failed, from stderr: all of it when it fits in `limit` chars, else its first line
+    and its last lines (without the CLI's known noise lines).
 
-    With no terminal event, stderr is all a user gets to see why the run failed: keep the end, where
-    the fatal message is, and drop lines every run prints (they would crowd out the real one).
+    With no terminal event, stderr is all a user gets to see why the run failed. The fatal message
+    is usually at the end, but a CLI refusing its arguments says so first and then prints its whole
+    usage text (Gemini: "Unknown arguments: ..." and 4 KB of help), so the first line is kept too.
     """
     lines = [line.rstrip() for line in stderr.splitlines()]
     kept = [line for line in lines if line.strip() and not line.lstrip().startswith(noise_prefixes)]
+    whole = "\n".join(kept)
+    if len(whole) <= limit:
+        return whole
+    first = kept[0][:HEAD_LINE_CHARS] if len(kept) > 1 else ""
+    budget = limit - (len(first) + len("\n...\n") if first else 0)
     picked: list[str] = []
     size = 0
-    for line in reversed(kept):
-        if picked and size + len(line) + 1 > limit:
+    for line in reversed(kept[1:] if first else kept):
+        if picked and size + len(line) + 1 > budget:
             break
         picked.append(line)
         size += len(line) + 1
-    text = "\n".join(reversed(picked))
-    return text[-limit:]
+    tail = "\n".join(reversed(picked))[-budget:]
+    return f"{first}\n...\n{tail}" if first else tail
 
 
 def exit_code_text(cli: str, exit_code: int, names: Mapping[int, str]) -> str:

@@ -33,6 +33,7 @@ from peerd.errors import ProviderError
 
 LINE_LIMIT = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 64 * 1024
+STDERR_HEAD_BYTES = 4 * 1024
 _CHUNK = 64 * 1024
 _T = TypeVar("_T")
 
@@ -80,6 +81,8 @@ class ProviderProcess:
         self._pid = proc.pid
         self._straggler_grace = straggler_grace
         self._stderr = bytearray()
+        self._stderr_head = bytearray()
+        self._stderr_cut = False  # the tail no longer starts where stderr started
         self._lines_taken = False
         # Set once a probe after the leader's exit found the group empty: from then on its id may
         # belong to someone else, so it is never signalled again.
@@ -161,8 +164,13 @@ class ProviderProcess:
             yield value if isinstance(value, dict) else text
 
     def stderr_tail(self) -> str:
-        """The last ~64 KiB the process wrote to stderr."""
-        return self._stderr.decode("utf-8", errors="replace")
+        """What the process wrote to stderr: all of it up to ~64 KiB, else its first
+        STDERR_HEAD_BYTES (where a CLI says what it refused) and its last ~64 KiB."""
+        tail = self._stderr.decode("utf-8", errors="replace")
+        if not self._stderr_cut:
+            return tail
+        head = self._stderr_head.decode("utf-8", errors="replace")
+        return f"{head}\n...\n{tail}"
 
     async def wait(self) -> int:
         """Wait for the leader to exit and its output to be collected; return its returncode."""
@@ -246,8 +254,11 @@ class ProviderProcess:
     async def _drain_stderr(self) -> None:
         stderr = _required(self._proc.stderr, "stderr pipe")
         while chunk := await stderr.read(_CHUNK):
+            if len(self._stderr_head) < STDERR_HEAD_BYTES:
+                self._stderr_head += chunk[: STDERR_HEAD_BYTES - len(self._stderr_head)]
             self._stderr += chunk
             if len(self._stderr) > STDERR_TAIL_BYTES:
+                self._stderr_cut = True
                 del self._stderr[:-STDERR_TAIL_BYTES]
 
     async def _feed_stdin(self, data: bytes) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from peerd.errors import ProviderError
-from peerd.runtime.process import STDERR_TAIL_BYTES, ProviderProcess
+from peerd.runtime.process import STDERR_HEAD_BYTES, STDERR_TAIL_BYTES, ProviderProcess
 
 
 async def spawn(
@@ -110,17 +110,18 @@ async def test_no_stdin_data_means_dev_null(tmp_path: Path) -> None:
 async def test_stderr_is_drained_and_bounded(tmp_path: Path) -> None:
     # 1 MiB of stderr before any stdout: an undrained pipe (64 KiB) would block the child.
     code = (
-        "import sys; sys.stderr.write('e' * (1 << 20)); sys.stderr.write('THE END'); sys.stderr.flush(); "
-        "print('{\"ok\": true}')"
+        "import sys; sys.stderr.write('FIRST: bad flag\\n'); sys.stderr.write('e' * (1 << 20)); "
+        "sys.stderr.write('THE END'); sys.stderr.flush(); print('{\"ok\": true}')"
     )
     proc = await ProviderProcess.spawn(
         [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), stdin_data=None
     )
     assert await collect(proc) == [{"ok": True}]
     assert await proc.wait() == 0
-    tail = proc.stderr_tail()
-    assert len(tail) <= STDERR_TAIL_BYTES
-    assert tail.endswith("THE END")
+    kept = proc.stderr_tail()
+    assert len(kept) <= STDERR_TAIL_BYTES + STDERR_HEAD_BYTES + 5
+    assert kept.endswith("THE END"), "the end, where a fatal message is"
+    assert kept.startswith("FIRST: bad flag\n"), "and the start, where a usage error is"
 
 
 async def test_crash_reports_exit_code_and_stderr(tmp_path: Path) -> None:

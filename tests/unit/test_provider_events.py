@@ -811,11 +811,20 @@ def test_long_command_output_keeps_its_tail() -> None:
     assert event.data["output_truncated"] is True and event.data["exit_code"] == 1
 
 
-def test_stderr_tail_keeps_the_last_lines_within_the_limit() -> None:
+def test_stderr_reason_keeps_the_first_line_and_the_last_lines_within_the_limit() -> None:
     stderr = "\n".join(f"line {i} " + "y" * 90 for i in range(100))
-    tail = tail_of_stderr(stderr)
-    assert len(tail) <= 2000 and tail.endswith("line 99 " + "y" * 90) and tail.startswith("line ")
+    reason = tail_of_stderr(stderr)
+    assert len(reason) <= 2000 and reason.endswith("line 99 " + "y" * 90)
+    assert reason.startswith("line 0 " + "y" * 90 + "\n...\nline ")
     assert tail_of_stderr("z" * 5000) == "z" * 2000
+    assert tail_of_stderr("short\nfailure") == "short\nfailure"
+
+
+def test_a_usage_error_before_a_long_help_text_is_the_reason() -> None:
+    """Gemini says what was wrong first, then prints 4 KB of usage: the reason starts with it."""
+    usage = "\n".join(f"  --option-{i}  what option {i} does" + " ." * 20 for i in range(80))
+    reason = tail_of_stderr("Unknown arguments: frobnicate, f\nUsage: gemini [options]\n" + usage)
+    assert reason.startswith("Unknown arguments: frobnicate, f\n...\n") and len(reason) <= 2000
 
 
 # --- garbage --------------------------------------------------------------------------------------
@@ -868,3 +877,18 @@ def test_wrong_field_types_never_raise(make: Callable[[], Parser], stream: list[
             feed_all(parser, [*stream[:index], odd_line, *stream[index + 1 :]])
             assert isinstance(parser.reply, str | None)
             parser.finish(exit_code=1, stderr_tail="", interrupted=False)
+
+
+def test_a_codex_mcp_call_that_answered_an_error_says_why() -> None:
+    item = {
+        "type": "mcp_tool_call",
+        "server": "peerd",
+        "tool": "delegate_task",
+        "arguments": {},
+        "result": {"content": [{"type": "text", "text": "target_required: Pass target.model.\nmore"}]},
+        "error": None,
+        "status": "failed",
+    }
+    (event,) = CodexEvents().feed({"type": "item.completed", "item": item})
+    assert isinstance(event, ItemProduced)
+    assert event.text == "peerd.delegate_task (failed: target_required: Pass target.model.)"
