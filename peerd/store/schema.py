@@ -245,4 +245,9 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE threads ADD COLUMN started_by TEXT",
         "CREATE INDEX threads_link_origin ON threads(link_origin)",
     ],
+    # 7: a run that continues one a daemon stop cut (origin 'continue') names that run, so each
+    # cut is continued once and a chain of cuts is bounded (core/runs.py).
+    [
+        "ALTER TABLE runs ADD COLUMN continues TEXT",
+    ],
 ]
