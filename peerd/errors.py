@@ -2,6 +2,7 @@
 
     PeerdError(code, message)              -> {"code", "message"} on the wire
     ├── InvalidRequest        invalid_request          400
+    │   └── NotLinked         not_linked               400  (no link here to that environment)
     ├── NotFound              not_found                404
     │   ├── ProjectNotFound   project_not_found        404
     │   ├── ThreadNotFound    thread_not_found         404
@@ -49,6 +50,12 @@ class PeerdError(Exception):
 
 class InvalidRequest(PeerdError):
     code = "invalid_request"
+
+
+class NotLinked(InvalidRequest):
+    """This environment has no link to the one named (never linked, or forgotten here)."""
+
+    code = "not_linked"
 
 
 class NotFound(PeerdError):
@@ -127,6 +134,7 @@ class ShuttingDown(Unavailable):
 
 HTTP_STATUS: dict[str, int] = {
     "invalid_request": 400,
+    "not_linked": 400,
     "not_found": 404,
     "project_not_found": 404,
     "thread_not_found": 404,
@@ -177,6 +185,7 @@ _BY_CODE: dict[str, type[PeerdError]] = {
     cls.code: cls
     for cls in (
         InvalidRequest,
+        NotLinked,
         NotFound,
         ProjectNotFound,
         ThreadNotFound,
