@@ -64,6 +64,9 @@ class ProviderConfig(_Strict):
     command: str | None = None
     format: CommandFormat = "text"
     timeout_s: float | None = Field(default=None, gt=0)
+    # How often the CLI retries a failing model request (5xx, overloaded) before the run fails:
+    # the CLIs' own defaults keep a run silently "running" for minutes against a broken server.
+    model_retries: int = Field(default=2, ge=0, le=20)
 
 
 LINK_PROVIDERS_DEFAULT = ("script", *BUILTIN_KINDS)

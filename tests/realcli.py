@@ -118,7 +118,6 @@ def offline_settings(scratch: Path, fake: FakeModel, **extra: ProviderConfig) ->
                 "HOME": str(homes["claude"]),
                 "ANTHROPIC_BASE_URL": fake.base_url,
                 "ANTHROPIC_API_KEY": "sk-ant-fake-offline-key",
-                "CLAUDE_CODE_MAX_RETRIES": "0",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
                 "DISABLE_TELEMETRY": "1",
                 "DISABLE_AUTOUPDATER": "1",

@@ -223,6 +223,8 @@ def claude_argv(
         argv += ["--model", model]
     argv += access.flags
     env: dict[str, str] = {}
+    if "CLAUDE_CODE_MAX_RETRIES" not in config.env:  # the owner's own setting wins
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(config.model_retries)
     notices = list(access.notices)
     if "bypassPermissions" in access.flags and os.geteuid() == 0:
         # Claude Code refuses bypassPermissions as root unless told it runs in a sandbox; the
@@ -279,7 +281,9 @@ def gemini_argv(
                     "trust": True,  # headless calls to an untrusted server are refused
                     "timeout": MCP_TOOL_TIMEOUT_S * 1000,
                 }
-            }
+            },
+            # Attempts per model request, the first included (Gemini retries for minutes otherwise).
+            "general": {"maxAttempts": config.model_retries + 1},
         }
         path = write_private(scratch / "gemini-settings.json", json.dumps(settings))
         env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)

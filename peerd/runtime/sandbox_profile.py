@@ -136,7 +136,9 @@ def install_dirs(binary: str, env: Mapping[str, str]) -> list[Path]:
         if path is None:
             continue
         resolved = real(path)
-        found.append(Path(path).parent.absolute())
+        named = Path(path).parent.absolute()
+        if named == real(named):  # a directory reached through a symlink is bound as its target
+            found.append(named)
         parts = resolved.parts
         if "node_modules" in parts:
             found.append(Path(*parts[: parts.index("node_modules") + 1]))

@@ -148,6 +148,8 @@ SCRIPTS: dict[str, dict[str, Any]] = {
     "error": {
         "steps": [{"error": {"status": 400, "message": "FAKE-MODEL: this request was rejected (xyz)"}}]
     },
+    # A model server that keeps failing: every attempt gets a 500.
+    "server_down": {"steps": [{"error": {"status": 500, "message": "FAKE-MODEL: internal error (down)"}}]},
 }
 
 
@@ -292,6 +294,19 @@ async def test_a_cli_error_fails_the_run_with_its_message(
     assert done["status"] == "failed"
     run = (await cli_client.call("GET", f"/v1/threads/{launched['threadId']}"))["latestRun"]
     assert "this request was rejected (xyz)" in (run["reason"] or ""), run
+
+
+@pytest.mark.parametrize("cli", [c for c in CLIS if c != "codex"])
+async def test_a_model_server_that_keeps_failing_fails_the_run_soon(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any], fake: FakeModel
+) -> None:
+    """`model_retries` (default 2) bounds the CLI's own retries: the run fails, with the server's
+    reason, instead of staying "running" for minutes. (The bound here is liveness, not speed.)"""
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('server_down')} Do it.")
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=30)
+    assert done["terminal"] and done["status"] == "failed", done
+    attempts = [r for r in fake.requests if r["script"] == "server_down"]
+    assert 1 <= len(attempts) <= 3 + 2, len(attempts)  # 3 attempts (a CLI may add a side request)
 
 
 async def test_claude_delegates_a_review_to_codex_on_a_linked_box(tmp_path: Path) -> None:
