@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yarl
 
 from peerd.errors import PeerdError, from_wire
 
@@ -52,7 +53,9 @@ class LocalClient:
                 body = {"environmentId": self.environment_id, **(body or {})}
         query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
         try:
-            async with self._session.request(method, f"http://peerd{path}", json=body, params=query) as resp:
+            # `path` is already encoded (ids as `path_segment`s): taken as is, never re-quoted.
+            url = yarl.URL(f"http://peerd{path}", encoded=True).with_query(query)
+            async with self._session.request(method, url, json=body) as resp:
                 try:
                     data = await resp.json(content_type=None)
                 except ValueError:

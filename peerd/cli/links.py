@@ -12,6 +12,7 @@ from peerd.cli.client import LocalClient
 from peerd.cli.common import json_option, with_client
 from peerd.cli.output import ago, emit_json, fields, one_line, table
 from peerd.contracts import RUNTIME_MODES
+from peerd.core.text import path_segment
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -115,7 +116,7 @@ def pair_cancel(ctx: click.Context, code_id: str, as_json: bool) -> None:
     """Cancel an unused pairing code."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("POST", f"/v1/pair/{code_id}/cancel")
+        return await client.call("POST", f"/v1/pair/{path_segment(code_id)}/cancel")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else click.echo(f"cancelled pairing code {data['id']}")
@@ -209,7 +210,7 @@ def environment_show(ctx: click.Context, env_id: str, as_json: bool) -> None:
     """Show one link (by environment id or label)."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/environments/{env_id}")
+        return await client.call("GET", f"/v1/environments/{path_segment(env_id)}")
 
     x = with_client(ctx, go)
     if as_json:
@@ -239,7 +240,7 @@ def environment_unlink(ctx: click.Context, env_id: str, as_json: bool) -> None:
     """Revoke the link there (when reachable) and forget it here."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("DELETE", f"/v1/environments/{env_id}")
+        return await client.call("DELETE", f"/v1/environments/{path_segment(env_id)}")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else click.echo(one_line(data["message"]))
@@ -291,7 +292,9 @@ def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, as_json: 
     """Revoke a linked machine: its next request is refused, and the runs it started here stop."""
 
     async def go(c: LocalClient) -> Any:
-        return await c.call("POST", f"/v1/clients/{client_id}/revoke", body={"keepRuns": keep_runs})
+        return await c.call(
+            "POST", f"/v1/clients/{path_segment(client_id)}/revoke", body={"keepRuns": keep_runs}
+        )
 
     data = with_client(ctx, go)
     if as_json:

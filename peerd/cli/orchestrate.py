@@ -20,6 +20,7 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, fail, json_option, with_client
 from peerd.cli.output import ago, emit_json, table
+from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 from peerd.orchestrate.verdicts import load_plan_dir
 
@@ -202,7 +203,7 @@ def _follow(ctx: click.Context, info: dict[str, Any], *, quiet: bool) -> dict[st
 def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Awaitable[Any]]:
     async def wait(client: LocalClient) -> Any:
         params = {"after": after, "timeout": FOLLOW_CHUNK_S}
-        return await client.call("GET", f"/v1/orchestrations/{run_id}", params=params)
+        return await client.call("GET", f"/v1/orchestrations/{path_segment(run_id)}", params=params)
 
     return wait
 
@@ -281,7 +282,7 @@ def orchestrate_status(ctx: click.Context, run_id: str, follow: bool, as_json: b
     """Show an orchestration: packets, hops, receipts and the integration result."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/orchestrations/{run_id}")
+        return await client.call("GET", f"/v1/orchestrations/{path_segment(run_id)}")
 
     info = with_client(ctx, go)
     if follow:
@@ -306,7 +307,9 @@ def orchestrate_cancel(ctx: click.Context, run_id: str, reason: str | None, as_j
     """Stop every packet of an orchestration, here and on linked machines."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("POST", f"/v1/orchestrations/{run_id}/cancel", body={"reason": reason})
+        return await client.call(
+            "POST", f"/v1/orchestrations/{path_segment(run_id)}/cancel", body={"reason": reason}
+        )
 
     info = with_client(ctx, go)
     emit_json(info) if as_json else click.echo(f"orchestration {run_id} {info['status']}")

@@ -10,6 +10,7 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import env_option, json_option, with_client
 from peerd.cli.output import ago, emit_json, fields, table
+from peerd.core.text import path_segment
 
 
 @click.group()
@@ -79,7 +80,7 @@ def project_show(ctx: click.Context, project_id: str, as_json: bool) -> None:
     """Show one project (by id or name)."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/projects/{project_id}")
+        return await client.call("GET", f"/v1/projects/{path_segment(project_id)}")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else _show(data)
@@ -93,7 +94,7 @@ def project_remove(ctx: click.Context, project_id: str, as_json: bool) -> None:
     """Forget a project (its threads must be archived first). The checkout is left untouched."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("DELETE", f"/v1/projects/{project_id}")
+        return await client.call("DELETE", f"/v1/projects/{path_segment(project_id)}")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else click.echo(f"removed project {data['id']} ({data['name']})")

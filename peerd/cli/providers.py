@@ -12,6 +12,7 @@ from peerd import config as settings_file
 from peerd.cli.client import DaemonNotRunning, LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, cli_context, fail, json_option, with_client
 from peerd.cli.output import emit_json, table
+from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 
 
@@ -79,7 +80,9 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) ->
             fail("Not approved.", EXIT_ERROR)
 
     async def approve(client: LocalClient) -> Any:
-        return await client.call("POST", f"/v1/providers/{name}/approve", body={"command": command})
+        return await client.call(
+            "POST", f"/v1/providers/{path_segment(name)}/approve", body={"command": command}
+        )
 
     result = with_client(ctx, approve)
     if as_json:
@@ -96,7 +99,7 @@ def provider_revoke(ctx: click.Context, name: str, as_json: bool) -> None:
     """Withdraw the approval of the custom command NAME (the config file's allowlist still applies)."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("DELETE", f"/v1/providers/{name}/approval")
+        return await client.call("DELETE", f"/v1/providers/{path_segment(name)}/approval")
 
     result = with_client(ctx, go)
     if as_json:

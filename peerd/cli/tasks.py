@@ -9,6 +9,7 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import json_option, with_client
 from peerd.cli.output import ago, block, emit_json, fields, one_line, table
+from peerd.core.text import path_segment
 
 
 @click.group()
@@ -54,7 +55,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Show a task and its result."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/tasks/{task_id}")
+        return await client.call("GET", f"/v1/tasks/{path_segment(task_id)}")
 
     t = with_client(ctx, go)
     if as_json:
@@ -87,7 +88,7 @@ def task_cancel(ctx: click.Context, task_id: str, reason: str | None, as_json: b
 
     async def go(client: LocalClient) -> Any:
         return await client.call(
-            "POST", f"/v1/tasks/{task_id}/cancel", body={"reason": reason} if reason else {}
+            "POST", f"/v1/tasks/{path_segment(task_id)}/cancel", body={"reason": reason} if reason else {}
         )
 
     t = with_client(ctx, go)

@@ -12,6 +12,7 @@ from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_TIMED_OUT, env_option, json_option, with_client
 from peerd.cli.output import ago, block, emit_json, fields, one_line, table
 from peerd.contracts import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
+from peerd.core.text import path_segment
 
 
 @click.group()
@@ -28,7 +29,7 @@ async def read_all_items(
     while True:
         page = await client.call(
             "GET",
-            f"/v1/threads/{thread_id}/items",
+            f"/v1/threads/{path_segment(thread_id)}/items",
             params={"afterPosition": after, "runId": run_id, "limit": 100},
         )
         for item in page["items"]:
@@ -36,7 +37,7 @@ async def read_all_items(
             while part["textTruncated"]:
                 more = await client.call(
                     "GET",
-                    f"/v1/threads/{thread_id}/items",
+                    f"/v1/threads/{path_segment(thread_id)}/items",
                     params={"itemId": item["id"], "textOffset": part["nextTextOffset"]},
                 )
                 part = more["items"][0]
@@ -58,7 +59,7 @@ async def wait_for_run(
     while True:
         chunk = max(0.0, min(LONG_POLL_MAX_S, deadline - loop.time()))
         result: dict[str, Any] = await client.call(
-            "GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": chunk}
+            "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params={"run": run_id, "timeout": chunk}
         )
         run_id = run_id or result["runId"]  # later chunks stay pinned to the run the first one saw
         if result["terminal"] or loop.time() >= deadline:
@@ -190,7 +191,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
     """Show a thread and its items (long texts read whole)."""
 
     async def go(client: LocalClient) -> dict[str, Any]:
-        info = await client.call("GET", f"/v1/threads/{thread_id}")
+        info = await client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
         return {"thread": info, "items": await read_all_items(client, thread_id, run_id=run_id)}
 
     data = with_client(ctx, go)
@@ -256,7 +257,9 @@ def thread_send(
 
     async def go(client: LocalClient) -> Any:
         return await client.call(
-            "POST", f"/v1/threads/{thread_id}/runs", body={k: v for k, v in body.items() if v is not None}
+            "POST",
+            f"/v1/threads/{path_segment(thread_id)}/runs",
+            body={k: v for k, v in body.items() if v is not None},
         )
 
     data = with_client(ctx, go)
@@ -303,7 +306,7 @@ def thread_interrupt(
 
     async def go(client: LocalClient) -> Any:
         body = {"stop": stop, **({"reason": reason} if reason else {})}
-        return await client.call("POST", f"/v1/threads/{thread_id}/interrupt", body=body)
+        return await client.call("POST", f"/v1/threads/{path_segment(thread_id)}/interrupt", body=body)
 
     data = with_client(ctx, go)
     if as_json:
@@ -322,7 +325,7 @@ def thread_archive(ctx: click.Context, thread_id: str, as_json: bool) -> None:
     """Archive a thread and remove its worktree (its branch is kept)."""
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("POST", f"/v1/threads/{thread_id}/archive")
+        return await client.call("POST", f"/v1/threads/{path_segment(thread_id)}/archive")
 
     data = with_client(ctx, go)
     if as_json:
@@ -343,7 +346,7 @@ def thread_events(ctx: click.Context, thread_id: str, after: int, timeout: float
 
     async def go(client: LocalClient) -> Any:
         params = {"after": after, "timeout": min(timeout, LONG_POLL_MAX_S)}
-        return await client.call("GET", f"/v1/threads/{thread_id}/events", params=params)
+        return await client.call("GET", f"/v1/threads/{path_segment(thread_id)}/events", params=params)
 
     data = with_client(ctx, go)
     if as_json:

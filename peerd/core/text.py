@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import quote
 
-__all__ = ["TextSlice", "clean_label", "has_controls", "slice_text", "strip_controls"]
+__all__ = ["TextSlice", "clean_label", "has_controls", "path_segment", "slice_text", "strip_controls"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,11 @@ def clean_label(text: str) -> str:
 def has_controls(text: str) -> bool:
     """Whether `strip_controls` would change one-line `text`."""
     return _CONTROLS.search(text) is not None
+
+
+def path_segment(value: str) -> str:
+    """`value` as one URL path segment: every reserved character escaped (`/`, `?`, `#`, `%`, ...),
+    and a segment of dots too, which URL normalisation would otherwise resolve (`..` goes up)."""
+    if value and set(value) <= {"."}:
+        return "%2E" * len(value)
+    return quote(value, safe="")
