@@ -55,11 +55,13 @@ from peerd.daemon import Daemon, DaemonConfig
 from peerd.errors import PeerdError
 from peerd.logs import configure_logging
 from peerd.operations import Caller
-from peerd.peer.client import REQUEST_TIMEOUT_S, PeerClient
-from peerd.peer.follower import WATCH_BATCH
-from peerd.store import links, tasks, threads
+from peerd.peer.client import CALL_TIMEOUT_S as REQUEST_TIMEOUT_S
+from peerd.peer.client import PeerClient
+from peerd.store import links, threads
 from peerd.store.db import Database
 from peerd.store.ids import new_id
+from peerd.tasks import store as tasks
+from peerd.tasks.machine import WATCH_BATCH
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "peerd bench",

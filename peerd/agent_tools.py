@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from peerd import contracts as c
-from peerd.core.tasks import WAIT_CAP_S
+from peerd.tasks.rules import WAIT_CAP_S
 
 # Wait-style tools return before MCP clients give up on a call, and say how to keep waiting.
 TOOL_WAIT_MAX_S = WAIT_CAP_S

@@ -34,14 +34,12 @@ from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
 from peerd.config import Config, link_may_use
 from peerd.core.idempotency import RECEIPT_RETENTION_S
-from peerd.delegation import Delegation, client_key
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
 from peerd.orchestrate.service import Orchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
-from peerd.peer.follower import FollowerPool
 from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
 from peerd.peer.links import LinkService
@@ -53,6 +51,9 @@ from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
 from peerd.store import approvals, projects, receipts, threads
 from peerd.store.db import Database
+from peerd.tasks.delegation import Delegation
+from peerd.tasks.follower import FollowerPool
+from peerd.tasks.watch import client_key
 
 log = structlog.get_logger(__name__)
 

@@ -35,7 +35,7 @@ from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked
 from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
-    from peerd.delegation import Delegation
+    from peerd.tasks.delegation import Delegation
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager

@@ -55,7 +55,8 @@ from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
 from peerd.runtime.runner import RunManager
-from peerd.store import tasks, threads
+from peerd.store import threads
+from peerd.tasks import store as tasks
 
 log = structlog.get_logger(__name__)
 

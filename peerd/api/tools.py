@@ -33,7 +33,7 @@ from peerd.runtime.runner import token_hash
 from peerd.store import threads
 
 if TYPE_CHECKING:
-    from peerd.delegation import Delegation
+    from peerd.tasks.delegation import Delegation
 
 Tool = Callable[[Operations, LinkService, Caller, Any], Awaitable[c.Wire]]
 

@@ -4,9 +4,16 @@ One `aiohttp.ClientSession` per daemon; TLS pinned to the box's certificate fing
 cached `aiohttp.Fingerprint` per peer, so connections are pooled); the access token refreshed
 under a per-link lock, the rotated refresh token persisted before the new access token is used.
 
-Errors say whether retrying can help (`is_transient`): an unreachable box is transient; a pin
-mismatch, a revoked or expired link, or a typed refusal from the box is terminal. aiohttp's
+Errors are typed; their codes say whether retrying can help (`peerd.tasks.rules.classify`): an
+unreachable box (`unreachable`, also any 5xx answer) is transient; a pin mismatch, a revoked,
+expired or missing (`not_linked`) link, or a typed refusal from the box is terminal. aiohttp's
 `ServerFingerprintMismatch` subclasses `ClientConnectionError`, so it is caught first.
+
+Nothing waits on a silent box for long: a call's read timeout is `CALL_TIMEOUT_S`, a long-poll's
+is its own wait plus `LONG_POLL_MARGIN_S`, and the sockets use TCP keepalive, so a black-holed
+route is noticed within one long-poll chunk. Every answer from a box (a call, a token refresh, a
+probe of its descriptor) is reported to `on_answer(env_id)`: the followers use it to end a backoff
+the moment the box is back.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import math
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +34,7 @@ import structlog
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import RuntimeModeEscalationDenied, require_write, runtime_rank
-from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError, from_wire
+from peerd.errors import CapabilityDenied, InvalidRequest, NotLinked, PeerdError, from_wire
 from peerd.peer.identity import pinned_fingerprint
 from peerd.store import links
 from peerd.store.db import Database
@@ -39,7 +47,11 @@ MODE_LIMIT_HEADER = "X-Peerd-Mode-Limit"
 REFRESH_MARGIN_S = 60.0
 PROBE_TIMEOUT_LOOPBACK_S = 3.0
 PROBE_TIMEOUT_S = 10.0
-REQUEST_TIMEOUT_S = 70.0  # a long-poll is at most 50 s on the wire
+CONNECT_TIMEOUT_S = 10.0  # TCP and TLS handshakes
+CALL_TIMEOUT_S = 30.0  # the longest silence a call (not a long-poll) waits for
+LONG_POLL_MARGIN_S = 5.0  # a long-poll's answer may come this long after its own wait ended
+# TCP keepalive: a connection whose peer vanished is dropped after about 15 + 3 * 5 s of silence.
+KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 15, 5, 3
 
 REVOKED_MESSAGE = (
     "The linked environment no longer accepts this link. It may have been revoked there; link it again."
@@ -70,9 +82,33 @@ class Incompatible(PeerdError):
     code = "incompatible"
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Only an unreachable box is worth retrying; every other failure would fail the same way."""
-    return isinstance(exc, PeerUnreachable)
+def keepalive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """The client's sockets: TCP keepalive on, so a dead route is noticed in about 30 s."""
+    family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:  # Linux; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    return sock
+
+
+def read_timeout(method: str, path: str, body: dict[str, Any] | None, params: dict[str, Any] | None) -> float:
+    """How long a call waits for the box to say something: a long-poll its own wait (at most
+    50 s) plus a margin, any other call `CALL_TIMEOUT_S`."""
+    if not is_long_poll(method, path):
+        return CALL_TIMEOUT_S
+    asked = (body or {}).get("timeout") if method == "POST" else (params or {}).get("timeout")
+    try:
+        wait = float(asked) if asked is not None else c.LONG_POLL_MAX_S
+    except (TypeError, ValueError):
+        wait = c.LONG_POLL_MAX_S
+    return min(max(wait, 0.0), c.LONG_POLL_MAX_S) + LONG_POLL_MARGIN_S
 
 
 def expired_message(label: str) -> str:
@@ -122,17 +158,30 @@ class PeerClient:
         self._long_session: aiohttp.ClientSession | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._good_url: dict[str, str] = {}
+        self.on_answer: Callable[[str], None] | None = None  # a box answered: its env id
+
+    def _answered(self, env_id: str) -> None:
+        if self.on_answer is not None:
+            try:
+                self.on_answer(env_id)
+            except Exception:  # a listener's bug must not fail the call that succeeded
+                log.exception("peer.on_answer_failed", env_id=env_id)
 
     async def start(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=REQUEST_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=CALL_TIMEOUT_S)
         # Two pools. Long-polls (the follower's watch, forwarded waits and event reads: up to 50 s
         # each) have no cap, so they never starve one another; every other call shares at most
         # CONNECTIONS_PER_BOX connections per box, so a burst (hundreds of launches at once) queues
         # here instead of opening more unauthenticated connections than a box admits per address.
         self._session = aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(limit=0, limit_per_host=CONNECTIONS_PER_BOX)
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=CONNECTIONS_PER_BOX, socket_factory=keepalive_socket
+            ),
         )
-        self._long_session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0))
+        self._long_session = aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(limit=0, socket_factory=keepalive_socket)
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -208,6 +257,7 @@ class PeerClient:
                 continue
             if desc.env_id == link.env_id:
                 self._good_url[link.env_id] = url
+                self._answered(link.env_id)  # it answers as the linked environment, at its pin
                 return url
         if mismatch is not None:
             # Something answers where the box should, with another certificate: retrying cannot
@@ -220,7 +270,7 @@ class PeerClient:
     async def load_link(self, env_id: str) -> LinkRow:
         link = await links.get(self._db, env_id)
         if link is None:
-            raise InvalidRequest(not_linked_message(env_id))
+            raise NotLinked(not_linked_message(env_id))
         if link.status == "revoked":
             raise CapabilityDenied(REVOKED_MESSAGE)
         if link.status == "expired" or (link.refresh_expires_at and link.refresh_expires_at < self._clock()):
@@ -264,6 +314,7 @@ class PeerClient:
                 access_expires_at=now + answer.expires_in,
             )
             await links.save_tokens(self._db, updated)  # persisted before it is used
+            self._answered(env_id)
             return updated, answer.access_token
 
     async def post_form(self, link: LinkRow, base: str, path: str, form: dict[str, str]) -> tuple[int, Any]:
@@ -312,6 +363,11 @@ class PeerClient:
                     params=query,
                     headers=headers,
                     ssl=_ssl_for(base, link.fingerprint),
+                    timeout=aiohttp.ClientTimeout(
+                        total=None,
+                        sock_connect=CONNECT_TIMEOUT_S,
+                        sock_read=read_timeout(method, path, body, params),
+                    ),
                 ) as resp:
                     status = resp.status
                     data = await resp.json(content_type=None)
@@ -337,6 +393,7 @@ class PeerClient:
                     self._db, env_id, status="unreachable", error=message, reached_at=None
                 )
                 raise PeerUnreachable(message)
+            self._answered(env_id)
             await links.record_outcome(
                 self._db, env_id, status="reachable", error=None, reached_at=self._clock()
             )

@@ -16,7 +16,7 @@ from typing import Any
 
 from peerd import contracts as c
 from peerd.core.idempotency import scoped_request_id
-from peerd.errors import CapabilityDenied, InvalidRequest
+from peerd.errors import CapabilityDenied, InvalidRequest, NotLinked
 from peerd.peer.client import PeerClient, not_linked_message
 from peerd.peer.identity import InvalidEnvId, normalize_env_id
 from peerd.store import links
@@ -54,7 +54,7 @@ class Forwarder:
             raise InvalidRequest(
                 f"Several linked environments are labelled {label!r}; pass the environment id."
             )
-        raise InvalidRequest(not_linked_message(label))
+        raise NotLinked(not_linked_message(label))
 
     async def call(
         self,

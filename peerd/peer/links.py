@@ -25,7 +25,7 @@ import structlog
 from peerd import contracts as c
 from peerd.core.access import ACCESS_LEVELS, access_within
 from peerd.core.text import clean_label
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import InvalidRequest, NotLinked, PeerdError
 from peerd.peer import pairing_code
 from peerd.peer.client import (
     PAIRING_GRANT,
@@ -376,5 +376,5 @@ class LinkService:
             for candidate in await links.all_links(self.db):
                 if candidate.label == env_id:
                     return candidate
-            raise InvalidRequest(not_linked_message(env_id))
+            raise NotLinked(not_linked_message(env_id))
         return row

@@ -16,12 +16,12 @@ import aiosqlite
 from peerd.contracts import Event, Item, Page, Run, RunStatus, Thread
 from peerd.core.idempotency import replay
 from peerd.core.runs import RunView, check_transition, is_terminal, recover_at_startup
-from peerd.core.tasks import RunFact
 from peerd.core.text import slice_text
 from peerd.errors import Conflict, InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
 from peerd.store import receipts
 from peerd.store.db import Database
 from peerd.store.ids import new_id
+from peerd.tasks.rules import RunFact
 
 
 @dataclass(frozen=True)

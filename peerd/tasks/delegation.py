@@ -4,21 +4,22 @@ A task is a piece of work a thread's live run hands to a child thread: here (any
 model: one coder asks another to implement or review) or in a linked environment. The task is
 committed (pending, with the idempotency key its launch carries) before the launch leaves; the
 child's ids are attached when the launch is answered. A task ends once, first result wins, and
-the parent is woken once, in the same transaction (see `peerd.store.tasks.finish`).
+the parent is woken once, in the same transaction (see `peerd.tasks.store.finish`).
 
-Remote tasks are driven by the link's follower (`peerd.peer.follower`): it re-sends launches the
-box has not answered, delivers owed stops and watches the runs until they settle.
+Remote tasks are driven by the link's follower (`peerd.tasks.follower`): it re-sends launches the
+box has not answered, delivers owed stops and watches the runs until they settle. The box's side
+of that watch is `peerd.tasks.watch`. How a task ends, and how that survives a failing
+store, is `peerd.tasks.ending`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -26,28 +27,21 @@ from peerd import contracts as c
 from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
-from peerd.core.tasks import (
-    WAIT_CAP_S,
-    RunFact,
-    cancel_result,
-    role_prompt,
-    settlement,
-    task_status_from_run,
-)
 from peerd.errors import InvalidRequest, NotFound, ParentNotActive, PeerdError
 from peerd.operations import Caller, Operations
-from peerd.peer.client import is_transient
 from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
-from peerd.store import links, projects, tasks, threads
+from peerd.store import links, projects, threads
 from peerd.store.db import Database
-from peerd.store.tasks import NewTask, TaskRow
+from peerd.tasks import store as tasks
+from peerd.tasks.ending import TaskEnder
+from peerd.tasks.rules import WAIT_CAP_S, cancel_result, classify, role_prompt, stopped_with_parent
+from peerd.tasks.store import NewTask, TaskRow
 
 log = structlog.get_logger(__name__)
 
-NO_REPLY = "(The child thread ended without a reply.)"
 STOP_REFUSED = "The stop was refused there: "
 
 
@@ -69,11 +63,6 @@ def _launch_of(task: TaskRow, lineage: c.DelegatedFrom | None = None) -> c.Threa
 def _seconds(timeout_ms: int | None) -> float:
     """A wait's length: as asked (0 = just look), else as long as tool calls safely last."""
     return WAIT_CAP_S if timeout_ms is None else timeout_ms / 1000
-
-
-def client_key(client_id: str) -> str:
-    """The change-feed key a link client's revocation is announced on."""
-    return f"client:{client_id}"
 
 
 class TaskNotFound(NotFound):
@@ -108,6 +97,7 @@ class Delegation:
         self.env_id = env_id
         self.clock = clock
         self.followers: FollowerNotifier | None = None
+        self.ender = TaskEnder(db, feed, runs, clock=clock)
 
     # --- delegate_task -----------------------------------------------------------------------
 
@@ -215,12 +205,13 @@ class Delegation:
         )
 
     async def launch_remote(
-        self, task: TaskRow, *, raise_terminal: bool = False, transient: Literal["keep", "raise"] = "keep"
+        self, task: TaskRow, *, raise_terminal: bool = False, for_follower: bool = False
     ) -> TaskRow:
         """Send (or re-send: the key makes it the same launch) the task's launch to the box.
 
-        A transient failure keeps the task pending for the follower (`keep`), or is raised to the
-        follower so it backs off (`raise`)."""
+        A transient failure keeps the task pending for the follower, or, when the follower sends
+        it (`for_follower`), is raised to it, which backs off; so is a failure of the whole link,
+        and the follower ends all of the link's tasks at once."""
         parent = await threads.get_thread(self.db, task.parent_thread_id)
         lineage = c.DelegatedFrom(environment_id=self.env_id, thread_id=parent.id, title=parent.title)
         body = Forwarder.launch_body(_launch_of(task, lineage), namespace=task.namespace)
@@ -234,9 +225,10 @@ class Delegation:
                 caller_modes=(parent.runtime_mode, parent.interaction_mode),
             )
         except PeerdError as exc:
-            if is_transient(exc):
-                if transient == "raise":
-                    raise
+            kind = classify(exc.code)
+            if for_follower and kind in ("transient", "link"):
+                raise
+            if kind == "transient":
                 await tasks.set_error(self.db, task.id, exc.message, now=self.clock())
                 return await tasks.get(self.db, task.id)  # pending: the follower re-sends it
             # Refused for good: nothing runs there, so an owed stop has nothing left to stop.
@@ -368,8 +360,9 @@ class Delegation:
             self.followers.notify(task.target_env)
         return (await tasks.get(self.db, task.id)).info()
 
-    async def deliver_stop(self, task: TaskRow, *, transient: Literal["keep", "raise"] = "keep") -> bool:
-        """Send an owed stop. True once it landed or was refused for good (nothing left to stop)."""
+    async def deliver_stop(self, task: TaskRow, *, for_follower: bool = False) -> bool:
+        """Send an owed stop. True once it landed or was refused for good (nothing left to stop).
+        Sent by the follower, transient and link-wide failures are raised to it."""
         if task.child_thread_id is None:
             return False  # the follower re-sends the launch first to learn the thread there
         try:
@@ -380,9 +373,10 @@ class Delegation:
                 body={"stop": True, "reason": task.stop_reason or "Stopped."},
             )
         except PeerdError as exc:
-            if is_transient(exc):
-                if transient == "raise":
-                    raise
+            kind = classify(exc.code)
+            if for_follower and kind in ("transient", "link"):
+                raise
+            if kind == "transient":
                 await tasks.set_error(
                     self.db, task.id, f"The stop could not be delivered yet: {exc.message}", now=self.clock()
                 )
@@ -396,96 +390,23 @@ class Delegation:
         """The parent's Stop stops every task it delegated, here and there."""
         for task in await tasks.for_parent(self.db, parent_thread_id):
             if not task.terminal:
-                why = f"Stopped with its parent: {reason}" if reason else "Stopped with its parent."
+                why = stopped_with_parent(reason)
                 await self.stop_task(task, "interrupted", why, why, deliver_now=False)
 
-    # --- how tasks end ---------------------------------------------------------------------------
+    # --- how tasks end (`peerd.tasks.ending`), the box's watch (`peerd.tasks.watch`) ---------------
 
     async def end(
         self, task_id: str, status: c.TaskStatus, result: str, *, wake: bool = True
     ) -> TaskRow | None:
         """End the task (first result wins) and start the parent's wake run, if one was made."""
-        ended = await tasks.finish(self.db, task_id, status, result, now=self.clock(), wake=wake)
-        if ended is None:
-            return None
-        log.info("task.ended", task_id=task_id, status=status, woken_run_id=ended.woken_run_id)
-        self.feed.changed(ended.parent_thread_id)
-        if ended.woken_run_id is not None:
-            await self.runs.kick(ended.parent_thread_id)
-        return ended
-
-    async def watch_one(self, thread_id: str, run_id: str) -> c.WatchedRun:
-        """Has the work this run started settled (its own delegations included), and with which run?"""
-        try:
-            thread = await threads.get_thread(self.db, thread_id)
-            facts = await threads.run_facts(self.db, thread_id)
-        except NotFound:
-            return c.WatchedRun(thread_id=thread_id, run_id=run_id, status=None, settled=False, found=False)
-        launched = next((f for f in facts if f.id == run_id), None)
-        if launched is None:
-            return c.WatchedRun(thread_id=thread_id, run_id=run_id, status=None, settled=False, found=False)
-        settled, result_run = settlement(
-            launched,
-            facts,
-            open_children=await tasks.has_open_children(self.db, thread_id),
-            queue_held=thread.queue_held,
-        )
-        return c.WatchedRun(
-            thread_id=thread_id,
-            run_id=run_id,
-            status=result_run.status,
-            settled=settled,
-            found=True,
-            result_run_id=result_run.id if settled else None,
-            reason=result_run.reason if settled else None,
-        )
-
-    async def watch(self, caller: Caller, req: c.RunWatch) -> c.RunWatchResult:
-        """The follower's batched long-poll: returns when any named run settles (or is gone), and
-        at once when the calling link is revoked here (its next request then learns why)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.timeout
-        # Each change re-reads only the threads that changed, not every watched run: a link with
-        # many open tasks must not pay O(tasks) for every item one child adds.
-        keys = {ref.thread_id for ref in req.runs}
-        revoked_key = client_key(caller.link.client_id) if caller.link is not None else None
-        if revoked_key is not None:
-            keys.add(revoked_key)
-        listener = self.feed.listen(keys)
-        try:
-            runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
-            while True:
-                done = any(r.settled or not r.found for r in runs)
-                remaining = deadline - loop.time()
-                if done or remaining <= 0 or self.feed.closed:
-                    return c.RunWatchResult(runs=runs, timed_out=not done)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(listener.event.wait(), remaining)
-                changed = listener.take()
-                if revoked_key is not None and revoked_key in changed:
-                    return c.RunWatchResult(runs=runs, timed_out=True)
-                for i, ref in enumerate(req.runs):
-                    if ref.thread_id in changed:
-                        runs[i] = await self.watch_one(ref.thread_id, ref.run_id)
-        finally:
-            self.feed.unlisten(listener, keys)
+        return await self.ender.end(task_id, status, result, wake=wake)
 
     async def on_run_end(self, thread_id: str) -> None:
         """A run here ended: local tasks whose child thread this is may now be settled."""
-        for task in await tasks.open_local(self.db, child_thread_id=thread_id):
-            if task.child_run_id is None:
-                continue
-            watched = await self.watch_one(thread_id, task.child_run_id)
-            if watched.settled and watched.result_run_id is not None:
-                await self.end(
-                    task.id, task_status_from_run(watched.status or ""), await self.result_text(watched)
-                )
+        await self.ender.on_run_end(thread_id)
 
-    async def result_text(self, watched: c.WatchedRun) -> str:
-        reply = await threads.last_reply(self.db, watched.result_run_id or "")
-        if watched.status == "failed":
-            return watched.reason or reply or "The child run failed."
-        return reply or watched.reason or NO_REPLY
+    async def watch(self, caller: Caller, req: c.RunWatch) -> c.RunWatchResult:
+        return await self.ender.watcher.watch(caller, req)
 
     async def recover(self) -> None:
         """At start-up: local tasks whose child ended while the daemon was down end now."""
@@ -496,4 +417,4 @@ class Delegation:
                 await self.on_run_end(task.child_thread_id)
 
 
-__all__ = ["Delegation", "RunFact", "TargetRequired", "TaskNotFound"]
+__all__ = ["Delegation", "TargetRequired", "TaskNotFound"]

@@ -28,11 +28,11 @@ import pytest
 
 from peerd.cli.client import LocalClient
 from peerd.daemon import Daemon
-from peerd.delegation import Delegation
 from peerd.paths import Paths
 from peerd.peer.client import not_linked_message
-from peerd.peer.follower import Follower
-from peerd.store import tasks as task_store
+from peerd.tasks import store as task_store
+from peerd.tasks.delegation import Delegation
+from peerd.tasks.follower import Follower
 from tests.helpers import DaemonProcess, client_for, git, make_repo, running_daemon, script, wait_terminal
 from tests.integration.test_delegation import (
     READ_AND_REPORT,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from peerd.core.tasks import RunFact, settlement
 from peerd.errors import PeerdError
+from peerd.tasks.rules import RunFact, settlement
 from tests.helpers import Pair, git, script, wait_terminal
 from tests.integration.test_delegation import delegate, items, linked, runs_script, tasks_of, wait_run_number
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from peerd.core.tasks import (
+from peerd.tasks.rules import (
     BACKOFF_MAX_S,
     backoff_delay,
     cancel_result,

@@ -1,4 +1,5 @@
-"""Delegated tasks: recorded before their launch leaves, completed once, waking the parent once.
+"""Delegated tasks in the store: recorded before their launch leaves, completed once, waking the
+parent once; the link's stored backoff.
 
 Completion and the parent's wake are one transaction: the task's status and result, and (when the
 wake rules say so) the wake run on the parent thread. A crash can therefore never leave a task that
@@ -13,11 +14,11 @@ from typing import Any
 import aiosqlite
 
 from peerd import contracts as c
-from peerd.core.tasks import Wake, complete, is_task_terminal, should_wake, wake_text
 from peerd.errors import IdempotencyKeyReused, NotFound
 from peerd.store import threads
 from peerd.store.db import Database
 from peerd.store.ids import new_id
+from peerd.tasks.rules import Wake, complete, is_task_terminal, wake_due, wake_text
 
 
 @dataclass(frozen=True)
@@ -228,10 +229,14 @@ async def finish(
         parent = await _one(
             tx, "SELECT status, queue_held FROM threads WHERE id = ?", (row["parent_thread_id"],)
         )
-        # A stopped parent (queue held) or an archived one is not woken: Stop drops pending wakes.
-        awake = parent is not None and parent["status"] == "active" and not parent["queue_held"]
-        # `wake=False`: the caller learns the outcome directly (a dispatch that failed at once).
-        if wake and awake and should_wake(row["wake"], parent_live=live is not None):
+        due = wake_due(
+            row["wake"],
+            parent_status=None if parent is None else parent["status"],
+            queue_held=bool(parent is not None and parent["queue_held"]),
+            parent_live=live is not None,
+            wanted=wake,
+        )
+        if due:
             woken = await threads.insert_run(
                 tx, row["parent_thread_id"], wake_text([task_id]), now, origin="wake"
             )
