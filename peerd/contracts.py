@@ -321,10 +321,16 @@ class ThreadInterruptResult(Wire):
     queue_held: bool
 
 
+class ThreadArchive(Input):
+    # Archiving removes the worktree: uncommitted and untracked files in it are refused unless forced.
+    force: bool = False
+
+
 class ThreadArchiveResult(Wire):
     thread_id: str
     status: ThreadStatus
     worktree_removed: bool
+    discarded: list[str] = Field(default_factory=list)  # what a forced archive threw away
 
 
 class Event(Wire):

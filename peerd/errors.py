@@ -11,7 +11,8 @@
     ├── Conflict              conflict                 409
     │   ├── IdempotencyKeyReused  idempotency_key_reused  409
     │   ├── ProjectExists     project_exists           409
-    │   └── BranchTaken       branch_taken             409  (store/threads.py)
+    │   ├── BranchTaken       branch_taken             409  (store/threads.py)
+    │   └── WorktreeDirty     worktree_dirty           409  (operations.py)
     ├── CapabilityDenied      capability_denied        403
     │   ├── ParentNotActive   parent_not_active        403
     │   ├── LinkRevoked       link_revoked             403
@@ -143,6 +144,7 @@ HTTP_STATUS: dict[str, int] = {
     "conflict": 409,
     "idempotency_key_reused": 409,
     "branch_taken": 409,
+    "worktree_dirty": 409,
     "project_exists": 409,
     "capability_denied": 403,
     "parent_not_active": 403,

@@ -446,7 +446,10 @@ class Operations:
             await self.on_stop(thread_id, req.reason)
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)
 
-    async def thread_archive(self, caller: Caller, thread_id: str) -> c.ThreadArchiveResult:
+    async def thread_archive(
+        self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
+    ) -> c.ThreadArchiveResult:
+        force = req is not None and req.force
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "archive threads", await self._cap_of(caller))
         if thread.latest_run is not None and is_live(thread.latest_run.status):
@@ -454,16 +457,29 @@ class Operations:
                 f"Thread {thread_id} has a live run; stop it first"
                 f" (`peerd thread interrupt {thread_id} --stop`)."
             )
-        removed = False
+        removed, discarded = False, []
         if not thread.in_place and thread.status != "archived":
             project = await projects.get(self.db, thread.project_id)
+            repo, worktree = Path(project.path), Path(thread.worktree_path)
+            if worktree.is_dir():
+                # The worktree goes; its uncommitted and untracked files with it, so only on request.
+                where = await git.locate_worktree(repo, worktree)
+                discarded = [line[3:] for line in await git.status_porcelain(where)]
+                if discarded and not force:
+                    raise WorktreeDirty(
+                        f"Thread {thread_id}'s worktree has {len(discarded)} uncommitted or untracked "
+                        f"file(s) that archiving would delete: {_listed(discarded)}. Commit or copy them, "
+                        "or archive with --force to discard them."
+                    )
             # The branch is kept: it may hold commits the user still wants.
-            await git.remove_worktree(Path(project.path), Path(thread.worktree_path), delete_branch=None)
+            await git.remove_worktree(repo, worktree, delete_branch=None)
             removed = True
         if thread.status != "archived":
             await threads.archive(self.db, thread_id, now=self.clock())
             self.feed.changed(thread_id)
-        return c.ThreadArchiveResult(thread_id=thread_id, status="archived", worktree_removed=removed)
+        return c.ThreadArchiveResult(
+            thread_id=thread_id, status="archived", worktree_removed=removed, discarded=discarded
+        )
 
     async def stop_link_work(self, client_id: str, label: str) -> list[str]:
         """A revoked link's work ends with it: every thread it started that has a live or queued
@@ -494,6 +510,15 @@ class Operations:
                 cursor = events[-1].seq if events else req.after
                 return c.EventsResult(events=events, next_cursor=cursor)
             await self.feed.wait(changed, remaining)
+
+
+class WorktreeDirty(Conflict):
+    code = "worktree_dirty"
+
+
+def _listed(paths: list[str], most: int = 10) -> str:
+    shown = ", ".join(paths[:most])
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def started_by(caller: Caller) -> str:

@@ -133,7 +133,8 @@ async def thread_interrupt(request: web.Request) -> web.Response:
 
 
 async def thread_archive(request: web.Request) -> web.Response:
-    return ok(await _ops(request).thread_archive(caller_of(request), request.match_info["id"]))
+    req = await json_body(request, c.ThreadArchive)
+    return ok(await _ops(request).thread_archive(caller_of(request), request.match_info["id"], req))
 
 
 async def thread_events(request: web.Request) -> web.Response:

@@ -88,5 +88,22 @@ def env_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def yes_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--yes", "-y", "yes", is_flag=True, help="Do it without asking first.")(fn)
+
+
+def on_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def confirm(yes: bool, question: str) -> None:
+    """Before a step that deletes or ends something: ask on a terminal (`--yes` does not ask);
+    a script (no terminal on stdin) is not asked."""
+    if yes or not on_terminal():
+        return
+    if not click.confirm(question, default=False):
+        fail("cancelled; nothing was changed.", EXIT_ERROR)
+
+
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")(fn)

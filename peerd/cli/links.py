@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import json_option, with_client
+from peerd.cli.common import confirm, json_option, with_client, yes_option
 from peerd.cli.output import ago, emit_json, fields, one_line, table
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.text import path_segment
@@ -110,10 +110,12 @@ def pair_list(ctx: click.Context, include_done: bool, as_json: bool) -> None:
 
 @pair.command("cancel")
 @click.argument("code_id")
+@yes_option
 @json_option
 @click.pass_context
-def pair_cancel(ctx: click.Context, code_id: str, as_json: bool) -> None:
+def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: bool) -> None:
     """Cancel an unused pairing code."""
+    confirm(yes, f"Cancel pairing code {code_id}?")
 
     async def go(client: LocalClient) -> Any:
         return await client.call("POST", f"/v1/pair/{path_segment(code_id)}/cancel")
@@ -234,10 +236,12 @@ def environment_show(ctx: click.Context, env_id: str, as_json: bool) -> None:
 
 @environment.command("unlink")
 @click.argument("env_id")
+@yes_option
 @json_option
 @click.pass_context
-def environment_unlink(ctx: click.Context, env_id: str, as_json: bool) -> None:
+def environment_unlink(ctx: click.Context, env_id: str, yes: bool, as_json: bool) -> None:
     """Revoke the link there (when reachable) and forget it here."""
+    confirm(yes, f"Unlink {env_id}? Its tasks from here fail, and linking again needs a new code.")
 
     async def go(client: LocalClient) -> Any:
         return await client.call("DELETE", f"/v1/environments/{path_segment(env_id)}")
@@ -286,10 +290,12 @@ def client_list(ctx: click.Context, as_json: bool) -> None:
 @click.option(
     "--keep-runs", is_flag=True, help="Let the runs this link started finish (by default they are stopped)."
 )
+@yes_option
 @json_option
 @click.pass_context
-def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, as_json: bool) -> None:
+def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, yes: bool, as_json: bool) -> None:
     """Revoke a linked machine: its next request is refused, and the runs it started here stop."""
+    confirm(yes, f"Revoke {client_id}?" + ("" if keep_runs else " The runs it started here stop."))
 
     async def go(c: LocalClient) -> Any:
         return await c.call(

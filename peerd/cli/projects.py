@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import env_option, json_option, with_client
+from peerd.cli.common import confirm, env_option, json_option, with_client, yes_option
 from peerd.cli.output import ago, emit_json, fields, table
 from peerd.core.text import path_segment
 
@@ -88,10 +88,12 @@ def project_show(ctx: click.Context, project_id: str, as_json: bool) -> None:
 
 @project.command("remove")
 @click.argument("project_id")
+@yes_option
 @json_option
 @click.pass_context
-def project_remove(ctx: click.Context, project_id: str, as_json: bool) -> None:
+def project_remove(ctx: click.Context, project_id: str, yes: bool, as_json: bool) -> None:
     """Forget a project (its threads must be archived first). The checkout is left untouched."""
+    confirm(yes, f"Forget project {project_id}?")
 
     async def go(client: LocalClient) -> Any:
         return await client.call("DELETE", f"/v1/projects/{path_segment(project_id)}")

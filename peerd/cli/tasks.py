@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import json_option, with_client
+from peerd.cli.common import confirm, json_option, with_client, yes_option
 from peerd.cli.output import ago, block, emit_json, fields, one_line, table
 from peerd.core.text import path_segment
 
@@ -81,10 +81,12 @@ def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @task.command("cancel")
 @click.argument("task_id")
 @click.option("--reason", default=None, help="Why (becomes part of the task's result).")
+@yes_option
 @json_option
 @click.pass_context
-def task_cancel(ctx: click.Context, task_id: str, reason: str | None, as_json: bool) -> None:
+def task_cancel(ctx: click.Context, task_id: str, reason: str | None, yes: bool, as_json: bool) -> None:
     """Cancel a task: stop its child (there too; a stop that cannot land yet is retried)."""
+    confirm(yes, f"Cancel task {task_id} and stop its child?")
 
     async def go(client: LocalClient) -> Any:
         return await client.call(

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_TIMED_OUT, env_option, json_option, with_client
+from peerd.cli.common import EXIT_TIMED_OUT, confirm, env_option, json_option, with_client, yes_option
 from peerd.cli.output import ago, block, emit_json, fields, one_line, table
 from peerd.contracts import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
@@ -319,19 +319,29 @@ def thread_interrupt(
 
 @thread.command("archive")
 @click.argument("thread_id")
+@click.option(
+    "--force", is_flag=True, help="Also when its worktree has uncommitted or untracked files (they are lost)."
+)
+@yes_option
 @json_option
 @click.pass_context
-def thread_archive(ctx: click.Context, thread_id: str, as_json: bool) -> None:
-    """Archive a thread and remove its worktree (its branch is kept)."""
+def thread_archive(ctx: click.Context, thread_id: str, force: bool, yes: bool, as_json: bool) -> None:
+    """Archive a thread and remove its worktree (its branch is kept). A worktree with uncommitted or
+    untracked files is refused (`worktree_dirty`, naming them) unless --force."""
+    confirm(yes, f"Archive {thread_id} and remove its worktree?")
 
     async def go(client: LocalClient) -> Any:
-        return await client.call("POST", f"/v1/threads/{path_segment(thread_id)}/archive")
+        return await client.call(
+            "POST", f"/v1/threads/{path_segment(thread_id)}/archive", body={"force": force}
+        )
 
     data = with_client(ctx, go)
     if as_json:
         emit_json(data)
-    else:
-        click.echo(f"archived {data['threadId']}{'; worktree removed' if data['worktreeRemoved'] else ''}")
+        return
+    click.echo(f"archived {data['threadId']}{'; worktree removed' if data['worktreeRemoved'] else ''}")
+    if data.get("discarded"):
+        click.echo(f"discarded {len(data['discarded'])} uncommitted or untracked file(s)")
 
 
 @thread.command("events")

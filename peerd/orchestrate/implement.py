@@ -224,7 +224,7 @@ async def redispatch_or_park(
         # The first coder's worktree goes (its branch stays, for a look); the next coder
         # starts clean from the same base on a branch of its own.
         with contextlib.suppress(PeerdError):
-            await ctx.ops.thread_archive(ctx.caller(run.id), packet.thread_id)
+            await ctx.ops.thread_archive(ctx.caller(run.id), packet.thread_id, c.ThreadArchive(force=True))
     await ctx.set(
         run.id,
         packet.packet_id,
