@@ -163,10 +163,12 @@ class OrchestrationContext:
         """Remove a finished thread's worktree (its branch stays), here or on the box through the link
         that started it; a box that is away keeps it, which costs only disk."""
         with contextlib.suppress(PeerdError):
+            # The work that counts is committed on the branch; the rest of the worktree may go.
             if env is None:
-                await self.ops.thread_archive(self.caller(run_id), thread_id)
+                await self.ops.thread_archive(self.caller(run_id), thread_id, c.ThreadArchive(force=True))
             else:
-                await self.ops.forward_raw(env, "POST", f"/v1/threads/{thread_id}/archive")
+                body = {"force": True}
+                await self.ops.forward_raw(env, "POST", f"/v1/threads/{thread_id}/archive", body=body)
 
     async def send(self, run_id: str, thread_id: str, env: str | None, text: str, *, key: str) -> str:
         req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env)
