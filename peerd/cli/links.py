@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import confirm, json_option, with_client, yes_option
+from peerd.cli.common import confirm, json_option, on_terminal, with_client, yes_option
 from peerd.cli.output import ago, emit_json, fields, one_line, table
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.text import path_segment
@@ -22,7 +22,10 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(text)
     if not match:
         raise click.BadParameter(f"{text!r} is not a duration like 90s, 10m, 12h or 30d.")
-    return float(match.group(1)) * _UNIT[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT[match.group(2)]
+    if seconds <= 0:
+        raise click.BadParameter(f"{text!r} is no time at all; give a duration like 90s, 10m, 12h or 30d.")
+    return seconds
 
 
 class Duration(click.ParamType[float]):
@@ -149,7 +152,12 @@ def link(
 ) -> None:
     """Link to another machine with the pairing code it printed (`-` reads the code from stdin)."""
     if code == "-":
-        code = sys.stdin.read().strip()
+        if on_terminal():
+            code = click.prompt("Pairing code (peerd-pair:...)", hide_input=True).strip()
+        else:
+            code = sys.stdin.read().strip()
+    if not code:
+        raise click.UsageError("No pairing code given: paste the peerd-pair:... line `peerd pair` printed.")
     body: dict[str, Any] = {"code": code, "access": access, "urls": list(urls)}
     if label:
         body["label"] = label

@@ -53,7 +53,8 @@ async def read_all_items(
 async def wait_for_run(
     client: LocalClient, thread_id: str, run_id: str | None, seconds: float
 ) -> dict[str, Any]:
-    """Wait up to `seconds`, as a loop of long-polls of at most 50 s each."""
+    """Wait up to `seconds`, as a loop of long-polls of at most 50 s each; a run that did not
+    complete comes back with its `reason` (why it failed or was interrupted)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while True:
@@ -63,7 +64,16 @@ async def wait_for_run(
         )
         run_id = run_id or result["runId"]  # later chunks stay pinned to the run the first one saw
         if result["terminal"] or loop.time() >= deadline:
+            if result["terminal"] and result["status"] != "completed" and result["runId"]:
+                thread = await client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
+                latest = thread.get("latestRun") or {}
+                if latest.get("id") == result["runId"]:
+                    result["reason"] = latest.get("reason")
             return result
+
+
+def _why(wait: dict[str, Any]) -> str:
+    return f": {wait['reason']}" if wait.get("reason") else ""
 
 
 def _print_items(items: list[dict[str, Any]]) -> None:
@@ -91,7 +101,13 @@ def _print_items(items: list[dict[str, Any]]) -> None:
 @click.option("--interaction-mode", type=click.Choice(INTERACTION_MODES), default=None)
 @click.option("--client-request-id", default=None, help="Idempotency key: a retry returns the same thread.")
 @click.option("--in-place", is_flag=True, help="Work in the project checkout itself, not a new worktree.")
-@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to this many seconds for the run.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Wait up to this many seconds for the run.",
+)
 @json_option
 @click.pass_context
 def thread_launch(
@@ -143,7 +159,7 @@ def thread_launch(
         click.echo(one_line(f"thread {data['threadId']} run {data['runId']} {data['status']}{note}"))
         click.echo(one_line(f"worktree {data['worktreePath']}"))
         if "wait" in data:
-            click.echo(one_line(f"run {data['wait']['runId']} {data['wait']['status']}"))
+            click.echo(one_line(f"run {data['wait']['runId']} {data['wait']['status']}{_why(data['wait'])}"))
     if "wait" in data and not data["wait"]["terminal"]:
         ctx.exit(EXIT_TIMED_OUT)
 
@@ -270,7 +286,13 @@ def thread_send(
 @env_option
 @click.argument("thread_id")
 @click.option("--run", "run_id", default=None, help="The run to wait for (default: the latest).")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait in all.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait in all.",
+)
 @json_option
 @click.pass_context
 def thread_wait(
@@ -285,9 +307,8 @@ def thread_wait(
     if as_json:
         emit_json(data)
     else:
-        click.echo(
-            f"run {data['runId']} {data['status']}{'' if data['terminal'] else ' (still live: timed out)'}"
-        )
+        live = "" if data["terminal"] else " (still live: timed out)"
+        click.echo(one_line(f"run {data['runId']} {data['status']}{live}{_why(data)}"))
     if not data["terminal"]:
         ctx.exit(EXIT_TIMED_OUT)
 

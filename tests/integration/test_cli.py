@@ -242,7 +242,7 @@ async def test_wait_times_out_on_a_held_run_and_stop_holds_the_queue(
     stopped = ok(await peerd(home, "thread", "interrupt", thread_id, "--stop"))
     assert stopped.strip() == f"interrupt requested (run {run_id}), queue held"
     waited = ok(await peerd(home, "thread", "wait", thread_id, "--timeout", "30"))
-    assert waited == f"run {run_id} interrupted\n"
+    assert waited == f"run {run_id} interrupted: Stopped.\n"
     shown = ok(await peerd(home, "thread", "show", thread_id))
     assert re.search(r"^status\s+active, queue held$", shown, re.MULTILINE)
     assert "assistant message: unreachable" not in shown
