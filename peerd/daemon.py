@@ -180,6 +180,7 @@ class Daemon:
         forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
         ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder)
         ops.link_may_use = lambda provider: link_may_use(self.config.settings, provider)
+        ops.provider_installed = lambda provider: registry.available(self.providers).get(provider, False)
         delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id)
         ops.delegation = delegation
         ops.on_stop = delegation.stop_children

@@ -2,6 +2,7 @@
 
     PeerdError(code, message)              -> {"code", "message"} on the wire
     ├── InvalidRequest        invalid_request          400
+    │   ├── ProviderUnavailable  provider_unavailable  400  (operations.py)
     │   └── NotLinked         not_linked               400  (no link here to that environment)
     ├── NotFound              not_found                404
     │   ├── ProjectNotFound   project_not_found        404
@@ -135,6 +136,7 @@ class ShuttingDown(Unavailable):
 
 HTTP_STATUS: dict[str, int] = {
     "invalid_request": 400,
+    "provider_unavailable": 400,
     "not_linked": 400,
     "not_found": 404,
     "project_not_found": 404,

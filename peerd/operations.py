@@ -131,6 +131,9 @@ class Operations:
         self.clock = clock
         # Which providers a link's runs may use (`[links] providers` in config.toml; set by the daemon).
         self.link_may_use: Callable[[str], bool] = lambda provider: True
+        # Whether a provider's binary is found (set by the daemon): a launch of one that is not
+        # creates nothing.
+        self.provider_installed: Callable[[str], bool] = lambda provider: True
 
     async def remote_target(self, caller: Caller, environment_id: str | None) -> str | None:
         """The linked environment this call goes to, or None when it runs here."""
@@ -256,9 +259,16 @@ class Operations:
                 await self._forward(caller, env, "POST", "/v1/threads", body=body)
             )
         project = await projects.get(self.db, req.project_id)
+        installed = [name for name in self.runs.providers() if self.provider_installed(name)]
         if req.provider not in self.runs.providers():
-            known = ", ".join(self.runs.providers())
-            raise InvalidRequest(f"Unknown provider {req.provider!r}; this environment has: {known}.")
+            raise InvalidRequest(
+                f"Unknown provider {req.provider!r}; installed here: {', '.join(installed)}."
+            )
+        if req.provider not in installed:
+            raise ProviderUnavailable(
+                f"Provider {req.provider!r} is not installed here (its binary is not on the daemon's PATH); "
+                f"installed here: {', '.join(installed)}. `peerd provider list` shows what is found."
+            )
         body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         body["project_id"] = project.id  # a name and an id for one project are the same request
         runtime_mode = req.runtime_mode or DEFAULT_RUNTIME_MODE
@@ -514,6 +524,10 @@ class Operations:
 
 class WorktreeDirty(Conflict):
     code = "worktree_dirty"
+
+
+class ProviderUnavailable(InvalidRequest):
+    code = "provider_unavailable"
 
 
 def _listed(paths: list[str], most: int = 10) -> str:

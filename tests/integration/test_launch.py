@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from peerd.cli.client import LocalClient
-from peerd.errors import IdempotencyKeyReused
-from tests.helpers import git, script, wait_terminal
+from peerd.config import Config, ProviderConfig
+from peerd.errors import IdempotencyKeyReused, PeerdError
+from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal
 
 
 async def launch(client: LocalClient, project: dict[str, Any], prompt: str, **extra: Any) -> dict[str, Any]:
@@ -122,3 +123,18 @@ async def test_items_page_by_position(client: LocalClient, project: dict[str, An
             break
         after = page["nextPosition"]
     assert seen == list(range(6))
+
+
+async def test_a_provider_that_is_not_installed_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    settings = Config(providers={"gemini": ProviderConfig(binary="no-such-gemini-binary")})
+    async with running_daemon(tmp_path / "home", settings=settings) as d, client_for(d.paths.home) as client:
+        repo = make_repo(tmp_path / "r")
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        with pytest.raises(PeerdError) as refused:
+            await client.call(
+                "POST", "/v1/threads", body={"projectId": project["id"], "prompt": "x", "provider": "gemini"}
+            )
+        assert refused.value.code == "provider_unavailable"
+        assert "installed here: " in refused.value.message and "gemini," not in refused.value.message
+        assert (await client.call("GET", "/v1/threads"))["items"] == []
+        assert not (d.paths.worktrees).exists() or not any(d.paths.worktrees.rglob("*"))
