@@ -8,6 +8,8 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     tls = true
     advertise = ["https://box.tailnet.ts.net:7433"]
     approved_commands = ["my-coder"]   # custom commands approved as written in this file
+    continue_cut_runs = true           # a delegated child's run cut by a stop or crash of this
+                                       # daemon goes on in its session after the restart
 
     [providers.codex]                  # codex, claude, gemini: the built-in kinds
     binary = "/opt/codex/bin/codex"    # default: the name on PATH
@@ -89,6 +91,9 @@ class Config(_Strict):
     tls: bool = True
     advertise: list[str] = Field(default_factory=list)
     approved_commands: list[str] = Field(default_factory=list)
+    # A delegated child's run cut by a stop or crash of this daemon is continued in its session
+    # after the restart (false: it ends interrupted, and so does its task). Wakes always are.
+    continue_cut_runs: bool = True
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     links: LinksConfig = Field(default_factory=LinksConfig)
     source: str | None = Field(default=None, exclude=True)

@@ -8,10 +8,17 @@ A body is refused as `invalid_request` before any handler sees it when it is not
 `NaN`/`Infinity` (not JSON, though Python's parser takes them), a number too long to convert, or
 nests deeper than `MAX_JSON_DEPTH` (100,000 levels would otherwise end in a RecursionError here or
 in whatever walks it later). Query strings are flat; their values are checked by the contract.
+
+Shutdown (`ShutdownGate`, one per daemon on every app): from the moment the daemon stops, a new
+request is answered `shutting_down` (503) at once; a request in flight gets `ANSWER_GRACE_S` to
+finish on its own, then is cancelled and answered `shutting_down` too: long-polls and forwarded
+calls get a typed answer within a second, never a dropped connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -21,7 +28,14 @@ import structlog
 from aiohttp import web
 
 from peerd import contracts as c
-from peerd.errors import CapabilityDenied, InvalidRequest, PayloadTooLarge, PeerdError, http_status
+from peerd.errors import (
+    CapabilityDenied,
+    InvalidRequest,
+    PayloadTooLarge,
+    PeerdError,
+    ShuttingDown,
+    http_status,
+)
 from peerd.operations import Operations
 from peerd.peer.links import LinkService
 
@@ -29,6 +43,9 @@ log = structlog.get_logger(__name__)
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other; no request of ours needs a tenth of it
+ANSWER_GRACE_S = 0.3  # at shutdown, what a request in flight gets to finish before it is cut
+CUT_WAIT_S = 0.5  # how long a cut handler may take to unwind before it is answered anyway
+SHUTTING_DOWN = "peerd is shutting down; this request was not carried out. Retry once it is back."
 
 OPERATIONS = web.AppKey("operations", Operations)
 DESCRIPTOR = web.AppKey("descriptor", c.Descriptor)
@@ -42,6 +59,59 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 def error_response(err: PeerdError) -> web.Response:
     return web.json_response(err.to_wire(), status=http_status(err.code))
+
+
+class ShutdownGate:
+    """What a daemon's apps answer while it stops (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.closing = False
+        self._cut = asyncio.Event()
+        self._inflight: set[asyncio.Future[web.StreamResponse]] = set()
+
+    def admit(self, handler: Awaitable[web.StreamResponse]) -> asyncio.Future[web.StreamResponse]:
+        inner = asyncio.ensure_future(handler)
+        self._inflight.add(inner)
+        inner.add_done_callback(self._inflight.discard)
+        return inner
+
+    async def close(self, grace: float = ANSWER_GRACE_S) -> None:
+        """Refuse new requests, give those in flight `grace`, then cut the rest; returns once
+        every request was answered (or its handler would not unwind in `CUT_WAIT_S`)."""
+        self.closing = True
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=grace)
+        self._cut.set()
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=CUT_WAIT_S)
+
+
+SHUTDOWN_GATE = web.AppKey("shutdown_gate", ShutdownGate)
+
+
+@web.middleware
+async def shutdown_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    gate = request.app.get(SHUTDOWN_GATE)
+    if gate is None:
+        return await handler(request)
+    if gate.closing:
+        return error_response(ShuttingDown(SHUTTING_DOWN))
+    inner = gate.admit(handler(request))
+    cut: asyncio.Future[Any] = asyncio.ensure_future(gate._cut.wait())
+    try:
+        await asyncio.wait([inner, cut], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the client went away: so does its handler
+        inner.cancel()
+        with contextlib.suppress(BaseException):
+            await inner
+        raise
+    finally:
+        cut.cancel()
+    if inner.done():
+        return inner.result()  # the handler's own answer, or its exception for error_middleware
+    inner.cancel()
+    await asyncio.wait([inner], timeout=CUT_WAIT_S)
+    return error_response(ShuttingDown(SHUTTING_DOWN))
 
 
 def validation_message(exc: pydantic.ValidationError) -> str:
@@ -149,7 +219,8 @@ def ok(model: c.Wire | dict[str, Any], status: int = 200) -> web.Response:
 
 def base_app() -> web.Application:
     return web.Application(
-        middlewares=[error_middleware, no_browsers_middleware], client_max_size=MAX_BODY_BYTES
+        middlewares=[error_middleware, shutdown_middleware, no_browsers_middleware],
+        client_max_size=MAX_BODY_BYTES,
     )
 
 

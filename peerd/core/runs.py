@@ -5,6 +5,12 @@ interrupt does, and how startup recovers runs a dead daemon left live.
       │           │                       ^
       └───────────┴──> cancelled          └── (starting can also end failed or interrupted)
 
+A run a daemon stop or crash cut (`plan_cut`) is interrupted with a reason naming the environment;
+a wake run, and a delegated child's run where the box allows it, is continued by a new run
+(origin "continue", naming the cut run) recorded in the same transaction:
+
+    running ──cut──> interrupted  +  queued (continue) ──> starting ──> ...
+
 The run manager asks these functions and then performs the I/O; nothing here touches a store.
 """
 
@@ -29,8 +35,17 @@ _ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
     "interrupted": frozenset(),
 }
 
+# The code on the error item of a run a daemon stop cut (the typed mark; the reason is prose).
+DAEMON_STOPPED = "daemon_stopped"
 RECOVERY_REASON = "The daemon stopped while this run was live; it was interrupted."
 SHUTDOWN_REASON = "The daemon shut down while this run was live; it was interrupted."
+CONTINUE_NOTE = "Your previous turn was cut off by a restart of peerd; continue."
+# A run cut again and again (a restart loop) is continued this many times in a row, no more.
+MAX_CONTINUATIONS = 3
+
+RunOrigin = Literal["user", "wake", "continue"]
+CutHow = Literal["crash", "shutdown"]
+ThreadKind = Literal["plain", "child", "orchestrated"]
 
 
 class InvalidTransition(ValueError):
@@ -59,14 +74,18 @@ class RunView:
     id: str
     number: int
     status: RunStatus
+    origin: str = "user"  # "user", "wake" (a task's result for its parent), "continue" (after a cut)
+    continues: str | None = None  # for origin "continue": the cut run it goes on with
 
 
 def next_to_start(runs: Sequence[RunView], *, queue_held: bool, archived: bool) -> str | None:
-    """The run to start now: the oldest queued one, only when nothing is live and the queue flows."""
+    """The run to start now: the oldest queued one, only when nothing is live and the queue flows.
+    A continuation goes first: it finishes the turn a restart cut, before anything queued after it."""
     if queue_held or archived or any(is_live(r.status) for r in runs):
         return None
     queued = [r for r in runs if r.status == "queued"]
-    return min(queued, key=lambda r: r.number).id if queued else None
+    first = [r for r in queued if r.origin == "continue"] or queued
+    return min(first, key=lambda r: r.number).id if first else None
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,103 @@ def plan_interrupt(runs: Sequence[RunView], *, stop: bool) -> InterruptPlan:
     return InterruptPlan(None, stop, "no_active_run")
 
 
-def recover_at_startup(runs: Sequence[RunView]) -> list[tuple[str, RunStatus, str]]:
-    """Runs that were live when the daemon died are interrupted, with the reason recorded."""
-    return [(r.id, "interrupted", RECOVERY_REASON) for r in runs if is_live(r.status)]
+# --- runs a daemon stop cut ------------------------------------------------------------------
+
+
+def thread_kind(*, started_by: str | None, delegated: bool) -> ThreadKind:
+    """Whose work a thread is: a delegated child (a task here, or a link's launch carrying its
+    lineage), an orchestration's coder (its engine resumes it), or anything else."""
+    if started_by is not None and started_by.startswith("orchestrate:"):
+        return "orchestrated"
+    if delegated or (started_by is not None and started_by.startswith("task:")):
+        return "child"
+    return "plain"
+
+
+@dataclass(frozen=True)
+class CutThread:
+    """What deciding about a cut run needs to know of its thread."""
+
+    kind: ThreadKind
+    stopped: bool  # its queue is held (a person's or its parent's Stop) or it is archived
+    has_session: bool  # a provider session to resume
+    runs: tuple[RunView, ...]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A run a daemon stop cut: interrupted with `reason`; when `continued`, a new run (origin
+    "continue") goes on with it in the same session, its prompt `continuation_prompt(...)` of the
+    prompt of run `repeat_prompt_of` (None: the note alone)."""
+
+    run_id: str
+    reason: str
+    continued: bool
+    repeat_prompt_of: str | None = None
+
+
+def cut_chain(run: RunView, runs: Sequence[RunView]) -> list[RunView]:
+    """`run`, the run it continues, the one that one continues ... back to the first cut one."""
+    by_id = {r.id: r for r in runs}
+    chain = [run]
+    while chain[-1].origin == "continue" and chain[-1].continues in by_id and len(chain) <= len(runs):
+        chain.append(by_id[chain[-1].continues])
+    return chain
+
+
+def stop_reason(label: str | None, how: CutHow, *, continued: bool) -> str:
+    """Says where it happened: the daemon of which environment stopped, and what becomes of it."""
+    if label is None and not continued:
+        return RECOVERY_REASON if how == "crash" else SHUTDOWN_REASON
+    who = f"The daemon of {label}" if label else "The daemon"
+    verb = "stopped" if how == "crash" else "shut down"
+    then = "it goes on in a new run after the restart." if continued else "it was interrupted."
+    return f"{who} {verb} while this run was live; {then}"
+
+
+def plan_cut(
+    run: RunView, thread: CutThread, *, label: str | None, continue_children: bool, how: CutHow
+) -> Cut:
+    """A live run cut by a stop or crash of this daemon.
+
+    A wake run is always continued: the wake is owed until a wake run finishes. A delegated
+    child's run is continued when the box's setting says so (`continue_cut_runs`, on by default).
+    Never a thread a person or its parent stopped, never an orchestration's coder (its engine
+    resumes it, once per cut, with the packet's prompt), and never more than `MAX_CONTINUATIONS`
+    cuts in a row (no restart loops). The continuation repeats the first prompt of the chain when
+    the agent may not have it (a wake's message, a run that never reached its provider, no session).
+    """
+    chain = cut_chain(run, thread.runs)
+    root = chain[-1]
+    wanted = root.origin == "wake" or (continue_children and thread.kind == "child")
+    continued = wanted and not thread.stopped and len(chain) <= MAX_CONTINUATIONS
+    repeat = root.origin == "wake" or run.status == "starting" or not thread.has_session
+    return Cut(
+        run_id=run.id,
+        reason=stop_reason(label, how, continued=continued),
+        continued=continued,
+        repeat_prompt_of=root.id if continued and repeat else None,
+    )
+
+
+def continuation_prompt(repeated: str | None) -> str:
+    if repeated is None:
+        return CONTINUE_NOTE
+    return f"{CONTINUE_NOTE} The message of that turn was:\n\n{repeated}"
+
+
+def recover_at_startup(
+    threads: Sequence[CutThread],
+    *,
+    label: str | None = None,
+    continue_children: bool = False,
+    how: CutHow = "crash",
+) -> list[Cut]:
+    """Runs that were live when the daemon died are cut: interrupted with the reason, and
+    continued where `plan_cut` says so."""
+    return [
+        plan_cut(r, t, label=label, continue_children=continue_children, how=how)
+        for t in threads
+        for r in t.runs
+        if is_live(r.status)
+    ]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd import contracts as c
-from peerd.core.runs import RECOVERY_REASON, SHUTDOWN_REASON
+from peerd.core.runs import DAEMON_STOPPED
 from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import store as ostore
@@ -201,12 +201,24 @@ class OrchestrationContext:
                 return str(result.status)
 
     async def stopped_by_shutdown(self, run_id: str, thread_id: str, env: str | None) -> bool:
+        """Was the coder's last run cut by a stop or crash of its daemon (here or on the box)? The
+        cut run's error item carries the code `daemon_stopped` (never decided on the reason's text,
+        which names the environment)."""
         thread = await self.ops.thread_show(self.caller(run_id), thread_id, env)
-        # A clean shutdown, or a crash recovered at the next start: either way no coder failed.
-        return thread.latest_run is not None and thread.latest_run.reason in (
-            SHUTDOWN_REASON,
-            RECOVERY_REASON,
-        )
+        latest = thread.latest_run
+        if latest is None or latest.status != "interrupted":
+            return False
+        after: int | None = None
+        while True:
+            read = c.ThreadRead(
+                run_id=latest.id, after_position=after, limit=100, max_chars_per_item=1, environment_id=env
+            )
+            page = await self.ops.thread_read(self.caller(run_id), thread_id, read)
+            if any(i.kind == "error" and i.data.get("code") == DAEMON_STOPPED for i in page.items):
+                return True
+            if not page.has_more or page.next_position is None:
+                return False
+            after = page.next_position
 
     async def reply(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
         page = await self.ops.thread_read(

@@ -3,24 +3,32 @@
 One thread runs at most one run at a time; the next queued run starts when the live one ends,
 unless the thread's queue is held (a Stop). Every status change and item is committed before the
 run moves on, so a crash leaves a store that startup recovery can finish.
+
+A store that cannot be written (disk full, read-only, locked: `storage_unavailable`) does not end
+a run: the write is retried with backoff (`STORE_RETRY_*`) until the store works again, so no run
+stays `running` because its last write failed. At shutdown every live run is cut: recorded with
+`store.threads.recover` (interrupted, and continued after the restart where the run rules say so).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import secrets
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
-from peerd.core.runs import SHUTDOWN_REASON, next_to_start, plan_interrupt
+from peerd.core.runs import SHUTDOWN_REASON, is_live, next_to_start, plan_interrupt
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.paths import Paths
 from peerd.providers.base import ItemProduced, Provider, ProviderRun, RunFinished, RunSpec, SessionStarted
@@ -34,10 +42,26 @@ from peerd.store.db import Database
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_GRACE_S = 10.0
+STORE_RETRY_FIRST_S = 0.5
+STORE_RETRY_MAX_S = 30.0
+# SQLite's own codes for a store that cannot be written now (its message text is never read).
+_STORE_FAULTS = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR")
+T = TypeVar("T")
 
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    """The store cannot be written now, but may be later: typed by the store layer, or SQLite's
+    own error name (until every path maps it)."""
+    if isinstance(exc, PeerdError):
+        return exc.code == "storage_unavailable"
+    name = getattr(exc, "sqlite_errorname", None)
+    return (
+        isinstance(exc, sqlite3.OperationalError) and isinstance(name, str) and name.startswith(_STORE_FAULTS)
+    )
 
 
 class RunManager:
@@ -52,8 +76,12 @@ class RunManager:
         clock: Callable[[], float] = time.time,
         home: Path | None = None,
         links: LinksConfig | None = None,
+        label: str | None = None,
+        continue_cut_runs: bool = True,
     ) -> None:
         self._db = db
+        self._label = label  # this environment's name, in the reason of a run a stop cuts
+        self._continue_cut_runs = continue_cut_runs
         # peerd's home (hidden from confined runs); by default the one state_dir lies in.
         self._home = home or state_dir.parent
         self._links = links or LinksConfig()
@@ -66,8 +94,13 @@ class RunManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, ProviderRun] = {}
         self._interrupts: dict[str, str] = {}  # run id -> why it is being interrupted
+        self._cut: set[str] = set()  # runs the shutdown interrupts (not a person): recorded as cut
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._closed = asyncio.Event()
+        # Store writes that failed and were retried; set while one waits (tests wait on it).
+        self.store_retries = 0
+        self.store_fault = asyncio.Event()
         # Told when a run ends (delegated tasks whose child this is may now be settled).
         self.on_run_end: Callable[[str], Awaitable[None]] | None = None
 
@@ -135,6 +168,10 @@ class RunManager:
             raise
         except Exception as exc:
             log.exception("run.crashed", run_id=run_id)
+            live = self._live.get(run_id)
+            if live is not None:  # the agent must not go on unrecorded
+                with contextlib.suppress(Exception):
+                    await live.interrupt()
             await self._finish(run_id, "failed", reason=f"peerd failed while running this run: {exc}")
         finally:
             self._live.pop(run_id, None)
@@ -228,7 +265,11 @@ class RunManager:
             await self._finish(run_id, "failed", reason=exc.message)
             return
         self._live[run_id] = provider_run
-        await store.transition_run(self._db, run_id, "running", now=self._clock(), pgid=provider_run.pgid)
+        await self._write(
+            lambda: store.transition_run(
+                self._db, run_id, "running", now=self._clock(), pgid=provider_run.pgid
+            )
+        )
         self._feed.changed(thread.id)
         if run_id in self._interrupts:  # asked while it was starting
             self._spawn(provider_run.interrupt(), f"interrupt:{run_id}")
@@ -236,7 +277,11 @@ class RunManager:
         errors_seen: set[str] = set()
         async for event in provider_run.events():
             if isinstance(event, SessionStarted):
-                await store.set_provider_session(self._db, thread.id, event.session_id, now=self._clock())
+                await self._write(
+                    functools.partial(
+                        store.set_provider_session, self._db, thread.id, event.session_id, now=self._clock()
+                    )
+                )
             elif isinstance(event, ItemProduced):
                 if event.kind == "error":
                     errors_seen.add(event.text)
@@ -278,17 +323,37 @@ class RunManager:
             interaction_mode=thread.interaction_mode,
         )
 
+    async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
+        """A store write of a live run: a store that cannot be written now is waited for (backoff
+        up to `STORE_RETRY_MAX_S`), so the run's record is finished when the store works again.
+        At shutdown it gives up: start-up recovery records the run instead."""
+        delay = STORE_RETRY_FIRST_S
+        while True:
+            try:
+                return await op()
+            except Exception as exc:
+                if self._closing or not is_storage_fault(exc):
+                    raise
+                self.store_retries += 1
+                self.store_fault.set()
+                log.warning("run.store_unavailable", retry_in_s=delay, error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), delay)
+            delay = min(delay * 2, STORE_RETRY_MAX_S)
+
     async def _item(
         self, thread_id: str, run_id: str, kind: str, text: str, data: Mapping[str, object] | None = None
     ) -> None:
-        await store.add_item(
-            self._db,
-            thread_id=thread_id,
-            run_id=run_id,
-            kind=kind,
-            text=text,
-            data=dict(data or {}),
-            now=self._clock(),
+        await self._write(
+            lambda: store.add_item(
+                self._db,
+                thread_id=thread_id,
+                run_id=run_id,
+                kind=kind,
+                text=text,
+                data=dict(data or {}),
+                now=self._clock(),
+            )
         )
         self._feed.changed(thread_id)
 
@@ -306,18 +371,35 @@ class RunManager:
         exit_code: int | None = None,
         reported: bool = False,
     ) -> None:
+        if status == "interrupted" and run_id in self._cut:
+            # Cut by the shutdown: interrupted, and continued after the restart where the rules say.
+            await self._write(lambda: self._record_cut(only={run_id}))
+            log.info("run.end", run_id=run_id, status="interrupted", cut=True)
+            return
         # A failure's reason is also an error item, so readers of the items see why (once: not
         # again when the provider already reported that very error as an item).
-        await store.transition_run(
-            self._db,
-            run_id,
-            status,  # type: ignore[arg-type]  # one of the terminal statuses
-            now=self._clock(),
-            reason=reason,
-            exit_code=exit_code,
-            error_item=reason if status == "failed" and reason and not reported else None,
+        await self._write(
+            lambda: store.transition_run(
+                self._db,
+                run_id,
+                status,  # type: ignore[arg-type]  # one of the terminal statuses
+                now=self._clock(),
+                reason=reason,
+                exit_code=exit_code,
+                error_item=reason if status == "failed" and reason and not reported else None,
+            )
         )
         log.info("run.end", run_id=run_id, status=status)
+
+    async def _record_cut(self, only: set[str] | None = None) -> list[str]:
+        return await store.recover(
+            self._db,
+            now=self._clock(),
+            label=self._label,
+            continue_children=self._continue_cut_runs,
+            how="shutdown",
+            only=only,
+        )
 
     async def interrupt(
         self, thread_id: str, *, stop: bool, reason: str | None
@@ -345,10 +427,15 @@ class RunManager:
         return frozenset(run.pgid for run in self._live.values() if run.pgid is not None and run.pgid > 1)
 
     async def shutdown(self) -> None:
-        """Interrupt every live run and record it; nothing is left half-written."""
+        """Interrupt every live run and record it; nothing is left half-written. A run the shutdown
+        cuts (not one a person or a parent was already interrupting) is recorded as cut."""
         self._closing = True
+        self._closed.set()
+        asked = dict(self._interrupts)  # interrupts a person or a parent asked for: never continued
         for run_id in list(self._tasks):
-            self._interrupts.setdefault(run_id, SHUTDOWN_REASON)
+            if run_id not in self._interrupts:
+                self._interrupts[run_id] = SHUTDOWN_REASON
+                self._cut.add(run_id)
         # Awaited, not spawned: escalation (SIGINT -> SIGTERM -> SIGKILL) must finish before exit.
         await asyncio.gather(
             *(live.interrupt() for live in list(self._live.values())), return_exceptions=True
@@ -365,5 +452,13 @@ class RunManager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        # Whatever a cancelled task could not record is recorded here.
-        await store.recover(self._db, now=self._clock(), reason=SHUTDOWN_REASON)
+        # Whatever a cancelled task could not record is recorded here: an interrupt that was asked
+        # for as asked (never continued), every other live run as cut. A store that cannot be
+        # written now leaves them to start-up recovery.
+        try:
+            for run_id, why in asked.items():
+                if is_live((await store.get_run(self._db, run_id)).status):
+                    await store.transition_run(self._db, run_id, "interrupted", now=self._clock(), reason=why)
+            await self._record_cut()
+        except Exception:
+            log.exception("run.shutdown_record_failed")

@@ -7,7 +7,7 @@ the state can never disagree.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,17 @@ import aiosqlite
 
 from peerd.contracts import Event, Item, Page, Run, RunStatus, Thread
 from peerd.core.idempotency import replay
-from peerd.core.runs import RunView, check_transition, is_terminal, recover_at_startup
+from peerd.core.runs import (
+    DAEMON_STOPPED,
+    CutHow,
+    CutThread,
+    RunView,
+    check_transition,
+    continuation_prompt,
+    is_terminal,
+    recover_at_startup,
+    thread_kind,
+)
 from peerd.core.text import slice_text
 from peerd.errors import Conflict, InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
 from peerd.store import receipts
@@ -179,15 +189,21 @@ async def event(
 
 
 async def _insert_run(
-    tx: aiosqlite.Connection, thread_id: str, prompt: str, now: float, *, origin: str = "user"
+    tx: aiosqlite.Connection,
+    thread_id: str,
+    prompt: str,
+    now: float,
+    *,
+    origin: str = "user",
+    continues: str | None = None,
 ) -> str:
     row = await _one(tx, "SELECT coalesce(max(number), 0) AS n FROM runs WHERE thread_id = ?", (thread_id,))
     number = int(row["n"]) + 1 if row else 1
     run_id = new_id("run")
     await tx.execute(
-        "INSERT INTO runs (id, thread_id, number, status, prompt, created_at, origin)"
-        " VALUES (?, ?, ?, 'queued', ?, ?, ?)",
-        (run_id, thread_id, number, prompt, now, origin),
+        "INSERT INTO runs (id, thread_id, number, status, prompt, created_at, origin, continues)"
+        " VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)",
+        (run_id, thread_id, number, prompt, now, origin, continues),
     )
     await _event(tx, thread_id, "run.updated", {"runId": run_id, "status": "queued", "number": number}, now)
     await _insert_item(tx, thread_id, run_id, "user_message", prompt, {}, now)
@@ -391,26 +407,71 @@ async def live_run_groups(db: Database) -> list[tuple[str, int]]:
     return [(r["id"], int(r["pgid"])) for r in rows]
 
 
-async def recover(db: Database, *, now: float, reason: str | None = None) -> list[str]:
-    """At startup: runs left live by a dead daemon become interrupted, with the reason, in one txn."""
+async def recover(
+    db: Database,
+    *,
+    now: float,
+    reason: str | None = None,
+    label: str | None = None,
+    continue_children: bool = False,
+    how: CutHow = "crash",
+    only: Collection[str] | None = None,
+) -> list[str]:
+    """Runs a daemon stop cut (every live one, or those in `only`), in one transaction: each is
+    interrupted with the reason (naming this environment: `label`) and an error item carrying the
+    code `daemon_stopped`; where the run rules say so (`core.runs.recover_at_startup`) a
+    continuation is queued in the same transaction, so what is owed is recorded before anything
+    starts. `reason` replaces the planned reason. Returns the cut runs."""
     async with db.write() as tx:
         async with tx.execute(
-            "SELECT id, number, status, thread_id FROM runs WHERE status IN ('starting', 'running')"
+            "SELECT DISTINCT thread_id FROM runs WHERE status IN ('starting', 'running')"
         ) as cur:
-            rows = list(await cur.fetchall())
-        threads = {r["id"]: r["thread_id"] for r in rows}
-        plan = recover_at_startup([RunView(r["id"], r["number"], r["status"]) for r in rows])
-        for run_id, status, default_reason in plan:
-            why = reason or default_reason
+            thread_ids = [r["thread_id"] for r in await cur.fetchall()]
+        cuts = [await _cut_thread(tx, thread_id) for thread_id in thread_ids]
+        plans = recover_at_startup(cuts, label=label, continue_children=continue_children, how=how)
+        owner = {
+            run.id: thread_id for thread_id, cut in zip(thread_ids, cuts, strict=True) for run in cut.runs
+        }
+        done: list[str] = []
+        for plan in plans:
+            if only is not None and plan.run_id not in only:
+                continue
+            thread_id, why = owner[plan.run_id], reason or plan.reason
             await tx.execute(
-                "UPDATE runs SET status = ?, reason = ?, ended_at = ?, token_hash = NULL WHERE id = ?",
-                (status, why, now, run_id),
+                "UPDATE runs SET status = 'interrupted', reason = ?, ended_at = ?, token_hash = NULL WHERE id = ?",
+                (why, now, plan.run_id),
             )
-            await _insert_item(tx, threads[run_id], run_id, "error", why, {}, now)
-            await _event(
-                tx, threads[run_id], "run.updated", {"runId": run_id, "status": status, "reason": why}, now
-            )
-    return [run_id for run_id, _, _ in plan]
+            await _insert_item(tx, thread_id, plan.run_id, "error", why, {"code": DAEMON_STOPPED}, now)
+            data = {"runId": plan.run_id, "status": "interrupted", "reason": why}
+            await _event(tx, thread_id, "run.updated", data, now)
+            if plan.continued:
+                repeated = None
+                if plan.repeat_prompt_of is not None:
+                    row = await _must(tx, "SELECT prompt FROM runs WHERE id = ?", (plan.repeat_prompt_of,))
+                    repeated = str(row["prompt"])
+                prompt = continuation_prompt(repeated)
+                await _insert_run(tx, thread_id, prompt, now, origin="continue", continues=plan.run_id)
+            done.append(plan.run_id)
+    return done
+
+
+async def _cut_thread(tx: aiosqlite.Connection, thread_id: str) -> CutThread:
+    row = await _must(tx, "SELECT * FROM threads WHERE id = ?", (thread_id,))
+    async with tx.execute(
+        "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",
+        (thread_id,),
+    ) as cur:
+        runs = tuple(_view(r) for r in await cur.fetchall())
+    return CutThread(
+        kind=thread_kind(started_by=row["started_by"], delegated=row["delegated_from"] is not None),
+        stopped=bool(row["queue_held"]) or row["status"] == "archived",
+        has_session=row["provider_session"] is not None,
+        runs=runs,
+    )
+
+
+def _view(row: aiosqlite.Row) -> RunView:
+    return RunView(row["id"], row["number"], row["status"], row["origin"], row["continues"])
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -456,9 +517,10 @@ async def last_reply(db: Database, run_id: str) -> str | None:
 
 async def run_views(db: Database, thread_id: str) -> list[RunView]:
     rows = await db.fetchall(
-        "SELECT id, number, status FROM runs WHERE thread_id = ? ORDER BY number", (thread_id,)
+        "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",
+        (thread_id,),
     )
-    return [RunView(r["id"], r["number"], r["status"]) for r in rows]
+    return [_view(r) for r in rows]
 
 
 async def get_thread(db: Database, thread_id: str) -> Thread:

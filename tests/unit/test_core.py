@@ -12,15 +12,25 @@ import pytest
 from peerd.contracts import RunStatus
 from peerd.core.idempotency import Receipt, replay, request_hash, scoped_request_id
 from peerd.core.runs import (
+    CONTINUE_NOTE,
+    MAX_CONTINUATIONS,
     RECOVERY_REASON,
+    SHUTDOWN_REASON,
+    CutThread,
     InvalidTransition,
     RunView,
+    ThreadKind,
     check_transition,
+    continuation_prompt,
+    cut_chain,
     is_live,
     is_terminal,
     next_to_start,
+    plan_cut,
     plan_interrupt,
     recover_at_startup,
+    stop_reason,
+    thread_kind,
 )
 from peerd.core.text import slice_text
 from peerd.errors import IdempotencyKeyReused
@@ -136,15 +146,114 @@ def test_stop_holds_the_queue_with_or_without_a_live_run() -> None:
 # --- startup recovery ----------------------------------------------------------------------------
 
 
+def plain(
+    *runs: RunView, kind: ThreadKind = "plain", stopped: bool = False, session: bool = True
+) -> CutThread:
+    return CutThread(kind=kind, stopped=stopped, has_session=session, runs=runs)
+
+
 def test_recovery_interrupts_only_live_runs_with_the_reason() -> None:
     runs = [RunView(f"r-{s}", i, s) for i, s in enumerate(STATUSES, start=1)]
-    plan = recover_at_startup(runs)
-    assert sorted(plan) == [
-        ("r-running", "interrupted", RECOVERY_REASON),
-        ("r-starting", "interrupted", RECOVERY_REASON),
+    plan = recover_at_startup([plain(*runs)])
+    assert sorted((c.run_id, c.reason, c.continued) for c in plan) == [
+        ("r-running", RECOVERY_REASON, False),
+        ("r-starting", RECOVERY_REASON, False),
     ]
     assert "interrupted" in RECOVERY_REASON
-    assert recover_at_startup([RunView("r1", 1, "queued"), RunView("r2", 2, "completed")]) == []
+    assert recover_at_startup([plain(RunView("r1", 1, "queued"), RunView("r2", 2, "completed"))]) == []
+
+
+def test_a_cut_says_whose_daemon_stopped_and_what_becomes_of_the_run() -> None:
+    crash = plan_cut(RunView("r1", 1, "running"), plain(RunView("r1", 1, "running")), label="box",
+                     continue_children=True, how="crash")  # fmt: skip
+    assert crash.reason == "The daemon of box stopped while this run was live; it was interrupted."
+    wake = RunView("r2", 2, "running", "wake")
+    stop = plan_cut(wake, plain(RunView("r1", 1, "completed"), wake), label="laptop",
+                    continue_children=False, how="shutdown")  # fmt: skip
+    assert (
+        stop.reason
+        == "The daemon of laptop shut down while this run was live; it goes on in a new run after the restart."
+    )
+    assert stop_reason(None, "shutdown", continued=False) == SHUTDOWN_REASON
+
+
+def test_a_cut_wake_run_is_continued_with_its_message_whatever_the_setting() -> None:
+    wake = RunView("w", 2, "running", "wake")
+    thread = plain(RunView("r1", 1, "completed"), wake)
+    for setting in (True, False):
+        cut = plan_cut(wake, thread, label="laptop", continue_children=setting, how="crash")
+        assert (cut.continued, cut.repeat_prompt_of) == (True, "w"), "the wake's message is repeated"
+
+
+@pytest.mark.parametrize(("kind", "setting", "continued"), [
+    ("child", True, True), ("child", False, False), ("plain", True, False), ("orchestrated", True, False),
+])  # fmt: skip
+def test_a_cut_user_run_is_continued_only_for_a_delegated_child_and_only_when_the_box_allows_it(
+    kind: ThreadKind, setting: bool, continued: bool
+) -> None:
+    run = RunView("r1", 1, "running")
+    cut = plan_cut(run, plain(run, kind=kind), label="box", continue_children=setting, how="shutdown")
+    assert cut.continued is continued
+    assert cut.repeat_prompt_of is None, "its session holds the task: the note alone"
+
+
+def test_a_thread_a_person_or_parent_stopped_is_never_continued() -> None:
+    wake = RunView("w", 2, "running", "wake")
+    for kind in ("child", "plain"):
+        thread = plain(RunView("r1", 1, "completed"), wake, kind=kind, stopped=True)  # type: ignore[arg-type]
+        assert not plan_cut(wake, thread, label="box", continue_children=True, how="crash").continued
+
+
+def test_a_run_the_agent_may_not_have_seen_is_continued_with_its_prompt() -> None:
+    starting = RunView("r1", 1, "starting")
+    assert plan_cut(starting, plain(starting, kind="child"), label="b", continue_children=True,
+                    how="crash").repeat_prompt_of == "r1"  # fmt: skip
+    running = RunView("r1", 1, "running")
+    no_session = plain(running, kind="child", session=False)
+    assert (
+        plan_cut(running, no_session, label="b", continue_children=True, how="crash").repeat_prompt_of == "r1"
+    )
+    assert continuation_prompt(None) == CONTINUE_NOTE
+    assert continuation_prompt("Delegated task t1 ...").startswith(CONTINUE_NOTE)
+    assert continuation_prompt("Delegated task t1 ...").endswith("\n\nDelegated task t1 ...")
+
+
+def test_each_cut_is_continued_once_and_a_restart_loop_ends() -> None:
+    """A wake cut again and again: each cut is continued (repeating the wake's message), until
+    MAX_CONTINUATIONS continuations in a row were cut too."""
+    ended: list[RunView] = [RunView("r1", 1, "completed")]
+    live = RunView("w", 2, "running", "wake")
+    continued = 0
+    for _ in range(MAX_CONTINUATIONS + 5):  # bounded, also when the rule is broken
+        cut = plan_cut(live, plain(*ended, live), label="b", continue_children=False, how="crash")
+        assert cut_chain(live, [*ended, live])[-1].id == "w"
+        if not cut.continued:
+            break
+        assert cut.repeat_prompt_of == "w"
+        continued += 1
+        ended.append(RunView(live.id, live.number, "interrupted", live.origin, live.continues))
+        live = RunView(f"c{continued}", live.number + 1, "running", "continue", live.id)
+    assert continued == MAX_CONTINUATIONS
+    assert "interrupted" in cut.reason
+
+
+def test_a_continuation_starts_before_runs_queued_behind_the_cut() -> None:
+    runs = [
+        RunView("r1", 1, "interrupted"),
+        RunView("r2", 2, "queued"),
+        RunView("c3", 3, "queued", "continue", "r1"),
+    ]
+    assert next_to_start(runs, queue_held=False, archived=False) == "c3"
+    assert next_to_start(runs[:2], queue_held=False, archived=False) == "r2"
+    assert next_to_start(runs, queue_held=True, archived=False) is None
+
+
+def test_who_started_a_thread_decides_its_kind() -> None:
+    assert thread_kind(started_by="task:thr_1", delegated=False) == "child"
+    assert thread_kind(started_by="link:cli_1", delegated=True) == "child"
+    assert thread_kind(started_by="link:cli_1", delegated=False) == "plain"
+    assert thread_kind(started_by="orchestrate:orc_1", delegated=False) == "orchestrated"
+    assert thread_kind(started_by=None, delegated=False) == "plain"
 
 
 # --- idempotency ---------------------------------------------------------------------------------
