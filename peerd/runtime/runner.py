@@ -168,10 +168,6 @@ class RunManager:
             raise
         except Exception as exc:
             log.exception("run.crashed", run_id=run_id)
-            live = self._live.get(run_id)
-            if live is not None:  # the agent must not go on unrecorded
-                with contextlib.suppress(Exception):
-                    await live.interrupt()
             await self._finish(run_id, "failed", reason=f"peerd failed while running this run: {exc}")
         finally:
             self._live.pop(run_id, None)
