@@ -116,7 +116,10 @@ def expired_message(label: str) -> str:
 
 
 def not_linked_message(env_id: str) -> str:
-    return f"This environment is not linked to {env_id}. `peerd environment list` shows the linked ones."
+    return (
+        f"This environment is not linked to {env_id}. The linked ones are listed by the environment_list "
+        "tool (or `peerd environment list`)."
+    )
 
 
 def unreachable_message(label: str, urls: tuple[str, ...] | list[str]) -> str:

@@ -244,7 +244,8 @@ async def test_unlink_revokes_there_and_forgets_here(pair: Pair) -> None:
     with pytest.raises(InvalidRequest) as err:
         await pair.remote("GET", "/v1/projects")
     assert err.value.message == (
-        f"This environment is not linked to {pair.box_id}. `peerd environment list` shows the linked ones."
+        f"This environment is not linked to {pair.box_id}. The linked ones are listed by the environment_list "
+        "tool (or `peerd environment list`)."
     )
 
 

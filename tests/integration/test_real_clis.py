@@ -214,7 +214,7 @@ async def test_the_model_reads_peerds_tool_errors_and_hints(
     """Each CLI passes peerd's error sentence (code first) and a wait's hint on to its model: the
     fake model echoes what it received as the tool's result."""
     for marker, expected in (
-        ("tool_error", "invalid_request: This environment is not linked to no-such-box"),
+        ("tool_error", "not_linked: This environment is not linked to no-such-box"),
         ("wait_hint", '"wait": true} to keep waiting, or end your turn'),
     ):
         launched = await launch(cli_client, cli_project, cli, f"{fake_marker(marker)} Try it.")
