@@ -36,6 +36,7 @@ from peerd.tasks.rules import (
     classify,
     is_task_terminal,
     result_text,
+    store_retry_delay,
     task_status_from_run,
 )
 
@@ -288,7 +289,7 @@ class FollowerMachine:
         Nothing is written about it: the store is what fails."""
         self.watch_deadline = None
         self.store_failures += 1
-        self.store_retry_at = now + backoff_delay(self.store_failures, self.jitter())
+        self.store_retry_at = now + store_retry_delay(self.store_failures, self.jitter())
         return []
 
     def crashed(self, now: float) -> list[Action]:

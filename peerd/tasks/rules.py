@@ -24,6 +24,7 @@ TASK_TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "
 
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
+STORE_RETRY_MAX_S = 30.0
 # A waiting tool call returns before MCP clients give up on it (Codex: 60 s by default).
 WAIT_CAP_S = 45.0
 
@@ -85,6 +86,12 @@ def backoff_delay(attempts: int, jitter: float) -> float:
     exponent = max(attempts - 1, 0)
     base = BACKOFF_MAX_S if exponent > 16 else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**exponent)
     return base + jitter
+
+
+def store_retry_delay(failures: int, jitter: float) -> float:
+    """How long to wait after this daemon's store failed (full disk, say): 2 s, 4 s ... capped at
+    30 s, plus jitter. A local retry costs nothing, and freed space should be noticed soon."""
+    return min(backoff_delay(failures, 0.0), STORE_RETRY_MAX_S) + jitter
 
 
 def task_status_from_run(run_status: str) -> TaskStatus:

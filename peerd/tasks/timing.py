@@ -5,7 +5,7 @@ sleep that new work can cut short. Tests replace it to drive the follower withou
 
 `Retrier.run(name, work)` tries `work` once; when it fails with a store fault (full disk,
 read-only, locked: `storage_unavailable`, or a raw SQLite operational error) it is retried in the
-background with backoff until it goes through, so a task's ending and its parent's wake are never
+background with backoff (2 s ... 30 s) until it goes through, so a task's ending and its parent's wake are never
 dropped because the disk was full for a while. Any other failure is raised (a bug stays visible).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from peerd.tasks.rules import backoff_delay, is_store_fault
+from peerd.tasks.rules import is_store_fault, store_retry_delay
 
 log = structlog.get_logger(__name__)
 
@@ -65,7 +65,7 @@ class Retrier:
     async def _retry(self, name: str, work: Callable[[], Awaitable[object]]) -> None:
         failures = 1
         while True:
-            await self.clock.sleep(backoff_delay(failures, self.jitter()))
+            await self.clock.sleep(store_retry_delay(failures, self.jitter()))
             try:
                 await work()
                 log.info("task.retried", what=name, attempts=failures + 1)

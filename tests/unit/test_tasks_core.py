@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
+from peerd.errors import NotLinked, PeerdError, StorageUnavailable, ThreadNotFound
 from peerd.tasks.rules import (
     BACKOFF_MAX_S,
+    RunFact,
     backoff_delay,
     cancel_result,
+    classify,
     complete,
+    error_code,
+    is_store_fault,
+    result_text,
     role_prompt,
+    settlement,
     should_wake,
+    stopped_with_parent,
     task_status_from_run,
+    wake_due,
     wake_text,
 )
 
@@ -68,3 +79,91 @@ def test_run_statuses_map_to_task_statuses() -> None:
 def test_cancel_result() -> None:
     assert cancel_result("not needed") == "Cancelled: not needed"
     assert cancel_result(None) == "Cancelled."
+
+
+def test_stopped_with_parent() -> None:
+    assert stopped_with_parent("User stopped") == "Stopped with its parent: User stopped"
+    assert stopped_with_parent(None) == "Stopped with its parent."
+
+
+def test_the_wake_condition() -> None:
+    live = {"parent_status": "active", "queue_held": False}
+    assert wake_due("always", **live, parent_live=True) is True
+    assert wake_due("settled_only", **live, parent_live=True) is False, "the waiting call takes it"
+    assert wake_due("settled_only", **live, parent_live=False) is True
+    assert wake_due("always", parent_status="active", queue_held=True, parent_live=False) is False, "stopped"
+    assert wake_due("always", parent_status="archived", queue_held=False, parent_live=False) is False
+    assert wake_due("always", parent_status=None, queue_held=False, parent_live=False) is False, "gone"
+    assert wake_due("always", **live, parent_live=False, wanted=False) is False, "the caller hears it"
+
+
+def test_one_result_text_policy_for_local_and_remote_children() -> None:
+    assert result_text("completed", "the reply", "why") == "the reply"
+    assert result_text("completed", None, "why") == "why"
+    assert result_text("completed", None, None) == "(The child thread ended without a reply.)"
+    assert (
+        result_text("interrupted", None, None, where="box")
+        == "(The child thread in box ended without a reply.)"
+    )
+    assert result_text("failed", "the reply", "the error") == "the error", (
+        "a failed run's result is its error"
+    )
+    assert result_text("failed", "the reply", None) == "the reply"
+    assert result_text("failed", None, None, where="box") == "The child run in box failed."
+
+
+def fact(number: int, status: str, origin: str = "user") -> RunFact:
+    return RunFact(f"r{number}", number, status, origin)
+
+
+def test_settlement_waits_for_the_childs_own_work() -> None:
+    launched = fact(1, "completed")
+    assert settlement(launched, [launched], open_children=False, queue_held=False) == (True, launched)
+    assert settlement(launched, [launched], open_children=True, queue_held=False)[0] is False
+    wake = fact(2, "running", "wake")
+    assert settlement(launched, [launched, wake], open_children=False, queue_held=False)[0] is False
+    done = fact(2, "completed", "wake")
+    assert settlement(launched, [launched, done], open_children=False, queue_held=False) == (True, done)
+    later = fact(3, "completed", "user")
+    assert settlement(launched, [launched, done, later], open_children=False, queue_held=False) == (
+        True,
+        done,
+    )
+
+
+def test_a_continuation_after_a_restart_is_the_childs_own_work() -> None:
+    cut = fact(1, "interrupted")
+    going_on = fact(2, "queued", "continue")
+    assert settlement(cut, [cut, going_on], open_children=False, queue_held=False)[0] is False
+    finished = fact(2, "completed", "continue")
+    assert settlement(cut, [cut, finished], open_children=False, queue_held=False) == (True, finished)
+    assert settlement(cut, [cut, going_on], open_children=False, queue_held=True) == (True, cut), "stopped"
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        ("unreachable", "transient"),
+        ("storage_unavailable", "transient"),
+        ("shutting_down", "transient"),
+        ("unavailable", "transient"),
+        ("capability_denied", "link"),
+        ("not_linked", "link"),
+        ("link_revoked", "link"),
+        ("pin_mismatch", "link"),
+        ("thread_not_found", "task"),
+        ("invalid_request", "task"),
+        ("idempotency_key_reused", "task"),
+    ],
+)
+def test_failures_are_sorted_by_code(code: str, kind: str) -> None:
+    assert classify(code) == kind
+
+
+def test_error_codes_of_exceptions() -> None:
+    assert error_code(NotLinked("This environment is not linked to x.")) == "not_linked"
+    assert error_code(ThreadNotFound("not linked")) == "thread_not_found", "the message is never read"
+    assert error_code(PeerdError("x", code="unreachable")) == "unreachable"
+    assert error_code(sqlite3.OperationalError("database or disk is full")) == "storage_unavailable"
+    assert error_code(RuntimeError("bug")) == "internal_error"
+    assert is_store_fault(StorageUnavailable("full")) and not is_store_fault(ValueError())
