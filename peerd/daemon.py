@@ -1,9 +1,12 @@
 """The composition root: wires the store, identity, runs and listeners; recovers; shuts down.
 
-Start-up order: take the home lock, load the identity, open and migrate the store, interrupt runs
-a dead daemon left live, prune old receipts, start the listeners, then start queued runs.
-Shutdown (SIGTERM/SIGINT): long-polls return at once, live runs are interrupted and recorded as
-such, the listeners stop, the store closes. Nothing is half-written: each change is a transaction.
+Start-up order: take the home lock, load the identity, open and migrate the store, cut runs a
+dead daemon left live (interrupted, and continued where owed: `store.threads.recover`), prune old
+receipts, start the listeners, then start queued runs (continuations first).
+Shutdown (SIGTERM/SIGINT): every request is answered, in-flight ones (long-polls, forwarded calls)
+with `shutting_down` within a second; live runs are interrupted and recorded as cut (continued
+after the restart where owed), the listeners stop, the store closes. Nothing is half-written:
+each change is a transaction.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from aiohttp import web
 from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
+from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.gitwire import add_git_routes
 from peerd.api.listener import ListenerLimits, start_tcp
 from peerd.api.local import local_app
@@ -112,6 +116,7 @@ class Daemon:
         self.paths = Paths(config.home)
         self._stop = asyncio.Event()
         self._listeners: list[c.Listener] = []
+        self.gate = ShutdownGate()  # what every app answers while the daemon stops
         self._runners: list[web.AppRunner] = []
         self._lock_file: IO[str] | None = None
         self.identity: Identity | None = None
@@ -154,7 +159,15 @@ class Daemon:
         for run_id, pgid in await threads.live_run_groups(db):
             if kill_orphaned_group(pgid, run_id):
                 log.info("daemon.killed_orphan", run_id=run_id, pgid=pgid)
-        recovered = await threads.recover(db, now=now)
+        # Runs a crash cut: interrupted, saying where, and continued where the run rules say
+        # (owed wakes; delegated children unless `continue_cut_runs = false`), recorded before
+        # anything starts; `kick_all` below starts the continuations first.
+        recovered = await threads.recover(
+            db,
+            now=now,
+            label=self.config.label,
+            continue_children=self.config.settings.continue_cut_runs,
+        )
         if recovered:
             log.info("daemon.recovered_runs", count=len(recovered))
         await self._prune_receipts()
@@ -171,6 +184,8 @@ class Daemon:
             tool_env={"PEERD_SOCKET": str(self.paths.agent_socket)},
             home=self.paths.home,
             links=self.config.settings.links,  # what a link's runs may use (runtime/sandbox.py)
+            label=self.config.label,  # named in the reason of a run a stop of this daemon cuts
+            continue_cut_runs=self.config.settings.continue_cut_runs,
         )
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
@@ -238,6 +253,7 @@ class Daemon:
                 )
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # stale: the home lock proves no other daemon owns it
+        app[SHUTDOWN_GATE] = self.gate
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
         await runner.setup()
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
@@ -254,6 +270,7 @@ class Daemon:
         host, port = parse_listen(self.config.listen, tls=self.config.tls)
         ssl_ctx = server_ssl_context(identity) if self.config.tls else None
         try:  # caps, timeouts and Host checks: peerd/api/listener.py
+            app[SHUTDOWN_GATE] = self.gate
             runner = await start_tcp(
                 app,
                 host=host,
@@ -395,7 +412,10 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
-        self.feed.close()  # long-polls answer now instead of at their timeout
+        # Requests answer `shutting_down` from now on; those in flight (long-polls, forwarded
+        # calls waiting on a box) are answered so within a second, then long-polls elsewhere end.
+        await self.gate.close()
+        self.feed.close()
         if self._pruner is not None:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 
 from peerd.cli.client import LocalClient
-from peerd.core.runs import RECOVERY_REASON, SHUTDOWN_REASON
+from peerd.core.runs import DAEMON_STOPPED, stop_reason
 from peerd.daemon import Daemon
-from peerd.errors import Conflict, InvalidRequest
+from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.paths import Paths
 from tests.helpers import DaemonProcess, client_for, git, running_daemon, script, wait_terminal
 
@@ -362,6 +362,8 @@ async def test_interrupt_without_a_live_run(client: LocalClient, project: Json) 
 
 
 async def test_a_restart_after_a_crash_marks_live_runs_interrupted(tmp_path: Path, repo: Path) -> None:
+    """A person's own thread cut by a crash is interrupted, saying whose daemon stopped, with an
+    error item carrying the code `daemon_stopped`; it is not continued (only owed work is)."""
     home = tmp_path / "proc-home"
     flag = tmp_path / "release"
     first = DaemonProcess(home)
@@ -387,11 +389,14 @@ async def test_a_restart_after_a_crash_marks_live_runs_interrupted(tmp_path: Pat
             assert (await client.call("GET", "/v1/status"))["envId"] == env_before
             thread = await client.call("GET", f"/v1/threads/{thread_id}")
             run = thread["latestRun"]
-            assert run["id"] == run_id
-            assert run["status"] == "interrupted" and run["reason"] == RECOVERY_REASON
+            assert run["id"] == run_id, "not continued: the thread is no one's delegated work"
+            why = stop_reason("proc", "crash", continued=False)
+            assert why == "The daemon of proc stopped while this run was live; it was interrupted."
+            assert run["status"] == "interrupted" and run["reason"] == why
             items = await client.call("GET", f"/v1/threads/{thread_id}/items")
             last = items["items"][-1]
-            assert (last["kind"], last["text"], last["runId"]) == ("error", RECOVERY_REASON, run_id)
+            assert (last["kind"], last["text"], last["runId"]) == ("error", why, run_id)
+            assert last["data"] == {"code": DAEMON_STOPPED}
         second.signal(signal.SIGTERM)
         assert await second.exited(10) == 0
     finally:
@@ -421,7 +426,11 @@ async def test_sigterm_answers_long_polls_interrupts_runs_and_exits_cleanly(
             project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
             launched = await launch(client, project, held(flag))
             thread_id, run_id = launched["threadId"], launched["runId"]
-            cursor = await wait_status(client, thread_id, run_id, "running")
+            await wait_status(client, thread_id, run_id, "running")
+            # The agent's session is its last event until the flag: after it, nothing changes.
+            _, cursor = await events_until(
+                client, thread_id, lambda e: e["type"] == "thread.updated" and "providerSession" in e["data"]
+            )
             pgid = db_run(home, run_id)["pgid"]
 
             async with client_for(home) as poller:
@@ -438,9 +447,10 @@ async def test_sigterm_answers_long_polls_interrupts_runs_and_exits_cleanly(
 
                 signalled = loop.time()
                 first.signal(signal.SIGTERM)
-                answer = await asyncio.wait_for(waiting, 10)
-                assert loop.time() - signalled < 5.0
-                assert "events" in answer and "nextCursor" in answer
+                with pytest.raises(PeerdError) as answer:
+                    await asyncio.wait_for(waiting, 10)
+                assert answer.value.code == "shutting_down", "a typed answer, not a dropped connection"
+                assert loop.time() - signalled < 1.0
                 assert await first.exited(10) == 0
                 assert loop.time() - signalled < 8.0
         assert not Paths(home).socket.exists(), "the socket file is removed on exit"
@@ -451,7 +461,10 @@ async def test_sigterm_answers_long_polls_interrupts_runs_and_exits_cleanly(
         async with client_for(home) as client:
             run = (await client.call("GET", f"/v1/threads/{thread_id}"))["latestRun"]
             assert run["id"] == run_id
-            assert run["status"] == "interrupted" and run["reason"] == SHUTDOWN_REASON
+            assert run["status"] == "interrupted"
+            assert (
+                run["reason"] == "The daemon of proc shut down while this run was live; it was interrupted."
+            )
         second.signal(signal.SIGTERM)
         assert await second.exited(10) == 0
     finally:
