@@ -55,13 +55,23 @@ def token_hash(token: str) -> str:
 
 def is_storage_fault(exc: BaseException) -> bool:
     """The store cannot be written now, but may be later: typed by the store layer, or SQLite's
-    own error name (until every path maps it)."""
-    if isinstance(exc, PeerdError):
-        return exc.code == "storage_unavailable"
-    name = getattr(exc, "sqlite_errorname", None)
-    return (
-        isinstance(exc, sqlite3.OperationalError) and isinstance(name, str) and name.startswith(_STORE_FAULTS)
-    )
+    own error name, also as the cause of another error (a ROLLBACK after SQLite undid the
+    transaction itself)."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, PeerdError) and seen.code == "storage_unavailable":
+            return True
+        name = getattr(seen, "sqlite_errorname", None)
+        if (
+            isinstance(seen, sqlite3.OperationalError)
+            and isinstance(name, str)
+            and name.startswith(_STORE_FAULTS)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class RunManager:
