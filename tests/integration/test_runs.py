@@ -154,6 +154,7 @@ async def test_wait_returns_at_once_for_a_terminal_run(client: LocalClient, proj
         "status": "completed",
         "terminal": True,
         "timedOut": False,
+        "hint": None,
     }
 
 
@@ -541,8 +542,14 @@ async def test_archive_removes_the_worktree_and_hides_the_thread(
     worktree = Path(launched["worktreePath"])
     assert worktree.is_dir()
 
-    archived = await client.call("POST", f"/v1/threads/{thread_id}/archive")
-    assert archived == {"threadId": thread_id, "status": "archived", "worktreeRemoved": True}
+    # The run's file is untracked: archiving discards it only when forced (and says so).
+    archived = await client.call("POST", f"/v1/threads/{thread_id}/archive", body={"force": True})
+    assert archived == {
+        "threadId": thread_id,
+        "status": "archived",
+        "worktreeRemoved": True,
+        "discarded": ["a.txt"],
+    }
     assert not worktree.exists()
     assert git(repo, "branch", "--list", f"peerd/{thread_id}").strip() != "", "the branch is kept"
     assert (await client.call("GET", f"/v1/threads/{thread_id}"))["status"] == "archived"
