@@ -54,6 +54,7 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
 from peerd.store import approvals, projects, receipts, threads
+from peerd.store import health as store_health
 from peerd.store.db import Database
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.follower import FollowerPool
@@ -83,6 +84,7 @@ class DaemonConfig:
     listener_limits: ListenerLimits = field(
         default_factory=ListenerLimits
     )  # TCP caps, timeouts (tests lower them)
+    new_store: bool = False  # `serve --new-store`: an existing identity may get a new, empty store
 
 
 def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
@@ -152,9 +154,9 @@ class Daemon:
         for url in self.config.advertise:
             check_url(url)  # a pairing code must never carry an address the laptop would refuse
         self._take_lock()
+        self.db = db = await self._open_store()
         identity = load_or_create_identity(self.paths.home)
         self.identity = identity
-        self.db = db = await Database.open(self.paths.db)
         now = time.time()
         for run_id, pgid in await threads.live_run_groups(db):
             if kill_orphaned_group(pgid, run_id):
@@ -240,6 +242,19 @@ class Daemon:
             label=self.config.label,
             listeners=[listener.address for listener in self._listeners],
         )
+
+    async def _open_store(self) -> Database:
+        """Never start over a damaged or foreign store (store/health.py): an existing file must be
+        a healthy peerd store; a missing one is made only on a first start (no identity yet) or
+        with `--new-store`. Refused: `StoreRefused`, one sentence naming the file and the way out."""
+        identity_exists = (self.paths.home / "identity" / "key.pem").exists()
+        await asyncio.to_thread(
+            store_health.check,
+            self.paths.db,
+            identity_exists=identity_exists,
+            new_store=self.config.new_store,
+        )
+        return await Database.open(self.paths.db)
 
     async def _serve_unix(self, app: web.Application, path: Path, *, listed: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

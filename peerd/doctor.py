@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from peerd import contracts as c
 from peerd.peer.client import is_loopback_url
+from peerd.store.health import StoreHealth
 
 CheckStatus = Literal["ok", "warn", "fail", "skip"]
 FileKind = Literal["dir", "file", "socket", "other", "missing"]
@@ -113,6 +114,8 @@ class Facts:
     # peerd's sandbox (runtime/sandbox.py): does bwrap work here, and does the config let a link's
     # runs go on without it. None: not looked at.
     confinement: ConfinementFacts | None = None
+    # `PRAGMA quick_check` and friends on peerd.db (store/health.py). None: not looked at.
+    store: StoreHealth | None = None
 
     @property
     def status(self) -> c.Status | None:
@@ -327,6 +330,36 @@ def check_db_file(facts: Facts, f: FileFacts) -> Check:
         "Restart the daemon; it starts a new, empty database (restore the old one from a backup first to keep it).",
     )
     return check_path(name, f, expect="file", mode=0o600, facts=facts, missing=missing)
+
+
+def check_store(facts: Facts) -> Check | None:
+    """The store's integrity (`PRAGMA quick_check`), whether it is peerd's, and its schema version."""
+    found = facts.store
+    if found is None or found.state == "missing":  # a missing file is the database check's to report
+        return None
+    name = "database-integrity"
+    if found.ok:
+        return Check(name, "ok", f"{found.path}: integrity check ok, schema version {found.version}")
+    path = _q(found.path)
+    if found.state == "newer":
+        return Check(
+            name, "fail", f"{found.path} {found.detail}", "Upgrade peerd to the version that wrote it."
+        )
+    if found.state == "unreadable":
+        return Check(
+            name,
+            "warn",
+            f"{found.path} {found.detail}",
+            "Run `peerd doctor` again once nothing else holds it.",
+        )
+    return Check(
+        name,
+        "fail",
+        f"{found.path} {found.detail}",
+        "Stop the daemon, then put a backup back with `peerd restore BACKUP` (made by `peerd backup`); "
+        f"or move it aside (`mv {path} {_q(found.path + '.damaged')}`, with its -wal and -shm files) and "
+        "start with `peerd serve --new-store` (an empty store: projects, threads, tasks and links are gone).",
+    )
 
 
 def check_identity_dir(facts: Facts) -> Check:
@@ -650,6 +683,9 @@ def run_checks(facts: Facts) -> list[Check]:
         checks.append(socket_dir)
     checks.append(check_socket(facts))
     checks += [check_db_file(facts, f) for f in facts.db_files]
+    store = check_store(facts)
+    if store is not None:
+        checks.append(store)
     checks += [
         check_identity_dir(facts),
         check_identity_key(facts),

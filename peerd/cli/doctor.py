@@ -41,6 +41,7 @@ from peerd.errors import PeerdError
 from peerd.paths import Paths
 from peerd.peer.identity import format_fingerprint
 from peerd.runtime import sandbox
+from peerd.store import health as store_health
 
 GIT_TIMEOUT_S = 10.0
 T = TypeVar("T")
@@ -181,6 +182,18 @@ def confinement_facts() -> ConfinementFacts:
     return ConfinementFacts(works=found.ok, detail=found.detail, allow_unconfined=allow)
 
 
+async def _store_health(db: Path) -> store_health.StoreHealth | None:
+    """The integrity check, only on a store file of mode 0600: SQLite gives an empty -wal or -shm
+    file it opens the mode of the database, and the doctor must change nothing (the `database`
+    check says how to fix the mode first)."""
+    try:
+        if db.stat().st_mode & 0o777 != 0o600:
+            return None
+    except OSError:
+        return None
+    return await asyncio.to_thread(store_health.inspect, db)
+
+
 async def gather(paths: Paths, *, now: float | None = None) -> Facts:
     socket = paths.socket
     identity_dir = paths.home / "identity"
@@ -213,6 +226,7 @@ async def gather(paths: Paths, *, now: float | None = None) -> Facts:
         git_error=git_error,
         daemon=daemon,
         confinement=await asyncio.to_thread(confinement_facts),
+        store=await _store_health(db),
     )
 
 
@@ -222,7 +236,8 @@ async def gather(paths: Paths, *, now: float | None = None) -> Facts:
 def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check this machine's peerd and print a fix for each problem.
 
-    Checks the daemon, the socket and file permissions, the certificate, each link's reachability
+    Checks the daemon, the socket and file permissions, the store's integrity (`PRAGMA
+    quick_check`), the certificate, each link's reachability
     and token, each provider's CLI and version, and git. Works without a running daemon (the
     daemon check then fails and the link and provider checks are skipped). Exits 1 when a check
     failed; warnings do not fail.

@@ -19,6 +19,7 @@ from peerd.cli.orchestrate import orchestrate
 from peerd.cli.output import emit_json, fields
 from peerd.cli.projects import project
 from peerd.cli.providers import config, provider
+from peerd.cli.store import backup, restore
 from peerd.cli.tasks import task
 from peerd.cli.threads import thread
 from peerd.errors import PeerdError
@@ -61,6 +62,12 @@ def cli(ctx: click.Context, home: Path | None) -> None:
     envvar="PEERD_CONFIG",
     help="Config file (default: $XDG_CONFIG_HOME/peerd/config.toml). Flags win over it.",
 )
+@click.option(
+    "--new-store",
+    is_flag=True,
+    help="Start with a new, empty store although this environment's identity exists (its store is "
+    "missing). Never replaces an existing file.",
+)
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.pass_context
@@ -72,6 +79,7 @@ def serve(
     no_tls: bool,
     advertise: tuple[str, ...],
     config_path: Path | None,
+    new_store: bool,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -101,10 +109,13 @@ def serve(
         tls=tls,
         advertise=tuple(a.rstrip("/") for a in (advertise or settings.advertise)),
         settings=settings,
+        new_store=new_store,
     )
     try:
         asyncio.run(run_daemon(config))
     except PeerdError as exc:
+        if exc.code == "store_refused":  # a damaged, foreign or missing store: the sentence says why
+            fail(exc.message, EXIT_USAGE)
         fail(f"{exc.code}: {exc.message}")
 
 
@@ -171,6 +182,8 @@ cli.add_command(provider)
 cli.add_command(config)
 cli.add_command(doctor)
 cli.add_command(orchestrate)
+cli.add_command(backup)
+cli.add_command(restore)
 
 
 def main() -> None:
