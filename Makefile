@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox
+.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ unit: $(STAMP) $(CLIS_STAMP) sandbox
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+# The fault suite in full (tests/faults, real daemons, bounded): the kill -9 matrix with
+# PEERD_FAULT_TRIALS kills at random moments (seed PEERD_FAULT_SEED), outages through a proxy
+# (refused, black hole), full disks, damaged stores, SIGTERM; it prints its table at the end.
+# `make test` runs its short, deterministic subset.
+faults: $(STAMP) sandbox
+	PEERD_FAULTS=full $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults
 
 bench: $(STAMP)
 	$(PY) bench/follower.py

@@ -114,7 +114,10 @@ def inspect(path: Path, *, known_version: int = len(MIGRATIONS)) -> StoreHealth:
         with _read_only(path, still=True) as conn:
             problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check").fetchall()]
             if problems != ["ok"]:
-                first = problems[0] if problems else "no answer"
+                said = [
+                    p for line in problems for p in line.splitlines() if not p.startswith("*** in database")
+                ]
+                first = said[0] if said else "no answer"
                 return StoreHealth(
                     where, "damaged", f"is damaged (its integrity check says: {first})", size=size
                 )

@@ -204,6 +204,20 @@ async def test_a_damaged_or_foreign_store_is_refused_at_start(tmp_path: Path, da
     assert (db.read_bytes() if db.exists() else None) == before, "the file is never replaced"
 
 
+async def test_a_store_only_its_integrity_check_finds_wrong_is_damaged(tmp_path: Path) -> None:
+    """A header that lies about the free list: every table reads, only `quick_check` sees it."""
+    home = await stopped_home(tmp_path)
+    db = Paths(home).db
+    data = bytearray(db.read_bytes())
+    data[36:40] = (7).to_bytes(4, "big")  # the free-list page count
+    db.write_bytes(bytes(data))
+    found = health.inspect(db)
+    assert (found.state, found.detail) == (
+        "damaged",
+        "is damaged (its integrity check says: Main freelist: size is 0 but should be 7)",
+    )
+
+
 async def test_a_refused_start_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     DAMAGES["garbled-middle-page"](home)
@@ -379,3 +393,15 @@ async def test_doctor_runs_the_integrity_check(tmp_path: Path) -> None:
     assert bad["status"] == "fail"
     assert bad["detail"].startswith(f"{Paths(home).db} is damaged")
     assert "peerd restore BACKUP" in bad["fix"] and "--new-store" in bad["fix"]
+
+
+async def test_the_doctor_changes_no_file_mode_of_a_running_store(tmp_path: Path) -> None:
+    """SQLite gives an empty -wal it opens the mode of the database: with a database of the wrong
+    mode, the integrity check is not run, so the -wal keeps its own."""
+    async with running_daemon(tmp_path / "home", listen=None) as daemon:
+        wal = daemon.paths.db.with_name("peerd.db-wal")
+        assert wal.stat().st_size == 0 and stat.S_IMODE(wal.stat().st_mode) == 0o600
+        daemon.paths.db.chmod(0o644)
+        checks = {ch.name: ch for ch in run_checks(await gather(daemon.paths))}
+        assert "database-integrity" not in checks
+        assert stat.S_IMODE(wal.stat().st_mode) == 0o600

@@ -1,0 +1,60 @@
+"""SIGTERM while a forwarded long-poll waits: the laptop (which forwards it) and the box (which
+holds the wait) each stop at once, and the waiting client gets an answer, not a dropped connection.
+Real `peerd serve` subprocesses; times are measured from the signal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from peerd.cli.client import DaemonNotRunning
+from peerd.errors import PeerdError
+from tests.faults.harness import FULL, REPORT, Outcome, Row, linked_world, table
+from tests.helpers import script
+
+WAIT_S = 40.0  # the forwarded wait's own timeout: far longer than a stop may take
+STOP_WITHIN_S = 1.0
+
+
+async def forwarded_wait(w: Any, thread_id: str, run_id: str) -> str:
+    """What the laptop's client got for `thread wait --env box` once the signal came."""
+    try:
+        async with w.client("laptop", environment_id=w.box_id) as c:
+            await c.call("GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": WAIT_S})
+    except PeerdError as exc:
+        return exc.code
+    except (DaemonNotRunning, OSError) as exc:
+        return f"dropped ({type(exc).__name__})"
+    return "an answer"
+
+
+async def test_sigterm_with_a_forwarded_wait(tmp_path: Path) -> None:
+    row = Row("SIGTERM, forwarded wait open")
+    REPORT.append(row)
+    for stopped in ("laptop", "box") if FULL else ("laptop",):
+        async with linked_world(tmp_path / stopped) as w:
+            launched = await w.call(
+                "laptop",
+                "POST",
+                "/v1/threads",
+                body={"environmentId": w.box_id, "projectId": w.there, "prompt": script({"wait": 60})},
+            )
+            waiting = asyncio.create_task(forwarded_wait(w, launched["threadId"], launched["runId"]))
+            await asyncio.sleep(1.0)  # the wait is on the wire (nothing reports that it arrived)
+            assert not waiting.done(), waiting.result()
+            loop = asyncio.get_running_loop()
+            signalled = loop.time()
+            w.side(stopped).term()
+            got = await asyncio.wait_for(waiting, 30)
+            answered = loop.time() - signalled
+            code = await w.side(stopped).exited()
+            exited = loop.time() - signalled
+        out = Outcome(settled=True, settle_s=exited)
+        out.notes.append(
+            f"{stopped} stopped: the client got {got} after {answered:.1f} s; exit {code} after {exited:.1f} s"
+        )
+        if exited > STOP_WITHIN_S or answered > STOP_WITHIN_S or got.startswith("dropped"):
+            out.stuck = 1
+        row.add(out)
+    assert row.clean, "\n".join(table(REPORT))
