@@ -46,8 +46,10 @@ NO_RUN = "The thread in the linked environment has no run to follow."
 
 
 def watch_margin(chunk_s: float) -> float:
-    """How long past its chunk a watch may take to arrive: a tenth of it, 1 s to 5 s."""
-    return min(5.0, max(1.0, chunk_s / 10))
+    """How long an answer may take to arrive after the box's wait ended: a tenth of the chunk,
+    1 s to 5 s, and at most half of it. The box is asked to wait the chunk less this margin, so an
+    unanswered watch is noticed when the chunk is over (a black hole within one chunk)."""
+    return min(5.0, max(1.0, chunk_s / 10), chunk_s / 2)
 
 
 def no_answer(label: str, seconds: float) -> str:
@@ -221,8 +223,8 @@ class FollowerMachine:
         if not refs:
             return [Sleep(now + self.chunk_s)]  # nothing this follower can do now; look again later
         batches = tuple(tuple(refs[i : i + WATCH_BATCH]) for i in range(0, len(refs), WATCH_BATCH))
-        self.watch_deadline = now + self.chunk_s + watch_margin(self.chunk_s)
-        return [Watch(batches, self.chunk_s, self.watch_deadline)]
+        self.watch_deadline = now + self.chunk_s
+        return [Watch(batches, self.chunk_s - watch_margin(self.chunk_s), self.watch_deadline)]
 
     def step_done(self) -> None:
         """A step went through without a store fault: the store works again."""
@@ -281,8 +283,7 @@ class FollowerMachine:
         """The watch was not answered by its deadline: a black hole, noticed within one chunk."""
         if self.watch_deadline is None or now < self.watch_deadline:
             return []
-        waited = self.chunk_s + watch_margin(self.chunk_s)
-        return self.failed(now, "unreachable", no_answer(self.label, waited))
+        return self.failed(now, "unreachable", no_answer(self.label, self.chunk_s))
 
     def store_failed(self, now: float) -> list[Action]:
         """This daemon's store raised (full disk, say): nothing is lost, the step is retried later.

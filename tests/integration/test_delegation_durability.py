@@ -701,7 +701,7 @@ async def test_many_open_tasks_share_one_watch_request_per_chunk(
 
     monkeypatch.setattr(forwarder, "call", spy)
     assert m.laptop.followers is not None
-    m.laptop.followers.watch_chunk_s = 1.0
+    m.laptop.followers.watch_chunk_s = 2.0  # the box answers each watch after 1 s (the chunk less its margin)
     follower = m.follower()
     assert follower is not None
     before = follower.requests
