@@ -96,10 +96,12 @@ async def test_kill_9_at_the_phases_of_a_delegation(tmp_path: Path) -> None:
     REPORT.extend([calm, kills["laptop"], kills["box"]])
     async with linked_world(tmp_path) as w:
         clock = asyncio.get_running_loop()
-        began = clock.time()
-        out = await trial(w, 0, None, after(0))
-        calm.add(out)
-        span = max(2.0, clock.time() - began)  # the whole delegation, launch to finished wake
+        spans = []
+        for n in (-1, 0):  # the first is slower (cold caches): the span is the faster one
+            began = clock.time()
+            calm.add(await trial(w, n, None, after(0)))
+            spans.append(clock.time() - began)
+        span = max(2.0, min(spans))  # the whole delegation, launch to finished wake
         n = 0
         for side, phase in TARGETED:
             n += 1
