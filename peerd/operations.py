@@ -259,16 +259,6 @@ class Operations:
                 await self._forward(caller, env, "POST", "/v1/threads", body=body)
             )
         project = await projects.get(self.db, req.project_id)
-        installed = [name for name in self.runs.providers() if self.provider_installed(name)]
-        if req.provider not in self.runs.providers():
-            raise InvalidRequest(
-                f"Unknown provider {req.provider!r}; installed here: {', '.join(installed)}."
-            )
-        if req.provider not in installed:
-            raise ProviderUnavailable(
-                f"Provider {req.provider!r} is not installed here (its binary is not on the daemon's PATH); "
-                f"installed here: {', '.join(installed)}. `peerd provider list` shows what is found."
-            )
         body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         body["project_id"] = project.id  # a name and an id for one project are the same request
         runtime_mode = req.runtime_mode or DEFAULT_RUNTIME_MODE
@@ -284,6 +274,16 @@ class Operations:
                 raise CapabilityDenied(
                     "Work started through a link gets its own worktree; it cannot work in the checkout itself."
                 )
+        installed = [name for name in self.runs.providers() if self.provider_installed(name)]
+        if req.provider not in self.runs.providers():
+            raise InvalidRequest(
+                f"Unknown provider {req.provider!r}; installed here: {', '.join(installed)}."
+            )
+        if req.provider not in installed:
+            raise ProviderUnavailable(
+                f"Provider {req.provider!r} is not installed here (its binary is not on the daemon's PATH); "
+                f"installed here: {', '.join(installed)}. `peerd provider list` shows what is found."
+            )
         cap = await self._cap_of(caller)
         if cap is not None:
             # Omitted modes take the caller's cap (a link's level narrowed by the caller's limit, or

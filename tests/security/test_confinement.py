@@ -309,6 +309,10 @@ async def test_a_link_may_not_use_a_provider_the_owner_did_not_list(
         assert refused.value.code == "capability_denied"
         # And when the run starts (a launch taken before the owner narrowed the list, say).
         monkeypatch.setattr(daemon_module, "link_may_use", lambda _config, _provider: True)
+        # (and as if codex were installed here: the run is refused when it starts, not at launch)
+        monkeypatch.setattr(
+            daemon_module.registry, "available", lambda providers: dict.fromkeys(providers, True)
+        )
         launched = await launch_on_box(pair, "hello", provider="codex")
         assert await failure_codes(pair, launched) == ["capability_denied"]
         allowed = await launch_on_box(pair, script({"reply": "fine"}))
