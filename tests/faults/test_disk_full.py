@@ -27,7 +27,7 @@ from tests.faults.harness import (
     until,
 )
 from tests.faults.smalldisk import SmallDisk, available
-from tests.realcli import secure_dir
+from tests.realcli import signal_dir
 
 FULL_FOR_S = 20.0 if FULL else 3.0
 SETTLE_S = 60.0
@@ -109,7 +109,7 @@ async def test_a_full_disk_on_either_side(tmp_path: Path) -> None:
         pytest.skip(why_not)
     made = [Row(f"disk full {FULL_FOR_S:g} s: {side} store") for side in ("box", "laptop")]
     REPORT.extend(made)
-    with secure_dir() as signals:
+    with signal_dir() as signals:
         debug = ("--log-level", "debug")
         async with linked_world(tmp_path, box_extra=debug, laptop_extra=debug) as w:
             for n, (side, row) in enumerate(zip(("box", "laptop"), made, strict=True), start=1):

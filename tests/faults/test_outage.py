@@ -23,7 +23,7 @@ from tests.faults.harness import (
     until,
 )
 from tests.faults.inproc import Pair, linked_pair
-from tests.realcli import secure_dir
+from tests.realcli import signal_dir
 
 CHUNK_S = 4.0  # the laptop follower's long-poll chunk here
 OUTAGE_S = 60.0 if FULL else 8.0
@@ -114,7 +114,7 @@ async def outage(p: Pair, n: int, mode: str, new_work: bool, hold: Path) -> Outc
 @pytest.mark.timeout(120 + len(VARIANTS) * (OUTAGE_S + RESULT_BOUND_S))
 async def test_outages_refused_and_black_holed(tmp_path: Path) -> None:
     made = []
-    with secure_dir() as signals:
+    with signal_dir() as signals:
         for n, (mode, new_work) in enumerate(VARIANTS, start=1):
             row = Row(
                 f"outage {OUTAGE_S:g} s, {mode.replace('_', ' ')}{', new work after' if new_work else ''}"

@@ -43,7 +43,7 @@ from tests.integration.test_delegation import (
 )
 from tests.integration.test_delegation import wait_run_number as wait_run_number_unbounded
 from tests.integration.test_delegation import wait_task as wait_task_unbounded
-from tests.realcli import secure_dir
+from tests.realcli import signal_dir
 
 CHUNK_S = 2.0  # the laptop follower's long-poll chunk in these tests
 WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it
@@ -202,7 +202,7 @@ async def m(tmp_path: Path) -> AsyncIterator[Machines]:
 @pytest.fixture
 def signals() -> Iterator[Path]:
     """Files the box's confined runs can see (read-only): outside /tmp and peerd's homes."""
-    with secure_dir() as path:
+    with signal_dir() as path:
         yield path
 
 

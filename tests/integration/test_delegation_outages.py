@@ -38,7 +38,7 @@ from tests.integration.test_delegation_durability import (
     wait_file,
     wait_run_number,
 )
-from tests.realcli import secure_dir
+from tests.realcli import signal_dir
 
 SETTLE_S = 5.0  # results arrive within this long of the first successful contact after an outage
 
@@ -92,7 +92,7 @@ async def pm(tmp_path: Path) -> AsyncIterator[Proxied]:
 
 @pytest.fixture
 def signals() -> Any:
-    with secure_dir() as path:
+    with signal_dir() as path:
         yield path
 
 

@@ -35,7 +35,7 @@ from tests.integration.test_delegation_durability import (
     wait_file,
 )
 from tests.integration.test_runs import events_until, wait_status
-from tests.realcli import secure_dir
+from tests.realcli import signal_dir
 
 Json = dict[str, Any]
 WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it
@@ -101,7 +101,7 @@ async def stop_daemon(proc: DaemonProcess, how: str, pgid: int | None) -> None:
 @pytest.fixture
 def signals() -> Iterator[Path]:
     """Files a box's confined runs can see (read-only): outside /tmp and peerd's homes."""
-    with secure_dir() as path:
+    with signal_dir() as path:
         yield path
 
 
