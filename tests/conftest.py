@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -7,7 +8,9 @@ import pytest
 
 from peerd.cli.client import LocalClient
 from peerd.daemon import Daemon
+from peerd.runtime.sandbox_profile import READABLE_ENV
 from tests.helpers import client_for, make_repo, running_daemon
+from tests.realcli import REPO
 
 
 @pytest.fixture
@@ -31,3 +34,11 @@ async def client(daemon: Daemon) -> AsyncIterator[LocalClient]:
 async def project(client: LocalClient, repo: Path) -> dict[str, object]:
     data: dict[str, object] = await client.call("POST", "/v1/projects", body={"path": str(repo)})
     return data
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _repository_readable_in_sandboxes() -> None:
+    """A clone under /tmp (as CI may make) is hidden by the sandbox's private /tmp: its test
+    fixtures (scripts, the pinned CLIs) stay readable to confined runs, as they are from a clone
+    elsewhere, where `/` is read-only visible."""
+    os.environ[READABLE_ENV] = str(REPO)

@@ -40,6 +40,17 @@ def python_dirs() -> list[Path]:
     return sorted(dirs)
 
 
+READABLE_ENV = "PEERD_SANDBOX_READABLE"
+
+
+def extra_readable(env: Mapping[str, str] | None = None) -> list[Path]:
+    """Directories the daemon's owner makes visible (read-only) in every sandbox, e.g. tools kept
+    in /tmp: `PEERD_SANDBOX_READABLE`, absolute paths separated by `:`, in the daemon's own
+    environment (what peerd's home, sockets and the checkouts hide stays hidden)."""
+    value = (os.environ if env is None else env).get(READABLE_ENV, "")
+    return [real(part) for part in value.split(":") if part.startswith("/")]
+
+
 def git_dir_of(checkout: Path) -> Path | None:
     """The repository's own git dir (shared by its worktrees), read without running git."""
     dot = checkout / ".git"
@@ -203,6 +214,7 @@ def profile(
     if by_link:
         hidden.append(real(user_home or Path.home()))
     binds = [Mount(p) for p in python_dirs()]
+    binds += [Mount(p, optional=True) for p in extra_readable()]
     binds.append(Mount(real(scratch), optional=True))
     if agent_socket is not None and real(agent_socket) != owner_socket:
         binds.append(Mount(real(agent_socket), writable=True, optional=True))
