@@ -215,7 +215,11 @@ class Proxy:
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except (OSError, asyncio.CancelledError):
+            writer.close()  # a partition began while this connection was being made: close it
+            raise
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
@@ -231,8 +235,12 @@ class Proxy:
 
         tasks = {asyncio.create_task(pump(reader, up_writer)), asyncio.create_task(pump(up_reader, writer))}
         self._pipes |= tasks
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._pipes -= tasks
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self._pipes -= tasks
+            for end in (writer, up_writer):  # closed even when the handler itself is cancelled
+                end.close()
 
 
 async def test_a_cancel_the_box_cannot_hear_is_owed_until_it_lands(tmp_path: Path) -> None:
