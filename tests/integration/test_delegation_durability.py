@@ -21,7 +21,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -183,7 +183,16 @@ async def link(lc: LocalClient, bc: LocalClient) -> str:
 async def m(tmp_path: Path) -> AsyncIterator[Machines]:
     """A laptop linked to a box with `auto` access; both have a clone of one origin."""
     await setup_repos(tmp_path)
-    machines = Machines(tmp_path)
+    async with started(Machines(tmp_path), tmp_path) as machines:
+        yield machines
+
+
+M = TypeVar("M", bound="Machines")
+
+
+@contextlib.asynccontextmanager
+async def started(machines: M, tmp_path: Path) -> AsyncIterator[M]:
+    """Both daemons started, each clone added as a project, the laptop linked (`auto`)."""
     try:
         await machines.start("box")
         await machines.start("laptop")

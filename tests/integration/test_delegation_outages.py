@@ -31,8 +31,8 @@ from tests.integration.test_delegation_durability import (
     eventually,
     free_port,
     held_child,
-    link,
     setup_repos,
+    started,
     started_file,
     task_ended,
     wait_file,
@@ -75,19 +75,8 @@ async def pm(tmp_path: Path) -> AsyncIterator[Proxied]:
     async with FaultProxy(box_port) as proxy:
         machines = Proxied(tmp_path, proxy)
         machines.box_listen = f"127.0.0.1:{box_port}"
-        try:
-            await machines.start("box")
-            await machines.start("laptop")
-            machines.here = await machines.lc.call(
-                "POST", "/v1/projects", body={"path": str(tmp_path / "laptop-repo")}
-            )
-            machines.there = await machines.bc.call(
-                "POST", "/v1/projects", body={"path": str(tmp_path / "box-repo")}
-            )
-            machines.box_id = await link(machines.lc, machines.bc)
+        async with started(machines, tmp_path):
             yield machines
-        finally:
-            await machines.close()
 
 
 @pytest.fixture
