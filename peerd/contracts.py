@@ -427,6 +427,17 @@ class LinkInfo(Wire):
     last_reached_at: float | None
     last_error: str | None
     expires_at: float | None
+    # True when the box answered as the link just now (`environment list` without --offline).
+    live: bool = False
+
+
+class LinkSelf(Wire):
+    """`GET /v1/link` on a box: the link as the box sees it (the laptop's live check)."""
+
+    env_id: str
+    client_id: str
+    label: str
+    access: RuntimeMode
 
 
 class UnlinkResult(Wire):

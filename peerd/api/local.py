@@ -19,7 +19,7 @@ Routes (all JSON; errors are `{code, message}`):
     POST   /v1/pair/{id}/cancel
     GET    /v1/clients                          POST /v1/clients/{id}/revoke
     POST   /v1/links {code, access?, label?, urls?, maxAgeS?}
-    GET    /v1/environments?probe=              GET/DELETE /v1/environments/{id}
+    GET    /v1/environments?probe=              GET/DELETE /v1/environments/{id}?probe=
     GET    /v1/providers                        POST /v1/providers/{name}/approve {command}
     DELETE /v1/providers/{name}/approval        GET /v1/config
 """
@@ -227,7 +227,8 @@ async def environment_list(request: web.Request) -> web.Response:
 
 
 async def environment_show(request: web.Request) -> web.Response:
-    return ok(await _links(request).environment_show(request.match_info["id"]))
+    probe = request.query.get("probe", "true").lower() != "false"
+    return ok(await _links(request).environment_show(request.match_info["id"], probe=probe))
 
 
 async def environment_unlink(request: web.Request) -> web.Response:

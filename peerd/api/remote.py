@@ -5,7 +5,8 @@ and the expiry, and then that the client is still active, so a revocation takes 
 very next request, access tokens included. The caller's access level and the narrower of its
 mode cap and the `X-Peerd-Mode-Limit` header it sends are enforced in `peerd.operations`.
 
-Links may read projects and threads, launch threads (capped), and send to or interrupt the
+`GET /v1/link` answers the link as the box sees it (the laptop's live status check). Links may read
+projects and threads, launch threads (capped), and send to or interrupt the
 threads they started. Projects, archiving, pairing and clients stay local.
 """
 
@@ -20,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd import contracts as c
 from peerd.api import local
-from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response
+from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response, ok
 from peerd.api.gitwire import add_git_routes
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import add_oauth_routes
@@ -74,6 +75,15 @@ def link_auth_middleware(
     return middleware
 
 
+async def link_self(request: web.Request) -> web.Response:
+    """The calling link as this box sees it; answering at all says the link is still accepted."""
+    link = request[local.CALLER_KEY].link
+    if link is None:  # the auth middleware sets a link caller on every /v1 request
+        raise CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
+    desc = request.app[DESCRIPTOR]
+    return ok(c.LinkSelf(env_id=desc.env_id, client_id=link.client_id, label=link.label, access=link.access))
+
+
 def _unauthorized(err: PeerdError) -> web.Response:
     response = error_response(err)
     response.set_status(401)
@@ -98,6 +108,7 @@ def network_app(
     add_oauth_routes(
         app, db=ops.db, signing_key=signing_key, env_id=desc.env_id, label=desc.label, clock=clock
     )
+    r.add_get("/v1/link", link_self)
     r.add_get("/v1/projects", local.project_list)
     r.add_get("/v1/projects/{id}", local.project_show)
     r.add_get("/v1/threads", local.thread_list)

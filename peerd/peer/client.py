@@ -352,8 +352,14 @@ class PeerClient:
         What the link cannot do is refused here first, so a refused call sends nothing."""
         precheck(await self.load_link(env_id), method, path, body)
         for attempt in (1, 2):
-            link, token = await self.access_token(env_id, force_refresh=attempt == 2)
-            base = await self._base_url(link)
+            try:
+                link, token = await self.access_token(env_id, force_refresh=attempt == 2)
+                base = await self._base_url(link)
+            except PeerUnreachable as exc:  # no address answered as the box: say so on the link
+                await links.record_outcome(
+                    self._db, env_id, status="unreachable", error=exc.message, reached_at=None
+                )
+                raise
             headers = {"Authorization": f"Bearer {token}"}
             if mode_limit:
                 headers[MODE_LIMIT_HEADER] = mode_limit

@@ -49,6 +49,9 @@ MAX_LABEL_CHARS = 200
 CERT_TIMEOUT_S = 10.0
 CERT_TIMEOUT_LOOPBACK_S = 3.0
 MAX_LIFETIME_S = 10 * 365 * 24 * 3600.0  # no token lifetime a box sends may be longer
+# `environment list`/`show` wait at most this long for the boxes' answers.
+LIVE_CHECK_S = 2.0
+LATE_MESSAGE = f"It did not answer within {LIVE_CHECK_S:g} s; the status shown is the last one known."
 
 
 class SelfLink(PeerdError):
@@ -139,6 +142,7 @@ class LinkService:
         self.on_unlink: Callable[[str], None] | None = None
         # Box side: told when a client is revoked, so that client's long-polls can end at once.
         self.on_client_revoked: Callable[[str], None] | None = None
+        self._background: set[asyncio.Future[None]] = set()  # live checks that outlived a listing
 
     # --- box side ----------------------------------------------------------------------------
 
@@ -320,34 +324,50 @@ class LinkService:
         return PairingRefused(f"{label} refused the link: {described or error or f'HTTP {status}'}.")
 
     async def environment_list(self, *, probe: bool = True) -> list[c.LinkInfo]:
+        """Every link; with `probe`, each box is asked now (in parallel, at most LIVE_CHECK_S)."""
         rows = await links.all_links(self.db)
-        if probe:
-            await asyncio.gather(*(self._refresh_status(r) for r in rows))
-            rows = await links.all_links(self.db)
+        if not probe:
+            return [r.info(now=self.clock()) for r in rows]
+        checked, late = await self._check_live(rows)
         now = self.clock()
-        return [r.info(now=now) for r in rows]
+        return [_shown(r.info(now=now), r.env_id, checked, late) for r in await links.all_links(self.db)]
 
-    async def _refresh_status(self, row: LinkRow) -> None:
-        """Probe without credentials; a revoked or expired link keeps its status."""
-        if row.status in ("revoked", "expired") or row.info(now=self.clock()).status == "expired":
-            return
-        for url in row.urls:
-            try:
-                desc = await self.peers.probe(url, row.fingerprint)
-            except PeerdError:
-                continue
-            if desc.env_id == row.env_id:
-                await links.record_outcome(
-                    self.db, row.env_id, status="reachable", error=row.last_error, reached_at=self.clock()
-                )
-                return
-        message = unreachable_message(row.label, row.urls)
-        await links.record_outcome(self.db, row.env_id, status="unreachable", error=message, reached_at=None)
-
-    async def environment_show(self, env_id: str) -> c.LinkInfo:
+    async def environment_show(self, env_id: str, *, probe: bool = True) -> c.LinkInfo:
         row = await self._row(env_id)
-        await self._refresh_status(row)
-        return (await self._row(env_id)).info(now=self.clock())
+        if not probe:
+            return row.info(now=self.clock())
+        checked, late = await self._check_live([row])
+        return _shown((await self._row(env_id)).info(now=self.clock()), row.env_id, checked, late)
+
+    async def _check_live(self, rows: list[LinkRow]) -> tuple[set[str], set[str]]:
+        """Ask each box, as the link, whether it still accepts the link: the env ids checked, and
+        those of them that did not answer within LIVE_CHECK_S. The answer (reachable, unreachable, revoked, expired) is
+        recorded by the call itself. A check that is late is never cancelled (it may be rotating
+        the link's refresh token): it finishes in the background and records what it learns."""
+        checks = {
+            asyncio.ensure_future(self._check_one(r)): r.env_id
+            for r in rows
+            if r.info(now=self.clock()).status not in ("revoked", "expired")
+        }
+        if not checks:
+            return set(), set()
+        _, pending = await asyncio.wait(checks, timeout=LIVE_CHECK_S)
+        for task in pending:
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return set(checks.values()), {checks[t] for t in pending}
+
+    async def _check_one(self, row: LinkRow) -> None:
+        try:
+            await self.peers.call(row.env_id, "GET", "/v1/link")
+        except PinMismatch as exc:
+            await links.record_outcome(
+                self.db, row.env_id, status="unreachable", error=str(exc), reached_at=None
+            )
+        except PeerdError:
+            pass  # unreachable, revoked or expired: recorded by the call
+        except Exception:  # a bug here must not fail the listing
+            log.exception("link.live_check_failed", env_id=row.env_id)
 
     async def unlink(self, env_id: str) -> c.UnlinkResult:
         row = await self._row(env_id)
@@ -378,3 +398,10 @@ class LinkService:
                     return candidate
             raise NotLinked(not_linked_message(env_id))
         return row
+
+
+def _shown(info: c.LinkInfo, env_id: str, checked: set[str], late: set[str]) -> c.LinkInfo:
+    """`live` when the box answered just now; a late box keeps its last known status, said so."""
+    if env_id in late:
+        return info.model_copy(update={"last_error": LATE_MESSAGE})
+    return info.model_copy(update={"live": env_id in checked})
