@@ -91,8 +91,9 @@ class Node:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PEERD_")}
         self.env["PEERD_HOME"] = str(self.home)
 
-    def peerd(self, *args: str, show: bool = True, check: bool = True) -> str:
-        return self.demo.run(self, ["peerd", *args], [sys.executable, "-m", "peerd", *args], show, check)
+    def peerd(self, *args: str, show: bool = True, check: bool = True, stdin: str | None = None) -> str:
+        argv = [sys.executable, "-m", "peerd", *args]
+        return self.demo.run(self, ["peerd", *args], argv, show, check, stdin=stdin)
 
     def json(self, *args: str) -> Any:
         return json.loads(self.peerd(*args, "--json", show=False))
@@ -161,7 +162,16 @@ class Demo:
     def say(text: str) -> None:
         print(text, flush=True)
 
-    def run(self, node: Node | None, shown: list[str], argv: list[str], show: bool, check: bool) -> str:
+    def run(
+        self,
+        node: Node | None,
+        shown: list[str],
+        argv: list[str],
+        show: bool,
+        check: bool,
+        *,
+        stdin: str | None = None,
+    ) -> str:
         where = f"[{node.name}]" if node else ""
         if show:
             self.say(f"{where}$ " + " ".join(_quote(a) for a in shown))
@@ -171,6 +181,7 @@ class Demo:
                 cwd=node.dir if node else self.root,
                 env=node.env if node else None,
                 capture_output=True,
+                input=stdin,
                 text=True,
                 timeout=COMMAND_TIMEOUT_S,
                 check=False,
@@ -266,8 +277,9 @@ class Demo:
         code = self.box.json("pair", "--access", "auto")["code"]
         self.say("[box]$ peerd pair --access auto")
         self.say(_indent(f"{code[:48]}...  (one-time code, 10 minutes)"))
-        self.laptop.peerd("link", code, "--access", "auto", show=False)
-        self.say("[laptop]$ peerd link peerd-pair:... --access auto")
+        # The code goes in on standard input, never on a command line (where shell history keeps it).
+        self.laptop.peerd("link", "-", "--access", "auto", show=False, stdin=code + "\n")
+        self.say("[laptop]$ peerd link - --access auto      (the code pasted on standard input)")
         self.laptop.peerd("environment", "list")
         self.box.peerd("client", "list")
 
