@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from peerd.core.text import clean_label
@@ -506,6 +506,28 @@ class TaskCancel(Input):
     task_id: str = Field(min_length=1)
     reason: str | None = Field(default=None, max_length=2000)
     client_request_id: str | None = ClientRequestId
+
+
+def _comma_list(value: Any) -> Any:
+    """A query string's `a,b` (or a list of such) as a list of non-empty parts."""
+    parts = value if isinstance(value, list) else [value]
+    if not all(isinstance(p, str) for p in parts):
+        return value
+    return [x.strip() for p in parts for x in p.split(",") if x.strip()]
+
+
+class TaskList(Input):
+    """`GET /v1/tasks`: this machine's tasks, newest first, paged; every filter is optional."""
+
+    thread_id: str | None = Field(default=None, min_length=1, max_length=64)  # the parent thread
+    status: Annotated[list[TaskStatus], BeforeValidator(_comma_list)] = Field(
+        default_factory=list, max_length=6
+    )
+    # Where the child runs: a linked environment's id or label, or this environment's own id or
+    # label for the tasks run here.
+    target_environment: str | None = Field(default=None, min_length=1, max_length=200)
+    cursor: Cursor = None
+    limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
 
 
 class RunRef(Wire):

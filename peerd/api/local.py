@@ -14,6 +14,8 @@ Routes (all JSON; errors are `{code, message}`):
     POST   /v1/threads/{id}/interrupt {stop?, reason?}
     POST   /v1/threads/{id}/archive
     GET    /v1/threads/{id}/events?after=&timeout=&limit=            (event cursor, long-poll)
+    GET    /v1/tasks?threadId=&status=&targetEnvironment=&cursor=&limit=   (newest first)
+    GET    /v1/tasks/{id}                       POST /v1/tasks/{id}/cancel {reason?}
     POST   /v1/tools/{name}                     (agent tools, `Authorization: Bearer <run token>`)
     POST   /v1/pair {access?, ttlS?, labelHint?, maxAgeS?, urls?}   GET /v1/pair?all=
     POST   /v1/pair/{id}/cancel
@@ -154,12 +156,25 @@ async def watch_runs(request: web.Request) -> web.Response:
 
 
 async def task_list(request: web.Request) -> web.Response:
-    thread_id = request.query.get("threadId")
-    if not thread_id:
-        raise InvalidRequest("Pass threadId: tasks are listed per parent thread.")
-    await threads.get_thread(_ops(request).db, thread_id)
-    rows = await tasks.for_parent(_ops(request).db, thread_id)
-    return ok({"items": [t.info().wire() for t in rows]})
+    """This machine's tasks, newest first, a page at a time (`peerd task list`)."""
+    ops = _ops(request)
+    req = query_model(request, c.TaskList)
+    if req.thread_id is not None:
+        await threads.get_thread(ops.db, req.thread_id)  # a typed not_found for a wrong id
+    target, local = req.target_environment, False
+    if target is not None:
+        here = request.app[DESCRIPTOR]
+        if target in (here.env_id, here.label):
+            target, local = None, True
+        elif ops.forwarder is None:
+            raise InvalidRequest("This daemon has no links: filter by this environment's id or label.")
+        else:  # a link's id or label (an id also matches a link since forgotten)
+            target = await ops.forwarder.target(target, via_link=False)
+            local = target is None
+    found = tasks.TaskFilter(
+        parent_thread_id=req.thread_id, statuses=tuple(req.status), target_env=target, local=local
+    )
+    return ok(await tasks.page(ops.db, found, cursor=req.cursor, limit=req.limit))
 
 
 async def task_show(request: web.Request) -> web.Response:

@@ -250,4 +250,9 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE runs ADD COLUMN continues TEXT",
     ],
+    # 8: `task list` by status without a parent or a target (tasks_parent and tasks_open serve
+    # the other filters; peerd/tasks/store.py listing_queries).
+    [
+        "CREATE INDEX tasks_status ON tasks(status)",
+    ],
 ]

@@ -8,8 +8,8 @@ ended without its wake, nor wake twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, get_args
 
 import aiosqlite
 
@@ -289,6 +289,74 @@ async def for_parent(db: Database, parent_thread_id: str) -> list[TaskRow]:
         "SELECT * FROM tasks WHERE parent_thread_id = ? ORDER BY created_at", (parent_thread_id,)
     )
     return [_row(r) for r in rows]
+
+
+# --- the task list (`GET /v1/tasks`): newest first, paged by rowid ------------------------------
+
+TASK_STATUSES: tuple[str, ...] = get_args(c.TaskStatus)
+# What a list row needs (not the prompt, which may be 120,000 characters).
+_LISTED = "rowid AS rid, " + ", ".join(
+    "'' AS prompt" if f.name == "prompt" else f.name for f in fields(TaskRow)
+)
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks `task list` shows; `local` means the children run here (`target_env` NULL)."""
+
+    parent_thread_id: str | None = None
+    statuses: tuple[str, ...] = ()
+    target_env: str | None = None
+    local: bool = False
+
+
+def listing_queries(f: TaskFilter, *, before: int, limit: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The queries of one page, each an index search ordered by rowid (no full scan, no sort):
+    a parent's tasks through `tasks_parent` (its few rows filtered); otherwise one query per
+    status, through `tasks_open (target_env, status)` or `tasks_status (status)`. The caller
+    merges them newest first."""
+    statuses = tuple(dict.fromkeys(f.statuses))
+    where: list[str] = ["rowid < ?"]
+    params: list[Any] = [before]
+    # In a parent's query, `+column` keeps the planner off the other indexes.
+    plus = "+" if f.parent_thread_id is not None else ""
+    if f.parent_thread_id is not None:
+        where.append("parent_thread_id = ?")
+        params.append(f.parent_thread_id)
+    if f.local:
+        where.append(f"{plus}target_env IS NULL")
+    elif f.target_env is not None:
+        where.append(f"{plus}target_env = ?")
+        params.append(f.target_env)
+    per_status: tuple[str | None, ...] = (None,)
+    if f.parent_thread_id is not None and statuses:
+        where.append(f"+status IN ({', '.join('?' for _ in statuses)})")
+        params.extend(statuses)
+    elif f.parent_thread_id is None and (statuses or f.local or f.target_env is not None):
+        per_status = statuses or TASK_STATUSES
+    queries = []
+    for status in per_status:
+        clauses, args = list(where), list(params)
+        if status is not None:
+            clauses.append("status = ?")
+            args.append(status)
+        sql = f"SELECT {_LISTED} FROM tasks WHERE {' AND '.join(clauses)} ORDER BY rowid DESC LIMIT ?"  # noqa: S608
+        queries.append((sql, (*args, limit + 1)))
+    return queries
+
+
+async def page(db: Database, f: TaskFilter, *, cursor: str | None, limit: int) -> c.Page[c.TaskInfo]:
+    """One page of tasks, newest first; `cursor` is the last page's `nextCursor` (a rowid)."""
+    before = int(cursor) if cursor else c.MAX_SQL_INT
+    rows: list[aiosqlite.Row] = []
+    for sql, params in listing_queries(f, before=before, limit=limit):
+        rows.extend(await db.fetchall(sql, params))
+    rows.sort(key=lambda r: int(r["rid"]), reverse=True)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return c.Page[c.TaskInfo](
+        items=[_row(r).info() for r in rows], next_cursor=str(rows[-1]["rid"]) if more else None
+    )
 
 
 async def open_for_env(db: Database, env_id: str) -> list[TaskRow]:
