@@ -48,6 +48,14 @@ class StreamParser(Protocol):
 
 
 @runtime_checkable
+class BoundedRetries(Protocol):
+    """A parser that can tell the model keeps failing past the run's retry bound (`model_retries`)."""
+
+    @property
+    def give_up_reason(self) -> str | None: ...
+
+
+@runtime_checkable
 class TextParser(Protocol):
     """A parser for coders whose stdout is plain text: it sees every line, and its items (the
     reply) are known only when the output ends."""
@@ -189,6 +197,11 @@ class CliRun:
             grace_int=self._grace_int, grace_term=self._grace_term, skip_sigint=self._launch.skip_sigint
         )
 
+    async def _stop_given_up(self) -> None:
+        await self._process.interrupt(
+            grace_int=self._grace_int, grace_term=self._grace_term, skip_sigint=self._launch.skip_sigint
+        )
+
     async def events(self) -> AsyncIterator[ProviderEvent]:
         if self._events_taken:
             raise RuntimeError("CliRun.events() can be consumed only once")
@@ -197,6 +210,7 @@ class CliRun:
         if self._launch.timeout_s is not None:
             limit = asyncio.create_task(self._time_limit(self._launch.timeout_s))
         finished = False
+        stopper: asyncio.Task[None] | None = None
         try:
             for notice in self._launch.notices:
                 yield ItemProduced("notice", notice)
@@ -207,6 +221,14 @@ class CliRun:
                     continue
                 for event in self._parser.feed(line):
                     yield event
+                if (
+                    stopper is None
+                    and isinstance(self._parser, BoundedRetries)
+                    and self._parser.give_up_reason
+                ):
+                    # The parser saw the model fail past its retry bound: stop the CLI now; the
+                    # parser's finish() gives the reason.
+                    stopper = asyncio.create_task(self._stop_given_up())
             exit_code = await self._process.wait()
             finished = True
             if isinstance(self._parser, TextParser):
@@ -227,6 +249,8 @@ class CliRun:
         finally:
             if limit is not None:
                 limit.cancel()
+            if stopper is not None:
+                stopper.cancel()
             if not finished:
                 # The consumer gave up on the run: it must not keep running unobserved.
                 self._process.send_signal(signal.SIGKILL)

@@ -342,7 +342,9 @@ class CoderProvider:
             )
         parser: StreamParser
         if self.kind == "codex":
-            launch, parser = codex_argv(binary, spec, self.config, binding, scratch), CodexEvents()
+            launch, parser = codex_argv(binary, spec, self.config, binding, scratch), CodexEvents(
+                model_retries=self.config.model_retries
+            )
         elif self.kind == "claude":
             launch, parser = claude_argv(binary, spec, self.config, binding, scratch), ClaudeEvents()
         elif self.kind == "gemini":

@@ -1,9 +1,15 @@
 """Codex `exec --json` stdout -> peerd provider events (pure; format of codex 0.171.0).
 
 Only `item.completed` makes items: `item.started`/`item.updated` are progress of the same item and
-would duplicate it. Top-level `error` events are not fatal (Codex emits "Reconnecting..." ones while
+would duplicate it. Top-level `error` events are not fatal (Codex emits "Reconnecting... k/N" ones while
 it retries), so they make no item; the last one is kept to explain a failed turn. Success is
 `turn.completed`, failure `turn.failed`; see `peerd.providers.stream_common.finish_run`.
+
+Retries are bounded here, not by Codex's config: its built-in providers' `request_max_retries` /
+`stream_max_retries` cannot be set per run, and against a model server that keeps failing they
+keep a run "running" for ~45 s of silent retries (36 requests measured). Each top-level `error`
+event is one failed attempt; after `model_retries` retries with no progress in between, the parser
+says it gives up (`give_up_reason`) and the run is stopped and failed with that reason.
 """
 
 from __future__ import annotations
@@ -38,13 +44,21 @@ EXIT_NAMES: Mapping[int, str] = {1: "fatal error", 2: "usage error"}
 class CodexEvents:
     """Parser state for one `codex exec --json` run."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, model_retries: int | None = None) -> None:
+        self._model_retries = model_retries
+        self._failed_attempts = 0  # top-level errors since the last progress
+        self._give_up: str | None = None
         self._session_id: str | None = None
         self._reply: str | None = None
         self._succeeded = False
         self._failed = False
         self._failure: str | None = None
         self._last_error: str | None = None
+
+    @property
+    def give_up_reason(self) -> str | None:
+        """Set once the model's attempts exceed `model_retries`: the run should be stopped."""
+        return self._give_up
 
     @property
     def reply(self) -> str | None:
@@ -61,6 +75,7 @@ class CodexEvents:
         elif kind == "turn.started":
             self._reply = None
         elif kind == "item.completed":
+            self._failed_attempts = 0  # the model answered: earlier failures were transient
             item = _item(as_mapping(line.get("item")))
             if item is not None and item.kind == "assistant_message":
                 self._reply = item.text
@@ -72,9 +87,18 @@ class CodexEvents:
             self._failure = as_str(as_mapping(line.get("error")).get("message")).strip() or None
         elif kind == "error":
             self._last_error = as_str(line.get("message")).strip() or self._last_error
+            self._failed_attempts += 1
+            limit = self._model_retries
+            if limit is not None and self._give_up is None and self._failed_attempts > limit:
+                self._give_up = (
+                    f"The model server failed {limit + 1} attempts in a row (model_retries = {limit}); "
+                    f"peerd stopped Codex. Last error: {self._last_error or 'none given'}"
+                )
         return []
 
     def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:
+        if self._give_up is not None and not self._succeeded:
+            return RunFinished("failed", error=self._give_up, exit_code=exit_code)
         return finish_run(
             CLI_NAME,
             succeeded=self._succeeded,

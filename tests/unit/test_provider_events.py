@@ -892,3 +892,42 @@ def test_a_codex_mcp_call_that_answered_an_error_says_why() -> None:
     (event,) = CodexEvents().feed({"type": "item.completed", "item": item})
     assert isinstance(event, ItemProduced)
     assert event.text == "peerd.delegate_task (failed: target_required: Pass target.model.)"
+
+
+# --- Codex retries bounded by model_retries -------------------------------------------------------
+
+CODEX_RETRYING = [
+    {"type": "thread.started", "thread_id": "t-1"},
+    {"type": "turn.started"},
+    *({"type": "error", "message": f"Reconnecting... {n}/5 (high demand)"} for n in (1, 2, 3, 4, 5)),
+]
+
+
+def test_codex_gives_up_after_model_retries_failed_attempts_in_a_row() -> None:
+    parser = CodexEvents(model_retries=2)
+    reasons = []
+    for line in CODEX_RETRYING:
+        parser.feed(line)
+        reasons.append(parser.give_up_reason)
+    # thread.started, turn.started, then attempts 1 and 2 failed: not yet; attempt 3 failed: give up.
+    assert reasons[:4] == [None, None, None, None]
+    assert reasons[4] is not None and "failed 3 attempts in a row (model_retries = 2)" in reasons[4]
+    assert "Reconnecting... 3/5" in reasons[4]
+    done = parser.finish(exit_code=-15, stderr_tail="", interrupted=False)
+    assert done == RunFinished("failed", error=reasons[4], exit_code=-15)
+
+
+def test_codex_progress_between_failures_restarts_the_count() -> None:
+    parser = CodexEvents(model_retries=1)
+    answer = {"type": "item.completed", "item": {"type": "agent_message", "text": "working on it"}}
+    for line in [CODEX_RETRYING[0], CODEX_RETRYING[1], CODEX_RETRYING[2], answer, CODEX_RETRYING[3]]:
+        parser.feed(line)
+    assert parser.give_up_reason is None
+    parser.feed(CODEX_RETRYING[4])
+    assert parser.give_up_reason is not None
+
+
+def test_codex_without_a_bound_never_gives_up() -> None:
+    parser = CodexEvents()
+    feed_all(parser, CODEX_RETRYING)
+    assert parser.give_up_reason is None
