@@ -1,17 +1,30 @@
-"""Printing for people (aligned tables, short times) and for programs (`--json`).
+"""Printing for people (aligned tables, times in local time) and for programs (`--json`, `-q`).
 
 Much of what is printed came from peers (client labels, box labels, thread titles, agent output),
 so every table cell and field value goes through `one_line` and every block of text through
 `block` (`core.text.strip_controls`): a label cannot move the cursor, clear the screen, retitle
-the terminal or hide text. The stores strip labels too; this is the second line of defence.
-`--json` output is JSON-escaped already.
+the terminal or hide text, and a title with a line break stays on its row. The stores strip
+labels too; this is the second line of defence. `--json` output is JSON-escaped already.
+
+Times: the daemon sends epoch seconds (or ISO 8601); `json_ready` turns every `...At` field into
+ISO 8601 UTC with `Z` for programs, and people see `ago` ("3 min ago") in tables and `when`
+("2026-05-01 14:03:07 CEST, 3 min ago") in a single record's fields.
+
+`--json` alone prints every field; `--json id,status` only those (of each element, for lists); a
+field that does not exist is a usage error naming those that do. `-q` prints a list's ids, one per
+line. Commands take `--json FIELDS` before or after their arguments: `JsonCommand` tells a field
+list from an argument (`peerd thread show --json THREAD_ID` shows that thread in JSON).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -29,8 +42,230 @@ def block(text: str) -> str:
     return strip_controls(text, multiline=True)
 
 
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
+# --- times ----------------------------------------------------------------------------------------
+
+_TIME_KEY = re.compile(r"(?:[a-z0-9]At|_at)$")
+
+
+def as_datetime(value: Any) -> datetime | None:
+    """A time the daemon sent (epoch seconds, or ISO 8601 with or without a zone: UTC) as an
+    aware datetime; None for anything else."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        try:
+            return datetime.fromtimestamp(float(value), UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return None
+
+
+def iso_utc(value: Any) -> Any:
+    """ISO 8601 UTC with `Z` and milliseconds, e.g. `2026-05-01T12:03:07.250Z`; other values as
+    they are."""
+    moment = as_datetime(value)
+    if moment is None:
+        return value
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def json_ready(data: Any) -> Any:
+    """`data` with every time field (`createdAt`, `expires_at`, ...) as `iso_utc`, at any depth."""
+    if isinstance(data, dict):
+        return {
+            k: iso_utc(v) if _TIME_KEY.search(str(k)) and not isinstance(v, dict | list) else json_ready(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [json_ready(v) for v in data]
+    return data
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''}"
+    return f"{int(seconds)} s"
+
+
+def ago(value: Any, *, now: float | None = None) -> str:
+    """A time relative to now, for tables: `3 min ago`, `in 2 h`, `just now`; '' when unset."""
+    moment = as_datetime(value)
+    if moment is None:
+        return "" if value is None else one_line(value)
+    delta = (time.time() if now is None else now) - moment.timestamp()
+    if abs(delta) < 5:
+        return "just now"
+    return f"{_span(delta)} ago" if delta > 0 else f"in {_span(-delta)}"
+
+
+def local_time(value: Any) -> str:
+    """A time in this machine's local time with its zone: `2026-05-01 14:03:07 CEST`."""
+    moment = as_datetime(value)
+    if moment is None:
+        return "" if value is None else one_line(value)
+    local = moment.astimezone()
+    return local.strftime("%Y-%m-%d %H:%M:%S ") + (local.strftime("%Z") or local.strftime("%z"))
+
+
+def when(value: Any, *, now: float | None = None) -> str:
+    """A time for a record's fields: local time with zone, then how long ago (or until)."""
+    if as_datetime(value) is None:
+        return ago(value)
+    return f"{local_time(value)}, {ago(value, now=now)}"
+
+
+# --- --json [FIELDS] and -q ----------------------------------------------------------------------
+
+ALL_FIELDS = "*"
+_FIELD_LIST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:,[A-Za-z][A-Za-z0-9]*)*")
+
+
+@dataclass(frozen=True)
+class JsonOutput:
+    """`--json` was given: print JSON, every field (`fields` None) or only these."""
+
+    fields: tuple[str, ...] | None = None
+
+
+def _json_value(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonOutput | None:
+    if value is None:
+        return None
+    if value in (ALL_FIELDS, ""):
+        return JsonOutput()
+    if not _FIELD_LIST.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not a list of field names; give them comma-separated, e.g. --json id,status.",
+            ctx,
+            param,
+        )
+    return JsonOutput(tuple(dict.fromkeys(value.split(","))))
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--json [FIELDS]`: the command's parameter `as_json` is a `JsonOutput`, or None."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=False,
+        flag_value=ALL_FIELDS,
+        default=None,
+        metavar="[FIELDS]",
+        callback=_json_value,
+        help="Print JSON for programs; --json id,status prints only those fields.",
+    )(fn)
+
+
+def quiet_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("-q", "--quiet", is_flag=True, help="Print only the ids, one per line.")(fn)
+
+
+def select(data: Any, fields: Sequence[str] | None) -> Any:
+    """Only `fields` of a record, or of each record of a list (in the order asked)."""
+    if fields is None or not isinstance(data, dict | list):
+        return data
+    records = data if isinstance(data, list) else [data]
+    known: dict[str, None] = {}
+    for record in records:
+        if isinstance(record, dict):
+            known.update(dict.fromkeys(record))
+    unknown = [f for f in fields if f not in known]
+    if unknown and records:
+        raise click.UsageError(
+            f"No field {', '.join(repr(f) for f in unknown)} here; the fields are: {', '.join(known)}."
+        )
+    picked = [{f: r.get(f) for f in fields} if isinstance(r, dict) else r for r in records]
+    return picked if isinstance(data, list) else picked[0]
+
+
+def emit_json(data: Any, output: JsonOutput | None = None) -> None:
+    """`data` as indented JSON, times as ISO 8601 UTC; with `--json FIELDS` only those fields."""
+    fields = None if output is None else output.fields
+    ready = json_ready(select(data, fields))
+    click.echo(json.dumps(ready, indent=2, sort_keys=fields is None))
+
+
+def emit_json_line(data: Any, output: JsonOutput | None = None) -> None:
+    """One record as one line of JSON (a stream: `--follow --json`), flushed at once."""
+    fields = None if output is None else output.fields
+    ready = json_ready(select(data, fields))
+    click.echo(json.dumps(ready, sort_keys=fields is None, separators=(",", ":")))
+    sys.stdout.flush()
+
+
+def emit_ids(records: Sequence[dict[str, Any]], key: str) -> None:
+    """`-q`: each record's id, one per line."""
+    for record in records:
+        click.echo(one_line(record.get(key)))
+
+
+def _required_positionals(command: click.Command) -> int:
+    return sum(
+        p.nargs for p in command.params if isinstance(p, click.Argument) and p.required and p.nargs > 0
+    )
+
+
+def _positionals(command: click.Command, tokens: Sequence[str]) -> int:
+    """How many of `tokens` click will take as arguments (option values skipped)."""
+    valued: dict[str, int] = {}
+    for p in command.params:
+        if isinstance(p, click.Option) and not p.is_flag and not p.count:
+            for name in (*p.opts, *p.secondary_opts):
+                valued[name] = max(p.nargs, 1)
+    count, skip, literal = 0, 0, False
+    for arg in tokens:
+        if skip:
+            skip -= 1
+        elif literal:
+            count += 1
+        elif arg == "--":
+            literal = True
+        elif arg.startswith("-") and len(arg) > 1:
+            skip = valued.get(arg, 0)  # `--opt=value` carries its value
+        else:
+            count += 1
+    return count
+
+
+def place_json_value(command: click.Command, args: list[str]) -> list[str]:
+    """`--json X`: X is the field list when it reads as one and the command's arguments are there
+    without it; otherwise X is an argument and `--json` means every field."""
+    if "--json" not in args:
+        return args
+    at = args.index("--json")
+    if "--" in args[:at] or at + 1 >= len(args):
+        return args
+    value = args[at + 1]
+    if value.startswith("-") and len(value) > 1:
+        return args  # click leaves it for the next option
+    rest = [*args[:at], *args[at + 2 :]]
+    if _FIELD_LIST.fullmatch(value) and _positionals(command, rest) >= _required_positionals(command):
+        return args
+    return [*args[:at], f"--json={ALL_FIELDS}", *args[at + 1 :]]
+
+
+class JsonCommand(click.Command):
+    """A command whose `--json [FIELDS]` never swallows its argument (`place_json_value`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, place_json_value(self, list(args)))
+
+
+class PeerdGroup(click.Group):
+    """A group whose commands are `JsonCommand`s, and whose subgroups are `PeerdGroup`s."""
+
+    command_class = JsonCommand
+    group_class = type
+
+
+# --- tables and fields ---------------------------------------------------------------------------
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -48,9 +283,3 @@ def fields(pairs: Sequence[tuple[str, Any]]) -> None:
     width = max(len(k) for k, _ in pairs)
     for key, value in pairs:
         click.echo(f"{key.ljust(width)}  {one_line(value)}")
-
-
-def ago(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
