@@ -72,6 +72,21 @@ class AlreadyRunning(PeerdError):
     code = "already_running"
 
 
+class HomeUnusable(PeerdError):
+    """The home directory cannot be created, written or locked (a file in the way, no permission)."""
+
+    code = "home_unusable"
+
+
+def home_unusable(home: Path, exc: OSError) -> HomeUnusable:
+    why = exc.strerror or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(home) else ""
+    return HomeUnusable(
+        f"peerd cannot use {home} as its home: {why}{where}. Give another with --home or PEERD_HOME, "
+        "or make it a directory this user can write."
+    )
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     home: Path
@@ -139,8 +154,11 @@ class Daemon:
         self._stop.set()
 
     def _take_lock(self) -> None:
-        self.paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle = open(self.paths.lock, "a+")  # noqa: SIM115  # held for the daemon's lifetime
+        try:
+            self.paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            handle = open(self.paths.lock, "a+")  # noqa: SIM115  # held for the daemon's lifetime
+        except OSError as exc:
+            raise home_unusable(self.paths.home, exc) from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -155,7 +173,10 @@ class Daemon:
             check_url(url)  # a pairing code must never carry an address the laptop would refuse
         self._take_lock()
         self.db = db = await self._open_store()
-        identity = load_or_create_identity(self.paths.home)
+        try:
+            identity = load_or_create_identity(self.paths.home)
+        except OSError as exc:
+            raise home_unusable(self.paths.home, exc) from None
         self.identity = identity
         now = time.time()
         for run_id, pgid in await threads.live_run_groups(db):
