@@ -50,7 +50,7 @@ from aiohttp import web
 import peerd.daemon
 from peerd import contracts as c
 from peerd.api import remote
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.errors import PeerdError
 from peerd.logs import configure_logging

@@ -17,20 +17,16 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+# Defined in the light `core.constants` (the CLI imports them without pydantic), re-exported here.
+from peerd.core.constants import INTERACTION_MODES as INTERACTION_MODES  # noqa: PLC0414
+from peerd.core.constants import LONG_POLL_MAX_S as LONG_POLL_MAX_S  # noqa: PLC0414
+from peerd.core.constants import RUNTIME_MODES as RUNTIME_MODES  # noqa: PLC0414
+from peerd.core.constants import InteractionMode as InteractionMode  # noqa: PLC0414
+from peerd.core.constants import RuntimeMode as RuntimeMode  # noqa: PLC0414
 from peerd.core.text import clean_label
 
 PROTOCOL_VERSION = 1
 
-RuntimeMode = Literal["read-only", "approval-required", "auto-accept-edits", "auto", "full-access"]
-RUNTIME_MODES: tuple[RuntimeMode, ...] = (
-    "read-only",
-    "approval-required",
-    "auto-accept-edits",
-    "auto",
-    "full-access",
-)
-InteractionMode = Literal["default", "plan"]
-INTERACTION_MODES: tuple[InteractionMode, ...] = ("plan", "default")  # narrowest first
 RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
 ItemKind = Literal[
     "user_message", "assistant_message", "command", "file_change", "tool_call", "error", "notice"
@@ -42,7 +38,6 @@ MAX_TITLE_CHARS = 512
 MAX_REQUEST_ID_CHARS = 256
 DEFAULT_ITEM_CHARS = 20_000
 MAX_ITEM_CHARS = 100_000
-LONG_POLL_MAX_S = 50.0
 PAGE_LIMIT = 100
 MAX_SQL_INT = 2**63 - 1  # SQLite's INTEGER range; Python ints beyond it overflow in the driver
 MAX_LINK_AGE_S = 10 * 365 * 24 * 3600.0  # --max-age: ten years is "no limit" for every purpose

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from peerd.runtime.sandbox_profile import READABLE_ENV
 from tests.helpers import client_for, make_repo, running_daemon

@@ -20,7 +20,8 @@ import pytest
 from aiohttp import web
 
 from peerd.api.listener_rules import ListenerLimits
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.api.localclient import LocalClient
+from peerd.cli.client import DaemonNotRunning
 from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.paths import Paths

@@ -1,42 +1,197 @@
-"""The CLI's client for the local daemon: HTTP over the Unix socket, typed errors back."""
+"""The CLI's client for the local daemon: HTTP/1.1 over the Unix socket, typed errors back.
+
+Standard library only (`socket` and `json`) and synchronous, one connection per call
+(`Connection: close`): a command makes a few calls, and importing an HTTP stack costs more than
+they do (aiohttp ~0.5 s, `http.client` ~25 ms against a 120 ms start-up budget). Code that runs
+inside an event loop (the tests' in-process daemons, the benches, `peerd doctor`) uses the asyncio
+twin `peerd.api.localclient.LocalClient`, which shapes requests and answers with the functions here.
+
+The request/answer rules, shared by both:
+- `--env` (`environment_id`) adds `environmentId`: to the query of a GET, to the body otherwise;
+- `path` is already encoded (ids as `core.text.path_segment`s) and sent as is; query values are
+  percent-encoded here, booleans as `true`/`false`, `None` values left out;
+- an answer that is not JSON is a `PeerdError`; an error answer `{code, message}` is raised as the
+  typed error of its code (`errors.from_wire`);
+- no daemon at the socket -> `DaemonNotRunning`; a daemon that drops the connection, or says
+  nothing for `READ_TIMEOUT_S`, -> `DaemonConnectionError`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
 from pathlib import Path
 from typing import Any
-
-import aiohttp
-import yarl
+from urllib.parse import quote
 
 from peerd.errors import PeerdError, from_wire
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 70.0  # long-polls last up to 50 s on the wire; allow for that plus slack
+_RECV_BYTES = 65536
 
 
 class DaemonNotRunning(Exception):
     def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
         super().__init__(
             f"peerd is not running (no daemon answers at {socket_path}). Start it with `peerd serve`."
         )
 
 
-class LocalClient:
-    def __init__(self, socket_path: Path, *, environment_id: str | None = None) -> None:
-        self.socket_path = socket_path
-        # `--env`: every call names this linked environment, so it runs there through the link.
-        self.environment_id = environment_id
-        self._session: aiohttp.ClientSession | None = None
+class DaemonConnectionError(ConnectionError):
+    """The daemon took the call but closed the connection, or went silent, before it answered."""
 
-    async def __aenter__(self) -> LocalClient:
-        connector = aiohttp.UnixConnector(path=str(self.socket_path))
-        # Long-polls last up to 50 s on the wire; allow for that plus slack.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=70)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+def with_environment(
+    method: str, body: dict[str, Any] | None, params: dict[str, Any] | None, environment_id: str | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """`--env`: every call names this linked environment, so it runs there through the link."""
+    if environment_id is None:
+        return body, params
+    if method == "GET":
+        return body, {"environmentId": environment_id, **(params or {})}
+    return {"environmentId": environment_id, **(body or {})}, params
+
+
+def query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def query_string(params: dict[str, Any] | None) -> str:
+    """`k=v&...` with keys and values percent-encoded; `None` values are left out."""
+    return "&".join(
+        f"{quote(str(k), safe='')}={quote(query_value(v), safe='')}"
+        for k, v in (params or {}).items()
+        if v is not None
+    )
+
+
+def request_bytes(
+    method: str, path: str, *, body: dict[str, Any] | None, params: dict[str, Any] | None
+) -> bytes:
+    """One HTTP/1.1 request. `path` is already encoded: it is sent as is, never re-quoted."""
+    query = query_string(params)
+    target = f"{path}?{query}" if query else path
+    if any(ch in target for ch in " \r\n"):
+        raise PeerdError(f"The request path {target!r} is not encoded; this is a bug in the CLI.")
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = [f"{method} {target} HTTP/1.1", "Host: peerd", "Connection: close", "Accept: application/json"]
+    if body is not None:
+        head.append("Content-Type: application/json")
+    if body is not None or method != "GET":
+        head.append(f"Content-Length: {len(payload)}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + payload
+
+
+def decode_answer(status: int, raw: bytes) -> Any:
+    """The JSON of an answer, or its typed error. An empty body is `None` (as aiohttp's json())."""
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text) if text.strip() else None
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        raise PeerdError(f"The daemon sent a response that is not JSON (HTTP {status}).") from None
+    if status >= 400:
+        if isinstance(data, dict) and "code" in data and "message" in data:
+            raise from_wire(str(data["code"]), str(data["message"]))
+        raise PeerdError(f"The daemon answered HTTP {status}.")
+    return data
+
+
+class ResponseReader:
+    """Sans-IO: bytes of one HTTP/1.1 response in (`feed`, then `end` at EOF), status and body out."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.status: int | None = None
+        self._length: int | None = None
+        self._chunked = False
+        self._body_at = 0
+
+    def feed(self, data: bytes) -> bool:
+        """Take more bytes; True once the whole response is here (its Content-Length read)."""
+        self._buf += data
+        if self.status is None:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            self._head(bytes(self._buf[:end]).decode("latin-1"))
+            self._body_at = end + 4
+        return self._length is not None and len(self._buf) - self._body_at >= self._length
+
+    def _head(self, head: str) -> None:
+        status_line, *lines = head.split("\r\n")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise PeerdError("The daemon's socket answered something that is not HTTP.")
+        self.status = int(parts[1])
+        for line in lines:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length" and value.strip().isdigit():
+                self._length = int(value.strip())
+            elif name == "transfer-encoding" and "chunked" in value.lower():
+                self._chunked = True
+        if self._chunked:
+            self._length = None
+
+    def end(self) -> tuple[int, bytes]:
+        """The connection closed: (status, body), or DaemonConnectionError when it was cut short."""
+        if self.status is None:
+            raise DaemonConnectionError("The daemon closed the connection before it answered.")
+        body = bytes(self._buf[self._body_at :])
+        if self._chunked:
+            body = _dechunk(body)
+        elif self._length is not None:
+            if len(body) < self._length:
+                raise DaemonConnectionError("The daemon closed the connection in the middle of its answer.")
+            body = body[: self._length]
+        return self.status, body
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = bytearray()
+    at = 0
+    while True:
+        eol = data.find(b"\r\n", at)
+        if eol < 0:
+            raise DaemonConnectionError("The daemon closed the connection in the middle of its answer.")
+        size = int(data[at:eol].split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            return bytes(out)
+        start = eol + 2
+        if len(data) < start + size:
+            raise DaemonConnectionError("The daemon closed the connection in the middle of its answer.")
+        out += data[start : start + size]
+        at = start + size + 2
+
+
+class LocalClient:
+    """Calls to the daemon at `socket_path`, one connection each. Use as is or in a `with`."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        environment_id: str | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        read_timeout: float = READ_TIMEOUT_S,
+    ) -> None:
+        self.socket_path = socket_path
+        self.environment_id = environment_id
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+
+    def __enter__(self) -> LocalClient:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
+    def __exit__(self, *exc: object) -> None:
+        return None
 
-    async def call(
+    def call(
         self,
         method: str,
         path: str,
@@ -44,34 +199,44 @@ class LocalClient:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
     ) -> Any:
-        if self._session is None:
-            raise RuntimeError("LocalClient used outside `async with`")
-        if self.environment_id is not None:
-            if method == "GET":
-                params = {"environmentId": self.environment_id, **(params or {})}
-            else:
-                body = {"environmentId": self.environment_id, **(body or {})}
-        query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
+        body, params = with_environment(method, body, params, self.environment_id)
+        request = request_bytes(method, path, body=body, params=params)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            self._connect(sock)
+            status, raw = self._exchange(sock, request)
+        return decode_answer(status, raw)
+
+    def _connect(self, sock: socket.socket) -> None:
+        sock.settimeout(self.connect_timeout)
         try:
-            # `path` is already encoded (ids as `path_segment`s): taken as is, never re-quoted.
-            url = yarl.URL(f"http://peerd{path}", encoded=True).with_query(query)
-            async with self._session.request(method, url, json=body) as resp:
-                try:
-                    data = await resp.json(content_type=None)
-                except ValueError:
-                    raise PeerdError(
-                        f"The daemon sent a response that is not JSON (HTTP {resp.status})."
-                    ) from None
-        except (aiohttp.ClientConnectorError, FileNotFoundError, ConnectionRefusedError):
+            sock.connect(str(self.socket_path))
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise DaemonNotRunning(self.socket_path) from None
-        if resp.status >= 400:
-            if isinstance(data, dict) and "code" in data and "message" in data:
-                raise from_wire(str(data["code"]), str(data["message"]))
-            raise PeerdError(f"The daemon answered HTTP {resp.status}.")
-        return data
+        except TimeoutError:
+            raise DaemonConnectionError(
+                f"The daemon at {self.socket_path} did not accept the connection within "
+                f"{self.connect_timeout:g} s; it may be overloaded or stuck (see its log)."
+            ) from None
+        except OSError as exc:
+            raise DaemonConnectionError(
+                f"Cannot connect to {self.socket_path}: {exc.strerror or exc}."
+            ) from None
 
-
-def _q(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    def _exchange(self, sock: socket.socket, request: bytes) -> tuple[int, bytes]:
+        sock.settimeout(self.read_timeout)
+        reader = ResponseReader()
+        try:
+            # A daemon that refused the request may have answered and closed: read what it said.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(request)
+            while True:
+                data = sock.recv(_RECV_BYTES)
+                if not data or reader.feed(data):
+                    return reader.end()
+        except TimeoutError:
+            raise DaemonConnectionError(
+                f"The daemon did not answer within {self.read_timeout:g} s; it may be overloaded or "
+                "stuck (see its log), or try again."
+            ) from None
+        except ConnectionResetError:
+            return reader.end()

@@ -2,20 +2,24 @@
 
 Exit codes: 0 ok, 1 an error the daemon reported (printed as `code: message`), 2 usage,
 3 the daemon is not running, 4 a wait timed out.
+
+Nothing here (nor in any `peerd.cli` module at import) may import asyncio, aiohttp, pydantic,
+cryptography, aiosqlite, mcp or structlog: `peerd status` must start at once
+(tests/integration/test_cli_startup.py). Import those inside the function that needs them.
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
 from peerd.errors import PeerdError
 from peerd.paths import Paths, resolve_home
 
@@ -27,21 +31,82 @@ EXIT_TIMED_OUT = 4
 
 T = TypeVar("T")
 
+HomeSource = Literal["flag", "env", "default"]
+
 
 @dataclass(frozen=True)
 class CliContext:
     home: Path
+    # How the user named the home: `--home`, PEERD_HOME, or neither (the XDG default). Hints
+    # that tell them a command to run repeat it the same way.
+    given_by: HomeSource = "default"
 
     @property
     def paths(self) -> Paths:
         return Paths(self.home)
 
+    def command(self, rest: str) -> str:
+        """`peerd REST` as this user must type it to reach this home."""
+        import shlex  # noqa: PLC0415  # only for a hint
+
+        home = shlex.quote(str(self.home))
+        if self.given_by == "flag":
+            return f"peerd --home {home} {rest}"
+        if self.given_by == "env":
+            return f"PEERD_HOME={home} peerd {rest}"
+        return f"peerd {rest}"
+
+    def not_running(self, socket_path: Path) -> str:
+        return (
+            f"peerd is not running (no daemon answers at {socket_path}). "
+            f"Start it with `{self.command('serve')}`."
+        )
+
+
+def context_for(home: Path | None, *, from_flag: bool) -> CliContext:
+    """The home the user named: `home` from `--home` (`from_flag`), or from PEERD_HOME, or the
+    default (`home` None)."""
+    if home is not None:
+        return CliContext(resolve_home(home), "flag" if from_flag else "env")
+    return CliContext(resolve_home(None), "env" if os.environ.get("PEERD_HOME") else "default")
+
 
 def cli_context(ctx: click.Context) -> CliContext:
     obj = ctx.find_object(CliContext)
     if obj is None:
-        obj = CliContext(resolve_home(None))
+        obj = context_for(None, from_flag=False)
     return obj
+
+
+HOME_HELP = "Data directory (default: $PEERD_HOME, else $XDG_DATA_HOME/peerd)."
+
+
+def _home_after_subcommand(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        ctx.obj = context_for(value, from_flag=True)  # this context and those below it see this home
+
+
+def home_option() -> click.Option:
+    """`--home DIR` on a subcommand (`peerd thread list --home X`): as `peerd --home X thread list`."""
+    return click.Option(
+        ["--home"],
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_home_after_subcommand,
+        help="Data directory, as `peerd --home` (given here, it wins).",
+    )
+
+
+def accept_home_everywhere(command: click.Command) -> click.Command:
+    """Give `command` and every command under it the subcommand `--home` option (once)."""
+    if not any(p.name == "home" for p in command.params):
+        command.params.append(home_option())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            accept_home_everywhere(sub)
+    return command
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
@@ -49,18 +114,16 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     sys.exit(code)
 
 
-def with_client(ctx: click.Context, fn: Callable[[LocalClient], Awaitable[T]]) -> T:
+def with_client(ctx: click.Context, fn: Callable[[LocalClient], T]) -> T:
     """Run `fn` against the local daemon, turning failures into exit codes and one-line errors."""
-
-    async def go() -> T:
-        env = ctx.meta.get(ENV_META)
-        async with LocalClient(cli_context(ctx).paths.socket, environment_id=env) as client:
-            return await fn(client)
-
+    home = cli_context(ctx)
+    client = LocalClient(home.paths.socket, environment_id=ctx.meta.get(ENV_META))
     try:
-        return asyncio.run(go())
+        return fn(client)
     except DaemonNotRunning as exc:
-        fail(str(exc), EXIT_NOT_RUNNING)
+        fail(home.not_running(exc.socket_path), EXIT_NOT_RUNNING)
+    except DaemonConnectionError as exc:
+        fail(str(exc), EXIT_ERROR)
     except PeerdError as exc:
         fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
     except KeyboardInterrupt:

@@ -3,7 +3,6 @@ checks of `peerd.doctor` on them and print each with its fix."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import hashlib
 import hmac
@@ -13,35 +12,26 @@ import shutil
 import time
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd import __version__
-from peerd import config as settings_file
-from peerd import contracts as c
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import DaemonNotRunning
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
 from peerd.cli.output import emit_json
-from peerd.doctor import (
-    CertFacts,
-    ConfinementFacts,
-    DaemonFacts,
-    Facts,
-    FileFacts,
-    kind_of,
-    passed,
-    render,
-    run_checks,
-)
 from peerd.errors import PeerdError
 from peerd.paths import Paths
-from peerd.peer.identity import format_fingerprint
-from peerd.runtime import sandbox
-from peerd.store import health as store_health
+
+if TYPE_CHECKING:
+    from peerd import contracts as c
+    from peerd.api.localclient import LocalClient
+    from peerd.doctor import CertFacts, ConfinementFacts, DaemonFacts, Facts, FileFacts
+    from peerd.store import health as store_health
+
+# The checks themselves (peerd.doctor), the certificate (cryptography), the store and the concurrent
+# gathering (asyncio, aiohttp) are imported inside the functions: `peerd --help` imports this module
+# for nothing, and the CLI's start-up test forbids those at import.
 
 GIT_TIMEOUT_S = 10.0
 T = TypeVar("T")
@@ -55,6 +45,8 @@ def _owner(uid: int) -> str:
 
 
 def file_facts(path: Path) -> FileFacts:
+    from peerd.doctor import FileFacts, kind_of  # noqa: PLC0415
+
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -65,12 +57,21 @@ def file_facts(path: Path) -> FileFacts:
 
 
 def _raw_public(key: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     raw: bytes = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return raw
 
 
 def identity_facts(identity_dir: Path) -> tuple[str | None, CertFacts]:
     """Whether the key loads (None, or why not) and what the certificate is."""
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
+    from peerd.doctor import CertFacts  # noqa: PLC0415
+    from peerd.peer.identity import format_fingerprint  # noqa: PLC0415
+
     key_path, cert_path = identity_dir / "key.pem", identity_dir / "cert.pem"
     key_raw: bytes | None = None
     key_error: str | None = None
@@ -109,6 +110,8 @@ def identity_facts(identity_dir: Path) -> tuple[str | None, CertFacts]:
 
 async def git_facts() -> tuple[str | None, str | None, str | None]:
     """(what `git --version` printed, where git is, why it did not run)."""
+    import asyncio  # noqa: PLC0415
+
     path = shutil.which("git")
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -141,16 +144,26 @@ async def _attempt(call: Awaitable[T]) -> tuple[T | None, str | None]:
 
 
 async def _links(client: LocalClient) -> list[c.LinkInfo]:
+    from peerd import contracts as c  # noqa: PLC0415
+
     data = await client.call("GET", "/v1/environments", params={"probe": True})
     return [c.LinkInfo.model_validate(x) for x in data["items"]]
 
 
 async def _providers(client: LocalClient) -> list[c.ProviderInfo]:
+    from peerd import contracts as c  # noqa: PLC0415
+
     data = await client.call("GET", "/v1/providers")
     return [c.ProviderInfo.model_validate(x) for x in data["items"]]
 
 
 async def daemon_facts(socket: Path) -> DaemonFacts:
+    import asyncio  # noqa: PLC0415
+
+    from peerd import contracts as c  # noqa: PLC0415
+    from peerd.api.localclient import LocalClient  # noqa: PLC0415
+    from peerd.doctor import DaemonFacts  # noqa: PLC0415
+
     async with LocalClient(socket) as client:
         try:
             status = c.Status.model_validate(await client.call("GET", "/v1/status"))
@@ -174,6 +187,10 @@ async def daemon_facts(socket: Path) -> DaemonFacts:
 
 
 def confinement_facts() -> ConfinementFacts:
+    from peerd import config as settings_file  # noqa: PLC0415
+    from peerd.doctor import ConfinementFacts  # noqa: PLC0415
+    from peerd.runtime import sandbox  # noqa: PLC0415
+
     found = sandbox.probe()
     try:
         allow = settings_file.load().links.allow_unconfined
@@ -186,6 +203,10 @@ async def _store_health(db: Path) -> store_health.StoreHealth | None:
     """The integrity check, only on a store file of mode 0600: SQLite gives an empty -wal or -shm
     file it opens the mode of the database, and the doctor must change nothing (the `database`
     check says how to fix the mode first)."""
+    import asyncio  # noqa: PLC0415
+
+    from peerd.store import health as store_health  # noqa: PLC0415
+
     try:
         if db.stat().st_mode & 0o777 != 0o600:
             return None
@@ -195,6 +216,11 @@ async def _store_health(db: Path) -> store_health.StoreHealth | None:
 
 
 async def gather(paths: Paths, *, now: float | None = None) -> Facts:
+    import asyncio  # noqa: PLC0415
+
+    from peerd import config as settings_file  # noqa: PLC0415
+    from peerd.doctor import Facts  # noqa: PLC0415
+
     socket = paths.socket
     identity_dir = paths.home / "identity"
     (daemon, (git_version, git_path, git_error)) = await asyncio.gather(daemon_facts(socket), git_facts())
@@ -242,6 +268,10 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     daemon check then fails and the link and provider checks are skipped). Exits 1 when a check
     failed; warnings do not fail.
     """
+    import asyncio  # noqa: PLC0415
+
+    from peerd.doctor import passed, render, run_checks  # noqa: PLC0415
+
     try:
         facts = asyncio.run(gather(cli_context(ctx).paths))
     except KeyboardInterrupt:

@@ -11,7 +11,7 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import confirm, json_option, on_terminal, with_client, yes_option
 from peerd.cli.output import ago, emit_json, fields, one_line, table
-from peerd.contracts import RUNTIME_MODES
+from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -72,8 +72,8 @@ def pair(
     if max_age:
         body["maxAgeS"] = max_age
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("POST", "/v1/pair", body=body)
+    def go(client: LocalClient) -> Any:
+        return client.call("POST", "/v1/pair", body=body)
 
     data = with_client(ctx, go)
     if as_json:
@@ -95,8 +95,8 @@ def pair(
 def pair_list(ctx: click.Context, include_done: bool, as_json: bool) -> None:
     """List pairing codes (never their secrets)."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/pair", params={"all": include_done})
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", "/v1/pair", params={"all": include_done})
 
     items = with_client(ctx, go)["items"]
     if as_json:
@@ -120,8 +120,8 @@ def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: bool) -> N
     """Cancel an unused pairing code."""
     confirm(yes, f"Cancel pairing code {code_id}?")
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("POST", f"/v1/pair/{path_segment(code_id)}/cancel")
+    def go(client: LocalClient) -> Any:
+        return client.call("POST", f"/v1/pair/{path_segment(code_id)}/cancel")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else click.echo(f"cancelled pairing code {data['id']}")
@@ -164,8 +164,8 @@ def link(
     if max_age:
         body["maxAgeS"] = max_age
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("POST", "/v1/links", body=body)
+    def go(client: LocalClient) -> Any:
+        return client.call("POST", "/v1/links", body=body)
 
     data = with_client(ctx, go)
     if as_json:
@@ -202,8 +202,8 @@ def environment() -> None:
 def environment_list(ctx: click.Context, no_probe: bool, as_json: bool) -> None:
     """List links with their access, status and last error."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/environments", params={"probe": not no_probe})
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", "/v1/environments", params={"probe": not no_probe})
 
     items = with_client(ctx, go)["items"]
     if as_json:
@@ -219,8 +219,8 @@ def environment_list(ctx: click.Context, no_probe: bool, as_json: bool) -> None:
 def environment_show(ctx: click.Context, env_id: str, as_json: bool) -> None:
     """Show one link (by environment id or label)."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/environments/{path_segment(env_id)}")
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", f"/v1/environments/{path_segment(env_id)}")
 
     x = with_client(ctx, go)
     if as_json:
@@ -251,8 +251,8 @@ def environment_unlink(ctx: click.Context, env_id: str, yes: bool, as_json: bool
     """Revoke the link there (when reachable) and forget it here."""
     confirm(yes, f"Unlink {env_id}? Its tasks from here fail, and linking again needs a new code.")
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("DELETE", f"/v1/environments/{path_segment(env_id)}")
+    def go(client: LocalClient) -> Any:
+        return client.call("DELETE", f"/v1/environments/{path_segment(env_id)}")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else click.echo(one_line(data["message"]))
@@ -269,8 +269,8 @@ def client() -> None:
 def client_list(ctx: click.Context, as_json: bool) -> None:
     """List linked machines: who, access, linked at, last seen and from where."""
 
-    async def go(c: LocalClient) -> Any:
-        return await c.call("GET", "/v1/clients")
+    def go(c: LocalClient) -> Any:
+        return c.call("GET", "/v1/clients")
 
     items = with_client(ctx, go)["items"]
     if as_json:
@@ -305,10 +305,8 @@ def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, yes: bool
     """Revoke a linked machine: its next request is refused, and the runs it started here stop."""
     confirm(yes, f"Revoke {client_id}?" + ("" if keep_runs else " The runs it started here stop."))
 
-    async def go(c: LocalClient) -> Any:
-        return await c.call(
-            "POST", f"/v1/clients/{path_segment(client_id)}/revoke", body={"keepRuns": keep_runs}
-        )
+    def go(c: LocalClient) -> Any:
+        return c.call("POST", f"/v1/clients/{path_segment(client_id)}/revoke", body={"keepRuns": keep_runs})
 
     data = with_client(ctx, go)
     if as_json:

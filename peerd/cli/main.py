@@ -1,44 +1,140 @@
-"""`peerd`: the command line. Each command talks to the daemon over its local socket."""
+"""`peerd`: the command line. Each command talks to the daemon over its local socket.
+
+Start-up is part of the interface (issue 13: `peerd --help`, `status`, `thread list`, ... within
+120 ms, kept by bench/cli_start.py): the command modules load lazily, only the one a command line
+names (`LazyGroup`; `peerd --help` prints the summaries kept in `COMMANDS` and loads none), and no
+`peerd.cli` module imports asyncio, aiohttp, pydantic, cryptography, aiosqlite, mcp or structlog at
+load (tests/integration/test_cli_startup.py). `serve`, `mcp` and `doctor` import them when they run.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import socket
+import importlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
 from peerd import __version__
-from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_USAGE, CliContext, cli_context, fail, json_option, with_client
-from peerd.cli.doctor import doctor
-from peerd.cli.links import client, environment, link, pair
-from peerd.cli.orchestrate import orchestrate
+from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.common import (
+    EXIT_USAGE,
+    HOME_HELP,
+    accept_home_everywhere,
+    cli_context,
+    context_for,
+    fail,
+    json_option,
+    with_client,
+)
 from peerd.cli.output import emit_json, fields
-from peerd.cli.projects import project
-from peerd.cli.providers import config, provider
-from peerd.cli.store import backup, restore
-from peerd.cli.tasks import task
-from peerd.cli.threads import thread
-from peerd.errors import PeerdError
-from peerd.logs import configure_logging
-from peerd.paths import resolve_home
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@dataclass(frozen=True)
+class Lazy:
+    """A command loaded when it is used: `module:attribute`, and the one line `peerd --help` shows
+    for it (the command's own short help; tests/integration/test_cli_startup.py keeps them equal)."""
+
+    target: str
+    summary: str
+
+
+COMMANDS: dict[str, Lazy] = {
+    "backup": Lazy(
+        "peerd.cli.store:backup",
+        "Write a consistent copy of this environment's store to FILE (a new file, mode 0600).",
+    ),
+    "client": Lazy("peerd.cli.links:client", "Clients: machines linked to this one."),
+    "config": Lazy("peerd.cli.providers:config", "The daemon's configuration."),
+    "doctor": Lazy("peerd.cli.doctor:doctor", "Check this machine's peerd and print a fix for each problem."),
+    "environment": Lazy(
+        "peerd.cli.links:environment", "Linked environments (the machines this one may act on)."
+    ),
+    "link": Lazy(
+        "peerd.cli.links:link",
+        "Link to another machine with the pairing code it printed (`-` reads the code from stdin).",
+    ),
+    "orchestrate": Lazy(
+        "peerd.cli.orchestrate:orchestrate",
+        "Plan, implement, verify, review and integrate a change with several coders and machines.",
+    ),
+    "pair": Lazy(
+        "peerd.cli.links:pair",
+        "Print a one-time pairing code for another machine to link here (`peerd link <code>` there).",
+    ),
+    "project": Lazy("peerd.cli.projects:project", "Projects: git checkouts agents work in."),
+    "provider": Lazy(
+        "peerd.cli.providers:provider",
+        "Coder providers: script, codex, claude, gemini, and custom commands from the config file.",
+    ),
+    "restore": Lazy(
+        "peerd.cli.store:restore",
+        "Replace this environment's store with the backup FILE; the daemon must be stopped.",
+    ),
+    "task": Lazy("peerd.cli.tasks:task", "Delegated tasks (agents create them with the delegate_task tool)."),
+    "thread": Lazy("peerd.cli.threads:thread", "Threads: agent conversations, each in its own git worktree."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use (click's "Lazily Loading Subcommands").
+
+    Every command it hands out, loaded or defined here, takes `--home` after the subcommand too
+    (`common.accept_home_everywhere`)."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, Lazy], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in self.lazy:
+            module, _, attribute = self.lazy[cmd_name].target.partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy[cmd_name].target} is not a click command")
+            self.add_command(command, cmd_name)
+        return None if command is None else accept_home_everywhere(command)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click's, but a command not loaded yet is described by its summary, not imported."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows: list[tuple[str, str]] = []
+        for name in names:
+            loaded = self.commands.get(name)
+            if loaded is not None:
+                if not loaded.hidden:
+                    rows.append((name, loaded.get_short_help_str(limit)))
+            else:
+                # The short help click would make from the command's own help (same rules).
+                stand_in = click.Command(name, help=self.lazy[name].summary)
+                rows.append((name, stand_in.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--home",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="PEERD_HOME",
-    help="Data directory (default: $PEERD_HOME, else $XDG_DATA_HOME/peerd).",
+    help=HOME_HELP,
 )
 @click.version_option(__version__, prog_name="peerd")
 @click.pass_context
 def cli(ctx: click.Context, home: Path | None) -> None:
     """peerd links the machines your coding agents run on."""
-    ctx.obj = CliContext(resolve_home(home))
+    from_flag = ctx.get_parameter_source("home") is click.core.ParameterSource.COMMANDLINE
+    ctx.obj = context_for(home, from_flag=from_flag)
 
 
 @cli.command()
@@ -85,9 +181,15 @@ def serve(
 ) -> None:
     """Run the daemon in the foreground until SIGTERM or SIGINT."""
     # Only `serve` needs the server stack; importing it here keeps every other command quick.
+    import asyncio  # noqa: PLC0415
+    import logging  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
     from peerd import config as settings_file  # noqa: PLC0415
     from peerd.daemon import DEFAULT_LISTEN, DaemonConfig, parse_listen  # noqa: PLC0415
     from peerd.daemon import serve as run_daemon  # noqa: PLC0415
+    from peerd.errors import PeerdError  # noqa: PLC0415
+    from peerd.logs import configure_logging  # noqa: PLC0415
 
     configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
     try:
@@ -129,8 +231,11 @@ def mcp(ctx: click.Context, log_level: str) -> None:
     thread_send, thread_interrupt, project_list, environment_list. Started by peerd for a run, the
     tools act as that run; otherwise as this user. Logs go to stderr.
     """
+    import asyncio  # noqa: PLC0415
+    import logging  # noqa: PLC0415
     import os  # noqa: PLC0415
 
+    from peerd.logs import configure_logging  # noqa: PLC0415
     from peerd.mcp_proxy import ProxyConfig, serve_stdio  # noqa: PLC0415
 
     configure_logging(json=True, level=getattr(logging, log_level.upper()))
@@ -139,14 +244,40 @@ def mcp(ctx: click.Context, log_level: str) -> None:
     asyncio.run(serve_stdio(ProxyConfig.from_env(env)))
 
 
+WAIT_POLL_S = 0.05  # a socket that does not exist yet has no event to wait for: poll it
+
+
+def status_within(client: LocalClient, seconds: float) -> Any:
+    """`GET /v1/status` as soon as a daemon answers, trying every 50 ms for up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return client.call("GET", "/v1/status")
+        except DaemonNotRunning:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
 @cli.command()
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for the daemon to answer (e.g. right after `peerd serve &`); exit 3 if "
+    "it never does.",
+)
 @json_option
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, wait_s: float | None, as_json: bool) -> None:
     """Show this environment: id, label, listeners, certificate fingerprint, counts."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/status")
+    def go(client: LocalClient) -> Any:
+        if wait_s is None:
+            return client.call("GET", "/v1/status")
+        return status_within(client, wait_s)
 
     data = with_client(ctx, go)
     if as_json:
@@ -169,21 +300,6 @@ def status(ctx: click.Context, as_json: bool) -> None:
             ("live runs", counts["liveRuns"]),
         ]
     )
-
-
-cli.add_command(project)
-cli.add_command(thread)
-cli.add_command(pair)
-cli.add_command(link)
-cli.add_command(environment)
-cli.add_command(client)
-cli.add_command(task)
-cli.add_command(provider)
-cli.add_command(config)
-cli.add_command(doctor)
-cli.add_command(orchestrate)
-cli.add_command(backup)
-cli.add_command(restore)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ progress until it ends (Ctrl-C only stops watching; `peerd orchestrate status RU
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, fail, json_option, with_cli
 from peerd.cli.output import ago, emit_json, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
-from peerd.orchestrate.verdicts import load_plan_dir
 
 TERMINAL = ("completed", "failed", "cancelled")
 FOLLOW_CHUNK_S = 30.0
@@ -58,11 +57,11 @@ def _toplevel() -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-async def _project_here(client: LocalClient) -> str:
+def _project_here(client: LocalClient) -> str:
     top = _toplevel()
     cursor = None
     while True:
-        page = await client.call("GET", "/v1/projects", params={"cursor": cursor, "limit": 100})
+        page = client.call("GET", "/v1/projects", params={"cursor": cursor, "limit": 100})
         for project in page["items"]:
             if top is not None and Path(project["path"]).resolve() == Path(top).resolve():
                 return str(project["id"])
@@ -135,6 +134,8 @@ def orchestrate_run(
         "allowCommands": list(allow),
     }
     if plan_dir is not None:
+        from peerd.orchestrate.verdicts import load_plan_dir  # noqa: PLC0415  # pydantic: only here
+
         try:
             packets, notes = load_plan_dir(plan_dir, default_verify=verify)
         except PeerdError as exc:
@@ -143,9 +144,9 @@ def orchestrate_run(
             click.echo(f"plan: {note}", err=True)
         body["plan"] = [p.model_dump(mode="json", by_alias=True) for p in packets]
 
-    async def preview(client: LocalClient) -> Any:
-        body["projectId"] = project or await _project_here(client)
-        return await client.call("POST", "/v1/orchestrations", body={**body, "dryRun": True})
+    def preview(client: LocalClient) -> Any:
+        body["projectId"] = project or _project_here(client)
+        return client.call("POST", "/v1/orchestrations", body={**body, "dryRun": True})
 
     resolved = with_client(ctx, preview)
     if resolved.get("defaultOptions") and not coders and not body["nonInteractive"]:
@@ -166,8 +167,8 @@ def orchestrate_run(
             if click.confirm(f"Run {item['name']} as a coder?", default=False):
                 body["allowCommands"].append(item["name"])
 
-    async def start(client: LocalClient) -> Any:
-        return await client.call("POST", "/v1/orchestrations", body=body)
+    def start(client: LocalClient) -> Any:
+        return client.call("POST", "/v1/orchestrations", body=body)
 
     info = with_client(ctx, start)
     if not as_json:
@@ -200,10 +201,10 @@ def _follow(ctx: click.Context, info: dict[str, Any], *, quiet: bool) -> dict[st
         info = with_client(ctx, _waiter(info["id"], info["updatedAt"]))
 
 
-def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Awaitable[Any]]:
-    async def wait(client: LocalClient) -> Any:
+def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Any]:
+    def wait(client: LocalClient) -> Any:
         params = {"after": after, "timeout": FOLLOW_CHUNK_S}
-        return await client.call("GET", f"/v1/orchestrations/{path_segment(run_id)}", params=params)
+        return client.call("GET", f"/v1/orchestrations/{path_segment(run_id)}", params=params)
 
     return wait
 
@@ -281,8 +282,8 @@ def render_report(info: dict[str, Any]) -> None:
 def orchestrate_status(ctx: click.Context, run_id: str, follow: bool, as_json: bool) -> None:
     """Show an orchestration: packets, hops, receipts and the integration result."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/orchestrations/{path_segment(run_id)}")
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", f"/v1/orchestrations/{path_segment(run_id)}")
 
     info = with_client(ctx, go)
     if follow:
@@ -306,8 +307,8 @@ def orchestrate_status(ctx: click.Context, run_id: str, follow: bool, as_json: b
 def orchestrate_cancel(ctx: click.Context, run_id: str, reason: str | None, as_json: bool) -> None:
     """Stop every packet of an orchestration, here and on linked machines."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call(
+    def go(client: LocalClient) -> Any:
+        return client.call(
             "POST", f"/v1/orchestrations/{path_segment(run_id)}/cancel", body={"reason": reason}
         )
 
@@ -321,8 +322,8 @@ def orchestrate_cancel(ctx: click.Context, run_id: str, reason: str | None, as_j
 def orchestrate_list(ctx: click.Context, as_json: bool) -> None:
     """List orchestrations, newest last."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/orchestrations")
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", "/v1/orchestrations")
 
     items = with_client(ctx, go)["items"]
     if as_json:

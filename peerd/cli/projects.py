@@ -38,8 +38,8 @@ def _show(data: dict[str, Any]) -> None:
 def project_add(ctx: click.Context, path: Path, name: str | None, as_json: bool) -> None:
     """Register the git checkout at PATH."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("POST", "/v1/projects", body={"path": str(path.resolve()), "name": name})
+    def go(client: LocalClient) -> Any:
+        return client.call("POST", "/v1/projects", body={"path": str(path.resolve()), "name": name})
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else _show(data)
@@ -52,11 +52,11 @@ def project_add(ctx: click.Context, path: Path, name: str | None, as_json: bool)
 def project_list(ctx: click.Context, as_json: bool) -> None:
     """List projects (all pages)."""
 
-    async def go(client: LocalClient) -> list[Any]:
+    def go(client: LocalClient) -> list[Any]:
         items: list[Any] = []
         cursor = None
         while True:
-            page = await client.call("GET", "/v1/projects", params={"cursor": cursor, "limit": 100})
+            page = client.call("GET", "/v1/projects", params={"cursor": cursor, "limit": 100})
             items.extend(page["items"])
             cursor = page["nextCursor"]
             if cursor is None:
@@ -79,8 +79,8 @@ def project_list(ctx: click.Context, as_json: bool) -> None:
 def project_show(ctx: click.Context, project_id: str, as_json: bool) -> None:
     """Show one project (by id or name)."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/projects/{path_segment(project_id)}")
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", f"/v1/projects/{path_segment(project_id)}")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else _show(data)
@@ -95,8 +95,8 @@ def project_remove(ctx: click.Context, project_id: str, yes: bool, as_json: bool
     """Forget a project (its threads must be archived first). The checkout is left untouched."""
     confirm(yes, f"Forget project {project_id}?")
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("DELETE", f"/v1/projects/{path_segment(project_id)}")
+    def go(client: LocalClient) -> Any:
+        return client.call("DELETE", f"/v1/projects/{path_segment(project_id)}")
 
     data = with_client(ctx, go)
     emit_json(data) if as_json else click.echo(f"removed project {data['id']} ({data['name']})")

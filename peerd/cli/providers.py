@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import click
 
-from peerd import config as settings_file
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, cli_context, fail, json_option, with_client
 from peerd.cli.output import emit_json, table
 from peerd.core.text import path_segment
@@ -35,8 +33,8 @@ def _state(p: dict[str, Any]) -> str:
 def provider_list(ctx: click.Context, as_json: bool) -> None:
     """Each provider: its kind, whether its CLI was found (and where), its version and default model."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/providers")
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", "/v1/providers")
 
     items = with_client(ctx, go)["items"]
     if as_json:
@@ -65,8 +63,8 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) ->
     config file withdraws the approval.
     """
 
-    async def show(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/providers")
+    def show(client: LocalClient) -> Any:
+        return client.call("GET", "/v1/providers")
 
     items = {p["name"]: p for p in with_client(ctx, show)["items"]}
     info = items.get(name)
@@ -79,10 +77,8 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) ->
         if not click.confirm("Approve exactly this command?", default=False):
             fail("Not approved.", EXIT_ERROR)
 
-    async def approve(client: LocalClient) -> Any:
-        return await client.call(
-            "POST", f"/v1/providers/{path_segment(name)}/approve", body={"command": command}
-        )
+    def approve(client: LocalClient) -> Any:
+        return client.call("POST", f"/v1/providers/{path_segment(name)}/approve", body={"command": command})
 
     result = with_client(ctx, approve)
     if as_json:
@@ -98,8 +94,8 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) ->
 def provider_revoke(ctx: click.Context, name: str, as_json: bool) -> None:
     """Withdraw the approval of the custom command NAME (the config file's allowlist still applies)."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("DELETE", f"/v1/providers/{path_segment(name)}/approval")
+    def go(client: LocalClient) -> Any:
+        return client.call("DELETE", f"/v1/providers/{path_segment(name)}/approval")
 
     result = with_client(ctx, go)
     if as_json:
@@ -128,17 +124,17 @@ def config_show(ctx: click.Context, config_path: Path | None) -> None:
     """Print the effective config as JSON, secrets hidden: the running daemon's (file + flags), or,
     when no daemon runs, what the config file says."""
 
-    async def go() -> Any:
-        async with LocalClient(cli_context(ctx).paths.socket) as client:
-            return await client.call("GET", "/v1/config")
-
     try:
-        emit_json(asyncio.run(go()))
+        emit_json(LocalClient(cli_context(ctx).paths.socket).call("GET", "/v1/config"))
         return
     except DaemonNotRunning:
         pass
+    except DaemonConnectionError as exc:
+        fail(str(exc), EXIT_ERROR)
     except PeerdError as exc:
         fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
+    from peerd import config as settings_file  # noqa: PLC0415  # pydantic: only without a daemon
+
     try:
         settings = settings_file.load(config_path, required=config_path is not None)
     except PeerdError as exc:

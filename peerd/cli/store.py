@@ -19,11 +19,14 @@ import click
 from peerd.cli.common import EXIT_ERROR, cli_context, fail, json_option
 from peerd.cli.output import emit_json
 from peerd.errors import PeerdError
-from peerd.store import health
-from peerd.store.db import storage_fault
+
+# peerd.store (aiosqlite, structlog) is imported inside the commands: no `peerd.cli` module may
+# import it at load (the start-up budget; see peerd/cli/main.py).
 
 
 def _sqlite_failure(exc: sqlite3.Error, path: Path) -> str:
+    from peerd.store.db import storage_fault  # noqa: PLC0415
+
     fault = storage_fault(exc, path)
     return f"{fault.code}: {fault.message}" if fault is not None else f"{path}: {exc}"
 
@@ -39,6 +42,8 @@ def backup(ctx: click.Context, file: Path, as_json: bool) -> None:
     The copy is checked (`PRAGMA quick_check`) before it is given its name. The identity key
     (`identity/key.pem` in the home) is not in it: keep a copy of that file too.
     """
+    from peerd.store import health  # noqa: PLC0415
+
     paths = cli_context(ctx).paths
     source = paths.db
     if not source.is_file():
@@ -73,6 +78,8 @@ def restore(ctx: click.Context, file: Path, as_json: bool) -> None:
     changes otherwise). The store it replaces is kept as `peerd.db.before-restore-<time>` in the
     home. Start the daemon afterwards with `peerd serve`.
     """
+    from peerd.store import health  # noqa: PLC0415
+
     paths = cli_context(ctx).paths
     paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(paths.lock, "a+") as lock:

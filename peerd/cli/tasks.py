@@ -31,8 +31,8 @@ def _where(t: dict[str, Any]) -> str:
 def task_list(ctx: click.Context, thread_id: str, as_json: bool) -> None:
     """List the tasks THREAD_ID delegated."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", "/v1/tasks", params={"threadId": thread_id})
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", "/v1/tasks", params={"threadId": thread_id})
 
     items = with_client(ctx, go)["items"]
     if as_json:
@@ -54,8 +54,8 @@ def task_list(ctx: click.Context, thread_id: str, as_json: bool) -> None:
 def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Show a task and its result."""
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call("GET", f"/v1/tasks/{path_segment(task_id)}")
+    def go(client: LocalClient) -> Any:
+        return client.call("GET", f"/v1/tasks/{path_segment(task_id)}")
 
     t = with_client(ctx, go)
     if as_json:
@@ -88,8 +88,8 @@ def task_cancel(ctx: click.Context, task_id: str, reason: str | None, yes: bool,
     """Cancel a task: stop its child (there too; a stop that cannot land yet is retried)."""
     confirm(yes, f"Cancel task {task_id} and stop its child?")
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call(
+    def go(client: LocalClient) -> Any:
+        return client.call(
             "POST", f"/v1/tasks/{path_segment(task_id)}/cancel", body={"reason": reason} if reason else {}
         )
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
+import time
 from typing import Any
 
 import click
@@ -11,7 +11,7 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_TIMED_OUT, confirm, env_option, json_option, with_client, yes_option
 from peerd.cli.output import ago, block, emit_json, fields, one_line, table
-from peerd.contracts import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
+from peerd.core.constants import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
 
 
@@ -20,14 +20,12 @@ def thread() -> None:
     """Threads: agent conversations, each in its own git worktree."""
 
 
-async def read_all_items(
-    client: LocalClient, thread_id: str, *, run_id: str | None = None
-) -> list[dict[str, Any]]:
+def read_all_items(client: LocalClient, thread_id: str, *, run_id: str | None = None) -> list[dict[str, Any]]:
     """Every item of the thread, each long text read whole (paged by itemId + textOffset)."""
     items: list[dict[str, Any]] = []
     after = None
     while True:
-        page = await client.call(
+        page = client.call(
             "GET",
             f"/v1/threads/{path_segment(thread_id)}/items",
             params={"afterPosition": after, "runId": run_id, "limit": 100},
@@ -35,7 +33,7 @@ async def read_all_items(
         for item in page["items"]:
             text, part = item["text"], item
             while part["textTruncated"]:
-                more = await client.call(
+                more = client.call(
                     "GET",
                     f"/v1/threads/{path_segment(thread_id)}/items",
                     params={"itemId": item["id"], "textOffset": part["nextTextOffset"]},
@@ -50,22 +48,19 @@ async def read_all_items(
         after = page["nextPosition"]
 
 
-async def wait_for_run(
-    client: LocalClient, thread_id: str, run_id: str | None, seconds: float
-) -> dict[str, Any]:
+def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, seconds: float) -> dict[str, Any]:
     """Wait up to `seconds`, as a loop of long-polls of at most 50 s each; a run that did not
     complete comes back with its `reason` (why it failed or was interrupted)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
+    deadline = time.monotonic() + seconds
     while True:
-        chunk = max(0.0, min(LONG_POLL_MAX_S, deadline - loop.time()))
-        result: dict[str, Any] = await client.call(
+        chunk = max(0.0, min(LONG_POLL_MAX_S, deadline - time.monotonic()))
+        result: dict[str, Any] = client.call(
             "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params={"run": run_id, "timeout": chunk}
         )
         run_id = run_id or result["runId"]  # later chunks stay pinned to the run the first one saw
-        if result["terminal"] or loop.time() >= deadline:
+        if result["terminal"] or time.monotonic() >= deadline:
             if result["terminal"] and result["status"] != "completed" and result["runId"]:
-                thread = await client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
+                thread = client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
                 latest = thread.get("latestRun") or {}
                 if latest.get("id") == result["runId"]:
                     result["reason"] = latest.get("reason")
@@ -143,12 +138,12 @@ def thread_launch(
         "inPlace": in_place,
     }
 
-    async def go(client: LocalClient) -> dict[str, Any]:
-        launched: dict[str, Any] = await client.call(
+    def go(client: LocalClient) -> dict[str, Any]:
+        launched: dict[str, Any] = client.call(
             "POST", "/v1/threads", body={k: v for k, v in body.items() if v is not None}
         )
         if wait_s is not None:
-            launched["wait"] = await wait_for_run(client, launched["threadId"], launched["runId"], wait_s)
+            launched["wait"] = wait_for_run(client, launched["threadId"], launched["runId"], wait_s)
         return launched
 
     data = with_client(ctx, go)
@@ -173,12 +168,12 @@ def thread_launch(
 def thread_list(ctx: click.Context, project_id: str | None, include_archived: bool, as_json: bool) -> None:
     """List threads (all pages)."""
 
-    async def go(client: LocalClient) -> list[Any]:
+    def go(client: LocalClient) -> list[Any]:
         items: list[Any] = []
         cursor = None
         while True:
             params = {"projectId": project_id, "includeArchived": include_archived, "cursor": cursor}
-            page = await client.call("GET", "/v1/threads", params=params)
+            page = client.call("GET", "/v1/threads", params=params)
             items.extend(page["items"])
             cursor = page["nextCursor"]
             if cursor is None:
@@ -206,9 +201,9 @@ def thread_list(ctx: click.Context, project_id: str | None, include_archived: bo
 def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json: bool) -> None:
     """Show a thread and its items (long texts read whole)."""
 
-    async def go(client: LocalClient) -> dict[str, Any]:
-        info = await client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
-        return {"thread": info, "items": await read_all_items(client, thread_id, run_id=run_id)}
+    def go(client: LocalClient) -> dict[str, Any]:
+        info = client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
+        return {"thread": info, "items": read_all_items(client, thread_id, run_id=run_id)}
 
     data = with_client(ctx, go)
     if as_json:
@@ -271,8 +266,8 @@ def thread_send(
     """Send a message: a new run, queued while another is live. Releases a held queue."""
     body = {"text": text, "clientRequestId": client_request_id}
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call(
+    def go(client: LocalClient) -> Any:
+        return client.call(
             "POST",
             f"/v1/threads/{path_segment(thread_id)}/runs",
             body={k: v for k, v in body.items() if v is not None},
@@ -300,8 +295,8 @@ def thread_wait(
 ) -> None:
     """Wait for a run to end (exit 4 if it is still live at the timeout)."""
 
-    async def go(client: LocalClient) -> dict[str, Any]:
-        return await wait_for_run(client, thread_id, run_id, timeout)
+    def go(client: LocalClient) -> dict[str, Any]:
+        return wait_for_run(client, thread_id, run_id, timeout)
 
     data = with_client(ctx, go)
     if as_json:
@@ -325,9 +320,9 @@ def thread_interrupt(
 ) -> None:
     """Interrupt the live run (signals the provider's whole process group)."""
 
-    async def go(client: LocalClient) -> Any:
+    def go(client: LocalClient) -> Any:
         body = {"stop": stop, **({"reason": reason} if reason else {})}
-        return await client.call("POST", f"/v1/threads/{path_segment(thread_id)}/interrupt", body=body)
+        return client.call("POST", f"/v1/threads/{path_segment(thread_id)}/interrupt", body=body)
 
     data = with_client(ctx, go)
     if as_json:
@@ -351,10 +346,8 @@ def thread_archive(ctx: click.Context, thread_id: str, force: bool, yes: bool, a
     untracked files is refused (`worktree_dirty`, naming them) unless --force."""
     confirm(yes, f"Archive {thread_id} and remove its worktree?")
 
-    async def go(client: LocalClient) -> Any:
-        return await client.call(
-            "POST", f"/v1/threads/{path_segment(thread_id)}/archive", body={"force": force}
-        )
+    def go(client: LocalClient) -> Any:
+        return client.call("POST", f"/v1/threads/{path_segment(thread_id)}/archive", body={"force": force})
 
     data = with_client(ctx, go)
     if as_json:
@@ -375,9 +368,9 @@ def thread_archive(ctx: click.Context, thread_id: str, force: bool, yes: bool, a
 def thread_events(ctx: click.Context, thread_id: str, after: int, timeout: float, as_json: bool) -> None:
     """Print the thread's events after a cursor."""
 
-    async def go(client: LocalClient) -> Any:
+    def go(client: LocalClient) -> Any:
         params = {"after": after, "timeout": min(timeout, LONG_POLL_MAX_S)}
-        return await client.call("GET", f"/v1/threads/{path_segment(thread_id)}/events", params=params)
+        return client.call("GET", f"/v1/threads/{path_segment(thread_id)}/events", params=params)
 
     data = with_client(ctx, go)
     if as_json:

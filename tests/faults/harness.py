@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.api.localclient import LocalClient
+from peerd.cli.client import DaemonNotRunning
 from peerd.paths import Paths
 from tests.helpers import client_for, git, make_repo
 

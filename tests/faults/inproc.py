@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from tests.faultproxy import FaultProxy
 from tests.faults.harness import clones, free_port

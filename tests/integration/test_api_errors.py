@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.contracts import MAX_PROMPT_CHARS, PAGE_LIMIT
 from peerd.daemon import Daemon
 from peerd.errors import (

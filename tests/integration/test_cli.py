@@ -70,7 +70,7 @@ async def test_commands_exit_3_with_a_hint_when_no_daemon_runs(tmp_path: Path) -
     for done in runs:
         assert done.returncode == EXIT_NOT_RUNNING, done.stderr
         assert "not running" in done.stderr
-        assert "peerd serve" in done.stderr
+        assert f"Start it with `peerd --home {home} serve`" in done.stderr  # the home as given
         assert done.stdout == ""
 
 

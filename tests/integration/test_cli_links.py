@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from peerd.daemon import Daemon
 from peerd.errors import CapabilityDenied

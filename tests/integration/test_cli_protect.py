@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from peerd.api.localclient import LocalClient
 from peerd.cli import common
-from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_ERROR
 from peerd.cli.main import cli
 from peerd.daemon import Daemon

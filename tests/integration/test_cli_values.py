@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_USAGE
 from peerd.daemon import Daemon
 from tests.helpers import script

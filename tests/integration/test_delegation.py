@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.peer.client import REVOKED_MESSAGE
 from tests.helpers import Pair, git, make_repo, script, two_daemons, wait_terminal
 

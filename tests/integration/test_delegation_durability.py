@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from peerd.paths import Paths
 from peerd.peer.client import not_linked_message

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.config import Config, ProviderConfig
 from peerd.errors import IdempotencyKeyReused, PeerdError
 from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from peerd import contracts as c
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
 from peerd.peer import pairing_code

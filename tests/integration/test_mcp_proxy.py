@@ -13,8 +13,8 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 
 from peerd.agent_tools import TOOL_SPECS
+from peerd.api.localclient import LocalClient
 from peerd.api.tools import TOOLS
-from peerd.cli.client import LocalClient
 from peerd.daemon import Daemon
 from tests.helpers import script, wait_terminal
 

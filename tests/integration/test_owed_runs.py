@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.config import Config
 from peerd.core.runs import CONTINUE_NOTE, DAEMON_STOPPED
 from peerd.errors import PeerdError

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.config import Config, ProviderConfig
 from peerd.daemon import Daemon
 from peerd.errors import Conflict, NotFound

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from tests.fakemodel import FakeModel
 from tests.helpers import (

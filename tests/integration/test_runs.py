@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.core.runs import DAEMON_STOPPED, stop_reason
 from peerd.daemon import Daemon
 from peerd.errors import Conflict, InvalidRequest, PeerdError

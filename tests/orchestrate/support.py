@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.config import LINK_PROVIDERS_DEFAULT, Config, LinksConfig, ProviderConfig
 from tests.helpers import git, make_repo
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.errors import PeerdError
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.engine import ReceiptMissing

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.config import ProviderConfig
 from peerd.daemon import Daemon
 from tests.helpers import client_for, git, running_daemon

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.api import peercred
-from peerd.cli.client import LocalClient
+from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from tests.helpers import script, wait_terminal
 
