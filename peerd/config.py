@@ -1,4 +1,8 @@
-"""The config file: `config.toml` in the XDG config dir (`--config` / `PEERD_CONFIG` override).
+"""The config file: `config.toml`, one per environment (`default_path`).
+
+Which file: `--config` / `PEERD_CONFIG` when given; else `<home>/config.toml` when the home was
+named (`--home` or `PEERD_HOME`), so two environments side by side never share a `listen =`; else,
+for the default home, `$XDG_CONFIG_HOME/peerd/config.toml` (`~/.config/peerd/config.toml`).
 
 Everything is optional; a missing file means the defaults. Command-line flags win over the file.
 Unknown keys are refused with the file and key named, so a typo never silently does nothing.
@@ -119,10 +123,16 @@ def link_may_use(config: Config, provider: str) -> bool:
     return config.links.allows(provider)
 
 
-def default_path(env: dict[str, str] | None = None) -> Path:
+def default_path(env: dict[str, str] | None = None, *, home: Path | None = None) -> Path:
+    """The config file to read: PEERD_CONFIG; else `<home>/config.toml` for a home named by
+    `--home` (pass it as `home`) or PEERD_HOME; else the XDG config file (the default home's)."""
     env = dict(os.environ) if env is None else env
     if explicit := env.get("PEERD_CONFIG"):
         return Path(explicit).expanduser()
+    if home is None and env.get("PEERD_HOME"):
+        home = Path(env["PEERD_HOME"]).expanduser().resolve()
+    if home is not None:
+        return home / "config.toml"
     base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "peerd" / "config.toml"
 
@@ -160,9 +170,10 @@ def _validate(raw: dict[str, Any], source: str) -> Config:
     return config.model_copy(update={"source": source})
 
 
-def load(path: Path | None = None, *, required: bool = False) -> Config:
-    """Read the config file; a missing file is the defaults unless it was named explicitly."""
-    path = path or default_path()
+def load(path: Path | None = None, *, required: bool = False, home: Path | None = None) -> Config:
+    """Read the config file (`path`, else `default_path(home=home)`); a missing file is the
+    defaults unless it was named explicitly. `source` says which file was read."""
+    path = path or default_path(home=home)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -27,6 +27,21 @@ def test_the_default_path_follows_xdg(tmp_path: Path) -> None:
     assert default_path({"PEERD_CONFIG": str(tmp_path / "x.toml")}) == tmp_path / "x.toml"
 
 
+def test_a_named_home_has_its_own_config_file(tmp_path: Path) -> None:
+    xdg = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert default_path(xdg, home=tmp_path / "box") == tmp_path / "box" / "config.toml"
+    assert default_path({**xdg, "PEERD_HOME": str(tmp_path / "env")}) == tmp_path / "env" / "config.toml"
+    # --home wins over PEERD_HOME, as it does for the data; PEERD_CONFIG (--config) over both.
+    both = {**xdg, "PEERD_HOME": str(tmp_path / "env")}
+    assert default_path(both, home=tmp_path / "box") == tmp_path / "box" / "config.toml"
+    named = {**both, "PEERD_CONFIG": str(tmp_path / "x.toml")}
+    assert default_path(named, home=tmp_path / "box") == tmp_path / "x.toml"
+    (tmp_path / "box").mkdir()
+    (tmp_path / "box" / "config.toml").write_text('label = "box"\n')
+    loaded = load(home=tmp_path / "box")
+    assert loaded.label == "box" and loaded.source == str(tmp_path / "box" / "config.toml")
+
+
 def test_providers_and_custom_commands(tmp_path: Path) -> None:
     config = load(
         write(
