@@ -63,7 +63,8 @@ def pair(
     urls: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Print a one-time pairing code for another machine to link here (`peerd link <code>` there)."""
+    """Print a one-time pairing code for another machine to link here (`peerd link -` there, then
+    paste it: a code on a command line stays in the shell's history)."""
     if ctx.invoked_subcommand is not None:
         return
     body: dict[str, Any] = {"access": access, "ttlS": ttl, "urls": list(urls)}
@@ -182,7 +183,7 @@ def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
             x["label"],
             ", ".join(x["urls"]),
             x["access"],
-            x["status"],
+            _status(x),
             ago(x["lastReachedAt"]),
             x["lastError"] or "",
         ]
@@ -195,15 +196,25 @@ def environment() -> None:
     """Linked environments (the machines this one may act on)."""
 
 
+def _status(x: dict[str, Any]) -> str:
+    """A status the box just confirmed as is; one it did not (`--offline`, or too late), said so."""
+    if x.get("live") or x["status"] in ("revoked", "expired"):
+        return str(x["status"])
+    return f"{x['status']} (last known)"
+
+
+OFFLINE_HELP = "Do not ask the boxes (they are asked, as the link, within 2 s); show the stored status."
+
+
 @environment.command("list")
-@click.option("--no-probe", is_flag=True, help="Do not contact the environments; show stored status.")
+@click.option("--offline", "--no-probe", "offline", is_flag=True, help=OFFLINE_HELP)
 @json_option
 @click.pass_context
-def environment_list(ctx: click.Context, no_probe: bool, as_json: bool) -> None:
-    """List links with their access, status and last error."""
+def environment_list(ctx: click.Context, offline: bool, as_json: bool) -> None:
+    """List links with their access, status (asked of each box now) and last error."""
 
     def go(client: LocalClient) -> Any:
-        return client.call("GET", "/v1/environments", params={"probe": not no_probe})
+        return client.call("GET", "/v1/environments", params={"probe": not offline})
 
     items = with_client(ctx, go)["items"]
     if as_json:
@@ -214,13 +225,14 @@ def environment_list(ctx: click.Context, no_probe: bool, as_json: bool) -> None:
 
 @environment.command("show")
 @click.argument("env_id")
+@click.option("--offline", is_flag=True, help=OFFLINE_HELP)
 @json_option
 @click.pass_context
-def environment_show(ctx: click.Context, env_id: str, as_json: bool) -> None:
-    """Show one link (by environment id or label)."""
+def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: bool) -> None:
+    """Show one link (by environment id or label), its status asked of the box now."""
 
     def go(client: LocalClient) -> Any:
-        return client.call("GET", f"/v1/environments/{path_segment(env_id)}")
+        return client.call("GET", f"/v1/environments/{path_segment(env_id)}", params={"probe": not offline})
 
     x = with_client(ctx, go)
     if as_json:
@@ -231,7 +243,7 @@ def environment_show(ctx: click.Context, env_id: str, as_json: bool) -> None:
             ("environment", x["envId"]),
             ("label", x["label"]),
             ("access", x["access"]),
-            ("status", x["status"]),
+            ("status", _status(x)),
             ("addresses", ", ".join(x["urls"])),
             ("fingerprint", x["fingerprint"]),
             ("linked", ago(x["linkedAt"])),

@@ -36,9 +36,14 @@ class _DefaultToRun(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group(cls=_DefaultToRun)
+@click.group(cls=_DefaultToRun, subcommand_metavar='"TASK" [RUN OPTIONS] | COMMAND [ARGS]...')
 def orchestrate() -> None:
-    """Plan, implement, verify, review and integrate a change with several coders and machines."""
+    """Plan, implement, verify, review and integrate a change with several coders and machines.
+
+    \b
+    peerd orchestrate "TASK" [RUN OPTIONS]   is short for `peerd orchestrate run "TASK" ...`
+    peerd orchestrate run --help             the run options
+    """
 
 
 def remember_default(path: Path, coder: str) -> None:
@@ -130,7 +135,7 @@ def orchestrate_run(
         "verify": verify,
         "reviewer": reviewer,
         "on": list(environments),
-        "nonInteractive": non_interactive or as_json,
+        "nonInteractive": non_interactive or bool(as_json),
         "allowCommands": list(allow),
     }
     if plan_dir is not None:

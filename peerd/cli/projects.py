@@ -68,7 +68,7 @@ def project_list(ctx: click.Context, as_json: bool) -> None:
         return
     table(
         ["id", "name", "repository", "path"],
-        [[p["id"], p["name"], p["repositoryKey"], p["path"]] for p in items],
+        [[p["id"], p["name"], p["repositoryKey"] or "(no origin remote)", p["path"]] for p in items],
     )
 
 

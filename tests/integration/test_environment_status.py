@@ -8,6 +8,8 @@ so a link the box had revoked stayed `reachable` until some other call happened 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -113,3 +115,22 @@ async def test_the_box_answers_the_link_as_it_sees_it(proxied: tuple[Pair, Fault
         "label": "laptop",
         "access": "auto",
     }
+
+
+async def cli(pair: Pair, *args: str) -> str:
+    argv = [sys.executable, "-m", "peerd", "--home", str(pair.laptop.paths.home), *args]
+    done = await asyncio.to_thread(
+        subprocess.run, argv, input="", capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done
+    return done.stdout
+
+
+async def test_the_cli_says_which_status_the_box_confirmed(proxied: tuple[Pair, FaultProxy]) -> None:
+    pair, _ = proxied
+    assert "reachable (last known)" not in await cli(pair, "environment", "list")
+    assert "reachable (last known)" in await cli(pair, "environment", "list", "--offline")
+    assert "reachable (last known)" in await cli(pair, "environment", "show", "box", "--offline")
+    await pair.bc.call("POST", f"/v1/clients/{await client_id(pair)}/revoke")
+    shown = await cli(pair, "environment", "show", "box")
+    assert "revoked" in shown and "(last known)" not in shown
