@@ -309,6 +309,37 @@ async def test_a_model_server_that_keeps_failing_fails_the_run_soon(
     assert 1 <= len(attempts) <= 3 + 2, len(attempts)  # 3 attempts (a CLI may add a side request)
 
 
+async def test_codex_retrying_a_failing_model_server_is_stopped_at_model_retries(
+    tmp_path: Path, fake: FakeModel
+) -> None:
+    """Codex's own retries cannot be bounded per run for its built-in providers (request and stream
+    retries multiply: 36 requests, ~45 s here with 5 of each); peerd counts its failed attempts and
+    stops it after `model_retries` (2), with the reason."""
+    settings = offline_settings(tmp_path / "clis", fake)
+    codex = settings.providers["codex"]
+    args = [
+        a.replace(
+            "request_max_retries=0, stream_max_retries=0", "request_max_retries=1, stream_max_retries=9"
+        )
+        for a in codex.args
+    ]
+    assert args != codex.args, "the harness's Codex provider line changed: update this test"
+    settings.providers["codex"] = codex.model_copy(update={"args": args, "model_retries": 2})
+    with secure_dir() as home:
+        async with running_daemon(home, settings=settings) as daemon, client_for(daemon.paths.home) as client:
+            project = await client.call(
+                "POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "repo"))}
+            )
+            launched = await launch(client, project, "codex", f"{fake_marker('server_down')} Do it.")
+            done = await wait_terminal(client, launched["threadId"], launched["runId"], total=60)
+            assert done["terminal"] and done["status"] == "failed", done
+            run = (await client.call("GET", f"/v1/threads/{launched['threadId']}"))["latestRun"]
+    assert "failed 3 attempts in a row (model_retries = 2)" in (run["reason"] or ""), run
+    attempts = [r for r in fake.requests if r["script"] == "server_down"]
+    # 3 stream attempts of at most 2 requests each; Codex would have gone on to 20.
+    assert 3 <= len(attempts) <= 6 + 1, len(attempts)
+
+
 async def test_claude_delegates_a_review_to_codex_on_a_linked_box(tmp_path: Path) -> None:
     reviewer_reply = "VERDICT from codex on the box: approve, no issues in README.md"
     scripts = {
