@@ -30,7 +30,7 @@ from peerd.core.access import (
 )
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live, is_terminal
-from peerd.core.text import clean_label
+from peerd.core.text import clean_label, path_segment
 from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, RunNotFound
 from peerd.peer.forwarding import Forwarder
 
@@ -354,14 +354,18 @@ class Operations:
     ) -> c.Thread:
         if (env := await self.remote_target(caller, environment_id)) is not None:
             return c.Thread.model_validate(
-                await self._forward(caller, env, "GET", f"/v1/threads/{thread_id}")
+                await self._forward(caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}")
             )
         return await threads.get_thread(self.db, thread_id)
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(
-                caller, env, "GET", f"/v1/threads/{thread_id}/items", params=Forwarder.query(req)
+                caller,
+                env,
+                "GET",
+                f"/v1/threads/{path_segment(thread_id)}/items",
+                params=Forwarder.query(req),
             )
             return c.ThreadReadResult.model_validate(data)
         thread = await threads.get_thread(self.db, thread_id)
@@ -385,7 +389,9 @@ class Operations:
     async def thread_send(self, caller: Caller, thread_id: str, req: c.ThreadSend) -> c.ThreadSendResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             body = Forwarder.send_body(req, namespace=caller.namespace)
-            data = await self._forward(caller, env, "POST", f"/v1/threads/{thread_id}/runs", body=body)
+            data = await self._forward(
+                caller, env, "POST", f"/v1/threads/{path_segment(thread_id)}/runs", body=body
+            )
             return c.ThreadSendResult.model_validate(data)
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
@@ -412,7 +418,9 @@ class Operations:
         """Return when the run is terminal or after `timeout` seconds (at most 50: a long-poll)."""
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             params = Forwarder.query(req, rename={"runId": "run"})
-            data = await self._forward(caller, env, "GET", f"/v1/threads/{thread_id}/wait", params=params)
+            data = await self._forward(
+                caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params=params
+            )
             return c.ThreadWaitResult.model_validate(data)
         deadline = asyncio.get_running_loop().time() + req.timeout
         while True:
@@ -447,7 +455,8 @@ class Operations:
     ) -> c.ThreadInterruptResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             body = Forwarder.query(req)
-            data = await self._forward(caller, env, "POST", f"/v1/threads/{thread_id}/interrupt", body=body)
+            path = f"/v1/threads/{path_segment(thread_id)}/interrupt"
+            data = await self._forward(caller, env, "POST", path, body=body)
             return c.ThreadInterruptResult.model_validate(data)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
@@ -507,7 +516,11 @@ class Operations:
         """Events after a cursor; with a timeout, a long-poll that returns as soon as one arrives."""
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(
-                caller, env, "GET", f"/v1/threads/{thread_id}/events", params=Forwarder.query(req)
+                caller,
+                env,
+                "GET",
+                f"/v1/threads/{path_segment(thread_id)}/events",
+                params=Forwarder.query(req),
             )
             return c.EventsResult.model_validate(data)
         await threads.get_thread(self.db, thread_id)

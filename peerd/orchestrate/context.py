@@ -17,6 +17,7 @@ from typing import Any
 
 from peerd import contracts as c
 from peerd.core.runs import DAEMON_STOPPED
+from peerd.core.text import path_segment
 from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import store as ostore
@@ -168,7 +169,9 @@ class OrchestrationContext:
                 await self.ops.thread_archive(self.caller(run_id), thread_id, c.ThreadArchive(force=True))
             else:
                 body = {"force": True}
-                await self.ops.forward_raw(env, "POST", f"/v1/threads/{thread_id}/archive", body=body)
+                await self.ops.forward_raw(
+                    env, "POST", f"/v1/threads/{path_segment(thread_id)}/archive", body=body
+                )
 
     async def send(self, run_id: str, thread_id: str, env: str | None, text: str, *, key: str) -> str:
         req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env)

@@ -32,6 +32,7 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.core.access import require_write
+from peerd.core.text import path_segment
 from peerd.errors import CapabilityDenied, InvalidRequest, PayloadTooLarge
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import gitops
@@ -203,7 +204,7 @@ class GitTransport:
     async def send_base(self, env_id: str, remote_project: str, repo: Path, base: str) -> None:
         """Make sure the box's checkout has `base` (upload the missing commits when not)."""
         known: dict[str, Any] = await self.ops.forward_raw(
-            env_id, "GET", f"/v1/projects/{remote_project}/tips"
+            env_id, "GET", f"/v1/projects/{path_segment(remote_project)}/tips"
         )
         theirs = [sha for sha in known.get("tips", []) if isinstance(sha, str)]
         if base in theirs:
@@ -213,7 +214,9 @@ class GitTransport:
             if not await gitops.create_bundle(repo, out, base, exclude=theirs):
                 return  # the box has everything below base already (reachable from its tips)
             body = {"bundle": _encode(out), "tip": base}
-            await self.ops.forward_raw(env_id, "POST", f"/v1/projects/{remote_project}/bundle", body=body)
+            await self.ops.forward_raw(
+                env_id, "POST", f"/v1/projects/{path_segment(remote_project)}/bundle", body=body
+            )
 
     async def fetch_result(
         self, env_id: str, thread_id: str, repo: Path, branch: str, message: str
@@ -222,10 +225,12 @@ class GitTransport:
         checkout) and fetch its branch here; the tip (the base when nothing changed)."""
         body = {"message": message}
         committed = ThreadCommitResult.model_validate(
-            await self.ops.forward_raw(env_id, "POST", f"/v1/threads/{thread_id}/commit", body=body)
+            await self.ops.forward_raw(
+                env_id, "POST", f"/v1/threads/{path_segment(thread_id)}/commit", body=body
+            )
         )
         data = BundleData.model_validate(
-            await self.ops.forward_raw(env_id, "GET", f"/v1/threads/{thread_id}/bundle")
+            await self.ops.forward_raw(env_id, "GET", f"/v1/threads/{path_segment(thread_id)}/bundle")
         )
         if data.bundle is None:
             return committed.base_commit

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
+import yarl
 
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
@@ -367,9 +368,10 @@ class PeerClient:
             try:
                 async with self.session_for(method, path).request(
                     method,
-                    f"{base}{path}",
+                    # `path` is already encoded (ids as `path_segment`s): taken as is, never
+                    # re-quoted nor dot-normalised (`%2E%2E` must not become `..`).
+                    yarl.URL(f"{base}{path}", encoded=True).with_query(query),
                     json=body,
-                    params=query,
                     headers=headers,
                     ssl=_ssl_for(base, link.fingerprint),
                     timeout=aiohttp.ClientTimeout(

@@ -27,6 +27,7 @@ from peerd import contracts as c
 from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
+from peerd.core.text import path_segment
 from peerd.errors import InvalidRequest, NotFound, ParentNotActive, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.peer.forwarding import Forwarder
@@ -369,7 +370,7 @@ class Delegation:
             await self.forwarder.call(
                 task.target_env or "",
                 "POST",
-                f"/v1/threads/{task.child_thread_id}/interrupt",
+                f"/v1/threads/{path_segment(task.child_thread_id)}/interrupt",
                 body={"stop": True, "reason": task.stop_reason or "Stopped."},
             )
         except PeerdError as exc:

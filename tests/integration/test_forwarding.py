@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from peerd.core.idempotency import scoped_request_id
-from peerd.errors import CapabilityDenied, InvalidRequest
+from peerd.core.text import path_segment
+from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 
 
@@ -226,3 +227,28 @@ async def test_an_agent_cannot_launch_wider_threads_here_either(
     ]
     assert calls[0]["error"]["code"] == "runtime_mode_escalation_denied"
     assert calls[1]["result"]["runtimeMode"] == "auto-accept-edits", "an omitted mode takes the caller's own"
+
+
+@pytest.mark.parametrize(
+    "thread_id", ["../projects", "a/b", "a?b", "a#b", "a%2Fb", "..", "thr_x/../../projects"]
+)
+async def test_an_id_forwarded_to_the_box_stays_one_path_segment(
+    linked: tuple[Pair, dict[str, Any], dict[str, Any]], thread_id: str
+) -> None:
+    """The laptop escapes ids it puts in the box's URL paths: `../projects` must not reach the
+    box's project list, `a?b` must not become thread `a` with a query, and so on."""
+    pair, _, _ = linked
+    for path, params in [
+        ("", {}),
+        ("/items", {}),
+        ("/wait", {"timeout": 0}),
+        ("/events", {}),
+    ]:
+        with pytest.raises(PeerdError) as err:
+            await pair.lc.call(
+                "GET",
+                f"/v1/threads/{path_segment(thread_id)}{path}",
+                params={"environmentId": pair.box_id, **params},
+            )
+        assert err.value.code == "thread_not_found", (path, err.value.code, err.value.message)
+        assert thread_id in err.value.message, err.value.message
