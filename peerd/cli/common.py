@@ -19,6 +19,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 
+from peerd.cli import output
 from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
 from peerd.errors import PeerdError
 from peerd.paths import Paths, resolve_home
@@ -169,4 +170,5 @@ def confirm(yes: bool, question: str) -> None:
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")(fn)
+    """`--json [FIELDS]`: `as_json` is an `output.JsonOutput` (every field, or those named) or None."""
+    return output.json_option(fn)

@@ -185,8 +185,17 @@ def select(data: Any, fields: Sequence[str] | None) -> Any:
     return picked if isinstance(data, list) else picked[0]
 
 
+def _asked() -> JsonOutput | None:
+    """The running command's `--json [FIELDS]`, for callers that do not pass it."""
+    ctx = click.get_current_context(silent=True)
+    value = None if ctx is None else ctx.params.get("as_json")
+    return value if isinstance(value, JsonOutput) else None
+
+
 def emit_json(data: Any, output: JsonOutput | None = None) -> None:
-    """`data` as indented JSON, times as ISO 8601 UTC; with `--json FIELDS` only those fields."""
+    """`data` as indented JSON, times as ISO 8601 UTC; with `--json FIELDS` (`output`, else the
+    running command's) only those fields."""
+    output = output or _asked()
     fields = None if output is None else output.fields
     ready = json_ready(select(data, fields))
     click.echo(json.dumps(ready, indent=2, sort_keys=fields is None))

@@ -8,11 +8,23 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import confirm, json_option, with_client, yes_option
-from peerd.cli.output import ago, block, emit_json, fields, one_line, table
+from peerd.cli.output import (
+    JsonOutput,
+    PeerdGroup,
+    ago,
+    block,
+    emit_ids,
+    emit_json,
+    fields,
+    one_line,
+    quiet_option,
+    table,
+    when,
+)
 from peerd.core.text import path_segment
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def task() -> None:
     """Delegated tasks (agents create them with the delegate_task tool)."""
 
@@ -24,34 +36,111 @@ def _where(t: dict[str, Any]) -> str:
     return t.get("childThreadId") or "(launch pending)"
 
 
+TASK_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "interrupted")
+PAGE = 100  # the daemon's page size (contracts.PAGE_LIMIT)
+
+
+def _statuses(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """`--status running,pending --status failed`: checked here, before anything is sent."""
+    wanted = tuple(dict.fromkeys(s.strip() for v in values for s in v.split(",") if s.strip()))
+    unknown = [s for s in wanted if s not in TASK_STATUSES]
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(map(repr, unknown))} is not a task status; use {', '.join(TASK_STATUSES)}.",
+            ctx,
+            param,
+        )
+    return wanted
+
+
+def _list(client: LocalClient, params: dict[str, Any], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """Up to `limit` tasks (0: all), newest first, a page at a time; and whether more are left."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        want = PAGE if limit == 0 else min(PAGE, limit - len(items))
+        page = client.call("GET", "/v1/tasks", params={**params, "cursor": cursor, "limit": want})
+        items += page["items"]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            return items, False
+        if limit and len(items) >= limit:
+            return items, True
+
+
 @task.command("list")
-@click.argument("thread_id")
+@click.argument("thread_id", required=False)
+@click.option(
+    "--thread", "parent", metavar="THREAD_ID", default=None, help="Only the tasks this thread delegated."
+)
+@click.option(
+    "--status",
+    multiple=True,
+    callback=_statuses,
+    metavar="STATUS[,STATUS]",
+    help=f"Only tasks in these states (repeatable): {', '.join(TASK_STATUSES)}.",
+)
+@click.option(
+    "--env",
+    "target",
+    metavar="ENV",
+    default=None,
+    help="Only tasks whose child runs there: a link's label or id (this environment's own: run here).",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=100, show_default=True, help="At most this many (0: all)."
+)
 @json_option
+@quiet_option
 @click.pass_context
-def task_list(ctx: click.Context, thread_id: str, as_json: bool) -> None:
-    """List the tasks THREAD_ID delegated."""
-
-    def go(client: LocalClient) -> Any:
-        return client.call("GET", "/v1/tasks", params={"threadId": thread_id})
-
-    items = with_client(ctx, go)["items"]
-    if as_json:
-        emit_json(items)
-        return
-    table(
-        ["id", "status", "title", "child", "stop owed"],
-        [
-            [t["taskId"], t["status"], t["title"][:40], _where(t), "yes" if t["stopOwed"] else ""]
-            for t in items
-        ],
-    )
+def task_list(
+    ctx: click.Context,
+    thread_id: str | None,
+    parent: str | None,
+    status: tuple[str, ...],
+    target: str | None,
+    limit: int,
+    as_json: JsonOutput | None,
+    quiet: bool,
+) -> None:
+    """List this machine's tasks, newest first (THREAD_ID or --thread: only those it delegated)."""
+    if thread_id and parent and thread_id != parent:
+        raise click.UsageError("Give the parent thread once: as THREAD_ID or as --thread.")
+    params = {
+        "threadId": thread_id or parent,
+        "status": ",".join(status) or None,
+        "targetEnvironment": target,
+    }
+    items, more = with_client(ctx, lambda client: _list(client, params, limit))
+    if quiet:
+        emit_ids(items, "taskId")
+    elif as_json:
+        emit_json(items, as_json)
+    else:
+        table(
+            ["id", "status", "title", "parent", "child", "created", "stop owed"],
+            [
+                [
+                    t["taskId"],
+                    t["status"],
+                    t["title"][:40],
+                    t["parentThreadId"],
+                    _where(t),
+                    ago(t["createdAt"]),
+                    "yes" if t["stopOwed"] else "",
+                ]
+                for t in items
+            ],
+        )
+    if more:
+        click.echo(f"(the newest {limit} shown; --limit 0 lists them all)", err=True)
 
 
 @task.command("show")
 @click.argument("task_id")
 @json_option
 @click.pass_context
-def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> None:
     """Show a task and its result."""
 
     def go(client: LocalClient) -> Any:
@@ -59,7 +148,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
     t = with_client(ctx, go)
     if as_json:
-        emit_json(t)
+        emit_json(t, as_json)
         return
     fields(
         [
@@ -70,8 +159,8 @@ def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
             ("child", _where(t)),
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
-            ("created", ago(t["createdAt"])),
-            ("ended", ago(t["endedAt"])),
+            ("created", when(t["createdAt"])),
+            ("ended", when(t["endedAt"])),
         ]
     )
     if t["result"] is not None:
@@ -84,7 +173,9 @@ def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @yes_option
 @json_option
 @click.pass_context
-def task_cancel(ctx: click.Context, task_id: str, reason: str | None, yes: bool, as_json: bool) -> None:
+def task_cancel(
+    ctx: click.Context, task_id: str, reason: str | None, yes: bool, as_json: JsonOutput | None
+) -> None:
     """Cancel a task: stop its child (there too; a stop that cannot land yet is retried)."""
     confirm(yes, f"Cancel task {task_id} and stop its child?")
 
@@ -95,7 +186,7 @@ def task_cancel(ctx: click.Context, task_id: str, reason: str | None, yes: bool,
 
     t = with_client(ctx, go)
     if as_json:
-        emit_json(t)
+        emit_json(t, as_json)
     else:
         owed = " (the stop is owed and will be retried)" if t["stopOwed"] else ""
         click.echo(f"{t['taskId']} {t['status']}: {one_line(t['result'])}{owed}")

@@ -10,42 +10,27 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_TIMED_OUT, confirm, env_option, json_option, with_client, yes_option
-from peerd.cli.output import ago, block, emit_json, fields, one_line, table
+from peerd.cli.output import (
+    JsonOutput,
+    PeerdGroup,
+    ago,
+    emit_ids,
+    emit_json,
+    emit_json_line,
+    fields,
+    one_line,
+    quiet_option,
+    table,
+    when,
+)
+from peerd.cli.stream import event_summary, follow_events, follow_run, item_text, items_after
 from peerd.core.constants import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def thread() -> None:
     """Threads: agent conversations, each in its own git worktree."""
-
-
-def read_all_items(client: LocalClient, thread_id: str, *, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Every item of the thread, each long text read whole (paged by itemId + textOffset)."""
-    items: list[dict[str, Any]] = []
-    after = None
-    while True:
-        page = client.call(
-            "GET",
-            f"/v1/threads/{path_segment(thread_id)}/items",
-            params={"afterPosition": after, "runId": run_id, "limit": 100},
-        )
-        for item in page["items"]:
-            text, part = item["text"], item
-            while part["textTruncated"]:
-                more = client.call(
-                    "GET",
-                    f"/v1/threads/{path_segment(thread_id)}/items",
-                    params={"itemId": item["id"], "textOffset": part["nextTextOffset"]},
-                )
-                part = more["items"][0]
-                text += part["text"]
-            items.append(
-                {**item, "text": text, "textOffset": 0, "textTruncated": False, "nextTextOffset": None}
-            )
-        if not page["hasMore"]:
-            return items
-        after = page["nextPosition"]
 
 
 def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, seconds: float) -> dict[str, Any]:
@@ -69,17 +54,6 @@ def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, second
 
 def _why(wait: dict[str, Any]) -> str:
     return f": {wait['reason']}" if wait.get("reason") else ""
-
-
-def _print_items(items: list[dict[str, Any]]) -> None:
-    for item in items:
-        label = item["kind"].replace("_", " ")
-        extra = ""
-        if item["kind"] == "command" and "exit_code" in item["data"]:
-            extra = f"  (exit {item['data']['exit_code']})"
-        click.echo(f"[{item['position']}] {label}{extra}: {block(item['text'])}")
-        if item["kind"] == "command" and item["data"].get("output"):
-            click.echo("    " + block(str(item["data"]["output"])).rstrip().replace("\n", "\n    "))
 
 
 @thread.command("launch")
@@ -118,7 +92,7 @@ def thread_launch(
     client_request_id: str | None,
     in_place: bool,
     wait_s: float | None,
-    as_json: bool,
+    as_json: JsonOutput | None,
 ) -> None:
     """Launch a thread in a project with a first message."""
     if (prompt is None) == (prompt_file is None):
@@ -148,7 +122,7 @@ def thread_launch(
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
     else:
         note = " (an earlier launch with this key)" if data["replayed"] else ""
         click.echo(one_line(f"thread {data['threadId']} run {data['runId']} {data['status']}{note}"))
@@ -164,8 +138,15 @@ def thread_launch(
 @click.option("--project", "project_id", default=None, help="Only this project's threads.")
 @click.option("--all", "include_archived", is_flag=True, help="Include archived threads.")
 @json_option
+@quiet_option
 @click.pass_context
-def thread_list(ctx: click.Context, project_id: str | None, include_archived: bool, as_json: bool) -> None:
+def thread_list(
+    ctx: click.Context,
+    project_id: str | None,
+    include_archived: bool,
+    as_json: JsonOutput | None,
+    quiet: bool,
+) -> None:
     """List threads (all pages)."""
 
     def go(client: LocalClient) -> list[Any]:
@@ -180,8 +161,11 @@ def thread_list(ctx: click.Context, project_id: str | None, include_archived: bo
                 return items
 
     items = with_client(ctx, go)
+    if quiet:
+        emit_ids(items, "id")
+        return
     if as_json:
-        emit_json(items)
+        emit_json(items, as_json)
         return
     rows = []
     for t in items:
@@ -198,16 +182,16 @@ def thread_list(ctx: click.Context, project_id: str | None, include_archived: bo
 @click.option("--run", "run_id", default=None, help="Only this run's items.")
 @json_option
 @click.pass_context
-def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json: bool) -> None:
+def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json: JsonOutput | None) -> None:
     """Show a thread and its items (long texts read whole)."""
 
     def go(client: LocalClient) -> dict[str, Any]:
         info = client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
-        return {"thread": info, "items": read_all_items(client, thread_id, run_id=run_id)}
+        return {"thread": info, "items": items_after(client, thread_id, None, run_id=run_id)}
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
         return
     t = data["thread"]
     run = t["latestRun"] or {}
@@ -223,12 +207,13 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("status", t["status"] + (", queue held" if t["queueHeld"] else "")),
             ("last run", f"{run.get('id')} #{run.get('number')} {run.get('status')}" if run else "none"),
             ("reason", run.get("reason")),
-            ("updated", ago(t["updatedAt"])),
+            ("updated", when(t["updatedAt"])),
             *_lineage(t),
         ]
     )
     click.echo("")
-    _print_items(data["items"])
+    for item in data["items"]:
+        click.echo(item_text(item))
 
 
 def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -261,7 +246,7 @@ def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
 @json_option
 @click.pass_context
 def thread_send(
-    ctx: click.Context, thread_id: str, text: str, client_request_id: str | None, as_json: bool
+    ctx: click.Context, thread_id: str, text: str, client_request_id: str | None, as_json: JsonOutput | None
 ) -> None:
     """Send a message: a new run, queued while another is live. Releases a held queue."""
     body = {"text": text, "clientRequestId": client_request_id}
@@ -274,7 +259,7 @@ def thread_send(
         )
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(one_line(f"run {data['runId']} {data['status']}"))
+    emit_json(data, as_json) if as_json else click.echo(one_line(f"run {data['runId']} {data['status']}"))
 
 
 @thread.command("wait")
@@ -288,19 +273,33 @@ def thread_send(
     show_default=True,
     help="Seconds to wait in all.",
 )
+@click.option(
+    "--follow", "-f", is_flag=True, help="Print the run's items as they arrive (--json: one object per line)."
+)
 @json_option
 @click.pass_context
 def thread_wait(
-    ctx: click.Context, thread_id: str, run_id: str | None, timeout: float, as_json: bool
+    ctx: click.Context,
+    thread_id: str,
+    run_id: str | None,
+    timeout: float,
+    follow: bool,
+    as_json: JsonOutput | None,
 ) -> None:
-    """Wait for a run to end (exit 4 if it is still live at the timeout)."""
+    """Wait for a run to end (exit 4 if it is still live at the timeout). With --follow, print its
+    items as they arrive, then how it ended."""
 
     def go(client: LocalClient) -> dict[str, Any]:
+        if follow:
+            ended = follow_run(client, thread_id, run_id, timeout, as_json)
+            return wait_for_run(client, thread_id, ended["runId"], 0.0)  # with the reason
         return wait_for_run(client, thread_id, run_id, timeout)
 
     data = with_client(ctx, go)
-    if as_json:
-        emit_json(data)
+    if as_json and follow:
+        emit_json_line(data)  # the stream's last line: how the run ended
+    elif as_json:
+        emit_json(data, as_json)
     else:
         live = "" if data["terminal"] else " (still live: timed out)"
         click.echo(one_line(f"run {data['runId']} {data['status']}{live}{_why(data)}"))
@@ -316,7 +315,7 @@ def thread_wait(
 @json_option
 @click.pass_context
 def thread_interrupt(
-    ctx: click.Context, thread_id: str, stop: bool, reason: str | None, as_json: bool
+    ctx: click.Context, thread_id: str, stop: bool, reason: str | None, as_json: JsonOutput | None
 ) -> None:
     """Interrupt the live run (signals the provider's whole process group)."""
 
@@ -326,7 +325,7 @@ def thread_interrupt(
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
     else:
         held = ", queue held" if data["queueHeld"] else ""
         run = f" (run {data['runId']})" if data["runId"] else ""
@@ -341,7 +340,9 @@ def thread_interrupt(
 @yes_option
 @json_option
 @click.pass_context
-def thread_archive(ctx: click.Context, thread_id: str, force: bool, yes: bool, as_json: bool) -> None:
+def thread_archive(
+    ctx: click.Context, thread_id: str, force: bool, yes: bool, as_json: JsonOutput | None
+) -> None:
     """Archive a thread and remove its worktree (its branch is kept). A worktree with uncommitted or
     untracked files is refused (`worktree_dirty`, naming them) unless --force."""
     confirm(yes, f"Archive {thread_id} and remove its worktree?")
@@ -351,7 +352,7 @@ def thread_archive(ctx: click.Context, thread_id: str, force: bool, yes: bool, a
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
         return
     click.echo(f"archived {data['threadId']}{'; worktree removed' if data['worktreeRemoved'] else ''}")
     if data.get("discarded"):
@@ -363,10 +364,17 @@ def thread_archive(ctx: click.Context, thread_id: str, force: bool, yes: bool, a
 @click.argument("thread_id")
 @click.option("--after", type=int, default=0, show_default=True, help="Cursor: the last event seen.")
 @click.option("--timeout", type=float, default=0.0, help="Long-poll up to this many seconds (max 50).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing events as they arrive, until Ctrl-C.")
 @json_option
 @click.pass_context
-def thread_events(ctx: click.Context, thread_id: str, after: int, timeout: float, as_json: bool) -> None:
-    """Print the thread's events after a cursor."""
+def thread_events(
+    ctx: click.Context, thread_id: str, after: int, timeout: float, follow: bool, as_json: JsonOutput | None
+) -> None:
+    """Print the thread's events after a cursor, one line each (--follow: as they arrive;
+    --follow --json: one JSON object per line)."""
+    if follow:
+        with_client(ctx, lambda client: follow_events(client, thread_id, after, as_json))
+        return
 
     def go(client: LocalClient) -> Any:
         params = {"after": after, "timeout": min(timeout, LONG_POLL_MAX_S)}
@@ -374,7 +382,10 @@ def thread_events(ctx: click.Context, thread_id: str, after: int, timeout: float
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
         return
-    table(["seq", "type", "data"], [[e["seq"], e["type"], e["data"]] for e in data["events"]])
+    table(
+        ["seq", "time", "type", "what"],
+        [[e["seq"], ago(e["createdAt"]), e["type"], event_summary(e)] for e in data["events"]],
+    )
     click.echo(f"next cursor: {data['nextCursor']}")
