@@ -1,8 +1,17 @@
-"""The agent tools: names, descriptions written for a model, and input/output schemas.
+"""The agent tools: names, descriptions written for a model, and the input schemas they publish.
 
-One catalogue, used twice: the daemon's `POST /v1/tools/{name}` validates arguments with these
-input models, and `peerd mcp` publishes the same names and schemas to an agent CLI. Schemas come
-from the shared contract (camelCase on the wire, unknown fields refused).
+One catalogue, used twice: the daemon validates every call's arguments with these input models
+(`POST /v1/tools/{name}` and the daemon's MCP endpoint, `peerd/api/mcp_http.py`), and the MCP
+endpoint publishes the same names with a compact form of the same schemas (`published_schema`).
+
+The published schema is what every agent session loads into its model's context, so it carries
+only what a model needs: each parameter's type, enum, bounds that matter (a wait's cap), non-trivial
+defaults and a short description where the name and the tool's description do not say it. No
+titles, no `null` alternatives for optional fields (leave them out instead), no string lengths
+(the daemon checks them and says which one failed), no output schemas (results are JSON whose
+fields the descriptions name; Gemini CLI validates structured results against an output schema,
+so without one an error can never be mistaken for a malformed result). Fields only peerd itself
+sets (`delegatedFrom`) are not published; the input models still accept exactly what they did.
 """
 
 from __future__ import annotations
@@ -59,12 +68,71 @@ class ToolSpec:
     waits: bool = False
 
     def input_schema(self) -> dict[str, Any]:
+        """The input model's full JSON schema (what the daemon validates against)."""
         return self.input_model.model_json_schema(by_alias=True)
 
-    def output_schema(self) -> dict[str, Any] | None:
-        if self.output_model is None:
-            return None
-        return self.output_model.model_json_schema(by_alias=True, mode="serialization")
+    def published_schema(self) -> dict[str, Any]:
+        """The compact schema agents are shown (see the module docstring)."""
+        return published_schema(self.input_schema(), PARAMS.get(self.name, {}), HIDDEN.get(self.name, ()))
+
+
+# Per-field noise dropped from every published schema; `maximum` is kept where it is a real cap.
+_DROPPED_KEYS = frozenset({"title", "minLength", "maxLength", "additionalProperties"})
+_NO_CAP = 2**63 - 1  # the contract's SQLite integer bound: no cap a model needs to know
+
+
+def _trivial(default: Any) -> bool:
+    """A default a model would assume anyway: nothing, off, zero, empty."""
+    return default is None or default is False or default == "" or (type(default) is int and default == 0)
+
+
+def published_schema(
+    schema: dict[str, Any], notes: dict[str, str], hidden: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """`schema` (pydantic's, by alias) without the noise, `$defs` inlined, each optional field as
+    its own type, `notes` as descriptions (`target.environmentId` names a nested field)."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+
+    def clean(node: Any, path: str) -> Any:
+        if isinstance(node, list):
+            return [clean(item, path) for item in node]
+        if not isinstance(node, dict):
+            return node
+        options = node.get("anyOf")
+        if isinstance(options, list) and {"type": "null"} in options:
+            kept = [option for option in options if option != {"type": "null"}]
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            node = {**(kept[0] if len(kept) == 1 else {"anyOf": kept}), **rest}
+        if "$ref" in node:
+            node = {**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROPPED_KEYS or key == "$defs":
+                continue
+            if key == "default" and _trivial(value):
+                continue
+            if key == "maximum" and value == _NO_CAP:
+                continue
+            if key == "description" and path.count(".") > 0 and path not in notes:
+                continue  # a nested model's own docstring is not written for the model
+            if key == "properties" and isinstance(value, dict):
+                prefix = f"{path}." if path else ""
+                out[key] = {
+                    name: clean(field, f"{prefix}{name}")
+                    for name, field in value.items()
+                    if f"{prefix}{name}" not in hidden
+                }
+                continue
+            out[key] = clean(value, path)
+        if path in notes:
+            out = {"description": notes[path], **{k: v for k, v in out.items() if k != "description"}}
+        if "required" in out and "properties" in out:
+            out["required"] = [name for name in out["required"] if name in out["properties"]]
+        return out
+
+    result: dict[str, Any] = clean(schema, "")
+    result.pop("description", None)  # the tool's own description says it, once
+    return result
 
 
 _DELEGATE = """\
@@ -135,6 +203,39 @@ CATALOGUE: tuple[ToolSpec, ...] = (
     ),
 )
 TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in CATALOGUE}
+
+# What a parameter means, where neither its name nor its tool's description says it. Parameters
+# many tools share (environmentId, clientRequestId, threadId) are described once, in the server's
+# instructions (`peerd.mcp_proxy.INSTRUCTIONS`), and in the descriptions of the tools that lead.
+PARAMS: dict[str, dict[str, str]] = {
+    "delegate_task": {
+        "title": "A short name for the task, shown in task lists.",
+        "target": "Where it runs; leave it out for this project with this thread's provider and model.",
+        "target.projectId": "The project there; default: the one with this thread's repository.",
+        "target.provider": "codex, claude, gemini or another provider configured there; default: this thread's.",
+        "target.model": "Default: this thread's model when the provider is the same.",
+        "runtimeMode": "The task's access level; never more than this thread's own.",
+        "timeoutMs": "mode wait only: how long to wait for the result.",
+    },
+    "task_status": {"timeoutMs": "With wait: how long to wait for the task to end."},
+    "task_cancel": {"reason": "Why; kept with the task."},
+    "thread_launch": {
+        "provider": "codex, claude, gemini, script (a scripted stand-in) or a configured custom provider.",
+        "inPlace": "Work in the project's own checkout instead of a new worktree.",
+        "branch": "The new worktree's branch (under peerd/ or orchestrate/).",
+        "baseCommit": "The commit the new worktree starts from.",
+    },
+    "thread_read": {
+        "afterPosition": "Items after this position: the nextPosition of the page before.",
+        "itemId": "With textOffset: read on in this item's long text.",
+        "runId": "Only this run's items.",
+    },
+    "thread_wait": {"timeout": "Seconds."},
+    "thread_interrupt": {"reason": "Why; shown in the thread."},
+    "project_list": {"cursor": "The nextCursor of the page before."},
+}
+# Fields only peerd itself sets: not shown to agents (a box keeps lineage from the link, not this).
+HIDDEN: dict[str, tuple[str, ...]] = {"thread_launch": ("delegatedFrom",)}
 
 
 def continue_hint(name: str, result: dict[str, Any]) -> str | None:

@@ -33,6 +33,7 @@ from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.gitwire import add_git_routes
 from peerd.api.listener import ListenerLimits, start_tcp
 from peerd.api.local import local_app
+from peerd.api.mcp_http import McpService, add_mcp_route, start_tcp_listener
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
@@ -146,6 +147,7 @@ class Daemon:
         self.feed = ChangeFeed()
         self.providers: dict[str, Provider] = {}
         self.orchestrations: Orchestrations | None = None
+        self.mcp = McpService()  # agent tools over MCP: /mcp on both sockets and a loopback port
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
         self.subreaper = False
@@ -198,13 +200,19 @@ class Daemon:
         providers = registry.build(self.config.settings, self.command_approved)
         self.providers = providers
         socket_path = self.paths.socket
+        # The loopback MCP listener first: runs are given its address (peerd/api/mcp_http.py).
+        self._runners.append(
+            await start_tcp_listener(
+                self.mcp, self.gate, self.config.listener_limits, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S
+            )
+        )
         self.runs = RunManager(
             db,
             self.feed,
             providers,
             state_dir=self.paths.provider_state,
             # Runs get the agent socket only: the owner socket is never theirs (api/tools.py).
-            tool_env={"PEERD_SOCKET": str(self.paths.agent_socket)},
+            tool_env={"PEERD_SOCKET": str(self.paths.agent_socket), "PEERD_MCP_URL": self.mcp.url or ""},
             home=self.paths.home,
             links=self.config.settings.links,  # what a link's runs may use (runtime/sandbox.py)
             label=self.config.label,  # named in the reason of a run a stop of this daemon cuts
@@ -249,14 +257,19 @@ class Daemon:
         local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
         add_git_routes(local)
         add_orchestration_routes(local, self.orchestrations)
+        self.mcp.attach(ops, link_service)
+        add_mcp_route(local, self.mcp, "owner")
         await self._serve_unix(local, socket_path)
-        await self._serve_unix(agent_app(ops, link_service), self.paths.agent_socket, listed=False)
+        agent = agent_app(ops, link_service)
+        add_mcp_route(agent, self.mcp, "agent")
+        await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.runs.kick_all()
         await delegation.recover()
         await self.followers.start()  # every open remote task and owed stop is followed again
         await engine.recover()  # every open orchestration continues where it was
+        self.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
         log.info(
             "daemon.ready",
             env_id=identity.env_id,
@@ -465,6 +478,7 @@ class Daemon:
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
+        await self.mcp.close()
         if self.peers is not None:
             await self.peers.close()
         if self.db is not None:

@@ -1,47 +1,58 @@
-"""`peerd mcp`: a stdio MCP server an agent CLI launches, proxying each tool to the local daemon.
+"""`peerd mcp`: a stdio MCP server an agent CLI launches; a thin bridge to the daemon's own MCP endpoint.
 
-It owns no state: every tool call is `POST /v1/tools/{name}` on the daemon's Unix socket, so
-agents may start and kill it freely while the daemon stays the single writer. stdout is the
-JSON-RPC channel; logs go to stderr only.
+The daemon serves peerd's tools over MCP streamable HTTP at `/mcp` (`peerd.api.mcp_http`). This
+process only carries JSON-RPC lines: each line from stdin is POSTed to `/mcp` on the daemon's Unix
+socket and the answer is written to stdout as one line; a notification gets no answer. It owns no
+state, so agents may start and kill it freely, and it imports only the standard library (no MCP
+SDK, no aiohttp, no asyncio): its tools are listed a few tens of milliseconds after it starts.
+Requests are carried concurrently (a thread each; a 45 s wait does not hold up a second call),
+`initialize` first and alone. stdout is the JSON-RPC channel; diagnostics go to stderr.
 
 Identity: when peerd started the agent, this process's environment carries the run's token
 (`PEERD_RUN_TOKEN`, or `PEERD_RUN_TOKEN_FILE` naming a 0600 file, which keeps the token out of the
-agent CLI's own argv), and every call acts as that run. Without one it acts as the socket's owner,
-for agents peerd did not start.
+agent CLI's own argv), and every call acts as that run (sent as `Authorization: Bearer`, on the
+socket in `PEERD_SOCKET`). Without one it acts as the socket's owner, for agents peerd did not
+start (the owner socket, `PEERD_HOME`'s `peerd.sock`). A token file that is gone means the run
+ended: the bridge then never calls the daemon at all, so it cannot fall back to the owner.
 
-Errors come back as MCP tool errors (`isError`) whose text is a sentence starting with the stable
-code (`target_required: Pass target.model ...`) and no structured content: Gemini CLI validates
-structured content against the tool's output schema, so a JSON error text was read as a result and
-rejected before the model saw it. A wait that ended first carries a `hint` (what to do next) both
-in the structured result, which Claude Code and Codex give the model, and in the text.
+When the daemon cannot be asked (not running, the run ended, it refused the token), `initialize`
+is answered here, so the agent connects and each tool call says why in a sentence starting with
+the stable code (`daemon_unavailable: peerd is not running ...`) as an MCP tool error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import socket
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import aiohttp
-import mcp_types as types
-from mcp.server import Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
+from typing import IO, Any
 
 from peerd import __version__
-from peerd.agent_tools import CATALOGUE, TOOL_SPECS, ToolSpec, continue_hint
 from peerd.paths import Paths, resolve_home
 
+SERVER_NAME = "peerd"
 INSTRUCTIONS = """\
 peerd links the machines coding agents run on. Use delegate_task to hand work to another agent
 (another provider or model here, or a linked machine from environment_list); you are woken with
-the result in a new turn. Use task_status to check on a task, task_cancel to stop it."""
+the result in a new turn. Use task_status to check on a task, task_cancel to stop it.
+Parameters shared by the tools: environmentId names a linked machine (its id or label from
+environment_list; leave it out for this machine); clientRequestId is any string of yours that makes
+a retry return the first call's result instead of acting twice; threadId comes from thread_launch."""
 
 # A tool call never waits longer than the daemon's own caps (45 s) plus slack for the socket.
 CALL_TIMEOUT_S = 75.0
+MCP_PATH = "/mcp"
+# What `initialize` answers when the daemon cannot be asked: the newest handshake revision, or the
+# client's own when it is one of these.
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+INTERNAL_ERROR = -32603
+PARSE_ERROR = -32700
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,7 @@ class ProxyConfig:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ProxyConfig:
         env = dict(os.environ) if env is None else env
-        socket = env.get("PEERD_SOCKET") or str(Paths(resolve_home(env.get("PEERD_HOME"))).socket)
+        socket_path = env.get("PEERD_SOCKET") or str(Paths(resolve_home(env.get("PEERD_HOME"))).socket)
         token = env.get("PEERD_RUN_TOKEN") or None
         token_file = env.get("PEERD_RUN_TOKEN_FILE")
         if token is None and token_file:
@@ -65,116 +76,206 @@ class ProxyConfig:
                 from_file = ""
             if not from_file:
                 ended = "The run these tools were bound to has ended; they no longer act. Start a new run."
-                return cls(socket=Path(socket), token=None, token_error=ended)
+                return cls(socket=Path(socket_path), token=None, token_error=ended)
             token = from_file
-        return cls(socket=Path(socket), token=token)
+        return cls(socket=Path(socket_path), token=token)
 
 
-def tool_list() -> list[types.Tool]:
-    return [
-        types.Tool(
-            name=spec.name,
-            description=spec.description,
-            input_schema=spec.input_schema(),
-            output_schema=spec.output_schema(),
-            annotations=types.ToolAnnotations(
-                read_only_hint=spec.read_only, destructive_hint=False, open_world_hint=not spec.read_only
-            ),
-        )
-        for spec in CATALOGUE
-    ]
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
 
-
-def error_result(code: str, message: str) -> types.CallToolResult:
-    """A tool error every CLI passes to its model: plain text, the code first, no structure."""
-    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], is_error=True)
-
-
-def success_result(spec: ToolSpec, result: dict[str, Any]) -> types.CallToolResult:
-    hint = result.get("hint") or continue_hint(spec.name, result)
-    if hint is not None:
-        result = {**result, "hint": hint}
-    text = json.dumps(result, indent=1)
-    if hint is not None:
-        text += "\n\n" + str(hint)
-    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
-
-
-class DaemonTools:
-    """Calls the daemon's agent-tool endpoint over its Unix socket."""
-
-    def __init__(self, config: ProxyConfig) -> None:
-        self.config = config
-        self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> DaemonTools:
-        connector = aiohttp.UnixConnector(path=str(self.config.socket))
-        timeout = aiohttp.ClientTimeout(total=CALL_TIMEOUT_S, sock_connect=5)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        spec = TOOL_SPECS.get(name)
-        if spec is None:
-            return error_result("not_found", f"No tool {name!r}; tools: {', '.join(sorted(TOOL_SPECS))}.")
-        if self._session is None:
-            raise RuntimeError("DaemonTools used outside `async with`")
-        if self.config.token_error is not None:
-            return error_result("parent_not_active", self.config.token_error)
-        headers = {"Authorization": f"Bearer {self.config.token}"} if self.config.token else {}
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
         try:
-            async with self._session.post(
-                f"http://peerd/v1/tools/{name}", json=arguments, headers=headers
-            ) as resp:
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientConnectorError, FileNotFoundError, ConnectionRefusedError):
-            return error_result(
+            sock.connect(str(self._path))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class Refused(Exception):
+    """The daemon could not be asked, or refused: a stable code and a sentence."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def _sse_messages(body: bytes) -> list[bytes]:
+    """The JSON messages of an event stream (the daemon answers JSON; this is for robustness)."""
+    messages, data = [], []
+    for raw in [*body.splitlines(), b""]:
+        if raw.startswith(b"data:"):
+            data.append(raw[5:].strip())
+        elif not raw.strip() and data:
+            messages.append(b"\n".join(data))
+            data = []
+    return messages
+
+
+class Bridge:
+    """JSON-RPC lines in, the daemon's answers out (see the module docstring)."""
+
+    def __init__(self, config: ProxyConfig, out: IO[bytes]) -> None:
+        self.config = config
+        self._out = out
+        self._write_lock = threading.Lock()
+        self._protocol_version: str | None = None
+
+    # -- the wire --------------------------------------------------------------------------------
+
+    def post(self, raw: bytes) -> list[bytes]:
+        """POST one message to the daemon's `/mcp`; the messages it answered (none for a notification)."""
+        if self.config.token_error is not None:
+            raise Refused("parent_not_active", self.config.token_error)
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        if self._protocol_version:
+            headers["MCP-Protocol-Version"] = self._protocol_version
+        conn = _UnixConnection(self.config.socket, CALL_TIMEOUT_S)
+        try:
+            conn.request("POST", MCP_PATH, body=raw, headers=headers)
+            resp = conn.getresponse()
+            status, kind, body = resp.status, resp.getheader("Content-Type") or "", resp.read()
+        except TimeoutError:
+            raise Refused("timeout", f"peerd did not answer within {CALL_TIMEOUT_S:.0f} s.") from None
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise Refused(
                 "daemon_unavailable",
                 f"peerd is not running (nothing answers at {self.config.socket}); start it with `peerd serve`.",
-            )
-        except TimeoutError:
-            return error_result("timeout", f"peerd did not answer {name} within {CALL_TIMEOUT_S:.0f} s.")
-        except (aiohttp.ClientError, ValueError) as exc:
-            return error_result("daemon_unavailable", f"Talking to peerd failed: {exc}.")
-        if resp.status >= 400 or not isinstance(data, dict) or "result" not in data:
-            if isinstance(data, dict) and "code" in data and "message" in data:
-                return error_result(str(data["code"]), str(data["message"]))
-            return error_result("internal_error", f"peerd answered HTTP {resp.status}.")
-        result = data["result"]
-        return success_result(spec, result if isinstance(result, dict) else {"result": result})
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise Refused("daemon_unavailable", f"Talking to peerd failed: {exc}.") from None
+        finally:
+            conn.close()
+        if status in (202, 204) or (status < 300 and not body.strip()):
+            return []
+        if status < 300 and "text/event-stream" in kind:
+            return _sse_messages(body)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get("jsonrpc") == "2.0":
+            return [_line(data)]  # the MCP server's own answer (an error too), as it gave it
+        if isinstance(data, dict) and "code" in data and "message" in data:
+            raise Refused(str(data["code"]), str(data["message"]))
+        raise Refused("internal_error", f"peerd answered HTTP {status}.")
+
+    # -- one message -----------------------------------------------------------------------------
+
+    def answer(self, raw: bytes, message: object) -> list[bytes]:
+        """The lines to write for one line read from stdin (`message`: the line parsed, or None)."""
+        if message is None:
+            error = {"code": PARSE_ERROR, "message": "Parse error: the line is not JSON."}
+            return [_line({"jsonrpc": "2.0", "id": None, "error": error})]
+        known = message if isinstance(message, dict) and "method" in message else {}
+        try:
+            answers = self.post(raw)  # a batch or a response too: the server decides
+        except Refused as refused:
+            return self._local(known, refused)
+        if known.get("method") == "initialize":
+            self._remember_version(answers)
+        return answers
+
+    def _remember_version(self, answers: list[bytes]) -> None:
+        for answer in answers:
+            try:
+                version = json.loads(answer).get("result", {}).get("protocolVersion")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(version, str):
+                self._protocol_version = version
+
+    def _local(self, message: dict[str, Any], refused: Refused) -> list[bytes]:
+        """What to answer when the daemon could not be asked (module docstring)."""
+        if "id" not in message:
+            return []  # a notification (or nothing we could answer)
+        method, ident = message.get("method"), message["id"]
+        text = f"{refused.code}: {refused.message}"
+        if method == "initialize":
+            params = message.get("params") or {}
+            asked = params.get("protocolVersion") if isinstance(params, dict) else None
+            version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
+            self._protocol_version = version
+            result: dict[str, Any] = {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": SERVER_NAME, "version": __version__},
+                "instructions": INSTRUCTIONS,
+            }
+        elif method == "tools/call":
+            result = {"content": [{"type": "text", "text": text}], "isError": True}
+        elif method == "ping":
+            result = {}
+        else:
+            return [
+                _line({"jsonrpc": "2.0", "id": ident, "error": {"code": INTERNAL_ERROR, "message": text}})
+            ]
+        return [_line({"jsonrpc": "2.0", "id": ident, "result": result})]
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def write(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        with self._write_lock:
+            for line in lines:
+                self._out.write(line.replace(b"\n", b" ") + b"\n")
+            self._out.flush()
+
+    def _serve_one(self, raw: bytes, message: object) -> None:
+        try:
+            self.write(self.answer(raw, message))
+        except BrokenPipeError:
+            pass  # the agent went away; nothing to tell it
+        except Exception as exc:  # never die with a request unanswered
+            sys.stderr.write(f"peerd mcp: {type(exc).__name__}: {exc}\n")
+
+    def run(self, lines: IO[bytes]) -> None:
+        """Carry every line until stdin closes, then finish the calls in flight."""
+        in_flight: list[threading.Thread] = []
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                message: object = json.loads(raw)
+            except ValueError:
+                message = None
+            if isinstance(message, dict) and message.get("method") == "initialize":
+                self._serve_one(raw, message)  # answered before anything after it is read
+                continue
+            worker = threading.Thread(target=self._serve_one, args=(raw, message), daemon=True)
+            worker.start()
+            in_flight = [t for t in in_flight if t.is_alive()] + [worker]
+        for worker in in_flight:
+            worker.join()
 
 
-def build_server(config: ProxyConfig) -> Server[DaemonTools]:
-    @asynccontextmanager
-    async def lifespan(_: Server[DaemonTools]) -> AsyncIterator[DaemonTools]:
-        async with DaemonTools(config) as tools:
-            yield tools
-
-    async def list_tools(
-        _: ServerRequestContext[DaemonTools], __: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tool_list())
-
-    async def call_tool(
-        ctx: ServerRequestContext[DaemonTools], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        return await ctx.lifespan_context.call(params.name, params.arguments or {})
-
-    return Server(
-        "peerd",
-        version=__version__,
-        instructions=INSTRUCTIONS,
-        lifespan=lifespan,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+def run_stdio(config: ProxyConfig) -> None:
+    """`peerd mcp`'s loop on this process's stdin and stdout (returns when stdin closes)."""
+    Bridge(config, sys.stdout.buffer).run(sys.stdin.buffer)
 
 
 async def serve_stdio(config: ProxyConfig) -> None:
-    server = build_server(config)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    """The entry `peerd mcp` (peerd/cli/main.py) runs with `asyncio.run`; blocks in `run_stdio`."""
+    run_stdio(config)
+
+
+def main() -> None:
+    """`python -m peerd.mcp_proxy`: the bridge without the CLI around it."""
+    with contextlib.suppress(KeyboardInterrupt):
+        run_stdio(ProxyConfig.from_env())
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,7 @@ Routes (all JSON; errors are `{code, message}`):
     GET    /v1/tasks?threadId=&status=&targetEnvironment=&cursor=&limit=   (newest first)
     GET    /v1/tasks/{id}                       POST /v1/tasks/{id}/cancel {reason?}
     POST   /v1/tools/{name}                     (agent tools, `Authorization: Bearer <run token>`)
+    POST   /mcp                                 (the same tools over MCP: peerd/api/mcp_http.py)
     POST   /v1/pair {access?, ttlS?, labelHint?, maxAgeS?, urls?}   GET /v1/pair?all=
     POST   /v1/pair/{id}/cancel
     GET    /v1/clients                          POST /v1/clients/{id}/revoke

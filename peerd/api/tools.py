@@ -1,4 +1,4 @@
-"""Agent tools over HTTP: `POST /v1/tools/{name}`, the calls `peerd mcp` proxies for an agent.
+"""Agent tools over HTTP: `POST /v1/tools/{name}`, and the same tools over MCP at `/mcp`.
 
 Two sockets serve them. The **agent socket** (`Paths.agent_socket`, `agent_app`) is the only one a
 run is given: it serves nothing but the tools, and only to the run token of a live run
@@ -144,26 +144,43 @@ async def caller_from_token(
     return await ops.caller_for_thread(thread, run_id=run.id, namespace=f"thread:{run.thread_id}")
 
 
-async def call_tool(request: web.Request) -> web.Response:
-    ops = request.app[OPERATIONS]
-    name = request.match_info["name"]
+def _tool(name: str) -> tuple[Tool, t.ToolSpec]:
     tool, spec = TOOLS.get(name), t.TOOL_SPECS.get(name)
     if tool is None or spec is None:
         raise NotFound(f"No agent tool {name!r}; tools: {', '.join(sorted(TOOLS))}.")
+    return tool, spec
+
+
+async def invoke(
+    ops: Operations, links: LinkService, caller: Caller, name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """One tool call as `caller`: the one implementation behind `/v1/tools/{name}` and MCP's
+    `tools/call` (`peerd.api.mcp_http`). Raises `PeerdError`, or pydantic's error for bad input."""
+    tool, spec = _tool(name)
+    req = spec.input_model.model_validate(arguments)
+    body = (await tool(ops, links, caller, req)).wire()
+    if (hint := t.continue_hint(name, body)) is not None:
+        body["hint"] = hint
+    return body
+
+
+async def call_tool(request: web.Request) -> web.Response:
+    ops = request.app[OPERATIONS]
+    name = request.match_info["name"]
+    _tool(name)  # an unknown tool is not_found before the token is looked at
     caller = await caller_from_token(
         ops,
         request.headers.get("Authorization"),
         owner_without_token=request.app.get(OWNER_WITHOUT_TOKEN, True),
     )
-    req = spec.input_model.model_validate(await json_object(request))  # 400 via the middleware
-    body = (await tool(ops, request.app[LINKS], caller, req)).wire()
-    if (hint := t.continue_hint(name, body)) is not None:
-        body["hint"] = hint
-    return ok({"result": body})
+    arguments = await json_object(request)
+    result = await invoke(ops, request.app[LINKS], caller, name, arguments)  # bad input: 400 (middleware)
+    return ok({"result": result})
 
 
 def agent_app(ops: Operations, link_service: LinkService) -> web.Application:
-    """The agent socket's app: the tools, for live run tokens only; nothing of the owner's API."""
+    """The agent socket's app: the tools, for live run tokens only; nothing of the owner's API
+    (the daemon adds MCP at `/mcp`: `peerd.api.mcp_http.add_mcp_route`)."""
     app = base_app()
     app[OPERATIONS] = ops
     app[LINKS] = link_service

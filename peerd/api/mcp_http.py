@@ -1,0 +1,249 @@
+"""peerd's MCP endpoint, `/mcp`: the agent tools over MCP streamable HTTP, served by the daemon.
+
+Three listeners serve it, each deciding who the caller is before the MCP server sees a byte:
+
+- the **agent socket** (`Paths.agent_socket`): a live run's token only (`Authorization: Bearer`),
+  as for `/v1/tools/*` there;
+- the **owner socket**: a run's token acts as that run; no token acts as the owner (agents the
+  owner started by hand, through `peerd mcp`);
+- a **loopback TCP listener** (`start_tcp_listener`: plain HTTP on 127.0.0.1, a port picked at
+  start; never the network listener), for the coder CLIs peerd starts, which speak HTTP but not
+  over a Unix socket. It serves `/mcp` only, to a live run's token only: TCP has no peer
+  credentials, so there is no owner identity here, and a missing, unknown or ended token is
+  answered 401 with a typed error. `Host` must be `127.0.0.1:PORT` or `localhost:PORT` (a web
+  page whose name was rebound to 127.0.0.1 sends its own name), a request with `Origin` is refused
+  (`no_browsers_middleware`), bodies are capped at `MAX_BODY_BYTES`, and connections get the
+  network listener's caps and deadlines (`peerd.api.listener.start_tcp`).
+
+The caller is the run the token belongs to (`peerd.api.tools.caller_from_token`, exactly as for
+`/v1/tools/*`), so a link's run gets the link's fence and cap here too. It travels to the tool
+call in the ASGI scope (`mcp_server.CALLER_SCOPE_KEY`); each tool is the one `/v1/tools/{name}`
+runs (`peerd.api.tools.invoke`).
+
+The SDK (`peerd.api.mcp_server`) costs about a second to import, which the daemon must not pay
+before it answers `status`: `McpService.warm` imports it in a thread once the daemon is up, and
+`/mcp` waits for it. The SDK's handler is ASGI; `asgi_call` runs it for one aiohttp request and
+buffers its answer (stateless JSON: one message in, one JSON answer out, so nothing streams).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+from aiohttp import hdrs, web
+
+from peerd.api import local
+from peerd.api.app import SHUTDOWN_GATE, Handler, ShutdownGate, base_app, error_response
+from peerd.api.listener import ListenerLimits, start_tcp
+from peerd.api.tools import caller_from_token, invoke
+from peerd.errors import CapabilityDenied, PeerdError, Unavailable
+from peerd.operations import Caller, Operations
+from peerd.peer.links import LinkService
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+log = structlog.get_logger(__name__)
+
+MCP_PATH = "/mcp"
+TCP_HOST = "127.0.0.1"
+READY_TIMEOUT_S = 60.0  # how long a request waits for the SDK's first import (about a second)
+Access = Literal["owner", "agent", "tcp"]
+NO_TOKEN_HERE = (
+    "This endpoint serves peerd's agent tools to peerd's runs only: pass the run token peerd gave "  # noqa: S105
+    "this run (Authorization: Bearer)."
+)
+
+
+class McpService:
+    """The daemon's one MCP server: built off the event loop on first need, shared by the listeners."""
+
+    def __init__(self) -> None:
+        self.ops: Operations | None = None
+        self.links: LinkService | None = None
+        self.url: str | None = None  # the loopback listener's `http://127.0.0.1:PORT/mcp`
+        self.tcp_hosts: frozenset[str] = frozenset()  # the Host values it answers (fail closed)
+        self.served: Counter[Access] = Counter()  # authenticated requests, per listener kind
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._failure: str | None = None
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def attach(self, ops: Operations, links: LinkService) -> None:
+        self.ops, self.links = ops, links
+
+    def warm(self) -> None:
+        """Start building the SDK server now (idempotent; needs the running loop)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._serve(), name="peerd.mcp")
+
+    async def _serve(self) -> None:
+        try:
+            module = await asyncio.to_thread(importlib.import_module, "peerd.api.mcp_server")
+            tools = await asyncio.to_thread(module.tool_list)
+            manager = module.session_manager(self._invoke, tools)
+        except Exception as exc:  # the endpoint says so; the rest of the daemon is unaffected
+            log.exception("mcp.unavailable")
+            self._failure = (
+                f"peerd's MCP server could not start ({type(exc).__name__}); its log has the details."
+            )
+            self._ready.set()
+            return
+        async with manager.run():
+            self._manager = manager
+            self._ready.set()
+            await asyncio.Event().wait()  # until close() cancels it
+
+    async def _invoke(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        ops, links = self.attached()
+        return await invoke(ops, links, caller, name, arguments)
+
+    def attached(self) -> tuple[Operations, LinkService]:
+        if self.ops is None or self.links is None:
+            raise Unavailable("The daemon is still starting; retry in a moment.")
+        return self.ops, self.links
+
+    async def manager(self) -> StreamableHTTPSessionManager:
+        self.warm()
+        try:
+            await asyncio.wait_for(self._ready.wait(), READY_TIMEOUT_S)
+        except TimeoutError:
+            raise Unavailable("peerd's MCP server is still starting; retry in a moment.") from None
+        if self._manager is None:
+            raise Unavailable(self._failure or "peerd's MCP server has stopped.")
+        return self._manager
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._manager = None
+
+
+MCP_SERVICE = web.AppKey("mcp_service", McpService)
+MCP_ACCESS: web.AppKey[Access] = web.AppKey("mcp_access")
+
+
+def add_mcp_route(app: web.Application, service: McpService, access: Access) -> None:
+    """Serve `/mcp` on `app` (before it is started); `access` says who may call (module docstring)."""
+    app[MCP_SERVICE] = service
+    app[MCP_ACCESS] = access
+    app.router.add_route("*", MCP_PATH, mcp_endpoint)
+
+
+def _unauthorized(err: PeerdError) -> web.Response:
+    response = error_response(err)
+    response.set_status(401)
+    response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    return response
+
+
+async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
+    service, access = request.app[MCP_SERVICE], request.app[MCP_ACCESS]
+    ops, _ = service.attached()
+    header = request.headers.get(hdrs.AUTHORIZATION)
+    if access == "tcp" and header is None:
+        return _unauthorized(CapabilityDenied(NO_TOKEN_HERE))
+    try:
+        caller = await caller_from_token(ops, header, owner_without_token=access == "owner")
+    except CapabilityDenied as err:  # parent_not_active, link_revoked, no or malformed token
+        if access == "tcp":
+            return _unauthorized(err)
+        raise
+    request[local.CALLER_KEY] = caller  # the listener's guard counts the connection authenticated
+    service.served[access] += 1
+    body = await request.read()  # capped by the app (payload_too_large)
+    manager = await service.manager()
+    return await asgi_call(manager.handle_request, request, body, {"peerd.caller": caller})
+
+
+async def asgi_call(app: Any, request: web.Request, body: bytes, extra: dict[str, Any]) -> web.Response:
+    """Run an ASGI app for one request whose body is already read; its answer, buffered."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": f"{request.version.major}.{request.version.minor}",
+        "method": request.method,
+        "scheme": "http",
+        "path": request.path,
+        "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
+        "query_string": request.query_string.encode("latin-1"),
+        "root_path": "",
+        "headers": [(name.lower(), value) for name, value in request.raw_headers],
+        "client": None,
+        "server": None,
+        "state": {},
+        **extra,
+    }
+    answered = asyncio.Event()
+    delivered = False
+    start: dict[str, Any] = {}
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await answered.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            chunks.append(bytes(message.get("body", b"")))
+
+    try:
+        await app(scope, receive, send)
+    finally:
+        answered.set()
+    response = web.Response(status=int(start.get("status", 500)), body=b"".join(chunks))
+    for name, value in start.get("headers", []):
+        key = bytes(name).decode("latin-1")
+        if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+            response.headers.add(key, bytes(value).decode("latin-1"))
+    return response
+
+
+@web.middleware
+async def loopback_host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The loopback listener answers only `Host: 127.0.0.1:PORT` or `localhost:PORT` (DNS rebinding)."""
+    host = (request.headers.get(hdrs.HOST) or "").lower()
+    if host not in request.app[MCP_SERVICE].tcp_hosts:
+        return error_response(
+            CapabilityDenied(
+                "This listener answers only Host 127.0.0.1:PORT or localhost:PORT (its own port); "
+                "the request named another host."
+            )
+        )
+    return await handler(request)
+
+
+async def start_tcp_listener(
+    service: McpService, gate: ShutdownGate, limits: ListenerLimits, *, shutdown_timeout_s: float
+) -> web.AppRunner:
+    """Serve `/mcp` on 127.0.0.1 (a port the kernel picks); sets `service.url` and its hosts."""
+    app = base_app()
+    app.middlewares.insert(0, loopback_host_middleware)  # before anything reads the request
+    app[SHUTDOWN_GATE] = gate
+    add_mcp_route(app, service, "tcp")
+    runner = await start_tcp(
+        app,
+        host=TCP_HOST,
+        port=0,
+        ssl_context=None,
+        limits=limits,
+        advertise=(),
+        shutdown_timeout_s=shutdown_timeout_s,
+    )
+    port = runner.addresses[0][1]
+    service.tcp_hosts = frozenset({f"{TCP_HOST}:{port}", f"localhost:{port}"})
+    service.url = f"http://{TCP_HOST}:{port}{MCP_PATH}"
+    return runner
