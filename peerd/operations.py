@@ -41,6 +41,7 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
 from peerd.store import clients, projects, threads
 from peerd.store.db import Database
+from peerd.tasks import feedstore
 
 log = structlog.get_logger(__name__)
 
@@ -241,7 +242,12 @@ class Operations:
 
     async def project_remove(self, caller: Caller, project_id: str) -> c.Project:
         del caller
-        return await projects.remove(self.db, project_id)
+        project = await projects.get(self.db, project_id)
+        gone = await feedstore.thread_ids_of_project(self.db, project.id)
+        removed = await projects.remove(self.db, project.id)
+        for thread_id in gone:  # their threads went with it: long-polls and followers learn now
+            self.feed.changed(thread_id)
+        return removed
 
     # --- threads ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd import contracts as c
 from peerd.api import local
 from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response, ok
+from peerd.api.feedroutes import add_feed_routes
 from peerd.api.gitwire import add_git_routes
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import add_oauth_routes
@@ -120,6 +121,7 @@ def network_app(
     r.add_post("/v1/threads/{id}/interrupt", local.thread_interrupt)
     r.add_post("/v1/threads/{id}/archive", local.thread_archive)
     r.add_get("/v1/threads/{id}/events", local.thread_events)
-    r.add_post("/v1/watch", local.watch_runs)
+    r.add_post("/v1/watch", local.watch_runs)  # laptops from before the change feed
+    add_feed_routes(app)
     add_git_routes(app)
     return app

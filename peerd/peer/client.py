@@ -390,9 +390,7 @@ class PeerClient:
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 self._good_url.pop(env_id, None)
                 message = unreachable_message(link.label, link.urls)
-                await links.record_outcome(
-                    self._db, env_id, status="unreachable", error=message, reached_at=None
-                )
+                await self._outcome(link, "unreachable", message)
                 raise PeerUnreachable(message) from exc
             if status == 401 and attempt == 1:
                 continue  # the access token may have expired early: refresh once and retry
@@ -400,20 +398,30 @@ class PeerClient:
                 raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
             if status >= 500 or not isinstance(data, (dict, list)):
                 message = f"{link.label} answered HTTP {status}."
-                await links.record_outcome(
-                    self._db, env_id, status="unreachable", error=message, reached_at=None
-                )
+                await self._outcome(link, "unreachable", message)
                 raise PeerUnreachable(message)
             self._answered(env_id)
-            await links.record_outcome(
-                self._db, env_id, status="reachable", error=None, reached_at=self._clock()
-            )
+            await self._outcome(link, "reachable", None)
             if status >= 400:
                 if isinstance(data, dict) and "code" in data:
                     raise from_wire(str(data["code"]), str(data.get("message", "")))
                 raise PeerdError(f"{link.label} answered HTTP {status}.")
             return data
         raise AssertionError("unreachable")  # pragma: no cover  # the loop always returns or raises
+
+    async def _outcome(self, link: LinkRow, status: c.LinkStatus, error: str | None) -> None:
+        """The link's outcome, written only when it changes (compared with the row this call read),
+        and its reached time at most once a minute: a write per forwarded call costs a transaction."""
+        reached = None
+        if status == "reachable":
+            reached = self._clock()
+            last = link.last_reached_at
+            unchanged = link.status == status and link.last_error is None
+            if unchanged and last is not None and reached - last < REACHED_REFRESH_S:
+                return
+        elif link.status == status and link.last_error == error:
+            return
+        await links.record_outcome(self._db, link.env_id, status=status, error=error, reached_at=reached)
 
     async def revoke(self, link: LinkRow) -> bool:
         """RFC 7009 revocation at the box; False when the box could not be told."""
@@ -467,16 +475,19 @@ def _token_answer(body: Any, label: str) -> _TokenAnswer:
         ) from None
 
 
-READ_ONLY_POSTS = frozenset({"/v1/watch"})  # POST for its body, but it only reads
+# POSTs for their bodies that only read (the change feed's subscription names runs to follow).
+READ_ONLY_POSTS = frozenset({"/v1/watch", "/v1/feed/subscription", "/v1/feed/changes"})
+REACHED_REFRESH_S = 60.0  # how stale a link's stored "last reached" may get while it answers
 # At most this many connections per box for calls other than long-polls: below the box's cap on
 # connections per address that have not yet made an authenticated request (api/listener_rules.py).
 CONNECTIONS_PER_BOX = 16
 
 
 def is_long_poll(method: str, path: str) -> bool:
-    """The box's long-polls: the follower's batched watch, and a thread's wait and events."""
+    """The box's long-polls: the follower's change feed (and the batched watch before it), and a
+    thread's wait and events."""
     if method == "POST":
-        return path == "/v1/watch"
+        return path in ("/v1/feed/changes", "/v1/watch")
     return method == "GET" and path.startswith("/v1/threads/") and path.endswith(("/wait", "/events"))
 
 

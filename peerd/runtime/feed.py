@@ -46,9 +46,10 @@ class ChangeFeed:
             listener.changed.add(thread_id)
             listener.event.set()
 
-    def listen(self, thread_ids: set[str]) -> Listener:
-        """Register before reading the store, like `watch`; `unlisten` when done."""
-        listener = Listener()
+    def listen(self, thread_ids: set[str], listener: Listener | None = None) -> Listener:
+        """Register before reading the store, like `watch`; `unlisten` when done. Passing a
+        listener adds threads to it (the box's change feed keeps one per link)."""
+        listener = listener or Listener()
         for thread_id in thread_ids:
             self._listeners.setdefault(thread_id, set()).add(listener)
         return listener

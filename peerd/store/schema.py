@@ -255,4 +255,18 @@ MIGRATIONS: list[list[str]] = [
     [
         "CREATE INDEX tasks_status ON tasks(status)",
     ],
+    # 9: the change feed. On the box, each link's durable subscription: the runs its follower
+    # follows, with their threads (NULL: not a run of a thread the link started). On the laptop, a
+    # link's open tasks (the follower's reads) indexed apart from the history: only open tasks are
+    # in the partial index (peerd/tasks/feedstore.py).
+    [
+        """CREATE TABLE feed_runs (
+            client_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            thread_id TEXT,
+            PRIMARY KEY (client_id, run_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX tasks_followed ON tasks(target_env, created_at)"
+        " WHERE (status IN ('pending', 'running') OR stop_owed = 1)",
+    ],
 ]

@@ -75,7 +75,7 @@ class TargetRequired(PeerdError):
 
 
 class FollowerNotifier(Protocol):
-    def notify(self, env_id: str) -> None: ...
+    def notify(self, env_id: str, task_id: str | None = None) -> None: ...
 
 
 class Delegation:
@@ -177,7 +177,7 @@ class Delegation:
             if task.child_thread_id is None and not task.terminal:
                 task = await self.launch_remote(task, raise_terminal=True)
             if self.followers is not None:
-                self.followers.notify(env)
+                self.followers.notify(env, task.id)
         if req.mode == "wait":
             return await self._wait(task.id, _seconds(req.timeout_ms))
         return task.info()
@@ -357,8 +357,8 @@ class Delegation:
                 f"{result.rstrip('.')}. It could not be stopped in {label} and may still run there: {why}"
             )
         await self.end(task.id, status, result)
-        if not delivered and self.followers is not None:
-            self.followers.notify(task.target_env)
+        if self.followers is not None:  # delivered or not, the follower re-reads this task
+            self.followers.notify(task.target_env, task.id)
         return (await tasks.get(self.db, task.id)).info()
 
     async def deliver_stop(self, task: TaskRow, *, for_follower: bool = False) -> bool:

@@ -1,14 +1,18 @@
 """The follower, the I/O shell: one per link, it drives every open remote task on that link to its
 end, as the pure `FollowerMachine` (`peerd.tasks.machine`) decides.
 
-Each turn reads the link's open tasks, asks the machine for the next step and performs it:
-re-send launches the box has not answered, deliver owed stops, or watch all running tasks with
-ONE batched long-poll (`POST /v1/watch`, one request per link per chunk, whatever the number of
-tasks). New work (a new task, a cancel) interrupts the watch at once.
+It reads the link's open tasks once when it starts (only the columns it needs) and keeps them in
+the machine; afterwards it re-reads only a task it is told changed (`FollowerPool.notify(env,
+task)`) or acted on. Each turn asks the machine for the next step and performs it: re-send
+launches the box has not answered, deliver owed stops, tell the box which runs to follow (the
+change feed's subscription: changes only, or a hash after a restart), and keep ONE long-poll per
+link for changes after a cursor (`POST /v1/feed/changes`, one request per chunk whatever the
+number of tasks). The poll runs beside the other steps: a new task joins the subscription with
+a short request and the poll in flight is not restarted.
 
 What the machine is told: every answer from the box (the peer client's `on_answer` hook, so a
 forwarded call, a launch, a refresh or a probe ends a backoff at once and wakes a follower that
-was sleeping it out), a failed call's typed code, a watch left unanswered past its deadline (a
+was sleeping it out), a failed call's typed code, a poll left unanswered past its deadline (a
 black hole), and this daemon's store failing. No failure stops a follower: a store fault anywhere,
 its own error handling included, is retried with backoff; a bug is logged and retried in 5 s.
 """
@@ -23,13 +27,15 @@ from typing import Any
 
 import structlog
 
-from peerd import contracts as c
 from peerd.errors import PeerdError
 from peerd.store.db import Database
+from peerd.tasks import feedstore
 from peerd.tasks import store as tasks
 from peerd.tasks.delegation import Delegation
+from peerd.tasks.feedwire import CHANGES_PATH, SUBSCRIPTION_PATH, FeedChanges, FeedSubscribed
 from peerd.tasks.machine import (
     Action,
+    AwaitPoll,
     CheckLink,
     DeliverStops,
     DropStop,
@@ -37,17 +43,19 @@ from peerd.tasks.machine import (
     Exit,
     FollowerMachine,
     NoteError,
-    OpenTask,
+    Poll,
+    PollAnswer,
     ReadResult,
     Relaunch,
     RunReport,
     SaveBackoff,
     Sleep,
-    Watch,
-    WatchRef,
+    StopPoll,
+    Subscribe,
 )
 from peerd.tasks.rules import classify, is_store_fault
 from peerd.tasks.store import TaskRow
+from peerd.tasks.subscription import Delta
 from peerd.tasks.timing import Clock
 
 log = structlog.get_logger(__name__)
@@ -55,15 +63,16 @@ log = structlog.get_logger(__name__)
 WATCH_CHUNK_S = 50.0
 
 
-def open_task(row: TaskRow) -> OpenTask:
-    return OpenTask(
-        id=row.id,
-        status=row.status,
-        child_thread_id=row.child_thread_id,
-        child_run_id=row.child_run_id,
-        stop_owed=row.stop_owed,
-        label=row.target_label or row.target_env or "the linked environment",
-    )
+def feed_code(exc: PeerdError) -> str:
+    """A box without the change feed answers `not_found` for its routes: that is worth waiting
+    out (the box may be updated), not a reason to fail the link's tasks."""
+    return "unavailable" if exc.code == "not_found" else exc.code
+
+
+def feed_message(exc: PeerdError, label: str) -> str:
+    if exc.code == "not_found":
+        return f"{label} runs a peerd without the change feed; update peerd there (the tasks wait)."
+    return exc.message
 
 
 class FollowerPool:
@@ -86,8 +95,9 @@ class FollowerPool:
         delegation.followers = self
         delegation.forwarder.peers.on_answer = self.answered  # any answer from a box ends its backoff
 
-    def notify(self, env_id: str) -> None:
-        """New work on this link: start its follower, or interrupt its current wait."""
+    def notify(self, env_id: str, task_id: str | None = None) -> None:
+        """New work on this link (this task changed, or, without one, the link itself): start its
+        follower, or tell it; a poll in flight goes on."""
         if self._closing:
             return
         follower = self._followers.get(env_id)
@@ -95,6 +105,7 @@ class FollowerPool:
             follower = Follower(self, env_id)
             self._followers[env_id] = follower
             follower.start()
+        follower.touch(task_id)
         follower.poke()
 
     def answered(self, env_id: str) -> None:
@@ -104,7 +115,8 @@ class FollowerPool:
             follower.note_answered()
 
     async def start(self) -> None:
-        """Resume every open remote task (and every owed stop) after a restart."""
+        """Resume every open remote task (and every owed stop) after a restart: one follower per
+        link, each checking the box's subscription with one request."""
         for env_id in await tasks.envs_with_open_tasks(self.db):
             self.notify(env_id)
 
@@ -126,7 +138,12 @@ class Follower:
         self._answered = False
         self._sleeping = False
         self._task: asyncio.Task[None] | None = None
-        self.requests = 0  # watch requests sent: idle traffic is measured by this
+        self._poll: asyncio.Task[Any] | None = None
+        self._loaded = False  # the link's open tasks were read once
+        self._reload = True  # read them all again (the link changed here)
+        self._touched: set[str] = set()  # tasks to read again
+        self.requests = 0  # polls sent: idle traffic is measured by this
+        self.syncs = 0  # subscription requests sent
 
     @property
     def done(self) -> bool:
@@ -135,12 +152,18 @@ class Follower:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"follower:{self.env_id}")
 
+    def touch(self, task_id: str | None) -> None:
+        if task_id is None:
+            self._reload = True
+        else:
+            self._touched.add(task_id)
+
     def poke(self) -> None:
         self._wakeup.set()
 
     def note_answered(self) -> None:
         self._answered = True
-        if self._sleeping:  # a watch in flight is not cut short by the box answering
+        if self._sleeping:  # a poll in flight is not cut short by the box answering
             self._wakeup.set()
 
     async def stop(self) -> None:
@@ -148,6 +171,11 @@ class Follower:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        poll, self._poll = self._poll, None
+        if poll is not None:
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await poll
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -171,13 +199,40 @@ class Follower:
         if self._answered:
             self._answered = False
             await self._do(self.machine.answered(self.pool.clock.now()))
-        rows = await tasks.open_for_env(self.pool.db, self.env_id)
+        if await self._refresh():
+            await self._do([CheckLink()])  # the link changed here: forgotten or revoked ends its tasks now
         self.machine.chunk_s = self.pool.watch_chunk_s
-        actions = self.machine.plan(self.pool.clock.now(), [open_task(r) for r in rows])
+        actions = self.machine.plan(self.pool.clock.now())
         done = await self._do(actions)
         if not isinstance(actions[0], Sleep):
             self.machine.step_done()  # a step went through: the store works (again)
         return done
+
+    async def _refresh(self) -> bool:
+        """Read what changed here into the machine; True after a reload that was not the first."""
+        db = self.pool.db
+        if self._reload:
+            self._reload, touched = False, self._touched
+            self._touched = set()
+            try:
+                self.machine.load(await feedstore.open_tasks(db, self.env_id))
+            except BaseException:
+                self._reload, self._touched = True, touched | self._touched
+                raise
+            again, self._loaded = self._loaded, True
+            return again
+        while self._touched:
+            task_id = self._touched.pop()
+            try:
+                row = await feedstore.open_task(db, task_id)
+            except BaseException:
+                self._touched.add(task_id)
+                raise
+            if row is None:
+                self.machine.drop(task_id)
+            else:
+                self.machine.upsert(row)
+        return False
 
     async def _trouble(self, exc: Exception) -> None:
         """A step raised: a store fault waits with backoff (nothing is written: the store is what
@@ -214,19 +269,25 @@ class Follower:
         db, delegation, now = self.pool.db, self.pool.delegation, self.pool.clock.now
         if isinstance(action, Sleep):
             return await self._sleep(action.until)
-        if isinstance(action, Relaunch):
+        if isinstance(action, Subscribe):
+            return await self._subscribe(action.delta)
+        if isinstance(action, Poll):
+            self._start_poll(action)
+        elif isinstance(action, AwaitPoll):
+            return await self._await_poll(action.deadline)
+        elif isinstance(action, StopPoll):
+            await self._drop_poll()
+        elif isinstance(action, Relaunch):
             return await self._each(
                 action.task_ids, lambda t: t.child_thread_id is None, delegation.launch_remote
             )
-        if isinstance(action, DeliverStops):
+        elif isinstance(action, DeliverStops):
             return await self._each(
                 action.task_ids,
                 lambda t: t.stop_owed and t.child_thread_id is not None,
                 delegation.deliver_stop,
             )
-        if isinstance(action, Watch):
-            return await self._watch(action)
-        if isinstance(action, ReadResult):
+        elif isinstance(action, ReadResult):
             try:
                 reply = await self._reply(action)
             except PeerdError as exc:
@@ -234,9 +295,11 @@ class Follower:
                     raise
                 return self.machine.failed(now(), exc.code, exc.message, task_id=action.task_id)
             return self.machine.result_read(action, reply)
-        if isinstance(action, EndTask):
+        elif isinstance(action, EndTask):
+            self._touched.add(action.task_id)
             await delegation.end(action.task_id, action.status, action.result)
         elif isinstance(action, DropStop):
+            self._touched.add(action.task_id)
             await tasks.set_stop(db, action.task_id, owed=False, reason=None, now=now())
             await tasks.set_error(db, action.task_id, action.error, now=now())
         elif isinstance(action, SaveBackoff):
@@ -246,8 +309,7 @@ class Follower:
                 db, self.env_id, attempts=action.attempts, next_at=action.next_at, error=action.error
             )
         elif isinstance(action, NoteError):
-            for task_id in action.task_ids:
-                await tasks.set_error(db, task_id, action.error, now=now())
+            await feedstore.note_error(db, self.env_id, action.error, now=now())
         elif isinstance(action, CheckLink):
             try:
                 await delegation.forwarder.peers.load_link(self.env_id)
@@ -277,6 +339,7 @@ class Follower:
         others go on; a transient or link-wide failure ends the step."""
         actions: list[Action] = []
         for task_id in task_ids:
+            self._touched.add(task_id)  # whatever happens, the machine reads it again
             task = await tasks.get(self.pool.db, task_id)
             if not still(task):
                 continue
@@ -291,53 +354,92 @@ class Follower:
                 actions += outcome
         return actions
 
-    async def _watch(self, action: Watch) -> list[Action]:
-        self.requests += len(action.batches)
-        delegation = self.pool.delegation
+    # --- the change feed ---------------------------------------------------------------------------
 
-        async def one(batch: tuple[WatchRef, ...]) -> c.RunWatchResult:
-            body = {
-                "runs": [{"threadId": r.thread_id, "runId": r.run_id} for r in batch],
-                "timeout": action.timeout,
-            }
-            data = await delegation.forwarder.call(self.env_id, "POST", "/v1/watch", body=body)
-            return c.RunWatchResult.model_validate(data)
-
-        request: asyncio.Future[list[c.RunWatchResult]] = asyncio.ensure_future(
-            asyncio.gather(*(one(b) for b in action.batches))
-        )
-        woken: asyncio.Future[Any] = asyncio.ensure_future(self._wakeup.wait())
-        wait_s = max(action.deadline - self.pool.clock.now(), 0.0)
+    async def _subscribe(self, delta: Delta) -> list[Action]:
+        self.syncs += 1
+        body: dict[str, Any] = {"setHash": delta.set_hash}
+        if delta.add:
+            body["add"] = list(delta.add)
+        if delta.remove:
+            body["remove"] = list(delta.remove)
+        if delta.reset:
+            body["reset"] = True
         try:
-            await asyncio.wait({request, woken}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            request.cancel()  # the follower is stopping: the long-poll must not outlive it unowned
-            raise
-        finally:
-            woken.cancel()
-        if not request.done():
-            request.cancel()  # new work, or no answer in time; the box cancels the abandoned poll
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await request
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise asyncio.CancelledError  # a stop that landed meanwhile is ours, not the poll's
-            if self._wakeup.is_set():
-                return []  # new work: go round again at once
-            return self.machine.overdue(max(self.pool.clock.now(), action.deadline))
-        try:
-            results = request.result()
+            data = await self.pool.delegation.forwarder.call(
+                self.env_id, "POST", SUBSCRIPTION_PATH, body=body
+            )
+            answer = FeedSubscribed.model_validate(data)
         except PeerdError as exc:
             if is_store_fault(exc):
+                self.machine.sub.unconfirmed()
                 raise
-            return self.machine.failed(self.pool.clock.now(), exc.code, exc.message)
-        reports = [
-            RunReport(r.run_id, r.found, r.settled, r.status, r.reason, r.result_run_id)
-            for result in results
-            for r in result.runs
-        ]
-        refs = [ref for batch in action.batches for ref in batch]
-        return self.machine.watched(self.pool.clock.now(), reports, refs)
+            message = feed_message(exc, self.machine.label)
+            return self.machine.failed(self.pool.clock.now(), feed_code(exc), message, subscribing=True)
+        except BaseException:
+            self.machine.sub.unconfirmed()
+            raise
+        return self.machine.subscribed(self.pool.clock.now(), answer.in_sync)
+
+    def _start_poll(self, action: Poll) -> None:
+        self.requests += 1
+        body: dict[str, Any] = {"timeout": action.timeout}
+        if action.cursor is not None:
+            body["cursor"] = action.cursor
+        call = self.pool.delegation.forwarder.call(self.env_id, "POST", CHANGES_PATH, body=body)
+        self._poll = asyncio.ensure_future(call)
+        self._poll.add_done_callback(lambda _: self._wakeup.set())
+
+    async def _await_poll(self, deadline: float) -> list[Action]:
+        """Wait for the poll in flight; new work (a poke) returns at once to plan beside it."""
+        poll = self._poll
+        if poll is None:  # nothing in flight after all (it was dropped): plan a new one
+            self.machine.poll_deadline = None
+            return []
+        if not poll.done():
+            woken: asyncio.Future[Any] = asyncio.ensure_future(self._wakeup.wait())
+            try:
+                wait_s = max(deadline - self.pool.clock.now(), 0.0)
+                await asyncio.wait({poll, woken}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+        if poll.done():
+            self._poll = None
+            return self._polled(poll)
+        if self._wakeup.is_set() and self.pool.clock.now() < deadline:
+            return []  # new work: go round again with the poll still in flight
+        await self._drop_poll()
+        return self.machine.overdue(max(self.pool.clock.now(), deadline))
+
+    def _polled(self, poll: asyncio.Future[Any]) -> list[Action]:
+        now = self.pool.clock.now()
+        try:
+            data = poll.result()
+            answer = FeedChanges.model_validate(data)
+        except PeerdError as exc:
+            if is_store_fault(exc):
+                self.machine.poll_deadline = None
+                raise
+            return self.machine.poll_failed(now, feed_code(exc), feed_message(exc, self.machine.label))
+        except BaseException:
+            self.machine.poll_deadline = None
+            raise
+        reports = tuple(
+            RunReport(r.run_id, r.found, r.settled, r.status, r.reason, r.result_run_id) for r in answer.runs
+        )
+        return self.machine.polled(now, PollAnswer(answer.cursor, reports, answer.resynced, answer.set_hash))
+
+    async def _drop_poll(self) -> None:
+        """Abandon the poll in flight; the box cancels the abandoned long-poll."""
+        poll, self._poll = self._poll, None
+        if poll is None or poll.done():
+            return
+        poll.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await poll
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise asyncio.CancelledError  # a stop that landed meanwhile is ours, not the poll's
 
     async def _reply(self, read: ReadResult) -> str | None:
         """The settled run's last reply, read whole (paged, long text by itemId + textOffset)."""

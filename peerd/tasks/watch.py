@@ -1,5 +1,6 @@
-"""The box's side of following: has the work a run started settled, and the batched long-poll
-(`POST /v1/watch`) a laptop's follower sends for all of a link's open tasks at once.
+"""The box's side of following: has the work a run started settled (`watch_one`); the change feed
+laptops follow their tasks by (`hub`, `peerd.tasks.feed`); and the batched long-poll
+(`POST /v1/watch`) that laptops before the change feed send, still served for them.
 
 A watch returns as soon as any named run settled or is gone, at its timeout, or at once when the
 calling link is revoked here (its next request then learns why).
@@ -17,18 +18,17 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.store import threads
 from peerd.store.db import Database
 from peerd.tasks import store as tasks
+from peerd.tasks.feed import FeedHub, client_key
 from peerd.tasks.rules import settlement
 
-
-def client_key(client_id: str) -> str:
-    """The change-feed key a link client's revocation is announced on."""
-    return f"client:{client_id}"
+__all__ = ["RunWatcher", "client_key"]
 
 
 class RunWatcher:
     def __init__(self, db: Database, feed: ChangeFeed) -> None:
         self.db = db
         self.feed = feed
+        self.hub = FeedHub(db, feed)
 
     async def watch_one(self, thread_id: str, run_id: str) -> c.WatchedRun:
         """Has the work this run started settled (its own delegations included), and with which run?"""

@@ -678,13 +678,14 @@ async def test_a_retry_storm_is_one_task_and_one_thread_there(m: Machines, tmp_p
 OPEN_TASKS = 200
 
 
-async def test_many_open_tasks_share_one_watch_request_per_chunk(
+async def test_many_open_tasks_share_one_poll_per_chunk(
     m: Machines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rule: one follower per link; idle traffic is O(links), not O(tasks). 200 open tasks on one
-    link: every watch request names all of them, one request per chunk. (Their 200 concurrent
-    delegations also guard read-your-writes in the store: each launch there reads back the
-    thread it just committed.)"""
+    link: the box's subscription holds all their runs, the follower sends one change-feed poll per
+    chunk that names none of them, and nothing else while idle. (Their 200 concurrent delegations
+    also guard read-your-writes in the store: each launch there reads back the thread it just
+    committed.)"""
     parent, token, _ = await leaked_token(m, tmp_path)
     child = script({"wait_for_file": str(tmp_path / "never")})
     calls = [
@@ -698,29 +699,37 @@ async def test_many_open_tasks_share_one_watch_request_per_chunk(
     answers = await call_tools(m, token, calls)
     assert {status for status, _ in answers} == {200}, [b for s, b in answers if s != 200][:3]
     assert {body["result"]["status"] for _, body in answers} == {"running"}
+    follower = m.follower()
+    assert follower is not None
 
-    watched: list[int] = []
+    async def subscribed() -> bool:  # the new tasks joined the subscription, coalesced
+        return follower.machine.sub.settled and len(follower.machine.sub.want) == OPEN_TASKS
+
+    await eventually(subscribed)
+    assert follower.syncs < OPEN_TASKS / 4, "changes are coalesced, not one request per task"
+    sent: list[tuple[str, dict[str, Any]]] = []
     forwarder = m.delegation.forwarder
     real_call = forwarder.call
 
     async def spy(env_id: str, method: str, path: str, **kw: Any) -> Any:
-        if path == "/v1/watch":
-            watched.append(len(kw["body"]["runs"]))
+        sent.append((path, kw.get("body") or {}))
         return await real_call(env_id, method, path, **kw)
 
     monkeypatch.setattr(forwarder, "call", spy)
     assert m.laptop.followers is not None
-    m.laptop.followers.watch_chunk_s = 2.0  # the box answers each watch after 1 s (the chunk less its margin)
-    follower = m.follower()
-    assert follower is not None
-    before = follower.requests
-    m.laptop.followers.notify(m.box_id)  # a fresh chunk with the shorter length
-    await asyncio.sleep(4.0)  # the quantity measured is requests per unit of idle time
-    assert 2 <= len(watched) <= 6, watched
+    m.laptop.followers.watch_chunk_s = 2.0  # the box answers each poll after 1 s (the chunk less its margin)
+    await asyncio.sleep(5.0)  # the quantity measured is requests per unit of idle time
+    polls = [body for path, body in sent if path == "/v1/feed/changes"]
+    assert 2 <= len(polls) <= 6, sent
+    assert [path for path, _ in sent if path != "/v1/feed/changes"] == [], "nothing but polls while idle"
+    assert all(set(body) <= {"cursor", "timeout"} for body in polls), "a poll names no run"
     ended = [(t["status"], t["result"]) for t in await tasks_of(m.lc, parent) if t["status"] != "running"]
-    assert set(watched) == {OPEN_TASKS}, (watched, ended)
-    assert follower.requests - before == len(watched)
-    assert all(t["status"] == "running" for t in await tasks_of(m.lc, parent))
+    assert ended == []
+    box = m._daemons["box"]
+    assert box.followers is not None
+    hub = box.followers.delegation.ender.watcher.hub
+    [link] = hub._links.values()
+    assert len(link.state.runs) == OPEN_TASKS, "the box follows every run for the link"
 
 
 async def test_the_follower_stops_even_while_it_abandons_a_long_poll(
@@ -734,7 +743,7 @@ async def test_the_follower_stops_even_while_it_abandons_a_long_poll(
     real_call = forwarder.call
 
     async def slow_to_cancel(env_id: str, method: str, path: str, **kw: Any) -> Any:
-        if path != "/v1/watch":
+        if path != "/v1/feed/changes":
             return await real_call(env_id, method, path, **kw)
         polling.set()
         try:
@@ -745,10 +754,8 @@ async def test_the_follower_stops_even_while_it_abandons_a_long_poll(
             raise
 
     monkeypatch.setattr(forwarder, "call", slow_to_cancel)
-    assert m.laptop.followers is not None
-    m.laptop.followers.notify(m.box_id)  # the follower abandons its poll and starts one on the spy
-    await asyncio.wait_for(polling.wait(), WAIT_S)
-    m.laptop.followers.notify(m.box_id)  # new work: it abandons the spy's poll and waits for it to end
+    await asyncio.wait_for(polling.wait(), WAIT_S)  # the next poll goes to the spy
+    # It is never answered: at its deadline (one chunk) the follower abandons it and waits for it to end.
     await asyncio.wait_for(cancelling.wait(), WAIT_S)
     follower = m.follower()
     assert follower is not None

@@ -11,7 +11,7 @@ from peerd.peer.client import CALL_TIMEOUT_S, LONG_POLL_MARGIN_S, keepalive_sock
 from peerd.tasks.machine import (
     CRASH_RETRY_S,
     NO_RUN,
-    WATCH_BATCH,
+    AwaitPoll,
     CheckLink,
     DeliverStops,
     DropStop,
@@ -20,13 +20,15 @@ from peerd.tasks.machine import (
     FollowerMachine,
     NoteError,
     OpenTask,
+    Poll,
+    PollAnswer,
     ReadResult,
     Relaunch,
     RunReport,
     SaveBackoff,
     Sleep,
-    Watch,
-    WatchRef,
+    StopPoll,
+    Subscribe,
     no_answer,
     not_found,
     watch_margin,
@@ -45,10 +47,23 @@ def running(n: int = 1, *, stop_owed: bool = False) -> list[OpenTask]:
     return [OpenTask(f"t{i}", "running", f"th{i}", f"run{i}", stop_owed, "box") for i in range(n)]
 
 
-def watch_of(actions: list[object]) -> Watch:
+def watch_of(actions: list[object]) -> Poll:
     [action] = actions
-    assert isinstance(action, Watch), action
+    assert isinstance(action, Poll), action
     return action
+
+
+def synced(m: FollowerMachine, now: float, tasks: list[OpenTask]) -> list[object]:
+    """Plan past the subscription's check (the box confirms it holds the set): the next step."""
+    actions = m.plan(now, tasks)
+    while actions and isinstance(actions[0], Subscribe):
+        m.subscribed(now, True)
+        actions = m.plan(now)
+    return list(actions)
+
+
+def answer(*runs: RunReport, cursor: str = "0123456789abcdef-1") -> PollAnswer:
+    return PollAnswer(cursor, tuple(runs))
 
 
 # --- the next step --------------------------------------------------------------------------------
@@ -60,14 +75,19 @@ def test_each_step_in_order_launches_then_stops_then_one_watch() -> None:
     stopping = OpenTask("s", "cancelled", "ths", "runs", True, "box")
     assert m.plan(T0, [pending, stopping, *running(2)]) == [Relaunch(("p",))]
     assert m.plan(T0, [stopping, *running(2)]) == [DeliverStops(("s",))]
-    watch = watch_of(m.plan(T0, running(2)))
-    assert watch.batches == ((WatchRef("t0", "th0", "run0"), WatchRef("t1", "th1", "run1")),)
+    [check] = m.plan(T0, running(2))
+    assert isinstance(check, Subscribe) and check.delta.check_only, "after a start: the hash only"
+    m.subscribed(T0, True)
+    watch = watch_of(m.plan(T0))
+    assert watch.cursor is None
     assert watch.timeout == CHUNK - watch_margin(CHUNK), "the box answers before the chunk is over"
+    assert m.plan(T0 + 1) == [AwaitPoll(watch.deadline)], "one poll in flight per link"
 
 
-def test_one_watch_request_per_thousand_runs() -> None:
-    watch = watch_of(machine().plan(T0, running(2 * WATCH_BATCH + 1)))
-    assert [len(b) for b in watch.batches] == [WATCH_BATCH, WATCH_BATCH, 1]
+def test_one_poll_per_link_whatever_the_number_of_runs() -> None:
+    m = machine()
+    watch = watch_of(synced(m, T0, running(25_000)))
+    assert watch.cursor is None and len(m.sub.want) == m.max_followed, "the rest wait their turn"
 
 
 def test_a_running_task_without_a_run_there_ends_instead_of_spinning() -> None:
@@ -88,11 +108,12 @@ def test_nothing_open_exits_and_clears_a_stored_backoff() -> None:
 def test_backoff_grows_to_five_minutes_with_jitter_and_no_attempt_limit() -> None:
     m, now, delays = machine(jitter=0.25), T0, []
     for _ in range(12):
-        m.plan(now, running())
-        actions = m.failed(now, "unreachable", "box did not answer")
-        save, note = actions
+        [sent] = m.plan(now, running())  # the subscription's check: it fails
+        assert isinstance(sent, Subscribe)
+        actions = m.failed(now, "unreachable", "box did not answer", subscribing=True)
+        save, *note = actions
         assert isinstance(save, SaveBackoff) and save.attempts == m.attempts
-        assert note == NoteError(("t0",), "box did not answer")
+        assert note == ([NoteError("box did not answer")] if len(delays) == 0 else []), "noted once"
         delays.append(save.next_at - now)
         assert m.plan(now + 1, running()) == [Sleep(save.next_at)], "no try before the stored next one"
         now = save.next_at
@@ -108,18 +129,19 @@ def test_any_answer_from_the_box_ends_the_backoff_at_once() -> None:
         m.failed(T0, "unreachable", "down")
     assert isinstance(m.plan(T0 + 1, running())[0], Sleep)
     assert m.answered(T0 + 1) == [SaveBackoff(0, 0.0, None)]
-    assert isinstance(m.plan(T0 + 1, running())[0], Watch), "the next try is now, not in 5 minutes"
+    assert not isinstance(m.plan(T0 + 1, running())[0], Sleep), "the next try is now, not in 5 minutes"
     assert m.answered(T0 + 2) == [], "nothing to clear: nothing written"
 
 
-def test_a_watch_answer_is_an_answer() -> None:
+def test_a_poll_answer_is_an_answer() -> None:
     m = machine()
     m.plan(T0, running())
     m.failed(T0, "unreachable", "down")
     m.answered(T0 + 5)
-    watch = watch_of(m.plan(T0 + 5, running()))
+    watch_of(synced(m, T0 + 5, running()))
     m.failed(T0 + 5, "unreachable", "down")
-    actions = m.watched(T0 + 10, [RunReport("run0", True, False)], watch.batches[0])
+    watch_of(m.plan(T0 + 20))
+    actions = m.polled(T0 + 21, answer(RunReport("run0", True, False)))
     assert actions == [SaveBackoff(0, 0.0, None)]
     assert m.attempts == 0
 
@@ -128,7 +150,7 @@ def test_a_restored_backoff_is_honoured() -> None:
     m = machine()
     m.restore(4, T0 + 16)
     assert m.plan(T0, running()) == [Sleep(T0 + 16)]
-    assert isinstance(m.plan(T0 + 16, running())[0], Watch)
+    assert isinstance(m.plan(T0 + 16, running())[0], Subscribe)
 
 
 def test_new_work_while_backing_off_only_looks_at_the_link_here() -> None:
@@ -142,24 +164,25 @@ def test_new_work_while_backing_off_only_looks_at_the_link_here() -> None:
 # --- black holes --------------------------------------------------------------------------------------
 
 
-def test_a_black_hole_is_noticed_by_the_watch_deadline() -> None:
+def test_a_black_hole_is_noticed_by_the_poll_deadline() -> None:
     m = machine()
-    watch = watch_of(m.plan(T0, running()))
+    watch = watch_of(synced(m, T0, running()))
     assert watch.deadline == T0 + CHUNK, "a black hole is noticed within one chunk"
     assert watch.timeout + watch_margin(CHUNK) == CHUNK
     assert watch_margin(CHUNK) == 5.0 and watch_margin(2.0) == 1.0 and watch_margin(1.0) == 0.5
     assert m.overdue(watch.deadline - 0.1) == [], "not yet overdue"
-    save, note = m.overdue(watch.deadline)
+    stop, save, note = m.overdue(watch.deadline)
+    assert stop == StopPoll()
     assert isinstance(save, SaveBackoff) and save.attempts == 1
     assert save.next_at == watch.deadline + 2.0
-    assert note == NoteError(("t0",), no_answer("box", CHUNK))
-    assert m.overdue(watch.deadline + 10) == [], "one watch fails once"
+    assert note == NoteError(no_answer("box", CHUNK))
+    assert m.overdue(watch.deadline + 10) == [], "one poll fails once"
 
 
-def test_a_watch_answered_in_time_is_not_overdue() -> None:
+def test_a_poll_answered_in_time_is_not_overdue() -> None:
     m = machine()
-    watch = watch_of(m.plan(T0, running()))
-    m.watched(T0 + CHUNK, [], watch.batches[0])
+    watch = watch_of(synced(m, T0, running()))
+    m.polled(T0 + CHUNK, answer())
     assert m.overdue(watch.deadline + 1) == []
 
 
@@ -204,10 +227,10 @@ def test_the_message_is_never_read_only_the_code() -> None:
     assert len(m.failed(T0, "not_linked", "whatever it says", task_id="t0")) == 2
 
 
-def test_a_refusal_of_the_watch_itself_ends_the_link() -> None:
+def test_a_refusal_of_the_feed_itself_ends_the_link() -> None:
     m = machine()
-    m.plan(T0, running(2))
-    assert [type(a) for a in m.failed(T0, "invalid_request", "bad watch")] == [EndTask, EndTask]
+    watch_of(synced(m, T0, running(2)))
+    assert [type(a) for a in m.poll_failed(T0, "invalid_request", "bad poll")] == [EndTask, EndTask]
 
 
 # --- results ------------------------------------------------------------------------------------------
@@ -215,14 +238,14 @@ def test_a_refusal_of_the_watch_itself_ends_the_link() -> None:
 
 def test_settled_runs_are_read_and_lost_ones_end() -> None:
     m = machine()
-    watch = watch_of(m.plan(T0, running(3)))
+    watch_of(synced(m, T0, running(3)))
     reports = [
         RunReport("run0", True, True, "completed", None, "run0b"),
         RunReport("run1", False, False),
         RunReport("run2", True, False),
         RunReport("elsewhere", True, True, "completed"),
     ]
-    actions = m.watched(T0 + 1, reports, watch.batches[0])
+    actions = m.polled(T0 + 1, answer(*reports))
     read = ReadResult("t0", "th0", "run0b", "completed", None, "box")
     assert actions == [read, EndTask("t1", "failed", not_found("box"))]
     assert m.result_read(read, "the reply") == [EndTask("t0", "completed", "the reply")]
@@ -250,7 +273,7 @@ def test_a_store_fault_waits_with_its_own_backoff_and_writes_nothing() -> None:
     assert m.plan(T0 + 3, running()) == [Sleep(T0 + 6)], "grows while the store keeps failing"
     assert m.attempts == 0, "the link's stored backoff is not the store's"
     m.step_done()
-    assert isinstance(m.plan(T0 + 3, running())[0], Watch)
+    assert not isinstance(m.plan(T0 + 3, running())[0], Sleep)
 
 
 def test_a_bug_is_retried_in_five_seconds() -> None:
