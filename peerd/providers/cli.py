@@ -38,7 +38,16 @@ MCP_SERVER_NAME = "peerd"  # no "_" in it: Gemini's policy parser splits tool na
 MCP_TOOL_TIMEOUT_S = 120
 # Run-binding variables the daemon's own environment must never pass on to a CLI (a daemon
 # started inside an agent run would otherwise leak that run's identity).
-TOOL_ENV_KEYS = ("PEERD_SOCKET", "PEERD_RUN_TOKEN", "PEERD_RUN_TOKEN_FILE", "PEERD_THREAD_ID", "PEERD_RUN_ID")
+TOOL_ENV_KEYS = (
+    "PEERD_SOCKET",
+    "PEERD_RUN_TOKEN",
+    "PEERD_RUN_TOKEN_FILE",
+    "PEERD_THREAD_ID",
+    "PEERD_RUN_ID",
+    "PEERD_MCP_URL",
+)
+# The variable Codex reads the run token from for its HTTP bearer header (`bearer_token_env_var`).
+TOKEN_ENV = "PEERD_RUN_TOKEN"  # noqa: S105  # a variable name
 
 
 class StreamParser(Protocol):
@@ -67,11 +76,22 @@ class TextParser(Protocol):
 
 @dataclass(frozen=True)
 class ToolBinding:
-    """How the CLI starts `peerd mcp` for this run: the token stays in a 0600 file, out of argv."""
+    """How the CLI reaches peerd's tools for this run.
+
+    `url` is the daemon's own MCP endpoint on loopback (`peerd.api.mcp_http`), which the CLI calls
+    with `Authorization: Bearer <token>`: the token goes into the CLI's 0600 config file or its
+    environment (`TOKEN_ENV`), never into argv. `command`/`args`/`env` start `peerd mcp` (stdio)
+    instead, for a CLI that cannot send HTTP, and are given to every CLI's environment so a custom
+    coder can start `peerd mcp` itself; its token stays in a 0600 file (`PEERD_RUN_TOKEN_FILE`)."""
 
     command: str
     args: list[str]
     env: dict[str, str]
+    url: str | None = None
+    token: str = field(default="", repr=False)
+
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
 
 def scratch_dir(spec: RunSpec) -> Path:
@@ -95,7 +115,10 @@ def bind_tools(spec: RunSpec, scratch: Path) -> ToolBinding | None:
         return None
     token_file = write_private(scratch / "run-token", token)
     env = {"PEERD_SOCKET": socket, "PEERD_RUN_TOKEN_FILE": str(token_file)}
-    return ToolBinding(command=sys.executable, args=["-m", "peerd", "mcp"], env=env)
+    url = spec.tool_env.get("PEERD_MCP_URL") or None
+    # `python -m peerd.mcp_proxy` is `peerd mcp` without the CLI around it (its start-up is ~40 ms).
+    args = ["-m", "peerd.mcp_proxy"]
+    return ToolBinding(command=sys.executable, args=args, env=env, url=url, token=token)
 
 
 def base_env(config: ProviderConfig, spec: RunSpec, binding: ToolBinding | None) -> dict[str, str]:

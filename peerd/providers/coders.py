@@ -2,8 +2,9 @@
 
 Each builds the exact headless invocation its CLI documents (versions tested: codex 0.171.0,
 claude-code 2.1.332, gemini-cli 0.61.0), maps peerd's access level to the CLI's own sandbox or
-permission flags, attaches peerd's MCP tools for this run only, and resumes the CLI's own session
-on the thread's later runs (follow-ups and wakes).
+permission flags, attaches peerd's MCP tools for this run only (the daemon's own MCP endpoint on
+loopback, with the run's token as a bearer header kept in a 0600 file or the CLI's environment,
+never in argv), and resumes the CLI's own session on the thread's later runs (follow-ups and wakes).
 
 Access levels never widen: where a CLI has no equivalent (no human to approve in headless mode),
 the nearest narrower mode is used and a notice in the run's items says so.
@@ -26,6 +27,7 @@ from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import (
     MCP_SERVER_NAME,
     MCP_TOOL_TIMEOUT_S,
+    TOKEN_ENV,
     CliRun,
     Launch,
     StreamParser,
@@ -196,22 +198,29 @@ def codex_argv(
     if model := spec.model or config.model:
         argv += ["-m", model]
     argv += access.flags
+    env: dict[str, str] = {}
     if binding is not None:
-        server = {
-            "command": binding.command,
-            "args": binding.args,
-            "env": binding.env,
-            # `codex exec` runs with approval "never": without this every peerd tool call fails.
-            "default_tools_approval_mode": "approve",
-            "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
-            "required": True,
-        }
+        server: dict[str, object]
+        if binding.url:
+            # The daemon's MCP endpoint; Codex sends the token it reads from TOKEN_ENV as a bearer.
+            server = {"url": binding.url, "bearer_token_env_var": TOKEN_ENV}
+            env[TOKEN_ENV] = binding.token
+        else:
+            server = {"command": binding.command, "args": binding.args, "env": binding.env}
+        server.update(
+            {
+                # `codex exec` runs with approval "never": without this every peerd tool call fails.
+                "default_tools_approval_mode": "approve",
+                "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
+                "required": True,  # the first model request waits until peerd's tools are listed
+            }
+        )
         argv += ["-c", f"mcp_servers.{MCP_SERVER_NAME}={_toml(server)}"]
     argv += config.args
     if spec.resume_session:
         argv += ["resume", spec.resume_session]  # shared options go before `resume`
     argv.append("-")  # the prompt comes on stdin
-    return Launch(argv, {}, spec.cwd, spec.prompt.encode("utf-8"), scratch, access.notices)
+    return Launch(argv, env, spec.cwd, spec.prompt.encode("utf-8"), scratch, access.notices)
 
 
 def claude_argv(
@@ -232,19 +241,14 @@ def claude_argv(
         env["IS_SANDBOX"] = "1"
         notices.append("peerd runs as root: Claude Code's full access was allowed with IS_SANDBOX=1.")
     if binding is not None:
-        mcp = {
-            "mcpServers": {
-                MCP_SERVER_NAME: {
-                    "type": "stdio",
-                    "command": binding.command,
-                    "args": binding.args,
-                    "env": binding.env,
-                    "timeout": MCP_TOOL_TIMEOUT_S * 1000,
-                    "alwaysLoad": True,  # keeps peerd's tools out of tool search
-                }
-            }
-        }
-        path = write_private(scratch / "mcp.json", json.dumps(mcp))
+        server: dict[str, object]
+        if binding.url:  # the daemon's MCP endpoint; the token only in this 0600 file
+            server = {"type": "http", "url": binding.url, "headers": binding.bearer()}
+        else:
+            server = {"type": "stdio", "command": binding.command, "args": binding.args, "env": binding.env}
+        server["timeout"] = MCP_TOOL_TIMEOUT_S * 1000
+        server["alwaysLoad"] = True  # keeps peerd's tools out of tool search
+        path = write_private(scratch / "mcp.json", json.dumps({"mcpServers": {MCP_SERVER_NAME: server}}))
         argv += ["--mcp-config", str(path), "--strict-mcp-config"]
         argv += ["--allowedTools", f"mcp__{MCP_SERVER_NAME}__*"]
     if spec.resume_session:
@@ -272,16 +276,15 @@ def gemini_argv(
     # One process (no self-relaunch as a child) so a signal reaches the CLI itself.
     env = {"GEMINI_CLI_NO_RELAUNCH": "1"}
     if binding is not None:
+        server: dict[str, object]
+        if binding.url:  # the daemon's MCP endpoint (streamable HTTP); the token only in this 0600 file
+            server = {"httpUrl": binding.url, "headers": binding.bearer()}
+        else:
+            server = {"command": binding.command, "args": binding.args, "env": binding.env}
+        server["trust"] = True  # headless calls to an untrusted server are refused
+        server["timeout"] = MCP_TOOL_TIMEOUT_S * 1000
         settings = {
-            "mcpServers": {
-                MCP_SERVER_NAME: {
-                    "command": binding.command,
-                    "args": binding.args,
-                    "env": binding.env,
-                    "trust": True,  # headless calls to an untrusted server are refused
-                    "timeout": MCP_TOOL_TIMEOUT_S * 1000,
-                }
-            },
+            "mcpServers": {MCP_SERVER_NAME: server},
             # Attempts per model request, the first included (Gemini retries for minutes otherwise).
             "general": {"maxAttempts": config.model_retries + 1},
         }
@@ -342,8 +345,9 @@ class CoderProvider:
             )
         parser: StreamParser
         if self.kind == "codex":
-            launch, parser = codex_argv(binary, spec, self.config, binding, scratch), CodexEvents(
-                model_retries=self.config.model_retries
+            launch, parser = (
+                codex_argv(binary, spec, self.config, binding, scratch),
+                CodexEvents(model_retries=self.config.model_retries),
             )
         elif self.kind == "claude":
             launch, parser = claude_argv(binary, spec, self.config, binding, scratch), ClaudeEvents()

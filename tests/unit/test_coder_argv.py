@@ -6,6 +6,7 @@ import json
 import stat
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,9 @@ from peerd.providers.coders import (
 from peerd.providers.command import TextEvents, expand
 from peerd.runtime.sandbox import Confinement, Mount
 
+MCP_URL = "http://127.0.0.1:5555/mcp"
+STDIO_ONLY = {"PEERD_SOCKET": "/run/peerd.sock", "PEERD_RUN_TOKEN": "secret-token-value"}
+
 
 def spec(tmp_path: Path, **kw: object) -> RunSpec:
     base: dict[str, object] = {
@@ -42,7 +46,11 @@ def spec(tmp_path: Path, **kw: object) -> RunSpec:
         "interaction_mode": "default",
         "resume_session": None,
         "state_dir": tmp_path / "state",
-        "tool_env": {"PEERD_SOCKET": "/run/peerd.sock", "PEERD_RUN_TOKEN": "secret-token-value"},
+        "tool_env": {
+            "PEERD_SOCKET": "/run/peerd.sock",
+            "PEERD_RUN_TOKEN": "secret-token-value",
+            "PEERD_MCP_URL": MCP_URL,
+        },
     }
     base.update(kw)
     return RunSpec(**base)  # type: ignore[arg-type]
@@ -81,18 +89,25 @@ def test_a_level_a_cli_cannot_honour_is_narrowed_and_said() -> None:
     assert "nearest narrower" in codex_access("auto-accept-edits", "default").notices[0]
 
 
-def test_the_run_token_travels_in_a_private_file_never_in_argv(tmp_path: Path) -> None:
-    s = spec(tmp_path)
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_the_run_token_travels_in_private_files_or_the_environment_never_in_argv(
+    tmp_path: Path, transport: str
+) -> None:
+    s = spec(tmp_path) if transport == "http" else spec(tmp_path, tool_env=STDIO_ONLY)
     scratch = scratch_dir(s)
     binding = bind_tools(s, scratch)
-    assert binding is not None
+    assert binding is not None and (binding.url is not None) is (transport == "http")
+    assert "secret-token-value" not in repr(binding)
     token_file = Path(binding.env["PEERD_RUN_TOKEN_FILE"])
     assert token_file.read_text() == "secret-token-value"
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     for build in (codex_argv, claude_argv, gemini_argv):
         launch = build("cli", s, ProviderConfig(), binding, scratch)
         assert not any("secret-token-value" in arg for arg in launch.argv)
-        assert "secret-token-value" not in json.dumps(launch.env)
+        holding = {key for key, value in launch.env.items() if "secret-token-value" in value}
+        # Codex reads its bearer token from its environment (bearer_token_env_var), nothing else does.
+        assert holding == ({"PEERD_RUN_TOKEN"} if build is codex_argv and transport == "http" else set())
+    for path in scratch.iterdir():  # the run token file, Claude's MCP config, Gemini's settings
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
 def test_codex_invocation(tmp_path: Path) -> None:
@@ -108,13 +123,26 @@ def test_codex_invocation(tmp_path: Path) -> None:
     assert argv[-3:] == ["resume", "thread-9", "-"]
     assert argv.index("--x") < argv.index("resume")
     assert launch.stdin == b"fix the bug"
+    server = codex_mcp_server(argv)
+    assert server["default_tools_approval_mode"] == "approve"  # required under `codex exec`
+    assert server["required"] is True  # its first model request waits for peerd's tools
+    assert server["url"] == MCP_URL and server["bearer_token_env_var"] == "PEERD_RUN_TOKEN"
+    assert "command" not in server
+    assert launch.env["PEERD_RUN_TOKEN"] == "secret-token-value"
+    stdio = spec(tmp_path, tool_env=STDIO_ONLY)  # no loopback endpoint: `peerd mcp` over stdio
+    launch = codex_argv("codex", stdio, ProviderConfig(), bind_tools(stdio, scratch), scratch)
+    server = codex_mcp_server(launch.argv)
+    assert server["args"] == ["-m", "peerd.mcp_proxy"] and server["required"] is True
+    assert server["env"]["PEERD_SOCKET"] == "/run/peerd.sock" and "url" not in server
+    assert "PEERD_RUN_TOKEN" not in launch.env
+
+
+def codex_mcp_server(argv: list[str]) -> dict[str, Any]:
     override = argv[argv.index("-c") + 1]
     key, _, value = override.partition("=")
     assert key == "mcp_servers.peerd"
-    server = tomllib.loads(f"v = {value}")["v"]
-    assert server["default_tools_approval_mode"] == "approve"  # required under `codex exec`
-    assert server["args"] == ["-m", "peerd", "mcp"]
-    assert server["env"]["PEERD_SOCKET"] == "/run/peerd.sock"
+    server: dict[str, Any] = tomllib.loads(f"v = {value}")["v"]
+    return server
 
 
 @pytest.mark.parametrize("runtime", RUNTIME_MODES)
@@ -158,7 +186,10 @@ def test_claude_invocation(tmp_path: Path) -> None:
     assert argv[argv.index("--allowedTools") + 1] == "mcp__peerd__*"
     assert "--session-id" in argv and "--resume" not in argv
     config = json.loads(Path(argv[argv.index("--mcp-config") + 1]).read_text())
-    assert config["mcpServers"]["peerd"]["alwaysLoad"] is True
+    server = config["mcpServers"]["peerd"]
+    assert server["alwaysLoad"] is True
+    assert server["type"] == "http" and server["url"] == MCP_URL
+    assert server["headers"] == {"Authorization": "Bearer secret-token-value"}
     resumed = claude_argv("claude", spec(tmp_path, resume_session="sess-1"), ProviderConfig(), None, scratch)
     assert resumed.argv[resumed.argv.index("--resume") + 1] == "sess-1"
     assert "--session-id" not in resumed.argv and "--mcp-config" not in resumed.argv
@@ -176,7 +207,11 @@ def test_gemini_invocation(tmp_path: Path) -> None:
     assert launch.env["GEMINI_CLI_NO_RELAUNCH"] == "1"
     assert launch.skip_sigint
     settings = json.loads(Path(launch.env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"]).read_text())
-    assert settings["mcpServers"]["peerd"]["trust"] is True
+    server = settings["mcpServers"]["peerd"]
+    assert server["trust"] is True
+    assert server["httpUrl"] == MCP_URL and server["headers"] == {
+        "Authorization": "Bearer secret-token-value"
+    }
     # pytest's tmp_path is below /tmp, which others can write: Gemini would skip the file; say so
     assert any("ignores settings files" in notice for notice in launch.notices)
     big = gemini_argv("gemini", spec(tmp_path, prompt="x" * 200_000), ProviderConfig(), None, scratch)
