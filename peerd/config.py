@@ -35,7 +35,6 @@ Unknown keys are refused with the file and key named, so a typo never silently d
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +43,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from peerd.errors import PeerdError
+from peerd.paths import config_file
 
 BUILTIN_KINDS = ("codex", "claude", "gemini")
 ProviderKind = Literal["codex", "claude", "gemini", "command"]
@@ -124,17 +124,9 @@ def link_may_use(config: Config, provider: str) -> bool:
 
 
 def default_path(env: dict[str, str] | None = None, *, home: Path | None = None) -> Path:
-    """The config file to read: PEERD_CONFIG; else `<home>/config.toml` for a home named by
-    `--home` (pass it as `home`) or PEERD_HOME; else the XDG config file (the default home's)."""
-    env = dict(os.environ) if env is None else env
-    if explicit := env.get("PEERD_CONFIG"):
-        return Path(explicit).expanduser()
-    if home is None and env.get("PEERD_HOME"):
-        home = Path(env["PEERD_HOME"]).expanduser().resolve()
-    if home is not None:
-        return home / "config.toml"
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "peerd" / "config.toml"
+    """The config file to read (`paths.config_file`): PEERD_CONFIG; else `<home>/config.toml`
+    for a home named by `--home` (`home`) or PEERD_HOME; else the XDG config file."""
+    return config_file(env, home=home)
 
 
 def problems(exc: pydantic.ValidationError) -> str:

@@ -1,10 +1,10 @@
-"""Where an environment keeps its files: `--home`, else `PEERD_HOME`, else the XDG data dir."""
+"""Where an environment keeps its files: `--home`, else `PEERD_HOME`, else the XDG data dir; and
+which config file it reads (`config_file`)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,21 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
         return Path(env).expanduser().resolve()
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return (Path(xdg) / "peerd").resolve()
+
+
+def config_file(env: Mapping[str, str] | None = None, *, home: Path | None = None) -> Path:
+    """The config file to read: PEERD_CONFIG; else `<home>/config.toml` for a home named by
+    `--home` (pass it as `home`) or PEERD_HOME, so environments side by side never share one;
+    else the default home's XDG config file, `$XDG_CONFIG_HOME/peerd/config.toml`."""
+    env = os.environ if env is None else env
+    if explicit := env.get("PEERD_CONFIG"):
+        return Path(explicit).expanduser()
+    if home is None and env.get("PEERD_HOME"):
+        home = Path(env["PEERD_HOME"]).expanduser().resolve()
+    if home is not None:
+        return home / "config.toml"
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "peerd" / "config.toml"
 
 
 @dataclass(frozen=True)
@@ -58,5 +73,8 @@ class Paths:
         direct = self.home / name
         if len(os.fsencode(direct)) <= MAX_SOCKET_PATH:
             return direct
+        import hashlib  # noqa: PLC0415  # only here: every CLI command imports this module
+        import tempfile  # noqa: PLC0415  # (tempfile pulls in shutil, random, bz2, lzma)
+
         digest = hashlib.sha256(os.fsencode(self.home)).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / f"peerd-{os.getuid()}" / f"{digest}{suffix}.sock"

@@ -186,14 +186,14 @@ async def daemon_facts(socket: Path) -> DaemonFacts:
     )
 
 
-def confinement_facts() -> ConfinementFacts:
+def confinement_facts(config_home: Path | None = None) -> ConfinementFacts:
     from peerd import config as settings_file  # noqa: PLC0415
     from peerd.doctor import ConfinementFacts  # noqa: PLC0415
     from peerd.runtime import sandbox  # noqa: PLC0415
 
     found = sandbox.probe()
     try:
-        allow = settings_file.load().links.allow_unconfined
+        allow = settings_file.load(home=config_home).links.allow_unconfined
     except PeerdError:
         allow = False  # the config check says what is wrong with the file
     return ConfinementFacts(works=found.ok, detail=found.detail, allow_unconfined=allow)
@@ -215,7 +215,8 @@ async def _store_health(db: Path) -> store_health.StoreHealth | None:
     return await asyncio.to_thread(store_health.inspect, db)
 
 
-async def gather(paths: Paths, *, now: float | None = None) -> Facts:
+async def gather(paths: Paths, *, now: float | None = None, config_home: Path | None = None) -> Facts:
+    """`config_home`: the home `--home` named (its `config.toml` is the config file)."""
     import asyncio  # noqa: PLC0415
 
     from peerd import config as settings_file  # noqa: PLC0415
@@ -238,7 +239,7 @@ async def gather(paths: Paths, *, now: float | None = None) -> Facts:
         user=user,
         now=time.time() if now is None else now,
         cli_version=__version__,
-        config_path=str(settings_file.default_path()),
+        config_path=str(settings_file.default_path(home=config_home)),
         home_dir=file_facts(paths.home),
         socket=file_facts(socket),
         socket_dir=None if socket.parent == paths.home else file_facts(socket.parent),
@@ -251,7 +252,7 @@ async def gather(paths: Paths, *, now: float | None = None) -> Facts:
         git_path=git_path,
         git_error=git_error,
         daemon=daemon,
-        confinement=await asyncio.to_thread(confinement_facts),
+        confinement=await asyncio.to_thread(confinement_facts, config_home),
         store=await _store_health(db),
     )
 
@@ -273,7 +274,8 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     from peerd.doctor import passed, render, run_checks  # noqa: PLC0415
 
     try:
-        facts = asyncio.run(gather(cli_context(ctx).paths))
+        home = cli_context(ctx)
+        facts = asyncio.run(gather(home.paths, config_home=None if home.given_by == "default" else home.home))
     except KeyboardInterrupt:
         fail("interrupted", 130)
     checks = run_checks(facts)

@@ -10,7 +10,19 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import confirm, json_option, on_terminal, with_client, yes_option
-from peerd.cli.output import ago, emit_json, fields, one_line, table
+from peerd.cli.output import (
+    JsonCommand,
+    JsonOutput,
+    PeerdGroup,
+    ago,
+    emit_ids,
+    emit_json,
+    fields,
+    one_line,
+    quiet_option,
+    table,
+    when,
+)
 from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
 
@@ -38,7 +50,7 @@ class Duration(click.ParamType[float]):
 DURATION = Duration()
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=PeerdGroup, invoke_without_command=True)
 @click.option(
     "--access",
     type=click.Choice(RUNTIME_MODES),
@@ -61,7 +73,7 @@ def pair(
     label_hint: str | None,
     max_age: float | None,
     urls: tuple[str, ...],
-    as_json: bool,
+    as_json: JsonOutput | None,
 ) -> None:
     """Print a one-time pairing code for another machine to link here (`peerd link -` there, then
     paste it: a code on a command line stays in the shell's history)."""
@@ -78,12 +90,12 @@ def pair(
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
         return
     info = data["info"]
     click.echo(data["code"])
     click.echo(
-        f"\nSingle use, valid until {ago(info['expiresAt'])}, access up to {info['access']}; reaches this "
+        f"\nSingle use, valid until {when(info['expiresAt'])}, access up to {info['access']}; reaches this "
         f"machine at {', '.join(data['urls'])}.\nOn the other machine: peerd link - (then paste the code)",
         err=True,
     )
@@ -92,16 +104,20 @@ def pair(
 @pair.command("list")
 @click.option("--all", "include_done", is_flag=True, help="Include used, expired, burnt and cancelled codes.")
 @json_option
+@quiet_option
 @click.pass_context
-def pair_list(ctx: click.Context, include_done: bool, as_json: bool) -> None:
+def pair_list(ctx: click.Context, include_done: bool, as_json: JsonOutput | None, quiet: bool) -> None:
     """List pairing codes (never their secrets)."""
 
     def go(client: LocalClient) -> Any:
         return client.call("GET", "/v1/pair", params={"all": include_done})
 
     items = with_client(ctx, go)["items"]
+    if quiet:
+        emit_ids(items, "id")
+        return
     if as_json:
-        emit_json(items)
+        emit_json(items, as_json)
         return
     table(
         ["id", "access", "state", "expires", "failed", "for"],
@@ -117,7 +133,7 @@ def pair_list(ctx: click.Context, include_done: bool, as_json: bool) -> None:
 @yes_option
 @json_option
 @click.pass_context
-def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: bool) -> None:
+def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Cancel an unused pairing code."""
     confirm(yes, f"Cancel pairing code {code_id}?")
 
@@ -125,10 +141,10 @@ def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: bool) -> N
         return client.call("POST", f"/v1/pair/{path_segment(code_id)}/cancel")
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(f"cancelled pairing code {data['id']}")
+    emit_json(data, as_json) if as_json else click.echo(f"cancelled pairing code {data['id']}")
 
 
-@click.command()
+@click.command(cls=JsonCommand)
 @click.argument("code")
 @click.option(
     "--access",
@@ -149,7 +165,7 @@ def link(
     label: str | None,
     urls: tuple[str, ...],
     max_age: float | None,
-    as_json: bool,
+    as_json: JsonOutput | None,
 ) -> None:
     """Link to another machine with the pairing code it printed (`-` reads the code from stdin)."""
     if code == "-":
@@ -170,7 +186,7 @@ def link(
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
     else:
         at = ", ".join(data["urls"])
         click.echo(one_line(f"linked {data['label']} ({data['envId']}) with {data['access']} access at {at}"))
@@ -191,7 +207,7 @@ def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     ]
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def environment() -> None:
     """Linked environments (the machines this one may act on)."""
 
@@ -209,16 +225,20 @@ OFFLINE_HELP = "Do not ask the boxes (they are asked, as the link, within 2 s); 
 @environment.command("list")
 @click.option("--offline", "--no-probe", "offline", is_flag=True, help=OFFLINE_HELP)
 @json_option
+@quiet_option
 @click.pass_context
-def environment_list(ctx: click.Context, offline: bool, as_json: bool) -> None:
+def environment_list(ctx: click.Context, offline: bool, as_json: JsonOutput | None, quiet: bool) -> None:
     """List links with their access, status (asked of each box now) and last error."""
 
     def go(client: LocalClient) -> Any:
         return client.call("GET", "/v1/environments", params={"probe": not offline})
 
     items = with_client(ctx, go)["items"]
+    if quiet:
+        emit_ids(items, "envId")
+        return
     if as_json:
-        emit_json(items)
+        emit_json(items, as_json)
         return
     table(["id", "label", "addresses", "access", "status", "last reached", "last error"], _link_rows(items))
 
@@ -228,7 +248,7 @@ def environment_list(ctx: click.Context, offline: bool, as_json: bool) -> None:
 @click.option("--offline", is_flag=True, help=OFFLINE_HELP)
 @json_option
 @click.pass_context
-def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: bool) -> None:
+def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: JsonOutput | None) -> None:
     """Show one link (by environment id or label), its status asked of the box now."""
 
     def go(client: LocalClient) -> Any:
@@ -236,7 +256,7 @@ def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: bo
 
     x = with_client(ctx, go)
     if as_json:
-        emit_json(x)
+        emit_json(x, as_json)
         return
     fields(
         [
@@ -246,9 +266,9 @@ def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: bo
             ("status", _status(x)),
             ("addresses", ", ".join(x["urls"])),
             ("fingerprint", x["fingerprint"]),
-            ("linked", ago(x["linkedAt"])),
-            ("last reached", ago(x["lastReachedAt"])),
-            ("expires if unused", ago(x["expiresAt"])),
+            ("linked", when(x["linkedAt"])),
+            ("last reached", when(x["lastReachedAt"])),
+            ("expires if unused", when(x["expiresAt"])),
             ("last error", x["lastError"]),
         ]
     )
@@ -259,7 +279,7 @@ def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: bo
 @yes_option
 @json_option
 @click.pass_context
-def environment_unlink(ctx: click.Context, env_id: str, yes: bool, as_json: bool) -> None:
+def environment_unlink(ctx: click.Context, env_id: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Revoke the link there (when reachable) and forget it here."""
     confirm(yes, f"Unlink {env_id}? Its tasks from here fail, and linking again needs a new code.")
 
@@ -267,26 +287,30 @@ def environment_unlink(ctx: click.Context, env_id: str, yes: bool, as_json: bool
         return client.call("DELETE", f"/v1/environments/{path_segment(env_id)}")
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(one_line(data["message"]))
+    emit_json(data, as_json) if as_json else click.echo(one_line(data["message"]))
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def client() -> None:
     """Clients: machines linked to this one."""
 
 
 @client.command("list")
 @json_option
+@quiet_option
 @click.pass_context
-def client_list(ctx: click.Context, as_json: bool) -> None:
+def client_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> None:
     """List linked machines: who, access, linked at, last seen and from where."""
 
     def go(c: LocalClient) -> Any:
         return c.call("GET", "/v1/clients")
 
     items = with_client(ctx, go)["items"]
+    if quiet:
+        emit_ids(items, "id")
+        return
     if as_json:
-        emit_json(items)
+        emit_json(items, as_json)
         return
     table(
         ["id", "label", "access", "status", "linked", "last seen", "from"],
@@ -313,7 +337,9 @@ def client_list(ctx: click.Context, as_json: bool) -> None:
 @yes_option
 @json_option
 @click.pass_context
-def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, yes: bool, as_json: bool) -> None:
+def client_revoke(
+    ctx: click.Context, client_id: str, keep_runs: bool, yes: bool, as_json: JsonOutput | None
+) -> None:
     """Revoke a linked machine: its next request is refused, and the runs it started here stop."""
     confirm(yes, f"Revoke {client_id}?" + ("" if keep_runs else " The runs it started here stop."))
 
@@ -322,7 +348,7 @@ def client_revoke(ctx: click.Context, client_id: str, keep_runs: bool, yes: bool
 
     data = with_client(ctx, go)
     if as_json:
-        emit_json(data)
+        emit_json(data, as_json)
         return
     click.echo(one_line(f"revoked {data['id']} ({data['label']})"))
     stopped = data.get("stoppedThreads") or []

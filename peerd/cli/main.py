@@ -156,7 +156,8 @@ def cli(ctx: click.Context, home: Path | None) -> None:
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="PEERD_CONFIG",
-    help="Config file (default: $XDG_CONFIG_HOME/peerd/config.toml). Flags win over it.",
+    help="Config file (default: <home>/config.toml for a --home or PEERD_HOME, else "
+    "$XDG_CONFIG_HOME/peerd/config.toml). Flags win over it.",
 )
 @click.option(
     "--new-store",
@@ -193,7 +194,9 @@ def serve(
 
     configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
     try:
-        settings = settings_file.load(config_path, required=config_path is not None)
+        home = cli_context(ctx)
+        named = None if home.given_by == "default" else home.home  # its own config.toml
+        settings = settings_file.load(config_path, required=config_path is not None, home=named)
     except PeerdError as exc:
         fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
     tls = settings.tls and not no_tls

@@ -245,7 +245,8 @@ def _positionals(command: click.Command, tokens: Sequence[str]) -> int:
 
 def place_json_value(command: click.Command, args: list[str]) -> list[str]:
     """`--json X`: X is the field list when it reads as one and the command's arguments are there
-    without it; otherwise X is an argument and `--json` means every field."""
+    without it; otherwise X is an argument (or a group's subcommand) and `--json` means every
+    field."""
     if "--json" not in args:
         return args
     at = args.index("--json")
@@ -255,7 +256,12 @@ def place_json_value(command: click.Command, args: list[str]) -> list[str]:
     if value.startswith("-") and len(value) > 1:
         return args  # click leaves it for the next option
     rest = [*args[:at], *args[at + 2 :]]
-    if _FIELD_LIST.fullmatch(value) and _positionals(command, rest) >= _required_positionals(command):
+    subcommand = isinstance(command, click.Group) and value in command.commands
+    if (
+        not subcommand
+        and _FIELD_LIST.fullmatch(value)
+        and _positionals(command, rest) >= _required_positionals(command)
+    ):
         return args
     return [*args[:at], f"--json={ALL_FIELDS}", *args[at + 1 :]]
 
@@ -268,10 +274,14 @@ class JsonCommand(click.Command):
 
 
 class PeerdGroup(click.Group):
-    """A group whose commands are `JsonCommand`s, and whose subgroups are `PeerdGroup`s."""
+    """A group whose commands are `JsonCommand`s, and whose subgroups are `PeerdGroup`s; its own
+    `--json` (`peerd pair --json`) never takes a subcommand's name."""
 
     command_class = JsonCommand
     group_class = type
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, place_json_value(self, list(args)))
 
 
 # --- tables and fields ---------------------------------------------------------------------------

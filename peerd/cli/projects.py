@@ -9,11 +9,11 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import confirm, env_option, json_option, with_client, yes_option
-from peerd.cli.output import ago, emit_json, fields, table
+from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table, when
 from peerd.core.text import path_segment
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def project() -> None:
     """Projects: git checkouts agents work in."""
 
@@ -25,7 +25,7 @@ def _show(data: dict[str, Any]) -> None:
             ("name", data["name"]),
             ("path", data["path"]),
             ("repository", data["repositoryKey"] or "(no origin remote)"),
-            ("added", ago(data["createdAt"])),
+            ("added", when(data["createdAt"])),
         ]
     )
 
@@ -35,21 +35,22 @@ def _show(data: dict[str, Any]) -> None:
 @click.option("--name", default=None, help="A short name (default: the checkout's folder name).")
 @json_option
 @click.pass_context
-def project_add(ctx: click.Context, path: Path, name: str | None, as_json: bool) -> None:
+def project_add(ctx: click.Context, path: Path, name: str | None, as_json: JsonOutput | None) -> None:
     """Register the git checkout at PATH."""
 
     def go(client: LocalClient) -> Any:
         return client.call("POST", "/v1/projects", body={"path": str(path.resolve()), "name": name})
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else _show(data)
+    emit_json(data, as_json) if as_json else _show(data)
 
 
 @project.command("list")
 @env_option
 @json_option
+@quiet_option
 @click.pass_context
-def project_list(ctx: click.Context, as_json: bool) -> None:
+def project_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> None:
     """List projects (all pages)."""
 
     def go(client: LocalClient) -> list[Any]:
@@ -63,8 +64,11 @@ def project_list(ctx: click.Context, as_json: bool) -> None:
                 return items
 
     items = with_client(ctx, go)
+    if quiet:
+        emit_ids(items, "id")
+        return
     if as_json:
-        emit_json(items)
+        emit_json(items, as_json)
         return
     table(
         ["id", "name", "repository", "path"],
@@ -76,14 +80,14 @@ def project_list(ctx: click.Context, as_json: bool) -> None:
 @click.argument("project_id")
 @json_option
 @click.pass_context
-def project_show(ctx: click.Context, project_id: str, as_json: bool) -> None:
+def project_show(ctx: click.Context, project_id: str, as_json: JsonOutput | None) -> None:
     """Show one project (by id or name)."""
 
     def go(client: LocalClient) -> Any:
         return client.call("GET", f"/v1/projects/{path_segment(project_id)}")
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else _show(data)
+    emit_json(data, as_json) if as_json else _show(data)
 
 
 @project.command("remove")
@@ -91,7 +95,7 @@ def project_show(ctx: click.Context, project_id: str, as_json: bool) -> None:
 @yes_option
 @json_option
 @click.pass_context
-def project_remove(ctx: click.Context, project_id: str, yes: bool, as_json: bool) -> None:
+def project_remove(ctx: click.Context, project_id: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Forget a project (its threads must be archived first). The checkout is left untouched."""
     confirm(yes, f"Forget project {project_id}?")
 
@@ -99,4 +103,4 @@ def project_remove(ctx: click.Context, project_id: str, yes: bool, as_json: bool
         return client.call("DELETE", f"/v1/projects/{path_segment(project_id)}")
 
     data = with_client(ctx, go)
-    emit_json(data) if as_json else click.echo(f"removed project {data['id']} ({data['name']})")
+    emit_json(data, as_json) if as_json else click.echo(f"removed project {data['id']} ({data['name']})")

@@ -9,12 +9,13 @@ import click
 
 from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, cli_context, fail, json_option, with_client
-from peerd.cli.output import emit_json, table
+from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
+from peerd.paths import config_file
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def provider() -> None:
     """Coder providers: script, codex, claude, gemini, and custom commands from the config file."""
 
@@ -29,16 +30,20 @@ def _state(p: dict[str, Any]) -> str:
 
 @provider.command("list")
 @json_option
+@quiet_option
 @click.pass_context
-def provider_list(ctx: click.Context, as_json: bool) -> None:
+def provider_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> None:
     """Each provider: its kind, whether its CLI was found (and where), its version and default model."""
 
     def go(client: LocalClient) -> Any:
         return client.call("GET", "/v1/providers")
 
     items = with_client(ctx, go)["items"]
+    if quiet:
+        emit_ids(items, "name")
+        return
     if as_json:
-        emit_json(items)
+        emit_json(items, as_json)
         return
     table(
         ["name", "kind", "state", "version", "model", "path"],
@@ -56,7 +61,7 @@ def provider_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Approve without asking (you have read the command).")
 @json_option
 @click.pass_context
-def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) -> None:
+def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Approve the custom command NAME, exactly as it is written now, to run as a coder.
 
     A custom command is untrusted until approved: the command is shown first. Editing it in the
@@ -82,7 +87,7 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) ->
 
     result = with_client(ctx, approve)
     if as_json:
-        emit_json(result)
+        emit_json(result, as_json)
     else:
         click.echo(f"Approved {name}: {result['command']}")
 
@@ -91,7 +96,7 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: bool) ->
 @click.argument("name")
 @json_option
 @click.pass_context
-def provider_revoke(ctx: click.Context, name: str, as_json: bool) -> None:
+def provider_revoke(ctx: click.Context, name: str, as_json: JsonOutput | None) -> None:
     """Withdraw the approval of the custom command NAME (the config file's allowlist still applies)."""
 
     def go(client: LocalClient) -> Any:
@@ -99,16 +104,31 @@ def provider_revoke(ctx: click.Context, name: str, as_json: bool) -> None:
 
     result = with_client(ctx, go)
     if as_json:
-        emit_json(result)
+        emit_json(result, as_json)
     elif result["approved"]:
         click.echo(f"{name} is still approved by approved_commands in the config file.")
     else:
         click.echo(f"{name} is no longer approved.")
 
 
-@click.group()
+@click.group(cls=PeerdGroup)
 def config() -> None:
     """The daemon's configuration."""
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """`providers.codex.model`-style keys for people; lists comma-separated."""
+    pairs: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            pairs += _flat(value, f"{prefix}{key}.")
+        elif isinstance(value, list):
+            pairs.append((f"{prefix}{key}", ", ".join(map(str, value)) or "(none)"))
+        elif isinstance(value, bool):
+            pairs.append((f"{prefix}{key}", "true" if value else "false"))
+        elif value is not None and value != {}:
+            pairs.append((f"{prefix}{key}", value))
+    return pairs
 
 
 @config.command("show")
@@ -117,29 +137,44 @@ def config() -> None:
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="PEERD_CONFIG",
-    help="The file to read when the daemon is not running (default: the XDG config file).",
+    help="The file to read when the daemon is not running (default: <home>/config.toml for a --home or "
+    "PEERD_HOME, else $XDG_CONFIG_HOME/peerd/config.toml).",
 )
+@json_option
 @click.pass_context
-def config_show(ctx: click.Context, config_path: Path | None) -> None:
-    """Print the effective config as JSON, secrets hidden: the running daemon's (file + flags), or,
-    when no daemon runs, what the config file says."""
-
+def config_show(ctx: click.Context, config_path: Path | None, as_json: JsonOutput | None) -> None:
+    """Show the effective config, secrets hidden, and the file it came from: the running daemon's
+    (file + flags), or, when no daemon runs, what the config file says."""
+    home = cli_context(ctx)
+    looked_at = config_path or config_file(home=None if home.given_by == "default" else home.home)
     try:
-        emit_json(LocalClient(cli_context(ctx).paths.socket).call("GET", "/v1/config"))
-        return
+        data = LocalClient(home.paths.socket).call("GET", "/v1/config")
     except DaemonNotRunning:
-        pass
+        data = None
     except DaemonConnectionError as exc:
         fail(str(exc), EXIT_ERROR)
     except PeerdError as exc:
         fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
-    from peerd import config as settings_file  # noqa: PLC0415  # pydantic: only without a daemon
+    if data is None:
+        from peerd import config as settings_file  # noqa: PLC0415  # pydantic: only without a daemon
 
-    try:
-        settings = settings_file.load(config_path, required=config_path is not None)
-    except PeerdError as exc:
-        fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
-    click.echo(
-        "peerd is not running: showing the config file only (flags given to `peerd serve` win).", err=True
+        try:
+            settings = settings_file.load(looked_at, required=config_path is not None)
+        except PeerdError as exc:
+            fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+        click.echo(
+            "peerd is not running: showing the config file only (flags given to `peerd serve` win).", err=True
+        )
+        data = {**settings.shown(), "source": settings.source, "home": str(home.home)}
+    if as_json:
+        emit_json(data, as_json)
+        return
+    source = data.get("source")
+    shown = {k: v for k, v in data.items() if k not in ("source", "home")}
+    fields(
+        [
+            ("file", source or f"none (no {looked_at}: the defaults)"),
+            ("home", data.get("home")),
+            *_flat(shown),
+        ]
     )
-    emit_json({**settings.shown(), "source": settings.source, "home": str(cli_context(ctx).home)})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -262,3 +263,113 @@ async def test_task_list_without_a_thread_newest_first_with_filters(
     refused = await peerd(tmp_path / "no-daemon", "task", "list", "--status", "runing")
     assert refused.returncode == EXIT_USAGE
     assert "'runing' is not a task status; use pending, running, completed" in refused.stderr
+
+
+def run_peerd(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # our own CLI
+        [sys.executable, "-m", "peerd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        check=False,
+    )
+
+
+async def test_each_named_home_reads_its_own_config_file(tmp_path: Path) -> None:
+    """Two environments side by side, each with `<home>/config.toml`; the XDG file (the default
+    home's) is not read by either; `--config` still wins; `config show` names the file."""
+    xdg = tmp_path / "xdg"
+    (xdg / "peerd").mkdir(parents=True)
+    (xdg / "peerd" / "config.toml").write_text('label = "from-xdg"\nlisten = "127.0.0.1:1"\n')
+    alpha, beta = tmp_path / "alpha", tmp_path / "beta"
+    for home, label in ((alpha, "alpha"), (beta, "beta")):
+        home.mkdir()
+        (home / "config.toml").write_text(f'label = "{label}"\nlisten = false\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("PEERD_HOME", "PEERD_CONFIG")}
+    env["XDG_CONFIG_HOME"] = str(xdg)
+    daemons = [
+        subprocess.Popen(
+            [sys.executable, "-m", "peerd", "--home", str(alpha), "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "peerd", "serve"],
+            env={**env, "PEERD_HOME": str(beta)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
+    try:
+        a, b = await asyncio.gather(
+            asyncio.to_thread(
+                run_peerd, env, "--home", str(alpha), "status", "--wait", "30", "--json", "label"
+            ),
+            asyncio.to_thread(
+                run_peerd, {**env, "PEERD_HOME": str(beta)}, "status", "--wait", "30", "--json"
+            ),
+        )
+        assert json.loads(ok(a)) == {"label": "alpha"}
+        assert json.loads(ok(b))["label"] == "beta" and json.loads(b.stdout)["listeners"][0]["kind"] == "unix"
+        shown = ok(await asyncio.to_thread(run_peerd, env, "config", "show", "--home", str(alpha)))
+        assert re.search(rf"^file\s+{re.escape(str(alpha / 'config.toml'))}$", shown, re.M), shown
+        assert re.search(r"^label\s+alpha$", shown, re.M) and re.search(r"^listen\s+false$", shown, re.M)
+    finally:
+        for proc in daemons:
+            proc.send_signal(signal.SIGTERM)
+        for proc in daemons:
+            proc.wait(30)
+
+    # No daemon: the file is read as the daemon would; a missing one is named; --config wins.
+    gamma = tmp_path / "gamma"
+    missing = ok(await asyncio.to_thread(run_peerd, env, "--home", str(gamma), "config", "show"))
+    assert re.search(
+        rf"^file\s+none \(no {re.escape(str(gamma / 'config.toml'))}: the defaults\)$", missing, re.M
+    )
+    named = json.loads(
+        ok(
+            await asyncio.to_thread(
+                run_peerd,
+                env,
+                "--home",
+                str(alpha),
+                "config",
+                "show",
+                "--config",
+                str(beta / "config.toml"),
+                "--json",
+            )
+        )
+    )
+    assert named["label"] == "beta" and named["source"] == str(beta / "config.toml")
+    default = json.loads(
+        ok(await asyncio.to_thread(run_peerd, env, "config", "show", "--json", "label,source"))
+    )
+    assert default == {"label": "from-xdg", "source": str(xdg / "peerd" / "config.toml")}
+
+
+async def test_every_list_has_q_and_every_record_json_fields(daemon: Daemon, project: dict[str, Any]) -> None:
+    home = home_of(daemon)
+    code = json.loads(ok(await peerd(home, "pair", "--json", "info", "--label-hint", "tablet")))
+    assert set(code) == {"info"} and ISO_Z.fullmatch(code["info"]["expiresAt"])
+    projects, providers, pairs, clients, environments, shown, status = await asyncio.gather(
+        peerd(home, "project", "list", "-q"),
+        peerd(home, "provider", "list", "-q"),
+        peerd(home, "pair", "list", "-q"),
+        peerd(home, "client", "list", "-q"),
+        peerd(home, "environment", "list", "-q", "--offline"),
+        peerd(home, "project", "show", "--json", "name,createdAt", str(project["id"])),
+        peerd(home, "status", "--json", "label,counts"),
+    )
+    assert ok(projects).splitlines() == [project["id"]]
+    assert "script" in ok(providers).splitlines()
+    assert ok(pairs).splitlines() == [code["info"]["id"]]
+    assert ok(clients) == "" and ok(environments) == ""
+    record = json.loads(ok(shown))
+    assert record["name"] == project["name"] and ISO_Z.fullmatch(record["createdAt"])
+    assert json.loads(ok(status)) == {"label": "test", "counts": {"projects": 1, "threads": 0, "liveRuns": 0}}
+    human = ok(await peerd(home, "pair", "list"))
+    assert re.search(r"\bin (\d+ min|\d+ s)\b", human), human  # expires: how long from now

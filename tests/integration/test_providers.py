@@ -133,7 +133,7 @@ async def test_provider_list_shows_found_versions_and_commands(
 async def test_config_show_hides_secrets(tmp_path: Path) -> None:
     settings = Config(providers={"codex": ProviderConfig(env={"OPENAI_API_KEY": "sk-very-secret"})})
     async with running_daemon(tmp_path / "home", settings=settings) as daemon:
-        shown = ok(await peerd(daemon.paths.home, "config", "show"))
+        shown = ok(await peerd(daemon.paths.home, "config", "show", "--json"))
     assert "sk-very-secret" not in shown
     data = json.loads(shown)
     assert data["providers"]["codex"]["env"] == {"OPENAI_API_KEY": "********"}
@@ -161,7 +161,7 @@ async def test_editing_an_approved_command_withdraws_the_approval(tmp_path: Path
 async def test_config_show_without_a_daemon_reads_the_file(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text('label = "box"\n[providers.codex]\nenv = { OPENAI_API_KEY = "sk-file-secret" }\n')
-    done = await peerd(tmp_path / "home", "config", "show", "--config", str(path))
+    done = await peerd(tmp_path / "home", "config", "show", "--config", str(path), "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["label"] == "box" and data["source"] == str(path)

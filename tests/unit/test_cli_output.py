@@ -199,3 +199,24 @@ def test_unknown_fields_and_bad_lists_are_usage_errors() -> None:
     assert code == 2 and "No field 'nope' here; the fields are: id, reason, status." in out
     code, out = run("show", "thr_1", "--json=id,,x")
     assert code == 2 and "is not a list of field names" in out
+
+
+@click.group(cls=PeerdGroup, invoke_without_command=True)
+@json_option
+@click.pass_context
+def maker(ctx: click.Context, as_json: JsonOutput | None) -> None:
+    if ctx.invoked_subcommand is None:
+        emit_json({"made": True, "id": "m1"}, as_json)
+
+
+@maker.command("list")
+@json_option
+def maker_list(as_json: JsonOutput | None) -> None:
+    emit_json([{"id": "m1"}], as_json)
+
+
+def test_a_groups_json_never_takes_a_subcommand_name() -> None:
+    runner = CliRunner()
+    assert json.loads(runner.invoke(maker, ["--json", "id"]).output) == {"id": "m1"}
+    listed = runner.invoke(maker, ["--json", "list"])
+    assert (listed.exit_code, json.loads(listed.output)) == (0, [{"id": "m1"}])
