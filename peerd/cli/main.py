@@ -48,6 +48,10 @@ COMMANDS: dict[str, Lazy] = {
         "Write a consistent copy of this environment's store to FILE (a new file, mode 0600).",
     ),
     "client": Lazy("peerd.cli.links:client", "Clients: machines linked to this one."),
+    "completion": Lazy(
+        "peerd.cli.completion:completion",
+        "Print the completion script for SHELL (bash, zsh or fish); the user guide says where it goes.",
+    ),
     "config": Lazy("peerd.cli.providers:config", "The daemon's configuration."),
     "doctor": Lazy("peerd.cli.doctor:doctor", "Check this machine's peerd and print a fix for each problem."),
     "environment": Lazy(

@@ -373,3 +373,32 @@ async def test_every_list_has_q_and_every_record_json_fields(daemon: Daemon, pro
     assert json.loads(ok(status)) == {"label": "test", "counts": {"projects": 1, "threads": 0, "liveRuns": 0}}
     human = ok(await peerd(home, "pair", "list"))
     assert re.search(r"\bin (\d+ min|\d+ s)\b", human), human  # expires: how long from now
+
+
+BASH_TAB = """
+set -e
+eval "$(peerd completion bash)"
+tab() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _peerd_completion peerd; echo "${COMPREPLY[*]}"; }
+tab peerd th
+tab peerd thread l
+tab peerd task list --st
+"""
+
+
+def test_bash_completes_peerd_th_to_thread(tmp_path: Path) -> None:
+    """The script `peerd completion bash` prints, sourced in a real bash, completing as <TAB> would
+    (click's env-var protocol: `_PEERD_COMPLETE=bash_complete` with COMP_WORDS/COMP_CWORD)."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PEERD_HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        ["bash", "-c", BASH_TAB], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["thread", "launch list", "--status"]
+    for shell in ("zsh", "fish"):
+        script = run_peerd(env, "completion", shell)
+        assert "_PEERD_COMPLETE" in ok(script) and f"{shell}_complete" in script.stdout
+    assert run_peerd(env, "completion", "tcsh").returncode == EXIT_USAGE
