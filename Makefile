@@ -63,6 +63,7 @@ faults: $(STAMP) sandbox
 
 bench: $(STAMP)
 	$(PY) bench/follower.py
+	$(PY) bench/cli_start.py
 
 # DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
 demo: $(STAMP) sandbox $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))

@@ -67,7 +67,8 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "pair": Lazy(
         "peerd.cli.links:pair",
-        "Print a one-time pairing code for another machine to link here (`peerd link <code>` there).",
+        "Print a one-time pairing code for another machine to link here (`peerd link -` there, then "
+        "paste it: a code on a command line stays in the shell's history).",
     ),
     "project": Lazy("peerd.cli.projects:project", "Projects: git checkouts agents work in."),
     "provider": Lazy(
