@@ -23,18 +23,18 @@ the stable code (`daemon_unavailable: peerd is not running ...`) as an MCP tool 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import socket
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 from peerd import __version__
-from peerd.paths import Paths, resolve_home
+
+TYPE_CHECKING = False  # `typing` costs a few ms of this process's start-up; the names are for mypy
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 SERVER_NAME = "peerd"
 INSTRUCTIONS = """\
@@ -55,18 +55,26 @@ INTERNAL_ERROR = -32603
 PARSE_ERROR = -32700
 
 
-@dataclass(frozen=True)
 class ProxyConfig:
-    socket: Path
-    token: str | None
-    # Set when this process was bound to a run whose token is gone (the run ended): it must not
-    # fall back to acting as the owner.
-    token_error: str | None = None
+    """Where the daemon is and who this process acts as (plain class: no dataclasses import)."""
+
+    __slots__ = ("socket", "token", "token_error")
+
+    def __init__(self, socket: Path, token: str | None, token_error: str | None = None) -> None:
+        self.socket = socket
+        self.token = token
+        # Set when this process was bound to a run whose token is gone (the run ended): it must
+        # not fall back to acting as the owner.
+        self.token_error = token_error
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ProxyConfig:
         env = dict(os.environ) if env is None else env
-        socket_path = env.get("PEERD_SOCKET") or str(Paths(resolve_home(env.get("PEERD_HOME"))).socket)
+        socket_path = env.get("PEERD_SOCKET")
+        if not socket_path:  # the owner socket of PEERD_HOME (or the default home)
+            from peerd.paths import Paths, resolve_home  # noqa: PLC0415  # only here: it imports tempfile
+
+            socket_path = str(Paths(resolve_home(env.get("PEERD_HOME"))).socket)
         token = env.get("PEERD_RUN_TOKEN") or None
         token_file = env.get("PEERD_RUN_TOKEN_FILE")
         if token is None and token_file:
@@ -81,20 +89,69 @@ class ProxyConfig:
         return cls(socket=Path(socket_path), token=token)
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+class Answer:
+    __slots__ = ("body", "kind", "status")
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self._path))
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    def __init__(self, status: int, kind: str, body: bytes) -> None:
+        self.status, self.kind, self.body = status, kind, body
+
+
+class BadAnswer(Exception):
+    """The daemon's answer was not HTTP this bridge understands."""
+
+
+def http_post(path: Path, target: str, body: bytes, headers: dict[str, str], timeout: float) -> Answer:
+    """One HTTP/1.1 POST on a Unix socket, `Connection: close`, the answer read to its end.
+
+    A few lines instead of `http.client`, whose import (email, ssl) would be half of this
+    process's start-up; the daemon's answers are plain: a status line, headers, a sized body."""
+    lines = [
+        f"POST {target} HTTP/1.1",
+        "Host: localhost",
+        "Connection: close",
+        f"Content-Length: {len(body)}",
+    ]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return parse_answer(b"".join(chunks))
+
+
+def parse_answer(raw: bytes) -> Answer:
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if not sep or len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise BadAnswer("the answer is not HTTP")
+    fields = {}
+    for header in header_lines:
+        name, _, value = header.partition(":")
+        fields[name.strip().lower()] = value.strip()
+    if fields.get("transfer-encoding", "").lower() == "chunked":
+        rest = dechunk(rest)
+    elif fields.get("content-length", "").isdigit():
+        rest = rest[: int(fields["content-length"])]
+    return Answer(int(parts[1]), fields.get("content-type", ""), rest)
+
+
+def dechunk(data: bytes) -> bytes:
+    out: list[bytes] = []
+    at = 0
+    while True:
+        end = data.find(b"\r\n", at)
+        if end < 0:
+            raise BadAnswer("a chunked answer ended early")
+        size = int(data[at:end].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(data[end + 2 : end + 2 + size])
+        at = end + 2 + size + 2
 
 
 class Refused(Exception):
@@ -138,14 +195,15 @@ class Bridge:
             raise Refused("parent_not_active", self.config.token_error)
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if self.config.token:
+            if not self.config.token.isascii() or not self.config.token.isprintable():
+                raise Refused(
+                    "capability_denied", "The run token in this process's environment is malformed."
+                )
             headers["Authorization"] = f"Bearer {self.config.token}"
         if self._protocol_version:
             headers["MCP-Protocol-Version"] = self._protocol_version
-        conn = _UnixConnection(self.config.socket, CALL_TIMEOUT_S)
         try:
-            conn.request("POST", MCP_PATH, body=raw, headers=headers)
-            resp = conn.getresponse()
-            status, kind, body = resp.status, resp.getheader("Content-Type") or "", resp.read()
+            answer = http_post(self.config.socket, MCP_PATH, raw, headers, CALL_TIMEOUT_S)
         except TimeoutError:
             raise Refused("timeout", f"peerd did not answer within {CALL_TIMEOUT_S:.0f} s.") from None
         except (FileNotFoundError, ConnectionRefusedError):
@@ -153,10 +211,9 @@ class Bridge:
                 "daemon_unavailable",
                 f"peerd is not running (nothing answers at {self.config.socket}); start it with `peerd serve`.",
             ) from None
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, BadAnswer, ValueError) as exc:
             raise Refused("daemon_unavailable", f"Talking to peerd failed: {exc}.") from None
-        finally:
-            conn.close()
+        status, kind, body = answer.status, answer.kind, answer.body
         if status in (202, 204) or (status < 300 and not body.strip()):
             return []
         if status < 300 and "text/event-stream" in kind:
