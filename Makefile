@@ -6,11 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults
 
+# One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	@test -x $(PY) || { echo "make: creating the virtual environment $(VENV) ($(PYTHON) -m venv)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make: upgrading pip in $(VENV)"
+	@$(PY) -m pip install -qq --disable-pip-version-check --upgrade pip
+	@echo "make: installing peerd and its dependencies into $(VENV) (pip install -e '.[test]'; about a minute the first time)"
+	@$(PY) -m pip install -qq --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
 
 venv: $(STAMP)
 
@@ -19,10 +22,11 @@ venv: $(STAMP)
 CLIS := .cache/coder-clis
 CLIS_STAMP := $(CLIS)/.installed
 $(CLIS_STAMP): tests/coder-clis/package.json tests/coder-clis/package-lock.json
-	mkdir -p $(CLIS)
-	cp tests/coder-clis/package.json tests/coder-clis/package-lock.json $(CLIS)/
-	cd $(CLIS) && npm ci --no-audit --no-fund --loglevel=error
-	touch $(CLIS_STAMP)
+	@echo "make: installing the pinned coder CLIs into $(CLIS) (npm ci; a minute or two the first time)"
+	@mkdir -p $(CLIS)
+	@cp tests/coder-clis/package.json tests/coder-clis/package-lock.json $(CLIS)/
+	@cd $(CLIS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(CLIS_STAMP)
 
 clis: $(CLIS_STAMP)
 
@@ -64,6 +68,7 @@ faults: $(STAMP) sandbox
 bench: $(STAMP)
 	$(PY) bench/follower.py
 	$(PY) bench/cli_start.py
+	$(PY) bench/mcp_start.py
 
 # DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
 demo: $(STAMP) sandbox $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))
