@@ -16,6 +16,7 @@ from peerd.core.access import ModeCap
 from peerd.operations import Caller, LinkContext
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
+from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub, client_key
 from peerd.tasks.feedwire import FeedPoll, FeedSubscribe
 from peerd.tasks.subscription import set_hash
@@ -139,3 +140,11 @@ async def test_a_removed_thread_is_reported_gone(db: Database) -> None:
     feed.changed("thr_5")
     answer = await hub.changes(link(), FeedPoll(cursor=cursor, timeout=5))
     assert [(r.run_id, r.found) for r in answer.runs] == [("run_5", False)]
+
+
+async def test_the_store_reads_only_the_links_own_threads(db: Database) -> None:
+    """Rule (each read on its own): resolving followed runs and reading threads for settlement
+    both keep to threads the link started; another link's thread is not there for it."""
+    theirs = N - 1
+    assert await feedstore.resolve(db, "cli_a", [f"run_{theirs}", "run_1"]) == {"run_1": "thr_1"}
+    assert set(await feedstore.thread_facts(db, "cli_a", [f"thr_{theirs}", "thr_1"])) == {"thr_1"}

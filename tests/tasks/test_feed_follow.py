@@ -1,0 +1,125 @@
+"""The laptop's follower over the change feed, with two real daemons (TLS on loopback, the scripted
+provider): a new task joins the poll in flight instead of restarting it, a restart of the laptop
+re-syncs with one request (a hash), and one of the box with a lost subscription sends the set
+once. Each test names the rule it guards."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.tasks.feed import FeedHub
+from tests.helpers import script
+from tests.integration.test_delegation import wait_task
+from tests.integration.test_delegation_durability import WAIT_S, Machines, delegated_and_running, eventually
+
+
+def box_hub(m: Machines) -> FeedHub:
+    box = m._daemons["box"]
+    assert box.followers is not None
+    return box.followers.delegation.ender.watcher.hub
+
+
+async def polling(m: Machines) -> None:
+    async def in_flight() -> bool:
+        follower = m.follower()
+        return follower is not None and follower.machine.polling and follower.machine.sub.settled
+
+    await eventually(in_flight)
+
+
+async def test_a_new_task_joins_the_poll_in_flight_without_restarting_it(
+    m: Machines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rules: a new task joins the watch without restarting it (one short subscription request
+    beside the poll, no poll abandoned); the poll in flight answers the moment the new task's run
+    settles."""
+    assert m.laptop.followers is not None
+    m.laptop.followers.watch_chunk_s = 50.0  # a restarted poll could not answer within the test
+    await delegated_and_running(m, script({"wait_for_file": str(tmp_path / "never")}), "held")
+    await polling(m)
+    follower = m.follower()
+    assert follower is not None
+    abandoned: list[str] = []
+    forwarder = m.delegation.forwarder
+    real_call = forwarder.call
+
+    async def spy(env_id: str, method: str, path: str, **kw: Any) -> Any:
+        try:
+            return await real_call(env_id, method, path, **kw)
+        except asyncio.CancelledError:
+            abandoned.append(path)
+            raise
+
+    monkeypatch.setattr(forwarder, "call", spy)
+    polls, syncs = follower.requests, follower.syncs
+    parent, task = await delegated_and_running(m, script({"reply": "SECOND"}), "quick")
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    done = await asyncio.wait_for(wait_task(m.lc, parent, task["taskId"], while_status="running"), WAIT_S)
+    assert (done["status"], done["result"]) == ("completed", "SECOND")
+    assert loop.time() - t0 < 10.0, "answered by the poll in flight, not at the end of a 50 s chunk"
+    assert follower is m.follower(), "the same follower"
+    assert follower.syncs - syncs >= 1, "the new run joined by a subscription change"
+
+    async def polled_again() -> bool:
+        return follower.requests > polls
+
+    await eventually(polled_again)
+    assert abandoned == [], "no poll was abandoned for the new task"
+    assert follower.requests - polls == 1, "the poll in flight answered; one new poll after it"
+
+
+async def test_a_laptop_restart_resyncs_with_one_request(m: Machines, tmp_path: Path) -> None:
+    """Rule: resume at start-up is one subscription sync per link: the laptop sends its set's
+    hash, the box finds it holds that set, and nothing more is sent before the poll."""
+    for i in range(5):
+        await delegated_and_running(m, script({"wait_for_file": str(tmp_path / "never")}), f"r{i}")
+    await polling(m)
+    await m.stop("laptop")
+    await m.start("laptop")
+
+    async def resumed() -> bool:
+        follower = m.follower()
+        return follower is not None and follower.requests >= 1
+
+    await eventually(resumed)
+    follower = m.follower()
+    assert follower is not None
+    assert follower.syncs == 1, "one request, the hash only: the box still holds the set"
+    assert len(follower.machine.sub.want) == 5 and follower.machine.sub.settled
+
+
+async def test_a_box_that_lost_the_subscription_gets_the_whole_set_once(
+    m: Machines, tmp_path: Path, signals: Path
+) -> None:
+    """Rule: on a mismatch the box says so and the laptop sends its whole set once; the tasks are
+    followed as before (one completes when its child ends)."""
+    hold = signals / "hold"
+    parent, task = await delegated_and_running(
+        m, script({"wait_for_file": str(hold)}, {"reply": "LATE"}), "k"
+    )
+    await polling(m)
+    await m.stop("laptop")
+    await m.stop("box")
+    with sqlite3.connect(m.home("box") / "peerd.db") as con:
+        con.execute("DELETE FROM feed_runs")
+    await m.start("box")
+    await m.start("laptop")
+
+    async def resynced() -> bool:
+        follower = m.follower()
+        return follower is not None and follower.machine.sub.settled and follower.requests >= 1
+
+    await eventually(resynced)
+    follower = m.follower()
+    assert follower is not None and follower.syncs == 2, "the hash (a mismatch), then the set once"
+    [link] = box_hub(m)._links.values()
+    assert set(link.state.runs) == {task["remoteChild"]["runId"]}
+    hold.write_text("go")
+    done = await asyncio.wait_for(wait_task(m.lc, parent, task["taskId"], while_status="running"), WAIT_S)
+    assert (done["status"], done["result"]) == ("completed", "LATE")
