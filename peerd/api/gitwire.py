@@ -14,9 +14,19 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from peerd.api import examples as ex
 from peerd.api.app import OPERATIONS, json_body, ok
 from peerd.api.local import caller_of
-from peerd.orchestrate.transport import BundleUpload, GitTransport, ThreadCommit
+from peerd.api.routes import Example, Route, add_routes
+from peerd.orchestrate.transport import (
+    BundleData,
+    BundleReceived,
+    BundleUpload,
+    GitTransport,
+    ProjectTips,
+    ThreadCommit,
+    ThreadCommitResult,
+)
 
 
 def _transport(request: web.Request) -> GitTransport:
@@ -41,9 +51,29 @@ async def project_bundle(request: web.Request) -> web.Response:
     return ok(await _transport(request).receive(caller_of(request), request.match_info["id"], req))
 
 
+_THREAD = ("thread_not_found", "capability_denied", "git_error")
+_PROJECT = ("project_not_found", "capability_denied", "git_error")
+_SHA = "4f0e2c9a7b1d3e5f6a8c0b2d4e6f8a1c3e5b7d9f"
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/threads/{id}/commit", thread_commit, "thread_commit",
+          "Commit a thread's worktree on its branch.", "git", body=ThreadCommit, answer=ThreadCommitResult,
+          errors=(*_THREAD, "conflict"), params={"id": "a thread id"},
+          example=Example({"threadId": ex.THR, "branch": f"peerd/{ex.THR}", "baseCommit": _SHA, "commit": _SHA,
+                           "created": True}, path={"id": ex.THR}, body={"message": "Extract the refund code"})),
+    Route("GET", "/v1/threads/{id}/bundle", thread_bundle, "thread_bundle",
+          "The branch's commits past its base, as a base64 git bundle.", "git", answer=BundleData,
+          errors=_THREAD, params={"id": "a thread id"},
+          example=Example({"tip": _SHA, "bundle": "IyB2MiBnaXQgYnVuZGxlCg=="}, path={"id": ex.THR})),
+    Route("GET", "/v1/projects/{id}/tips", project_tips, "project_tips", "The project's ref tips.", "git",
+          answer=ProjectTips, errors=_PROJECT, params={"id": "a project id"},
+          example=Example({"tips": [_SHA]}, path={"id": ex.PRJ})),
+    Route("POST", "/v1/projects/{id}/bundle", project_bundle, "project_bundle",
+          "Receive missing base commits (a quota per link).", "git", body=BundleUpload, answer=BundleReceived,
+          errors=(*_PROJECT, "payload_too_large"), params={"id": "a project id"},
+          example=Example({"commit": _SHA}, path={"id": ex.PRJ},
+                          body={"bundle": "IyB2MiBnaXQgYnVuZGxlCg==", "tip": _SHA})),
+)  # fmt: skip
+
+
 def add_git_routes(app: web.Application) -> None:
-    r = app.router
-    r.add_post("/v1/threads/{id}/commit", thread_commit)
-    r.add_get("/v1/threads/{id}/bundle", thread_bundle)
-    r.add_get("/v1/projects/{id}/tips", project_tips)
-    r.add_post("/v1/projects/{id}/bundle", project_bundle)
+    add_routes(app, ROUTES)

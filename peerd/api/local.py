@@ -46,14 +46,13 @@ from peerd.api.app import (
     Handler,
     StatusFn,
     base_app,
-    descriptor,
     error_response,
     json_body,
     json_object,
     ok,
     query_model,
 )
-from peerd.api.tools import call_tool
+from peerd.api.routes import add_routes
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
@@ -318,38 +317,7 @@ def local_app(
     app[LINKS] = link_service
     app[DESCRIPTOR] = desc
     app[STATUS_FN] = status_fn
-    r = app.router
-    r.add_get("/.well-known/peerd", descriptor)
-    r.add_get("/v1/status", status)
-    r.add_get("/v1/projects", project_list)
-    r.add_post("/v1/projects", project_add)
-    r.add_get("/v1/projects/{id}", project_show)
-    r.add_delete("/v1/projects/{id}", project_remove)
-    r.add_get("/v1/threads", thread_list)
-    r.add_post("/v1/threads", thread_launch)
-    r.add_get("/v1/threads/{id}", thread_show)
-    r.add_get("/v1/threads/{id}/items", thread_items)
-    r.add_post("/v1/threads/{id}/runs", thread_send)
-    r.add_get("/v1/threads/{id}/wait", thread_wait)
-    r.add_post("/v1/threads/{id}/interrupt", thread_interrupt)
-    r.add_post("/v1/threads/{id}/archive", thread_archive)
-    r.add_get("/v1/threads/{id}/events", thread_events)
-    r.add_post("/v1/tools/{name}", call_tool)
-    r.add_post("/v1/watch", watch_runs)
-    r.add_get("/v1/tasks", task_list)
-    r.add_get("/v1/tasks/{id}", task_show)
-    r.add_post("/v1/tasks/{id}/cancel", task_cancel)
-    r.add_post("/v1/pair", pair_create)
-    r.add_get("/v1/pair", pair_list)
-    r.add_post("/v1/pair/{id}/cancel", pair_cancel)
-    r.add_get("/v1/clients", client_list)
-    r.add_post("/v1/clients/{id}/revoke", client_revoke)
-    r.add_post("/v1/links", link_create)
-    r.add_get("/v1/environments", environment_list)
-    r.add_get("/v1/environments/{id}", environment_show)
-    r.add_delete("/v1/environments/{id}", environment_unlink)
-    r.add_get("/v1/providers", provider_list)
-    r.add_post("/v1/providers/{name}/approve", provider_approve)
-    r.add_delete("/v1/providers/{name}/approval", provider_revoke)
-    r.add_get("/v1/config", config_show)
+    from peerd.api.owner_routes import ROUTES  # noqa: PLC0415  # the table names this module's handlers
+
+    add_routes(app, ROUTES)
     return app

@@ -34,12 +34,14 @@ import importlib
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal
 
+import pydantic
 import structlog
 from aiohttp import hdrs, web
 
 from peerd.api import local
 from peerd.api.app import SHUTDOWN_GATE, Handler, ShutdownGate, base_app, error_response
 from peerd.api.listener import ListenerLimits, start_tcp
+from peerd.api.routes import Example, Route, add_routes
 from peerd.api.tools import caller_from_token, invoke
 from peerd.errors import CapabilityDenied, PeerdError, Unavailable
 from peerd.operations import Caller, Operations
@@ -134,7 +136,7 @@ def add_mcp_route(app: web.Application, service: McpService, access: Access) -> 
     """Serve `/mcp` on `app` (before it is started); `access` says who may call (module docstring)."""
     app[MCP_SERVICE] = service
     app[MCP_ACCESS] = access
-    app.router.add_route("*", MCP_PATH, mcp_endpoint)
+    add_routes(app, (MCP_ROUTE,))
 
 
 def _unauthorized(err: PeerdError) -> web.Response:
@@ -161,6 +163,35 @@ async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
     body = await request.read()  # capped by the app (payload_too_large)
     manager = await service.manager()
     return await asgi_call(manager.handle_request, request, body, {"peerd.caller": caller})
+
+
+class McpMessage(pydantic.BaseModel):
+    """One JSON-RPC 2.0 message of MCP (the SDK validates the rest)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    jsonrpc: Literal["2.0"]
+    method: str
+    id: int | str | None = None
+    params: dict[str, Any] | None = None
+
+
+MCP_ROUTE = Route(
+    "*",
+    MCP_PATH,
+    mcp_endpoint,
+    "mcp",
+    "The agent tools over MCP streamable HTTP (stateless, JSON answers).",
+    "tools",
+    body=McpMessage,
+    run_token=True,
+    errors=("parent_not_active", "link_revoked", "unavailable"),
+    description="Send `Accept: application/json, text/event-stream`. The SDK answers JSON-RPC errors itself.",
+    documented_methods=("POST",),
+    example=Example(
+        {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "thread_launch"}]}},
+        body={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    ),
+)
 
 
 async def asgi_call(app: Any, request: web.Request, body: bytes, extra: dict[str, Any]) -> web.Response:

@@ -24,7 +24,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from authlib.oauth2.base import OAuth2Error
@@ -35,7 +35,10 @@ from authlib.oauth2.rfc6749.errors import (
     UnsupportedGrantTypeError,
 )
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, Field
 
+from peerd.api import examples as ex
+from peerd.api.routes import Example, Route, add_routes
 from peerd.core.access import ACCESS_LEVELS, DEFAULT_LINK_ACCESS
 from peerd.errors import InvalidRequest, NotFound
 from peerd.logs import get_logger
@@ -275,17 +278,17 @@ class OAuthEndpoints:
         access_token, _exp = sign_access_token(
             self.signing_key, env_id=self.env_id, client_id=client.id, access=client.access, ttl=ttl
         )
-        return {
-            "access_token": access_token,
-            "token_type": "Bearer",
-            "expires_in": ttl,
-            "refresh_token": grant.refresh_token,
-            "refresh_expires_in": max(0, int(grant.refresh_expires_at - now)),
-            "scope": client.access,
-            "client_id": client.id,
-            "env_id": self.env_id,
-            "label": self.label,
-        }
+        return TokenAnswer(
+            access_token=access_token,
+            token_type="Bearer",  # noqa: S106  # the token type, not a secret
+            expires_in=ttl,
+            refresh_token=grant.refresh_token,
+            refresh_expires_in=max(0, int(grant.refresh_expires_at - now)),
+            scope=client.access,
+            client_id=client.id,
+            env_id=self.env_id,
+            label=self.label,
+        ).model_dump()
 
     # --- revoke ---------------------------------------------------------------------------------
 
@@ -335,5 +338,85 @@ def add_oauth_routes(
             else pairing_limit
         ),
     )
-    app.router.add_post("/oauth/token", endpoints.token)
-    app.router.add_post("/oauth/revoke", endpoints.revoke)
+    app[OAUTH] = endpoints
+    add_routes(app, ROUTES)
+
+
+# --- the route table (what `peerd.api.openapi` describes) ------------------------------------------
+
+OAUTH = web.AppKey("oauth_endpoints", OAuthEndpoints)
+
+
+async def token(request: web.Request) -> web.Response:
+    return await request.app[OAUTH].token(request)
+
+
+async def revoke(request: web.Request) -> web.Response:
+    return await request.app[OAUTH].revoke(request)
+
+
+class TokenForm(BaseModel):
+    """`POST /oauth/token`, a form: a pairing code's redemption or a refresh (module docstring)."""
+
+    grant_type: str = Field(description=f"{PAIRING_GRANT} or {REFRESH_GRANT}")
+    code_id: str | None = Field(default=None, description="pairing: the code's id")
+    code_secret: str | None = Field(default=None, description="pairing: the code's secret")
+    access: str | None = Field(default=None, description=f"pairing: one of {', '.join(ACCESS_LEVELS)}")
+    scope: str | None = Field(default=None, description="pairing: the same as access (RFC 6749)")
+    client_label: str | None = Field(default=None, description="pairing: what this box calls the client")
+    client_env_id: str | None = Field(default=None, description="pairing: the client's environment id")
+    max_age: str | None = Field(default=None, description="pairing: the link's hard age limit, seconds")
+    refresh_token: str | None = Field(default=None, description="refresh: the refresh token")
+
+
+class RevokeForm(BaseModel):
+    """`POST /oauth/revoke`, a form (RFC 7009)."""
+
+    token: str = Field(description="a refresh token or an access token of the link to revoke")
+    token_type_hint: str | None = None
+
+
+class TokenAnswer(BaseModel):
+    """A token response (RFC 6749 §5.1) with the box's id and label."""
+
+    access_token: str
+    token_type: Literal["Bearer"]
+    expires_in: int
+    refresh_token: str
+    refresh_expires_in: int
+    scope: str
+    client_id: str
+    env_id: str
+    label: str
+
+
+class OAuthError(BaseModel):
+    """An OAuth error (RFC 6749 §5.2), with peerd's stable reason where there is one."""
+
+    error: str
+    error_description: str | None = None
+    peerd_reason: str | None = None
+
+
+class Revoked(BaseModel):
+    """RFC 7009: `{}` whether or not the token was known."""
+
+
+_STATUS = {
+    cls.error: cls.status_code
+    for cls in (InvalidRequestError, InvalidGrantError, InvalidScopeError, UnsupportedGrantTypeError)
+} | {"slow_down": 429}
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/oauth/token", token, "oauth_token", "Redeem a pairing code, or refresh a link's tokens.",
+          "oauth", body=TokenForm, form=True, answer=TokenAnswer, errors=tuple(_STATUS), error_body=OAuthError,
+          error_status=_STATUS,
+          example=Example(
+              {"access_token": "eyJ...", "token_type": "Bearer", "expires_in": 900, "refresh_token": "rt_...",
+               "refresh_expires_in": 2592000, "scope": "approval-required", "client_id": ex.CLI, "env_id": ex.BOX,
+               "label": "box"},
+              body={"grant_type": PAIRING_GRANT, "code_id": ex.PCD, "code_secret": "Xq3v9TzK0bR2mW8s"})),
+    Route("POST", "/oauth/revoke", revoke, "oauth_revoke", "Revoke a link by one of its tokens (RFC 7009).",
+          "oauth", body=RevokeForm, form=True, answer=Revoked, errors=("invalid_request",), error_body=OAuthError,
+          error_status=_STATUS,
+          example=Example({}, body={"token": "rt_..."})),
+)  # fmt: skip

@@ -12,7 +12,9 @@ from aiohttp import web
 from pydantic import Field
 
 from peerd import contracts as c
+from peerd.api import examples as ex
 from peerd.api.app import json_body, json_object, ok, query_model
+from peerd.api.routes import Example, Route, add_routes
 from peerd.orchestrate.service import OrchestrateRequest, Orchestrations
 
 ORCHESTRATIONS: web.AppKey[Orchestrations] = web.AppKey("orchestrations")
@@ -50,10 +52,26 @@ async def orchestration_cancel(request: web.Request) -> web.Response:
     return ok(await request.app[ORCHESTRATIONS].cancel(request.match_info["id"], body.reason))
 
 
+_ID = {"id": "an orchestration id (orc_...)"}
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/v1/orchestrations", orchestration_start, "orchestration_start",
+          "Start an orchestration (or `dryRun`: how the coders would resolve).", "orchestrations",
+          body=OrchestrateRequest, status=201, also=(200,),
+          errors=("project_not_found", "not_linked", "provider_unavailable", "config_invalid", "git_error"),
+          example=Example(ex.ORCHESTRATION, body={"projectId": ex.PRJ, "task": "Split the payment module"})),
+    Route("GET", "/v1/orchestrations", orchestration_list, "orchestration_list", "The orchestrations.",
+          "orchestrations", example=Example({"items": [ex.ORCHESTRATION]})),
+    Route("GET", "/v1/orchestrations/{id}", orchestration_show, "orchestration_show",
+          "One orchestration with its packets and receipts; with `timeout`, a long-poll for a change.",
+          "orchestrations", query=WaitQuery, errors=("orchestration_not_found",), params=_ID,
+          example=Example(ex.ORCHESTRATION, path={"id": ex.ORC})),
+    Route("POST", "/v1/orchestrations/{id}/cancel", orchestration_cancel, "orchestration_cancel",
+          "Cancel an orchestration and stop its packets.", "orchestrations", body=CancelBody,
+          errors=("orchestration_not_found",), params=_ID,
+          example=Example({**ex.ORCHESTRATION, "status": "cancelled"}, path={"id": ex.ORC}, body={})),
+)  # fmt: skip
+
+
 def add_orchestration_routes(app: web.Application, service: Orchestrations) -> None:
     app[ORCHESTRATIONS] = service
-    r = app.router
-    r.add_post("/v1/orchestrations", orchestration_start)
-    r.add_get("/v1/orchestrations", orchestration_list)
-    r.add_get("/v1/orchestrations/{id}", orchestration_show)
-    r.add_post("/v1/orchestrations/{id}/cancel", orchestration_cancel)
+    add_routes(app, ROUTES)

@@ -20,12 +20,12 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd import contracts as c
-from peerd.api import local
-from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, descriptor, error_response, ok
-from peerd.api.feedroutes import add_feed_routes
-from peerd.api.gitwire import add_git_routes
+from peerd.api import examples as ex
+from peerd.api import feedroutes, gitwire, local, owner_routes
+from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import add_oauth_routes
+from peerd.api.routes import DESCRIPTOR_ROUTE, OPENAPI_ROUTE, VIEW, Example, Route, add_routes
 from peerd.core.access import cap_for, parse_mode_limit
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.operations import Caller, LinkContext, Operations
@@ -92,6 +92,32 @@ def _unauthorized(err: PeerdError) -> web.Response:
     return response
 
 
+LINK_SELF = Route(
+    "GET",
+    "/v1/link",
+    link_self,
+    "link_self",
+    "The calling link as this box sees it (answering at all says it is still accepted).",
+    "links",
+    answer=c.LinkSelf,
+    example=Example({"envId": ex.BOX, "clientId": ex.CLI, "label": "laptop", "access": "approval-required"}),
+)
+# The owner's routes a link may call too: reads, launches (capped), and sends to, waits on,
+# interrupts and archives of the threads it started (the fence is in `peerd.operations`).
+LINKED = frozenset(
+    {"project_list", "project_show", "thread_list", "thread_launch", "thread_show", "thread_read"}
+    | {"thread_send", "thread_wait", "thread_interrupt", "thread_archive", "thread_events", "run_watch"}
+)
+ROUTES: tuple[Route, ...] = (
+    DESCRIPTOR_ROUTE,
+    OPENAPI_ROUTE,
+    LINK_SELF,
+    *(route for route in owner_routes.ROUTES if route.name in LINKED),
+    *feedroutes.ROUTES,
+    *gitwire.ROUTES,
+)
+
+
 def network_app(
     ops: Operations,
     desc: c.Descriptor,
@@ -104,24 +130,9 @@ def network_app(
     app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.env_id, clock))  # type: ignore[arg-type]
     app[OPERATIONS] = ops
     app[DESCRIPTOR] = desc
-    r = app.router
-    r.add_get("/.well-known/peerd", descriptor)
+    app[VIEW] = "network"
     add_oauth_routes(
         app, db=ops.db, signing_key=signing_key, env_id=desc.env_id, label=desc.label, clock=clock
     )
-    r.add_get("/v1/link", link_self)
-    r.add_get("/v1/projects", local.project_list)
-    r.add_get("/v1/projects/{id}", local.project_show)
-    r.add_get("/v1/threads", local.thread_list)
-    r.add_post("/v1/threads", local.thread_launch)
-    r.add_get("/v1/threads/{id}", local.thread_show)
-    r.add_get("/v1/threads/{id}/items", local.thread_items)
-    r.add_post("/v1/threads/{id}/runs", local.thread_send)
-    r.add_get("/v1/threads/{id}/wait", local.thread_wait)
-    r.add_post("/v1/threads/{id}/interrupt", local.thread_interrupt)
-    r.add_post("/v1/threads/{id}/archive", local.thread_archive)
-    r.add_get("/v1/threads/{id}/events", local.thread_events)
-    r.add_post("/v1/watch", local.watch_runs)  # laptops from before the change feed
-    add_feed_routes(app)
-    add_git_routes(app)
+    add_routes(app, ROUTES)
     return app

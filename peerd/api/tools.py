@@ -24,7 +24,9 @@ from aiohttp import web
 
 from peerd import agent_tools as t
 from peerd import contracts as c
+from peerd.api import examples as ex
 from peerd.api.app import LINKS, OPERATIONS, base_app, json_object, ok
+from peerd.api.routes import FORWARDING, Example, Route, Variant, add_routes, wrapped
 from peerd.core.runs import is_live
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound, ParentNotActive
 from peerd.operations import Caller, Operations
@@ -178,6 +180,49 @@ async def call_tool(request: web.Request) -> web.Response:
     return ok({"result": result})
 
 
+def _example(name: str) -> Example:
+    body, result = ex.TOOLS[name]
+    return Example({"result": result}, body=body)
+
+
+_TOOL_ERRORS = (
+    "not_found",  # no such tool
+    "parent_not_active",
+    "link_revoked",
+    "capability_denied",
+    "runtime_mode_escalation_denied",
+    "interaction_mode_escalation_denied",
+    "target_required",
+    "project_not_found",
+    "thread_not_found",
+    "run_not_found",
+    "item_not_found",
+    "task_not_found",
+    "provider_unavailable",
+    "idempotency_key_reused",
+    "branch_taken",
+    "conflict",
+    "git_error",
+    *FORWARDING,
+)
+TOOLS_ROUTE = Route(
+    "POST",
+    "/v1/tools/{name}",
+    call_tool,
+    "tool",
+    "Call an agent tool.",
+    "tools",
+    run_token=True,
+    errors=_TOOL_ERRORS,
+    params={"name": "the tool"},
+    description="The agent socket takes a run token only; the owner socket also takes none (the owner).",
+    variants=tuple(
+        Variant(s.name, s.description, s.input_model, wrapped(s.name, s.output_model), _example(s.name))
+        for s in t.CATALOGUE
+    ),
+)
+
+
 def agent_app(ops: Operations, link_service: LinkService) -> web.Application:
     """The agent socket's app: the tools, for live run tokens only; nothing of the owner's API
     (the daemon adds MCP at `/mcp`: `peerd.api.mcp_http.add_mcp_route`)."""
@@ -185,5 +230,5 @@ def agent_app(ops: Operations, link_service: LinkService) -> web.Application:
     app[OPERATIONS] = ops
     app[LINKS] = link_service
     app[OWNER_WITHOUT_TOKEN] = False
-    app.router.add_post("/v1/tools/{name}", call_tool)
+    add_routes(app, (TOOLS_ROUTE,))
     return app
