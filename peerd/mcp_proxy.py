@@ -323,11 +323,6 @@ def run_stdio(config: ProxyConfig) -> None:
     Bridge(config, sys.stdout.buffer).run(sys.stdin.buffer)
 
 
-async def serve_stdio(config: ProxyConfig) -> None:
-    """The entry `peerd mcp` (peerd/cli/main.py) runs with `asyncio.run`; blocks in `run_stdio`."""
-    run_stdio(config)
-
-
 def main() -> None:
     """`python -m peerd.mcp_proxy`: the bridge without the CLI around it."""
     with contextlib.suppress(KeyboardInterrupt):

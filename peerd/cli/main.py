@@ -239,17 +239,19 @@ def mcp(ctx: click.Context, log_level: str) -> None:
     thread_send, thread_interrupt, project_list, environment_list. Started by peerd for a run, the
     tools act as that run; otherwise as this user. Logs go to stderr.
     """
-    import asyncio  # noqa: PLC0415
-    import logging  # noqa: PLC0415
+    import contextlib  # noqa: PLC0415
     import os  # noqa: PLC0415
 
-    from peerd.logs import configure_logging  # noqa: PLC0415
-    from peerd.mcp_proxy import ProxyConfig, serve_stdio  # noqa: PLC0415
+    # The bridge is synchronous and standard-library only: no asyncio or logging set-up here,
+    # which would cost more than the bridge itself. It writes its few diagnostics to stderr
+    # (`--log-level` is kept for compatibility).
+    from peerd.mcp_proxy import ProxyConfig, run_stdio  # noqa: PLC0415
 
-    configure_logging(json=True, level=getattr(logging, log_level.upper()))
+    del log_level
     env = dict(os.environ)
     env.setdefault("PEERD_HOME", str(cli_context(ctx).home))
-    asyncio.run(serve_stdio(ProxyConfig.from_env(env)))
+    with contextlib.suppress(KeyboardInterrupt):
+        run_stdio(ProxyConfig.from_env(env))
 
 
 WAIT_POLL_S = 0.05  # a socket that does not exist yet has no event to wait for: poll it
