@@ -52,6 +52,7 @@ typecheck: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
+	$(PY) tools/gen_openapi.py
 
 unit: $(STAMP) $(CLIS_STAMP) sandbox
 	$(VENV)/bin/pytest -q

@@ -144,6 +144,16 @@ MODE_LIMIT = {
     },
 }
 
+# What the query parameters many routes share mean (the models' own descriptions win).
+PARAMETERS = {
+    "environmentId": "run it on this linked environment (its id or label) through the link",
+    "cursor": "the previous page's nextCursor",
+    "limit": "at most this many",
+    "timeout": "long-poll: wait at most this many seconds for a change",
+    "after": "only what came after this cursor",
+    "run": "the run (default: the thread's latest)",
+}
+
 
 @dataclass(frozen=True)
 class Operation:
@@ -186,11 +196,11 @@ def operations(view: View | None = None) -> list[Operation]:
                 )
             )  # fmt: skip
         for v in route.variants:
-            text = " ".join(v.description.split())
+            first, _, rest = " ".join(v.description.split()).partition(". ")
             ops.append(
                 Operation(
                     route, method, re.sub(r"\{[^}]+\}", v.value, path), served, f"{route.name}_{v.value}",
-                    text.split(". ", 1)[0].rstrip(".") + ".", text, v.body, v.answer, v.example,
+                    first.rstrip(".") + ".", rest, v.body, v.answer, v.example,
                 )
             )  # fmt: skip
     return ops
@@ -230,7 +240,7 @@ def _errors(op: Operation) -> list[tuple[int, str, type[pydantic.BaseModel]]]:
     }
     for code in route.errors:
         found.add((route.error_status[code], code, route.error_body))
-    return sorted(found, key=lambda e: (e[0], e[1]))
+    return sorted(found, key=lambda e: (e[0], e[1], e[2].__name__))
 
 
 def _params(
@@ -253,8 +263,8 @@ def _params(
         for alias, prop in schema["properties"].items():
             name = wire_name.get(alias, alias)
             param = {"name": name, "in": "query", "required": alias in required}
-            if "description" in prop:
-                param["description"] = prop["description"]
+            if text := prop.get("description", PARAMETERS.get(name)):
+                param["description"] = text
             param["schema"] = _query_schema(prop)
             if param["schema"].get("type") == "array":
                 param["style"], param["explode"] = "form", False  # `a,b`, one parameter
@@ -318,7 +328,7 @@ def _operation(
 ) -> dict[str, Any]:
     route = op.route
     spec: dict[str, Any] = {"operationId": op.op_id, "summary": op.summary}
-    if op.description and op.description != op.summary:
+    if op.description:
         spec["description"] = op.description
     spec["tags"] = [route.tag]
     spec["x-peerd-listeners"] = list(op.listeners)
@@ -411,6 +421,7 @@ def _generic_text(listeners: list[Listener]) -> str:
 
 def _server(listener: Listener) -> dict[str, Any]:
     server: dict[str, Any] = {"url": listener.url, "description": listener.description}
+    server["x-peerd-listener"] = listener.name
     variables = {"host": "127.0.0.1", "port": "7433"} if listener.name == "network" else {"port": "0"}
     names = re.findall(r"\{([^}]+)\}", listener.url)
     if names:
