@@ -32,6 +32,7 @@ from peerd.store.db import Database
 from peerd.tasks import feedstore
 from peerd.tasks import store as tasks
 from peerd.tasks.delegation import Delegation
+from peerd.tasks.feedclient import feed_code, feed_message, poll_body, read_reply, subscription_body
 from peerd.tasks.feedwire import CHANGES_PATH, SUBSCRIPTION_PATH, FeedChanges, FeedSubscribed
 from peerd.tasks.machine import (
     Action,
@@ -61,18 +62,6 @@ from peerd.tasks.timing import Clock
 log = structlog.get_logger(__name__)
 
 WATCH_CHUNK_S = 50.0
-
-
-def feed_code(exc: PeerdError) -> str:
-    """A box without the change feed answers `not_found` for its routes: that is worth waiting
-    out (the box may be updated), not a reason to fail the link's tasks."""
-    return "unavailable" if exc.code == "not_found" else exc.code
-
-
-def feed_message(exc: PeerdError, label: str) -> str:
-    if exc.code == "not_found":
-        return f"{label} runs a peerd without the change feed; update peerd there (the tasks wait)."
-    return exc.message
 
 
 class FollowerPool:
@@ -289,7 +278,7 @@ class Follower:
             )
         elif isinstance(action, ReadResult):
             try:
-                reply = await self._reply(action)
+                reply = await read_reply(delegation.forwarder, self.env_id, action)
             except PeerdError as exc:
                 if is_store_fault(exc):
                     raise
@@ -358,13 +347,7 @@ class Follower:
 
     async def _subscribe(self, delta: Delta) -> list[Action]:
         self.syncs += 1
-        body: dict[str, Any] = {"setHash": delta.set_hash}
-        if delta.add:
-            body["add"] = list(delta.add)
-        if delta.remove:
-            body["remove"] = list(delta.remove)
-        if delta.reset:
-            body["reset"] = True
+        body = subscription_body(delta)
         try:
             data = await self.pool.delegation.forwarder.call(
                 self.env_id, "POST", SUBSCRIPTION_PATH, body=body
@@ -383,9 +366,7 @@ class Follower:
 
     def _start_poll(self, action: Poll) -> None:
         self.requests += 1
-        body: dict[str, Any] = {"timeout": action.timeout}
-        if action.cursor is not None:
-            body["cursor"] = action.cursor
+        body = poll_body(action)
         call = self.pool.delegation.forwarder.call(self.env_id, "POST", CHANGES_PATH, body=body)
         self._poll = asyncio.ensure_future(call)
         self._poll.add_done_callback(lambda _: self._wakeup.set())
@@ -440,31 +421,3 @@ class Follower:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise asyncio.CancelledError  # a stop that landed meanwhile is ours, not the poll's
-
-    async def _reply(self, read: ReadResult) -> str | None:
-        """The settled run's last reply, read whole (paged, long text by itemId + textOffset)."""
-        forwarder = self.pool.delegation.forwarder
-        path = f"/v1/threads/{read.thread_id}/items"
-        reply: dict[str, Any] | None = None
-        after: int | None = None
-        while True:
-            params: dict[str, Any] = {"runId": read.result_run_id, "limit": 100}
-            if after is not None:
-                params["afterPosition"] = after
-            page = await forwarder.call(self.env_id, "GET", path, params=params)
-            for item in page["items"]:
-                if item["kind"] == "assistant_message":
-                    reply = item
-            if not page["hasMore"]:
-                break
-            after = page["nextPosition"]
-        if reply is None:
-            return None
-        text, part = str(reply["text"]), reply
-        while part["textTruncated"]:
-            more = await forwarder.call(
-                self.env_id, "GET", path, params={"itemId": reply["id"], "textOffset": part["nextTextOffset"]}
-            )
-            part = more["items"][0]
-            text += part["text"]
-        return text
