@@ -31,6 +31,8 @@ class RunReport:
     status: str | None = None
     reason: str | None = None
     result_run_id: str | None = None
+    reply: str | None = None  # the result run's reply, when `inline` (nothing more to read)
+    inline: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from peerd.store.db import Database
 from peerd.tasks import feedstore
 from peerd.tasks.feedwire import FeedChanges, FeedPoll, FeedRun, FeedSubscribe, FeedSubscribed
 from peerd.tasks.rules import settlement
-from peerd.tasks.subscription import MAX_FOLLOWED_RUNS, LinkFeed, Report
+from peerd.tasks.subscription import INLINE_REPLY_MAX, MAX_FOLLOWED_RUNS, LinkFeed, Report
 
 
 def client_key(client_id: str) -> str:
@@ -149,7 +149,12 @@ class FeedHub:
                     launched, fact.runs, open_children=fact.open_children, queue_held=fact.queue_held
                 )
                 if settled:
-                    reports.append(Report(run_id, True, True, result.status, result.id, result.reason))
+                    reply = await feedstore.last_reply(self.db, thread_id, result.id)
+                    inline = reply is None or len(reply) <= INLINE_REPLY_MAX
+                    shown = reply if inline else None
+                    reports.append(
+                        Report(run_id, True, True, result.status, result.id, result.reason, shown, inline)
+                    )
                 else:
                     unsettled.append(run_id)
         state.record(reports, unsettled)
@@ -163,4 +168,6 @@ def _wire(report: Report) -> FeedRun:
         status=report.status,  # a run's status, from the store
         result_run_id=report.result_run_id,
         reason=report.reason,
+        reply=report.reply,
+        reply_inline=report.inline,
     )

@@ -124,6 +124,16 @@ async def thread_facts(db: Database, client_id: str, thread_ids: Iterable[str]) 
     return facts
 
 
+async def last_reply(db: Database, thread_id: str, run_id: str) -> str | None:
+    """A run's last assistant message, whole (by its thread's position index, newest first)."""
+    text = await db.scalar(
+        "SELECT text FROM items WHERE thread_id = ? AND run_id = ? AND kind = 'assistant_message'"
+        " ORDER BY position DESC LIMIT 1",
+        (thread_id, run_id),
+    )
+    return None if text is None else str(text)
+
+
 async def thread_ids_of_project(db: Database, project_id: str) -> list[str]:
     rows = await db.fetchall("SELECT id FROM threads WHERE project_id = ?", (project_id,))
     return [r["id"] for r in rows]

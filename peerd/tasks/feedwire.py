@@ -51,6 +51,8 @@ class FeedRun(Wire):
     status: RunStatus | None = None
     result_run_id: str | None = None
     reason: str | None = None
+    reply: str | None = None  # the result run's last reply, when `replyInline` (up to 16,000 characters)
+    reply_inline: bool = False
 
 
 class FeedChanges(Wire):

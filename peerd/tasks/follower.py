@@ -406,7 +406,10 @@ class Follower:
             self.machine.poll_deadline = None
             raise
         reports = tuple(
-            RunReport(r.run_id, r.found, r.settled, r.status, r.reason, r.result_run_id) for r in answer.runs
+            RunReport(
+                r.run_id, r.found, r.settled, r.status, r.reason, r.result_run_id, r.reply, r.reply_inline
+            )
+            for r in answer.runs
         )
         return self.machine.polled(now, PollAnswer(answer.cursor, reports, answer.resynced, answer.set_hash))
 

@@ -296,9 +296,11 @@ class FollowerMachine:
                 actions.append(EndTask(task.id, "failed", not_found(task.label)))
             elif run.settled:
                 result_run = run.result_run_id or run.run_id
-                actions.append(
-                    ReadResult(task.id, task.child_thread_id, result_run, run.status, run.reason, task.label)
+                read = ReadResult(
+                    task.id, task.child_thread_id, result_run, run.status, run.reason, task.label
                 )
+                # The reply came with the report: the task ends now, with no further request.
+                actions.extend(self.result_read(read, run.reply) if run.inline else [read])
         return actions
 
     def result_read(self, read: ReadResult, reply: str | None) -> list[Action]:

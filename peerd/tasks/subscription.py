@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 MAX_FOLLOWED_RUNS = 20_000  # per link, on both sides (the box refuses more; the laptop queues the rest)
+INLINE_REPLY_MAX = 16_000  # a settled run's reply up to this many characters comes with its report
 CURSOR_PATTERN = r"^[0-9a-f]{16}-[0-9]{1,15}$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 
@@ -219,7 +220,8 @@ class Subscription:
 
 @dataclass(frozen=True)
 class Report:
-    """A followed run as the laptop is told of it: settled (with its result run) or gone."""
+    """A followed run as the laptop is told of it: settled (with its result run, and the result
+    run's reply when `inline`: no further read is needed) or gone."""
 
     run_id: str
     found: bool
@@ -227,6 +229,8 @@ class Report:
     status: str | None = None
     result_run_id: str | None = None
     reason: str | None = None
+    reply: str | None = None
+    inline: bool = False
 
 
 @dataclass

@@ -148,3 +148,28 @@ async def test_the_store_reads_only_the_links_own_threads(db: Database) -> None:
     theirs = N - 1
     assert await feedstore.resolve(db, "cli_a", [f"run_{theirs}", "run_1"]) == {"run_1": "thr_1"}
     assert set(await feedstore.thread_facts(db, "cli_a", [f"thr_{theirs}", "thr_1"])) == {"thr_1"}
+
+
+async def add_reply(db: Database, i: int, text: str) -> None:
+    async with db.write() as tx:
+        await tx.execute(
+            "INSERT INTO items (id, thread_id, run_id, position, kind, text, data, created_at)"
+            " VALUES (?, ?, ?, 0, 'assistant_message', ?, '{}', 0)",
+            (f"itm_{i}", f"thr_{i}", f"run_{i}", text),
+        )
+
+
+async def test_a_settled_runs_reply_comes_with_its_report_unless_it_is_long(db: Database) -> None:
+    """Rule: a wake costs no further request: the result run's reply (up to 16,000 characters)
+    comes with the report; a longer one is left to the laptop to read whole."""
+    feed = ChangeFeed()
+    hub = FeedHub(db, feed)
+    assert await subscribed(hub, ["run_1", "run_2", "run_3"])
+    cursor = (await hub.changes(link(), FeedPoll(timeout=0))).cursor
+    await add_reply(db, 1, "short reply")
+    await add_reply(db, 2, "x" * 16_001)
+    for i in (1, 2, 3):
+        await end_run(db, feed, i)
+    answer = await hub.changes(link(), FeedPoll(cursor=cursor, timeout=5))
+    got = {r.run_id: (r.reply, r.reply_inline) for r in answer.runs}
+    assert got == {"run_1": ("short reply", True), "run_2": (None, False), "run_3": (None, True)}

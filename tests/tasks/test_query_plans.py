@@ -87,6 +87,7 @@ async def test_no_hot_path_statement_scans_a_table(tmp_path: Path) -> None:
             await feedstore.save(db, "cli_a", add={"run_1": "thr_1"}, remove=[], reset=True)
             await feedstore.thread_facts(db, "cli_a", ["thr_1", "thr_2"])
             await feedstore.thread_ids_of_project(db, "prj_1")
+            await feedstore.last_reply(db, "thr_1", "run_1")
 
         ran = await statements(db, laptop) + await statements(db, box)
         assert len(ran) >= 13, ran

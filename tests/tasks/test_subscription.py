@@ -5,7 +5,7 @@ the rule it guards."""
 
 from __future__ import annotations
 
-from peerd.tasks.machine import FollowerMachine, OpenTask, Poll, PollAnswer, RunReport, Subscribe
+from peerd.tasks.machine import EndTask, FollowerMachine, OpenTask, Poll, PollAnswer, RunReport, Subscribe
 from peerd.tasks.subscription import (
     Delta,
     LinkFeed,
@@ -222,3 +222,16 @@ def test_a_settled_run_ends_its_task_and_leaves_the_subscription() -> None:
     m.drop("task1")
     [leave] = m.plan(1.0)
     assert leave == Subscribe(Delta((), ("r1",), False, set_hash(["r0"])))
+
+
+def test_a_reply_that_came_with_the_report_ends_the_task_without_a_read() -> None:
+    """Rule: a wake is O(1) requests: with the reply inline the task ends on the poll's answer."""
+    m = FollowerMachine(chunk_s=50.0, jitter=lambda: 0.0)
+    m.load([task(0)])
+    m.plan(0.0)
+    m.subscribed(0.0, True)
+    m.plan(0.0)
+    report = RunReport("r0", True, True, "completed", None, "r0", "THE REPLY", True)
+    assert m.polled(1.0, PollAnswer("x" * 16 + "-1", (report,))) == [
+        EndTask("task0", "completed", "THE REPLY")
+    ]
