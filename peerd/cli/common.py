@@ -172,3 +172,6 @@ def confirm(yes: bool, question: str) -> None:
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`--json [FIELDS]`: `as_json` is an `output.JsonOutput` (every field, or those named) or None."""
     return output.json_option(fn)
+
+
+json_option_for = output.json_option_for  # the same, checked against a route's answer before sending

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import confirm, json_option, on_terminal, with_client, yes_option
+from peerd.cli.common import confirm, json_option, json_option_for, on_terminal, with_client, yes_option
 from peerd.cli.output import (
     JsonCommand,
     JsonOutput,
@@ -64,7 +64,7 @@ DURATION = Duration()
     "--max-age", type=DURATION, default=None, help="End the link this long after linking, used or not."
 )
 @click.option("--url", "urls", multiple=True, help="Address the laptop should use (repeatable).")
-@json_option
+@json_option_for("POST /v1/pair")
 @click.pass_context
 def pair(
     ctx: click.Context,
@@ -131,7 +131,7 @@ def pair_list(ctx: click.Context, include_done: bool, as_json: JsonOutput | None
 @pair.command("cancel")
 @click.argument("code_id")
 @yes_option
-@json_option
+@json_option_for("POST /v1/pair/{id}/cancel")
 @click.pass_context
 def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Cancel an unused pairing code."""
@@ -156,7 +156,7 @@ def pair_cancel(ctx: click.Context, code_id: str, yes: bool, as_json: JsonOutput
 @click.option("--label", default=None, help="How the other machine lists this one (default: this label).")
 @click.option("--url", "urls", multiple=True, help="Another address of the other machine to try first.")
 @click.option("--max-age", type=DURATION, default=None, help="End the link this long after linking.")
-@json_option
+@json_option_for("POST /v1/links")
 @click.pass_context
 def link(
     ctx: click.Context,
@@ -277,7 +277,7 @@ def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: Js
 @environment.command("unlink")
 @click.argument("env_id")
 @yes_option
-@json_option
+@json_option_for("DELETE /v1/environments/{id}")
 @click.pass_context
 def environment_unlink(ctx: click.Context, env_id: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Revoke the link there (when reachable) and forget it here."""
@@ -335,7 +335,7 @@ def client_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> 
     "--keep-runs", is_flag=True, help="Let the runs this link started finish (by default they are stopped)."
 )
 @yes_option
-@json_option
+@json_option_for("POST /v1/clients/{id}/revoke")
 @click.pass_context
 def client_revoke(
     ctx: click.Context, client_id: str, keep_runs: bool, yes: bool, as_json: JsonOutput | None

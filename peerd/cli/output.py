@@ -151,6 +151,37 @@ def _json_value(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """`--json [FIELDS]`: the command's parameter `as_json` is a `JsonOutput`, or None."""
+    return _json_flag(_json_value)(fn)
+
+
+def json_option_for(route: str, *extra: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--json [FIELDS]` on a command that changes something: FIELDS are checked against the
+    answer of `route` ("POST /v1/threads", from the generated `answer_fields`; `extra` fields the
+    command adds) while the options are parsed, so an unknown field is a usage error before
+    anything is sent, not after the change was made."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonOutput | None:
+        asked = _json_value(ctx, param, value)
+        if asked is not None and asked.fields is not None:
+            from peerd.cli.answer_fields import ANSWER_FIELDS  # noqa: PLC0415
+
+            known = (*ANSWER_FIELDS[route], *extra)
+            unknown = [f for f in asked.fields if f not in known]
+            if unknown:
+                raise click.BadParameter(
+                    f"No field {', '.join(repr(f) for f in unknown)} in the answer; "
+                    f"the fields are: {', '.join(known)}. Nothing was sent.",
+                    ctx,
+                    param,
+                )
+        return asked
+
+    return _json_flag(check)
+
+
+def _json_flag(
+    callback: Callable[[click.Context, click.Parameter, str | None], JsonOutput | None],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(
         "--json",
         "as_json",
@@ -158,9 +189,9 @@ def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         flag_value=ALL_FIELDS,
         default=None,
         metavar="[FIELDS]",
-        callback=_json_value,
+        callback=callback,
         help="Print JSON for programs; --json id,status prints only those fields.",
-    )(fn)
+    )
 
 
 def quiet_option(fn: Callable[..., Any]) -> Callable[..., Any]:

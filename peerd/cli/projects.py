@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import confirm, env_option, json_option, with_client, yes_option
+from peerd.cli.common import confirm, env_option, json_option, json_option_for, with_client, yes_option
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table, when
 from peerd.core.text import path_segment
 
@@ -33,7 +33,7 @@ def _show(data: dict[str, Any]) -> None:
 @project.command("add")
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--name", default=None, help="A short name (default: the checkout's folder name).")
-@json_option
+@json_option_for("POST /v1/projects")
 @click.pass_context
 def project_add(ctx: click.Context, path: Path, name: str | None, as_json: JsonOutput | None) -> None:
     """Register the git checkout at PATH."""
@@ -93,7 +93,7 @@ def project_show(ctx: click.Context, project_id: str, as_json: JsonOutput | None
 @project.command("remove")
 @click.argument("project_id")
 @yes_option
-@json_option
+@json_option_for("DELETE /v1/projects/{id}")
 @click.pass_context
 def project_remove(ctx: click.Context, project_id: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Forget a project (its threads must be archived first). The checkout is left untouched."""

@@ -8,7 +8,15 @@ from typing import Any
 import click
 
 from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
-from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, cli_context, fail, json_option, with_client
+from peerd.cli.common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    cli_context,
+    fail,
+    json_option,
+    json_option_for,
+    with_client,
+)
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
@@ -59,7 +67,7 @@ def provider_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -
 @provider.command("approve")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Approve without asking (you have read the command).")
-@json_option
+@json_option_for("POST /v1/providers/{name}/approve")
 @click.pass_context
 def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: JsonOutput | None) -> None:
     """Approve the custom command NAME, exactly as it is written now, to run as a coder.
@@ -94,7 +102,7 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: JsonOutp
 
 @provider.command("revoke")
 @click.argument("name")
-@json_option
+@json_option_for("DELETE /v1/providers/{name}/approval")
 @click.pass_context
 def provider_revoke(ctx: click.Context, name: str, as_json: JsonOutput | None) -> None:
     """Withdraw the approval of the custom command NAME (the config file's allowlist still applies)."""

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import confirm, json_option, with_client, yes_option
+from peerd.cli.common import confirm, json_option, json_option_for, with_client, yes_option
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
@@ -171,7 +171,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
 @click.argument("task_id")
 @click.option("--reason", default=None, help="Why (becomes part of the task's result).")
 @yes_option
-@json_option
+@json_option_for("POST /v1/tasks/{id}/cancel")
 @click.pass_context
 def task_cancel(
     ctx: click.Context, task_id: str, reason: str | None, yes: bool, as_json: JsonOutput | None

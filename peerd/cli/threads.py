@@ -9,7 +9,15 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_TIMED_OUT, confirm, env_option, json_option, with_client, yes_option
+from peerd.cli.common import (
+    EXIT_TIMED_OUT,
+    confirm,
+    env_option,
+    json_option,
+    json_option_for,
+    with_client,
+    yes_option,
+)
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
@@ -77,7 +85,7 @@ def _why(wait: dict[str, Any]) -> str:
     default=None,
     help="Wait up to this many seconds for the run.",
 )
-@json_option
+@json_option_for("POST /v1/threads", "wait")
 @click.pass_context
 def thread_launch(
     ctx: click.Context,
@@ -243,7 +251,7 @@ def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
 @click.argument("thread_id")
 @click.argument("text")
 @click.option("--client-request-id", default=None, help="Idempotency key: a retry returns the same run.")
-@json_option
+@json_option_for("POST /v1/threads/{id}/runs")
 @click.pass_context
 def thread_send(
     ctx: click.Context, thread_id: str, text: str, client_request_id: str | None, as_json: JsonOutput | None
@@ -312,7 +320,7 @@ def thread_wait(
 @click.argument("thread_id")
 @click.option("--stop", is_flag=True, help="Also hold the queue: nothing queued starts until the next send.")
 @click.option("--reason", default=None, help="Why (recorded on the run).")
-@json_option
+@json_option_for("POST /v1/threads/{id}/interrupt")
 @click.pass_context
 def thread_interrupt(
     ctx: click.Context, thread_id: str, stop: bool, reason: str | None, as_json: JsonOutput | None
@@ -338,7 +346,7 @@ def thread_interrupt(
     "--force", is_flag=True, help="Also when its worktree has uncommitted or untracked files (they are lost)."
 )
 @yes_option
-@json_option
+@json_option_for("POST /v1/threads/{id}/archive")
 @click.pass_context
 def thread_archive(
     ctx: click.Context, thread_id: str, force: bool, yes: bool, as_json: JsonOutput | None
