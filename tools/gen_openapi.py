@@ -192,9 +192,9 @@ def _own_errors(op: dict[str, Any]) -> list[tuple[str, list[str]]]:
     for status, response in op["responses"].items():
         if not status.startswith(("4", "5")):
             continue
-        schema = response["content"]["application/json"]["schema"]
+        schema = response.get("content", {}).get("application/json", {}).get("schema", {})
         shapes = schema.get("oneOf", [schema])
-        codes = [c for s in shapes for values in s["properties"].values() for c in values["enum"]]
+        codes = [c for s in shapes for values in s.get("properties", {}).values() for c in values["enum"]]
         codes = [c for c in codes if (status, c) not in generic]
         if codes:
             own.append((status, codes))

@@ -175,6 +175,20 @@ class McpMessage(pydantic.BaseModel):
     params: dict[str, Any] | None = None
 
 
+class McpErrorData(pydantic.BaseModel):
+    code: int
+    message: str
+    data: Any = None
+
+
+class McpError(pydantic.BaseModel):
+    """The SDK's own answer to a message it cannot take (JSON-RPC 2.0 error, no id)."""
+
+    jsonrpc: Literal["2.0"]
+    id: int | str | None = None
+    error: McpErrorData
+
+
 MCP_ROUTE = Route(
     "*",
     MCP_PATH,
@@ -185,7 +199,10 @@ MCP_ROUTE = Route(
     body=McpMessage,
     run_token=True,
     errors=("parent_not_active", "link_revoked", "unavailable"),
-    description="Send `Accept: application/json, text/event-stream`. The SDK answers JSON-RPC errors itself.",
+    description="A notification is answered 202 without a body; the SDK answers what it cannot take itself "
+    "(JSON-RPC errors: 400 unparsable or invalid, 406 without this Accept, 415 not JSON).",
+    headers={"Accept": "application/json, text/event-stream"},
+    other={202: None, 400: McpError, 406: McpError, 415: McpError},
     documented_methods=("POST",),
     example=Example(
         {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "thread_launch"}]}},

@@ -196,11 +196,11 @@ def operations(view: View | None = None) -> list[Operation]:
                 )
             )  # fmt: skip
         for v in route.variants:
-            first, _, rest = " ".join(v.description.split()).partition(". ")
+            head, _, rest = " ".join(v.description.split()).partition(". ")
             ops.append(
                 Operation(
                     route, method, re.sub(r"\{[^}]+\}", v.value, path), served, f"{route.name}_{v.value}",
-                    first.rstrip(".") + ".", rest, v.body, v.answer, v.example,
+                    head.rstrip(".") + ".", rest, v.body, v.answer, v.example,
                 )
             )  # fmt: skip
     return ops
@@ -227,7 +227,7 @@ def _errors(op: Operation) -> list[tuple[int, str, type[pydantic.BaseModel]]]:
     """(status, code, body model) of every error this operation can answer, sorted."""
     route = op.route
     kinds = ["*", *op.listeners]
-    if route.body is not None:
+    if op.body is not None:
         kinds.append("body")
     if route.query is not None:
         kinds.append("query")
@@ -271,6 +271,8 @@ def _params(
             if name in example:
                 param["example"] = example[name]
             params.append(param)
+    for name, value in op.route.headers.items():
+        params.append({"name": name, "in": "header", "required": True, "schema": {"enum": [value]}})
     if "network" in op.listeners and op.path.startswith("/v1/"):
         params.append(MODE_LIMIT)
     return params
@@ -320,7 +322,17 @@ def _responses(op: Operation, refs: dict[tuple[Any, str], Any]) -> dict[str, Any
             "description": ", ".join(f"`{code}`" for code in codes),
             "content": {"application/json": {"schema": _error_schema(group, refs)}},
         }
-    return responses
+    for status, extra in sorted(route.other.items()):
+        if extra is None:
+            responses[str(status)] = {"description": "Accepted; no body."}
+            continue
+        shape = _schema_of(extra, refs, "serialization")
+        known = responses.setdefault(str(status), {"description": extra.__doc__ or extra.__name__})
+        content = known.setdefault("content", {"application/json": {"schema": shape}})["application/json"]
+        if content["schema"] != shape:
+            content["schema"] = {"oneOf": [content["schema"], shape]}
+            known["description"] += f"; or the MCP SDK's own `{extra.__name__}`"
+    return dict(sorted(responses.items()))
 
 
 def _operation(
@@ -354,6 +366,7 @@ def _models(ops: Iterable[Operation]) -> list[tuple[type[pydantic.BaseModel], st
         if op.answer is not None:
             found.add((op.answer, "serialization"))
         found.update((model, "serialization") for _, _, model in _errors(op))
+        found.update((model, "serialization") for model in op.route.other.values() if model is not None)
     return sorted(found, key=lambda m: (m[0].__module__, m[0].__qualname__, m[1]))
 
 

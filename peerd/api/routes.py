@@ -90,6 +90,8 @@ class Route:
     error_body: type[pydantic.BaseModel] = c.ErrorBody
     error_status: Mapping[str, int] = field(default_factory=lambda: HTTP_STATUS)  # code -> status
     params: Mapping[str, str] = field(default_factory=dict)  # path parameter -> what it names
+    headers: Mapping[str, str] = field(default_factory=dict)  # a request header it needs -> its value
+    other: Mapping[int, type[pydantic.BaseModel] | None] = field(default_factory=dict)  # more answers
     description: str = ""
     example: Example | None = None
     variants: tuple[Variant, ...] = ()
