@@ -91,7 +91,15 @@ Form = dict[str, list[str]]
 async def _read_form(request: web.Request) -> Form:
     # Only urlencoded fields count; a JSON body reads as an empty form (so: missing grant_type).
     form: Form = {}
-    for key, value in (await request.post()).items():
+    try:
+        fields = await request.post()
+    except ValueError:  # a multipart body without its boundary, or one that does not parse
+        raise _Reject(
+            InvalidRequestError(
+                description="The body is not a readable form; send application/x-www-form-urlencoded."
+            )
+        ) from None
+    for key, value in fields.items():
         if isinstance(value, str):
             form.setdefault(key, []).append(value)
     return form
@@ -140,8 +148,8 @@ class OAuthEndpoints:
     # --- token ----------------------------------------------------------------------------------
 
     async def token(self, request: web.Request) -> web.Response:
-        form = await _read_form(request)
         try:
+            form = await _read_form(request)
             # grant_type first: an unknown grant is unsupported_grant_type whatever else is wrong.
             grant = _optional(form, "grant_type")
             if grant is None:

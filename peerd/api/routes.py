@@ -109,7 +109,10 @@ def add_routes(app: web.Application, routes: tuple[Route, ...]) -> None:
     """Register `routes` on `app` (in order) and remember them (`registered`)."""
     app.setdefault(ROUTES_KEY, [])
     for route in routes:
-        app.router.add_route(route.method, route.path, route.handler)
+        if route.method == "GET":  # as `add_get`: HEAD is answered too
+            app.router.add_get(route.path, route.handler)
+        else:
+            app.router.add_route(route.method, route.path, route.handler)
         app[ROUTES_KEY].append(route)
 
 

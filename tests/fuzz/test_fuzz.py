@@ -42,7 +42,7 @@ from schemathesis.specs.openapi.checks import (
 from peerd.api.openapi import document
 from tests.fuzz.harness import Fleet, Rows, Seeds, pinned_session, unix_session
 
-EXAMPLES = int(os.environ.get("PEERD_FUZZ_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("PEERD_FUZZ_EXAMPLES", "10"))
 MAX_WAIT_S = 0.2
 COVERAGE = os.environ.get("PEERD_FUZZ_COVERAGE", "0") == "1"  # boundary values per field: slow
 QUIET_TIMEOUT_S = 20.0
@@ -119,7 +119,12 @@ class Fuzzer:
             base_url=self.base_url, session=self.session, headers=headers, timeout=REQUEST_TIMEOUT_S, **extra
         )
         self.sent += 1
-        case.validate_response(response, checks=CHECKS, headers=headers)
+        sent = {
+            "session": self.session,
+            "base_url": self.base_url,
+            "headers": headers,
+        }  # for probes the checks send
+        case.validate_response(response, checks=CHECKS, headers=headers, transport_kwargs=sent)
         for marker in TRACEBACK_MARKERS:
             assert marker not in response.text, f"a traceback in the answer: {response.text[:2000]}"
         if 400 <= response.status_code < 500:
