@@ -31,6 +31,13 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     script_run = true                  # the scripted provider's `run` step (only ever confined)
     allow_unconfined = false           # true: without bubblewrap, still run a link's runs above
                                        # read-only, with only the coder's own sandbox
+
+    [console]                          # the browser console (docs/user/console.md)
+    enabled = true                     # false: no console listener
+    listen = "127.0.0.1:7434"          # off loopback only with tls_cert and tls_key
+    public_url = "https://box.tailnet.ts.net"   # where people open it (`tailscale serve`), if not here
+    tls_cert = "/etc/peerd/console.crt"         # PEM certificate and key: the console serves HTTPS
+    tls_key = "/etc/peerd/console.key"
 """
 
 from __future__ import annotations
@@ -89,6 +96,20 @@ class LinksConfig(_Strict):
         return provider in self.providers
 
 
+class ConsoleConfig(_Strict):
+    """The browser console the daemon serves (`[console]`; peerd/console/)."""
+
+    enabled: bool = True
+    listen: str = "127.0.0.1:7434"
+    public_url: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+
 class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
@@ -100,6 +121,7 @@ class Config(_Strict):
     continue_cut_runs: bool = True
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     links: LinksConfig = Field(default_factory=LinksConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def provider_kind(self, name: str) -> ProviderKind:
@@ -159,7 +181,21 @@ def _validate(raw: dict[str, Any], source: str) -> Config:
                 f"{source}: links.providers: {name!r} is not a provider here (the built-in script, "
                 f"{', '.join(BUILTIN_KINDS)}, or one of [providers.*])."
             )
+    problem = console_problem(config.console)
+    if problem is not None:
+        raise ConfigInvalid(f"{source}: {problem}")
     return config.model_copy(update={"source": source})
+
+
+def console_problem(console: ConsoleConfig) -> str | None:
+    """What is wrong with `[console]`, in one sentence, or None (rules: peerd/console/rules.py)."""
+    from peerd.console import rules  # noqa: PLC0415  # only when a file names a console
+
+    if (console.tls_cert is None) != (console.tls_key is None):
+        return "console: give both tls_cert and tls_key (PEM files), or neither."
+    if console.public_url is not None and (problem := rules.public_url_problem(console.public_url)):
+        return problem
+    return rules.bind_problem(console.listen, tls=console.tls)
 
 
 def load(path: Path | None = None, *, required: bool = False, home: Path | None = None) -> Config:

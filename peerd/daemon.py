@@ -38,6 +38,7 @@ from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
 from peerd.config import Config, link_may_use
+from peerd.console.server import CONSOLE, Console
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
 from peerd.operations import Operations
@@ -148,6 +149,7 @@ class Daemon:
         self.providers: dict[str, Provider] = {}
         self.orchestrations: Orchestrations | None = None
         self.mcp = McpService()  # agent tools over MCP: /mcp on both sockets and a loopback port
+        self.console: Console | None = None  # the browser console (peerd/console/), its own listener
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
         self.subreaper = False
@@ -259,12 +261,21 @@ class Daemon:
         add_orchestration_routes(local, self.orchestrations)
         self.mcp.attach(ops, link_service)
         add_mcp_route(local, self.mcp, "owner")
+        self.console = Console(
+            self.config.settings.console,
+            socket_path=socket_path,
+            env_id=identity.env_id,
+            label=self.config.label,
+            gate=self.gate,
+        )
+        local[CONSOLE] = self.console  # POST /v1/console/login-token (`peerd console`)
         await self._serve_unix(local, socket_path)
         agent = agent_app(ops, link_service)
         add_mcp_route(agent, self.mcp, "agent")
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
+        await self.console.start()  # a client of the owner socket; a busy port is logged, not fatal
         await self.runs.kick_all()
         await delegation.recover()
         await self.followers.start()  # every open remote task and owed stop is followed again
@@ -475,6 +486,8 @@ class Daemon:
             await self.orchestrations.engine.close()  # recorded state is resumed at the next start
         if self.runs is not None:
             await self.runs.shutdown()
+        if self.console is not None:
+            await self.console.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()

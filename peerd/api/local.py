@@ -25,6 +25,7 @@ Routes (all JSON; errors are `{code, message}`):
     GET    /v1/environments?probe=              GET/DELETE /v1/environments/{id}?probe=
     GET    /v1/providers                        POST /v1/providers/{name}/approve {command}
     DELETE /v1/providers/{name}/approval        GET /v1/config
+    POST   /v1/console/login-token              (`peerd console`: the console's URL with a one-time token)
 """
 
 from __future__ import annotations
@@ -248,6 +249,16 @@ async def environment_show(request: web.Request) -> web.Response:
 
 async def environment_unlink(request: web.Request) -> web.Response:
     return ok(await _links(request).unlink(request.match_info["id"]))
+
+
+async def console_login_token(request: web.Request) -> web.Response:
+    """A one-time login token for the browser console, in its URL (peerd/console/auth.py)."""
+    from peerd.console.server import CONSOLE  # noqa: PLC0415  # the console is optional here
+
+    console = request.app.get(CONSOLE)
+    if console is None:
+        raise NotFound("This daemon has no console.")
+    return ok(console.login_token(), status=201)
 
 
 class Admin(Protocol):

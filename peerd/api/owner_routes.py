@@ -15,6 +15,7 @@ from peerd.api.local import (
     client_list,
     client_revoke,
     config_show,
+    console_login_token,
     environment_list,
     environment_show,
     environment_unlink,
@@ -46,6 +47,7 @@ from peerd.api.local import (
 )
 from peerd.api.routes import DESCRIPTOR_ROUTE, FORWARDING, OPENAPI_ROUTE, Example, Items, Route, without
 from peerd.api.tools import TOOLS_ROUTE
+from peerd.console.server import LoginToken
 
 
 class ThreadShowQuery(c.Input):
@@ -195,4 +197,10 @@ ROUTES: tuple[Route, ...] = (
                           path={"name": "mycoder"})),
     Route("GET", "/v1/config", config_show, "config_show", "The effective configuration.", "daemon",
           example=Example(ex.CONFIG)),
+    Route("POST", "/v1/console/login-token", console_login_token, "console_login_token",
+          "The browser console's URL with a one-time login token (`peerd console`).", "daemon",
+          answer=LoginToken, status=201, errors=("not_found",),
+          description="The token works once, within five minutes; `not_found` when the console is off "
+          "or could not listen (the message says why).",
+          example=Example({"url": "http://127.0.0.1:7434/login?token=Yk3...", "expiresAt": ex.T0 + 300})),
 )  # fmt: skip

@@ -53,6 +53,9 @@ COMMANDS: dict[str, Lazy] = {
         "Print the completion script for SHELL (bash, zsh or fish); the user guide says where it goes.",
     ),
     "config": Lazy("peerd.cli.providers:config", "The daemon's configuration."),
+    "console": Lazy(
+        "peerd.cli.console:console", "Print the URL of the browser console with a one-time login token."
+    ),
     "doctor": Lazy("peerd.cli.doctor:doctor", "Check this machine's peerd and print a fix for each problem."),
     "environment": Lazy(
         "peerd.cli.links:environment", "Linked environments (the machines this one may act on)."

@@ -1,0 +1,70 @@
+"""The console's aiohttp application: the guard, the error pages and every page's route."""
+
+from __future__ import annotations
+
+import structlog
+from aiohttp import web
+
+from peerd.console import pages, stream, threads, work
+from peerd.console.owner import Owner
+from peerd.console.server import (
+    CONSOLE,
+    Console,
+    Handler,
+    guard,
+    login,
+    logout,
+    security_headers,
+    static,
+    stop_streams,
+)
+from peerd.errors import PeerdError
+
+log = structlog.get_logger(__name__)
+
+OWNER = pages.OWNER
+MAX_FORM_BYTES = 256 * 1024
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A typed error from the API is a page with its code and sentence; anything else is logged
+    and answered without details."""
+    from peerd.console.render import page  # noqa: PLC0415
+
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except PeerdError as exc:
+        status = 404 if exc.code.endswith("not_found") or exc.code == "not_linked" else 400
+        return page(
+            request, "error.html", title="Not done", status=status, code=exc.code, message=exc.message
+        )
+    except Exception:
+        log.exception("console.unhandled", method=request.method, path=request.path)
+        return page(
+            request,
+            "error.html",
+            title="Internal error",
+            status=500,
+            code="internal_error",
+            message="peerd hit an internal error; its log has the details.",
+        )
+
+
+def build_app(console: Console) -> web.Application:
+    app = web.Application(middlewares=[errors, guard], client_max_size=MAX_FORM_BYTES)
+    app[CONSOLE] = console
+    assert console.client is not None  # noqa: S101  # Console.start opens it first
+    app[OWNER] = Owner(console.client, env_id=console.env_id, label=console.label)
+    app.on_response_prepare.append(security_headers)
+    app.on_shutdown.append(stop_streams)
+    app.router.add_get("/login", login)
+    app.router.add_post("/login", login)
+    app.router.add_post("/logout", logout)
+    app.router.add_get("/static/{name}", static)
+    for module in (pages, threads, stream, work):
+        for method, path, handler in module.ROUTES:
+            app.router.add_route(method, path, handler)
+    return app

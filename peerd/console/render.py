@@ -1,0 +1,113 @@
+"""The console's templates: Jinja2, autoescaped (peer text is untrusted), strict about undefined
+names; the environment is built on the first page, not at daemon start."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from peerd.cli.output import ago, local_time
+from peerd.console.server import CONSOLE, SESSION
+from peerd.core.text import path_segment
+
+if TYPE_CHECKING:
+    import jinja2
+
+NAV = (
+    ("environment", "/", "Environment"),
+    ("connections", "/connections", "Connections"),
+    ("threads", "/threads", "Threads"),
+    ("tasks", "/tasks", "Tasks"),
+    ("approvals", "/approvals", "Approvals"),
+    ("orchestrations", "/orchestrations", "Orchestrations"),
+)
+# A symbol beside each status word: the state is readable without colour (and the word is there).
+SYMBOLS = {
+    "running": "▶",
+    "starting": "▶",
+    "queued": "…",
+    "pending": "…",
+    "completed": "✓",
+    "integrated": "✓",
+    "approved": "✓",
+    "reachable": "✓",
+    "active": "✓",
+    "ok": "✓",
+    "open": "○",
+    "failed": "✗",
+    "fail": "✗",
+    "parked": "✗",
+    "unreachable": "✗",
+    "revoked": "✗",
+    "expired": "⌛",
+    "cancelled": "■",
+    "interrupted": "■",
+    "archived": "▪",
+    "warn": "!",
+    "skip": "-",
+}
+
+_env: jinja2.Environment | None = None
+
+
+def _environment() -> jinja2.Environment:
+    global _env  # noqa: PLW0603  # one environment per process, built when first needed
+    if _env is None:
+        import jinja2  # noqa: PLC0415
+
+        env = jinja2.Environment(
+            loader=jinja2.PackageLoader("peerd.console", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        env.filters["local_time"] = local_time
+        env.filters["ago"] = ago
+        env.filters["seg"] = path_segment  # an id in a URL path: one escaped segment
+        env.filters["short"] = lambda value, n=12: (
+            str(value) if value is None or len(str(value)) <= n else str(value)[:n] + "…"
+        )
+        env.globals["symbol"] = lambda status: SYMBOLS.get(str(status), "•")
+        env.globals["nav"] = NAV
+        _env = env
+    return _env
+
+
+def render_text(template: str, **context: Any) -> str:
+    return _environment().get_template(template).render(**context)
+
+
+def _common(request: web.Request) -> dict[str, Any]:
+    console = request.app[CONSOLE]
+    session = request.get(SESSION)
+    notices = []
+    if session is not None:
+        notices, session.notices = session.notices, []
+    return {
+        "here": console.label,
+        "env_id": console.env_id,
+        "csrf": "" if session is None else session.csrf,
+        "signed_in": session is not None,
+        "notices": notices,
+        "path": request.path,
+    }
+
+
+def page(
+    request: web.Request, template: str, *, title: str, status: int = 200, **context: Any
+) -> web.Response:
+    body = render_text(template, title=title, **_common(request), **context)
+    return web.Response(status=status, text=body, content_type="text/html", charset="utf-8")
+
+
+def fragment(request: web.Request, template: str, *, status: int = 200, **context: Any) -> web.Response:
+    return page(request, template, title="", status=status, **context)
+
+
+def notice(request: web.Request, text: str, *, level: str = "info") -> None:
+    """A one-line message shown on the next page this session renders (after a redirect)."""
+    session = request.get(SESSION)
+    if session is not None:
+        session.notices.append((level, text))

@@ -1,0 +1,203 @@
+"""Threads across this environment and every linked one; a thread page; send, interrupt, stop, launch.
+
+A thread page shows its items (then streams the new ones: `peerd.console.stream`), its latest
+run, and its lineage both ways: "subagent of ... on laptop" from `delegatedFrom`, and "delegated
+to ... on box" from the tasks it delegated (each a link that opens the other side's thread, through
+the link when it is on another machine).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from peerd import contracts as c
+from peerd.console.owner import HERE, LIVE, RUN_STATES, Env, Owner
+from peerd.console.pages import back, form, owner
+from peerd.console.render import fragment, notice, page
+from peerd.console.server import shown_error
+from peerd.core.text import path_segment
+from peerd.errors import PeerdError
+
+ITEMS_ON_PAGE = 500  # the rest arrive over the stream
+STATE_FILTERS = (("", "any"), ("live", "live (queued or running)"), *((s, s) for s in RUN_STATES[3:]))
+FILTER_STATES = {"live": LIVE, **{s: (s,) for s in RUN_STATES}, "archived": ("archived",)}
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """One end of a delegation, as the page shows it: words, and where it opens (None: not here)."""
+
+    text: str
+    where: str
+    href: str | None
+    status: str | None = None
+
+
+def thread_href(env: Env, thread_id: str) -> str:
+    return f"/threads/{path_segment(env.key)}/{path_segment(thread_id)}"
+
+
+async def thread_list(request: web.Request) -> web.StreamResponse:
+    api = owner(request)
+    wanted = request.query.get("status", "")
+    env_filter = request.query.get("env", "")
+    states = FILTER_STATES.get(wanted, ())
+    envs = await api.envs()
+    shown = [e for e in envs if not env_filter or e.key == env_filter]
+    fleet = await api.fleet_threads(shown, states=states)
+    providers = [p.name for p in await api.providers()]
+    return page(
+        request,
+        "threads.html",
+        title="Threads",
+        fleet=fleet,
+        envs=envs,
+        wanted=wanted,
+        env_filter=env_filter,
+        filters=[*STATE_FILTERS, ("archived", "archived")],
+        providers=providers,
+        request_id=uuid.uuid4().hex,
+        thread_href=thread_href,
+    )
+
+
+async def parent_of(api: Owner, envs: list[Env], thread: c.Thread) -> Lineage | None:
+    parent = thread.delegated_from
+    if parent is None:
+        return None
+    env = api.env_of(envs, parent.environment_id)
+    where = env.label if env is not None else (thread.link_label or parent.environment_id)
+    href = thread_href(env, parent.thread_id) if env is not None else None
+    return Lineage(parent.title or parent.thread_id, where, href)
+
+
+async def children_of(api: Owner, envs: list[Env], env: Env, thread: c.Thread) -> list[Lineage]:
+    """The tasks this thread delegated (kept where the thread is: here only)."""
+    if not env.local:
+        return []
+    found = await api.tasks({"threadId": thread.id, "limit": c.PAGE_LIMIT})
+    children = []
+    for task in found.items:
+        remote = task.remote_child
+        if remote is not None:
+            child_env = api.env_of(envs, remote.environment_id)
+            href = None
+            if child_env is not None and remote.thread_id:
+                href = thread_href(child_env, remote.thread_id)
+            children.append(Lineage(task.title, remote.label, href, task.status))
+        else:
+            href = thread_href(api.here, task.child_thread_id) if task.child_thread_id else None
+            children.append(Lineage(task.title, api.here.label, href, task.status))
+    return children
+
+
+async def thread_page(request: web.Request) -> web.StreamResponse:
+    api = owner(request)
+    env = await api.env(request.match_info["env"])
+    thread_id = request.match_info["id"]
+    thread = await api.thread(env, thread_id)
+    items: list[c.Item] = []
+    after: int | None = None
+    while len(items) < ITEMS_ON_PAGE:
+        read = await api.items(env, thread_id, after)
+        items += read.items
+        if not read.has_more or read.next_position is None:
+            break
+        after = read.next_position
+    envs = await api.envs()
+    last = items[-1].position if items else -1
+    return page(
+        request,
+        "thread.html",
+        title=thread.title,
+        env=env,
+        thread=thread,
+        items=items,
+        last_position=last,
+        parent=await parent_of(api, envs, thread),
+        children=await children_of(api, envs, env, thread),
+        href=thread_href(env, thread_id),
+        request_id=uuid.uuid4().hex,
+        said="",
+        level="info",
+        live=LIVE,
+    )
+
+
+async def send(request: web.Request) -> web.StreamResponse:
+    api = owner(request)
+    env = await api.env(request.match_info["env"])
+    thread_id = request.match_info["id"]
+    data = await form(request)
+    text = data.get("text", "").strip()
+    href = thread_href(env, thread_id)
+    said, level = "", "info"
+    if not text:
+        said, level = "Write a message first.", "error"
+    else:
+        try:
+            sent = await api.send(env, thread_id, text, data.get("request_id") or uuid.uuid4().hex)
+            said = "Sent" + (" (queued: the thread's queue is held)" if sent.queue_held else "") + "."
+        except PeerdError as exc:
+            said, level = shown_error(exc), "error"
+    if request.headers.get("HX-Request"):
+        return fragment(
+            request, "_send.html", href=href, request_id=uuid.uuid4().hex, said=said, level=level, env=env
+        )
+    notice(request, said, level=level)
+    raise back(href)
+
+
+async def interrupt(request: web.Request) -> web.StreamResponse:
+    api = owner(request)
+    env = await api.env(request.match_info["env"])
+    thread_id = request.match_info["id"]
+    stop = (await form(request)).get("stop") == "1"
+    try:
+        done = await api.interrupt(env, thread_id, stop=stop)
+        if done.status == "no_active_run":
+            notice(request, "Nothing to interrupt: no run is live." + (" The queue is held." if stop else ""))
+        else:
+            notice(
+                request,
+                "Stopped: the live run was interrupted and the queue is held." if stop else "Interrupted.",
+            )
+    except PeerdError as exc:
+        notice(request, shown_error(exc), level="error")
+    raise back(thread_href(env, thread_id))
+
+
+async def launch(request: web.Request) -> web.StreamResponse:
+    api = owner(request)
+    data = await form(request)
+    env_key, _, project_id = data.get("target", "").partition("|")
+    prompt = data.get("prompt", "").strip()
+    if not project_id or not prompt:
+        notice(request, "Pick a project and write a first prompt.", level="error")
+        raise back("/threads")
+    env = await api.env(env_key or HERE)
+    body = {
+        "projectId": project_id,
+        "prompt": prompt,
+        "provider": data.get("provider") or "script",
+        "title": data.get("title") or None,
+        "clientRequestId": data.get("request_id") or None,
+    }
+    try:
+        launched = await api.launch(env, body)
+    except PeerdError as exc:
+        notice(request, shown_error(exc), level="error")
+        raise back("/threads") from None
+    raise back(thread_href(env, launched.thread_id))
+
+
+ROUTES = (
+    ("GET", "/threads", thread_list),
+    ("POST", "/threads/launch", launch),
+    ("GET", "/threads/{env}/{id}", thread_page),
+    ("POST", "/threads/{env}/{id}/send", send),
+    ("POST", "/threads/{env}/{id}/interrupt", interrupt),
+)
