@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults
+.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults fuzz
 
 # One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
@@ -58,6 +58,13 @@ unit: $(STAMP) $(CLIS_STAMP) sandbox
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
+
+# The API fuzzed at length: the same schemathesis tests `make test` runs (tests/fuzz, both listeners
+# of a real daemon, 10 requests per operation there) with PEERD_FUZZ_EXAMPLES per operation and the
+# coverage phase (boundary values of every field); PEERD_FUZZ_SEED picks another sequence.
+FUZZ_EXAMPLES ?= 100
+fuzz: $(STAMP) sandbox
+	PEERD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PEERD_FUZZ_COVERAGE=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/fuzz
 
 # The fault suite in full (tests/faults, real daemons, bounded): the kill -9 matrix with
 # PEERD_FAULT_TRIALS kills at random moments (seed PEERD_FAULT_SEED), outages through a proxy
