@@ -1,0 +1,556 @@
+"""Benchmark: forwarded launches over TLS, retry storms, and delegate_task -> remote child running.
+
+Two real daemons, "laptop" and "box", each its own `peerd serve` process (real SQLite files, a
+real TLS listener on loopback), linked the way `peerd pair` / `peerd link` link them. This process
+is only the client: it talks to the laptop's Unix socket, and the laptop forwards through the link.
+
+1. Launch throughput. `POST /v1/threads` on the laptop naming the box (`environmentId`), the
+   scripted provider with an immediate reply, each with its own `clientRequestId`, at concurrency
+   1, 10 and 50. An ack is the laptop's answer (the thread exists on the box, its run queued there);
+   acks per second over the whole phase, and p50/p95 of one ack. Baseline, interleaved at the same
+   concurrency: a forwarded read through the same link (`GET /v1/threads?environmentId=box&limit=1`),
+   answered per second. The box's runs (worktree, process) drain before the next phase starts.
+2. Retry storm. K new keys, each sent 10 times (shuffled, concurrency 50): every answer for a key
+   must name the same thread, and the box must hold exactly K new threads (counted in its store).
+3. delegate_task -> remote child running: a scripted parent on the laptop calls `delegate_task`
+   with the box as target; from the task's record on the laptop (`tasks.created_at`) to the box's
+   `run.updated` event for `running` of the child (both stored by the same clock). Measured on a
+   fresh repository and again with at least 1,000 worktrees in the box's checkout (topped up with
+   plain `git worktree add`). Baseline: the forwarded read's median latency.
+
+Run: .venv/bin/python bench/launch.py [--launches 300] [--storm-keys 30] [--reps 5] [--no-save]
+     [--profile DIR]: py-spy (if installed) samples both daemons during parts 1-2.
+See bench/README.md for what the columns mean and the numbers measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from peerd.api.localclient import LocalClient
+from peerd.cli.client import DaemonNotRunning
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "peerd bench",
+    "GIT_AUTHOR_EMAIL": "bench@peerd.invalid",
+    "GIT_COMMITTER_NAME": "peerd bench",
+    "GIT_COMMITTER_EMAIL": "bench@peerd.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+ORIGIN = "git@github.com:peerd/bench-launch.git"
+RESULTS = Path(__file__).with_name("results.json")
+GOAL_ACKS = 200.0  # acks/s at c=50 (issue 14)
+GOAL_DELEGATE_MS = 50.0  # delegate_task -> remote child running, at 1,000 worktrees
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# bench\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    git(path, "remote", "add", "origin", ORIGIN)
+    return path
+
+
+def script(*steps: dict[str, Any]) -> str:
+    return "```peerd-script\n" + json.dumps({"steps": list(steps)}) + "\n```"
+
+
+# --- the daemons ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    home: Path
+    label: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def socket(self) -> Path:
+        from peerd.paths import Paths  # noqa: PLC0415
+
+        return Paths(self.home).socket
+
+    @property
+    def db(self) -> Path:
+        return self.home / "peerd.db"
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """A read of the daemon's store from outside (WAL: readers never block its writer)."""
+        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
+        try:
+            return con.execute(sql, params).fetchall()
+        finally:
+            con.close()
+
+
+def start_daemon(home: Path, label: str) -> Proc:
+    home.mkdir(parents=True)
+    log = open(home / "daemon.log", "ab")  # noqa: SIM115  # closed after the spawn
+    argv = [sys.executable, "-m", "peerd", "--home", str(home), "serve", "--listen", "127.0.0.1:0"]
+    proc = subprocess.Popen(
+        [*argv, "--label", label, "--log-level", "warning"], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+    )
+    log.close()
+    return Proc(home, label, proc)
+
+
+async def ready(daemon: Proc, within_s: float = 60.0) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            async with LocalClient(daemon.socket) as client:
+                await client.call("GET", "/v1/status")
+                await client.call("GET", "/v1/projects")  # served by the whole daemon, not only status
+                return
+        except DaemonNotRunning:
+            if daemon.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((daemon.home / "daemon.log").read_text()) from None
+            await asyncio.sleep(0.05)
+
+
+def stop(daemon: Proc) -> None:
+    if daemon.proc.poll() is None:
+        daemon.proc.send_signal(signal.SIGTERM)
+        try:
+            daemon.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            daemon.proc.kill()
+            daemon.proc.wait()
+
+
+@dataclass
+class Setup:
+    laptop: Proc
+    box: Proc
+    lc: LocalClient
+    box_id: str
+    box_project: str
+    laptop_project: str
+    box_repo: Path
+
+
+@contextlib.asynccontextmanager
+async def linked(root: Path) -> AsyncIterator[Setup]:
+    box = start_daemon(root / "box", "box")
+    laptop = start_daemon(root / "laptop", "laptop")
+    try:
+        await ready(box)
+        await ready(laptop)
+        box_repo = make_repo(root / "box-repo")
+        async with LocalClient(box.socket) as bc, LocalClient(laptop.socket) as lc:
+            there = await bc.call("POST", "/v1/projects", body={"path": str(box_repo)})
+            here = await lc.call("POST", "/v1/projects", body={"path": str(make_repo(root / "laptop-repo"))})
+            code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
+            await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
+            box_id = (await bc.call("GET", "/v1/status"))["envId"]
+            yield Setup(laptop, box, lc, box_id, there["id"], here["id"], box_repo)
+    finally:
+        for daemon in (laptop, box):
+            stop(daemon)
+
+
+def box_busy(s: Setup) -> int:
+    return int(
+        s.box.query("SELECT count(*) FROM runs WHERE status IN ('queued', 'starting', 'running')")[0][0]
+    )
+
+
+def box_threads(s: Setup) -> int:
+    return int(s.box.query("SELECT count(*) FROM threads")[0][0])
+
+
+async def drained(s: Setup, within_s: float = 120.0) -> float:
+    """Wait until the box has no queued or live run; returns the seconds it took."""
+    t0 = time.monotonic()
+    while box_busy(s):
+        if time.monotonic() - t0 > within_s:
+            raise RuntimeError(f"the box still has {box_busy(s)} runs after {within_s} s")
+        await asyncio.sleep(0.1)
+    return time.monotonic() - t0
+
+
+# --- 1 and 2: launches ---------------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    name: str
+    concurrency: int
+    count: int
+    seconds: float
+    latencies: list[float]
+    errors: int = 0
+    drain_s: float = 0.0
+
+    @property
+    def per_s(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+    def p(self, q: float) -> float:
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def pool(concurrency: int, jobs: list[Callable[[], Awaitable[None]]]) -> None:
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            await queue.pop()()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def launch_body(s: Setup, key: str) -> dict[str, Any]:
+    return {
+        "projectId": s.box_project,
+        "environmentId": s.box_id,
+        "prompt": script({"reply": "done"}),
+        "title": "bench launch",
+        "clientRequestId": key,
+    }
+
+
+async def launches(
+    s: Setup, name: str, concurrency: int, keys: list[str]
+) -> tuple[Phase, dict[str, set[str]]]:
+    latencies: list[float] = []
+    seen: dict[str, set[str]] = {}
+    errors = 0
+
+    def job(key: str) -> Callable[[], Awaitable[None]]:
+        async def go() -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            try:
+                answer = await s.lc.call("POST", "/v1/threads", body=launch_body(s, key))
+            except Exception as exc:  # counted and shown, the bench goes on
+                errors += 1
+                if errors <= 3:
+                    say(f"   launch error: {type(exc).__name__}: {exc}")
+                return
+            latencies.append(time.perf_counter() - t0)
+            seen.setdefault(key, set()).add(answer["threadId"])
+
+        return go
+
+    t0 = time.perf_counter()
+    await pool(concurrency, [job(k) for k in keys])
+    phase = Phase(name, concurrency, len(keys), time.perf_counter() - t0, latencies, errors)
+    return phase, seen
+
+
+async def reads(s: Setup, concurrency: int, count: int) -> Phase:
+    latencies: list[float] = []
+
+    async def go() -> None:
+        t0 = time.perf_counter()
+        await s.lc.call("GET", "/v1/threads", params={"environmentId": s.box_id, "limit": 1})
+        latencies.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await pool(concurrency, [go] * count)
+    return Phase("forwarded read", concurrency, count, time.perf_counter() - t0, latencies)
+
+
+# --- 3: delegate -> running ----------------------------------------------------------------------
+
+
+def worktree_count(repo: Path) -> int:
+    admin = repo / ".git" / "worktrees"
+    return sum(1 for _ in admin.iterdir()) if admin.is_dir() else 0
+
+
+def top_up_worktrees(repo: Path, root: Path, at_least: int) -> int:
+    have = worktree_count(repo)
+    missing = max(0, at_least - have)
+    if missing:
+        (root / "fill").mkdir(exist_ok=True)
+        # One repository's worktree bookkeeping is not safe under concurrent adds: one at a time.
+        for i in range(missing):
+            git(repo, "worktree", "add", "-q", "-b", f"fill/{i}", str(root / "fill" / f"w{i}"))
+    return worktree_count(repo)
+
+
+async def one_delegate(s: Setup, i: int) -> float:
+    child = script({"reply": "child done"})
+    delegate = {
+        "tool": {
+            "name": "delegate_task",
+            "arguments": {
+                "task": child,
+                "target": {"environmentId": s.box_id, "projectId": s.box_project},
+                "clientRequestId": f"delegate-{i}-{time.monotonic_ns()}",
+            },
+            "check": True,
+        }
+    }
+    launched = await s.lc.call(
+        "POST", "/v1/threads", body={"projectId": s.laptop_project, "prompt": script(delegate)}
+    )
+    parent = launched["threadId"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = s.laptop.query(
+            "SELECT created_at, child_thread_id, status FROM tasks WHERE parent_thread_id = ?", (parent,)
+        )
+        if rows and rows[0][1]:
+            created, child_thread = float(rows[0][0]), str(rows[0][1])
+            running = s.box.query(
+                "SELECT min(created_at) FROM events WHERE thread_id = ? AND type = 'run.updated'"
+                " AND json_extract(data, '$.status') = 'running'",
+                (child_thread,),
+            )
+            if running and running[0][0] is not None:
+                return float(running[0][0]) - created
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"the delegated child of {parent} never ran")
+
+
+async def delegates(s: Setup, reps: int) -> list[float]:
+    found = []
+    for i in range(reps):
+        found.append(await one_delegate(s, i))
+        await drained(s)
+    return found
+
+
+# --- profiling -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def profiled(s: Setup, out: Path | None) -> Any:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if out is None or not Path(spy).exists():
+        if out is not None:
+            say("   (py-spy is not installed: no profile)")
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    procs = [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--nonblocking",
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-o",
+                str(out / f"{d.label}.txt"),
+                "-p",
+                str(d.proc.pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for d in (s.laptop, s.box)
+    ]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(30)
+        say(f"   profiles (collapsed stacks) in {out}")
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    phases: list[tuple[Phase, Phase]] = field(default_factory=list)
+    storm: Phase | None = None
+    storm_keys: int = 0
+    duplicates: int = 0
+    split_keys: int = 0
+    delegate_fresh: list[float] = field(default_factory=list)
+    delegate_loaded: list[float] = field(default_factory=list)
+    worktrees: int = 0
+    read_ms: float = 0.0
+
+
+def med_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000 if values else 0.0
+
+
+def table(r: Results) -> str:
+    lines = ["1. Forwarded launches over TLS (scripted, immediate reply)"]
+    lines.append(
+        f"   {'':<26}{'n':>5}{'acks/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'reads/s':>9}{'x read':>8}{'errors':>7}"
+    )
+    for launch, read in r.phases:
+        ratio = launch.per_s / read.per_s if read.per_s else 0.0
+        lines.append(
+            f"   {'c=' + str(launch.concurrency):<26}{launch.count:>5}{launch.per_s:>9.1f}{launch.p(0.5):>9.1f}"
+            f"{launch.p(0.95):>9.1f}{read.per_s:>9.1f}{ratio:>8.2f}{launch.errors:>7}"
+        )
+    if r.storm is not None:
+        lines.append(
+            f"2. Retry storm: {r.storm_keys} keys x 10 = {r.storm.count} launches at c={r.storm.concurrency}: "
+            f"{r.storm.per_s:.1f} answers/s, duplicates on the box {r.duplicates}, keys answered with "
+            f"two threads {r.split_keys}, errors {r.storm.errors}"
+        )
+    lines.append("3. delegate_task -> remote child running (ms)")
+    lines.append(f"   forwarded read, median: {r.read_ms:.2f} ms")
+    for name, values in (
+        ("fresh repository", r.delegate_fresh),
+        (f"{r.worktrees} worktrees", r.delegate_loaded),
+    ):
+        if values:
+            lines.append(
+                f"   {name:<22} n={len(values)}  p50 {med_ms(values):7.1f}  max {max(values) * 1000:7.1f}"
+                f"  x read {med_ms(values) / r.read_ms if r.read_ms else 0:6.1f}"
+            )
+    return "\n".join(lines)
+
+
+def figures(r: Results) -> dict[str, Any]:
+    c50 = next((launch for launch, _ in r.phases if launch.concurrency == 50), None)
+    return {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "launches": [
+            {
+                "concurrency": launch.concurrency,
+                "count": launch.count,
+                "acks_per_s": round(launch.per_s, 1),
+                "p50_ms": round(launch.p(0.5), 1),
+                "p95_ms": round(launch.p(0.95), 1),
+                "errors": launch.errors,
+                "baseline_reads_per_s": round(read.per_s, 1),
+                "ratio_to_reads": round(launch.per_s / read.per_s, 3) if read.per_s else None,
+                "drain_s": round(launch.drain_s, 2),
+            }
+            for launch, read in r.phases
+        ],
+        "storm": None
+        if r.storm is None
+        else {
+            "keys": r.storm_keys,
+            "requests": r.storm.count,
+            "answers_per_s": round(r.storm.per_s, 1),
+            "duplicates": r.duplicates,
+            "split_keys": r.split_keys,
+            "errors": r.storm.errors,
+        },
+        "delegate_to_running_ms": {
+            "baseline_read_ms": round(r.read_ms, 2),
+            "fresh_p50": round(med_ms(r.delegate_fresh), 1),
+            "worktrees": r.worktrees,
+            "loaded_p50": round(med_ms(r.delegate_loaded), 1),
+            "loaded_max": round(max(r.delegate_loaded) * 1000, 1) if r.delegate_loaded else None,
+        },
+        "goals": {
+            "acks_per_s_c50": {"goal": GOAL_ACKS, "met": c50 is not None and c50.per_s >= GOAL_ACKS},
+            "storm_duplicates": {"goal": 0, "met": r.duplicates == 0 and r.split_keys == 0},
+            "delegate_ms_1000_worktrees": {
+                "goal": GOAL_DELEGATE_MS,
+                "met": bool(r.delegate_loaded) and med_ms(r.delegate_loaded) <= GOAL_DELEGATE_MS,
+            },
+        },
+    }
+
+
+def save(key: str, value: dict[str, Any]) -> None:
+    """Merge `value` under `key` into bench/results.json; other keys are kept as they are."""
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[key] = value
+    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+
+
+async def main(args: argparse.Namespace) -> int:
+    root = Path(tempfile.mkdtemp(prefix="peerd-bench-launch-"))
+    r = Results()
+    try:
+        say("starting two daemons (subprocesses) and linking them ...")
+        async with linked(root) as s:
+            say("3a. delegate -> running on a fresh repository ...")
+            r.delegate_fresh = await delegates(s, args.reps)
+            with profiled(s, args.profile):
+                for c, n in (
+                    (1, max(10, args.launches // 10)),
+                    (10, args.launches // 2),
+                    (50, args.launches),
+                ):
+                    say(f"1. {n} launches at concurrency {c} ...")
+                    read = await reads(s, c, max(c * 4, n // 2))
+                    launch, _ = await launches(s, f"c={c}", c, [f"l{c}-{i}" for i in range(n)])
+                    launch.drain_s = await drained(s)
+                    r.phases.append((launch, read))
+                say(f"2. retry storm: {args.storm_keys} keys x 10 ...")
+                before = box_threads(s)
+                keys = [f"storm-{i}" for i in range(args.storm_keys)] * 10
+                random.shuffle(keys)
+                r.storm, seen = await launches(s, "storm", 50, keys)
+                await drained(s)
+                r.storm_keys = args.storm_keys
+                r.duplicates = box_threads(s) - before - args.storm_keys
+                r.split_keys = sum(1 for ids in seen.values() if len(ids) > 1)
+            r.read_ms = med_ms((await reads(s, 1, 50)).latencies)
+            say("3b. topping the box's checkout up to 1,000 worktrees ...")
+            loop = asyncio.get_running_loop()
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                r.worktrees = await loop.run_in_executor(ex, top_up_worktrees, s.box_repo, root, 1000)
+            say(f"3b. delegate -> running with {r.worktrees} worktrees ...")
+            r.delegate_loaded = await delegates(s, args.reps)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            say(f"kept {root}")
+    print(table(r))
+    if not args.no_save:
+        save("launch", figures(r))
+    return 0
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--launches", type=int, default=300, help="launches at c=50 (c=10: half, c=1: a tenth)")
+    p.add_argument("--storm-keys", type=int, default=30, help="distinct keys in the retry storm (x10)")
+    p.add_argument("--reps", type=int, default=5, help="delegate -> running measurements per setting")
+    p.add_argument("--profile", type=Path, default=None, help="py-spy raw profiles of both daemons here")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--no-save", action="store_true", help="do not write bench/results.json")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
