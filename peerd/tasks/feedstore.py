@@ -3,7 +3,8 @@ it reads to report followed runs; the laptop's lean reads of a link's open tasks
 
 Every query here is served by an index (tests/tasks/test_query_plans.py checks them with
 `EXPLAIN QUERY PLAN`): `feed_runs` by its primary key (client, run); runs by their thread
-(`UNIQUE (thread_id, number)`); threads by id; tasks by parent (`tasks_parent`) and a link's open
+(`UNIQUE (thread_id, number)`); threads by id; tasks by parent (`tasks_parent`); items by thread and
+position (a run's last reply, newest first); and a link's open
 tasks by the partial index `tasks_followed` (only open tasks are in it: history costs nothing).
 Lists of ids are read `CHUNK` at a time.
 """
@@ -33,9 +34,12 @@ _RESOLVE = (
     "SELECT runs.id AS run_id, runs.thread_id AS thread_id FROM runs"
     " JOIN threads ON threads.id = runs.thread_id WHERE "
 )
-_RUNS = "SELECT thread_id, id, number, status, origin, reason FROM runs WHERE "
-_BUSY = "SELECT DISTINCT parent_thread_id FROM tasks WHERE "
-_BUSY_STATUS = "status IN ('pending', 'running')"
+_FACTS = (
+    "SELECT threads.id AS thread_id, threads.queue_held AS queue_held, EXISTS (SELECT 1 FROM tasks"
+    " WHERE tasks.parent_thread_id = threads.id AND tasks.status IN ('pending', 'running')) AS busy,"
+    " runs.id AS id, runs.number AS number, runs.status AS status, runs.origin AS origin,"
+    " runs.reason AS reason FROM threads JOIN runs ON runs.thread_id = threads.id WHERE "
+)
 
 
 def _chunks(ids: Iterable[str]) -> Iterable[list[str]]:
@@ -99,28 +103,18 @@ class ThreadFacts:
 
 
 async def thread_facts(db: Database, client_id: str, thread_ids: Iterable[str]) -> dict[str, ThreadFacts]:
-    """What settlement needs of these threads, for those this link started: three reads per
-    `CHUNK` threads, whatever their number."""
+    """What settlement needs of these threads, for those this link started: one read per `CHUNK`
+    threads (their runs, the queue, and whether they wait on tasks of their own), whatever their
+    number."""
     facts: dict[str, ThreadFacts] = {}
     for batch in _chunks(thread_ids):
-        marks = _marks(batch)
-        threads = await db.fetchall(
-            f"SELECT id, queue_held FROM threads WHERE id IN ({marks}) AND link_origin = ?",  # noqa: S608
-            (*batch, client_id),
-        )
-        if not threads:
-            continue
-        ours = [t["id"] for t in threads]
-        marks = _marks(ours)
-        runs: dict[str, list[RunFact]] = {t: [] for t in ours}
-        for r in await db.fetchall(_RUNS + f"thread_id IN ({marks}) ORDER BY thread_id, number", ours):
-            runs[r["thread_id"]].append(RunFact(r["id"], r["number"], r["status"], r["origin"], r["reason"]))
-        busy = {
-            r["parent_thread_id"]
-            for r in await db.fetchall(_BUSY + f"parent_thread_id IN ({marks}) AND {_BUSY_STATUS}", ours)
-        }
-        for t in threads:
-            facts[t["id"]] = ThreadFacts(bool(t["queue_held"]), runs[t["id"]], t["id"] in busy)
+        where = f"threads.id IN ({_marks(batch)}) AND threads.link_origin = ?"
+        rows = await db.fetchall(_FACTS + where + " ORDER BY threads.id, runs.number", (*batch, client_id))
+        for r in rows:
+            fact = facts.get(r["thread_id"])
+            if fact is None:
+                fact = facts[r["thread_id"]] = ThreadFacts(bool(r["queue_held"]), [], bool(r["busy"]))
+            fact.runs.append(RunFact(r["id"], r["number"], r["status"], r["origin"], r["reason"]))
     return facts
 
 
