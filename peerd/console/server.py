@@ -6,7 +6,7 @@ are served (a page redirects to the login page, anything else is 401); and a cha
 but GET/HEAD) must come from the console's own origin (`rules.check_change`) and carry the
 session's CSRF token (form field `csrf` or header `X-CSRF-Token`). Every answer says
 `Cache-Control: no-store`, a strict Content-Security-Policy (scripts and styles from the console
-only, nothing framed), `Referrer-Policy: no-referrer` and `X-Content-Type-Options: nosniff`.
+only, nothing framed), `Referrer-Policy: same-origin` (never a URL to another site) and `X-Content-Type-Options: nosniff`.
 
 The listener is plain HTTP on loopback (default 127.0.0.1:7434) or HTTPS with `console.tls_cert`
 and `console.tls_key` (required off loopback). A port already in use does not stop the daemon:
@@ -76,6 +76,7 @@ class Console:
         self.gate = gate
         self.sessions = Sessions(now=now)
         self.site: rules.Site | None = None
+        self.port: int | None = None  # the bound port (console.listen may say 0)
         self.problem: str | None = (
             None if settings.enabled else "The console is off here (console.enabled = false in config.toml)."
         )
@@ -118,7 +119,7 @@ class Console:
             )
             log.warning("console.not_listening", listen=self.settings.listen, error=exc.strerror or str(exc))
             return
-        bound_port = int(runner.addresses[0][1])
+        bound_port = self.port = int(runner.addresses[0][1])
         self.site = rules.site_for(
             host, bound_port, tls=self.settings.tls, public_url=self.settings.public_url
         )
@@ -224,7 +225,7 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
     headers = response.headers
     headers.setdefault("Content-Security-Policy", CSP)
     headers.setdefault("Cache-Control", "no-store")
-    headers["Referrer-Policy"] = "no-referrer"
+    headers["Referrer-Policy"] = "same-origin"  # no-referrer would make forms send `Origin: null`
     headers["X-Content-Type-Options"] = "nosniff"
     headers["X-Frame-Options"] = "DENY"
     headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")

@@ -1,0 +1,82 @@
+"""The console's browser tests: Debian's chromium driven by Playwright (no browser download), on
+real daemons whose consoles listen on port 0.
+
+Screenshots of each page at desktop and phone width go to `.cache/console-shots/` (git-ignored)
+for a person to look at; `docs/user/console/` holds the few the user guide shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import async_playwright
+
+from peerd.config import Config, ConsoleConfig
+from peerd.daemon import Daemon
+from tests.helpers import client_for
+
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / ".cache" / "console-shots"
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+INSTALL = "apt-get install -y chromium  (or: make test, which installs it when it can)"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "browser: drives a real Chromium (make test runs these)")
+
+
+def chromium_path() -> str:
+    found = os.environ.get("PEERD_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail(f"The console's browser tests need Chromium; install it: {INSTALL}", pytrace=False)
+    return found
+
+
+def console_settings(*, public_url: str | None = None, **extra: Any) -> Config:
+    return Config(console=ConsoleConfig(listen="127.0.0.1:0", public_url=public_url), **extra)
+
+
+def console_url(daemon: Daemon) -> str:
+    assert daemon.console is not None and daemon.console.url is not None, daemon.console
+    return daemon.console.url
+
+
+async def login_url(daemon: Daemon) -> str:
+    async with client_for(daemon.paths.home) as client:
+        data = await client.call("POST", "/v1/console/login-token")
+    return str(data["url"])
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    path = chromium_path()
+    async with async_playwright() as p:
+        launched = await p.chromium.launch(executable_path=path)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def signed_in(browser: Any, daemon: Daemon) -> Any:
+    """A fresh browser context signed in to `daemon`'s console, at its Environment page."""
+    context = await browser.new_context(viewport=DESKTOP)
+    page = await context.new_page()
+    await page.goto(await login_url(daemon))
+    await page.wait_for_url(console_url(daemon) + "/")
+    return page
+
+
+async def shot(page: Any, name: str) -> None:
+    """`name` at desktop and phone width, under .cache/console-shots/."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
+        await page.set_viewport_size(size)
+        await page.screenshot(path=str(SHOTS / f"{name}-{label}.png"), full_page=True)
+    await page.set_viewport_size(DESKTOP)
