@@ -34,7 +34,9 @@ from peerd.runtime.gitrun import (
     _raise_for,
     checkout_location,
     common_dir,
+    find_record,
     locate_worktree,
+    own_common_dir,
 )
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "repository_key",
     "status_porcelain",
     "toplevel",
+    "valid_branch_name",
 ]
 
 # Untracked files are diffed one `git diff --no-index` process each; bound how many run at once.
@@ -60,9 +63,27 @@ _UNTRACKED_DIFF_CONCURRENCY = 8
 
 
 def _check_rev(rev: str) -> None:
-    # A revision that starts with `-` would be read as an option.
-    if not rev or rev.startswith("-"):
+    # A revision that starts with `-` would be read as an option; one with whitespace or a control
+    # character is never a revision peerd was given (and would end a line `cat-file --batch` reads).
+    if not rev or rev.startswith("-") or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in rev):
         raise InvalidRequest(f"Invalid git revision: {rev!r}.")
+
+
+_REF_FORBIDDEN = frozenset(" ~^:?*[\\\x7f")
+
+
+def valid_branch_name(branch: str) -> bool:
+    """Whether `refs/heads/<branch>` is a valid ref name, by `git check-ref-format`'s rules (no
+    process): no component that starts with `.` or ends with `.lock`, no `..`, `@{`, `//`, control
+    characters, space or any of `~^:?*[\\`, no leading or trailing `/`, no trailing `.`; and,
+    for peerd, no leading `-` (it would be read as an option)."""
+    if not branch or branch.startswith(("-", "/")) or branch.endswith(("/", ".")):
+        return False
+    if ".." in branch or "@{" in branch or "//" in branch:
+        return False
+    if any(ord(ch) < 0x20 or ch in _REF_FORBIDDEN for ch in branch):
+        return False
+    return all(part and not part.startswith(".") and not part.endswith(".lock") for part in branch.split("/"))
 
 
 async def toplevel(path: Path) -> Path:
@@ -119,12 +140,32 @@ async def _branch_exists(repo: Where, branch: str) -> bool:
     return result.returncode == 0
 
 
-async def _check_branch_name(repo: Where, branch: str) -> None:
-    if not branch or branch.startswith("-"):
+def _require_branch_name(branch: str) -> None:
+    if not valid_branch_name(branch):
         raise InvalidRequest(f"Invalid branch name: {branch!r}.")
-    result = await _git(repo, "check-ref-format", f"refs/heads/{branch}", ok=(0, 1))
-    if result.returncode != 0:
-        raise InvalidRequest(f"Invalid branch name: {branch!r}.")
+
+
+async def _check_branch_name(repo: Where, branch: str) -> None:  # callers await it
+    _require_branch_name(branch)
+
+
+async def _resolve(repo: Where, *names: str) -> list[str | None]:
+    """The object id each of `names` resolves to, or None where it does not: one process for any
+    number of names (`git cat-file --batch-check`). Each name is a full ref or a checked revision."""
+    result = await _git(
+        repo, "cat-file", "--batch-check=%(objectname)", stdin="".join(f"{n}\n" for n in names).encode()
+    )
+    lines = result.stdout.splitlines()
+    if len(lines) != len(names):
+        raise GitError(
+            f"`git cat-file --batch-check` in {_where(repo)} answered {len(lines)} lines for {len(names)} names."
+        )
+    # A name that does not resolve is answered `<name> missing` (or `ambiguous`): never a bare id.
+    return [None if " " in line else line for line in lines]
+
+
+def _where(repo: Where) -> Path:
+    return repo.work_tree if isinstance(repo, GitLocation) else repo
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,42 +230,56 @@ async def _create_worktree(repo: GitLocation, worktree: Path, branch: str, base:
     on `branch` is kept as is, and a `branch` that exists without its worktree (the directory was
     deleted) is checked out again as it stands; `base` is then ignored, so no work on the branch
     is lost.
+
+    O(1) in the number of worktrees the repository has: the record of this one path is looked up
+    directly (`find_record`), never by listing every worktree; a new worktree costs two git
+    processes (`cat-file` for the branch and the start commit, then `worktree add`).
     """
-    await _check_branch_name(repo, branch)
+    _require_branch_name(branch)
     if base is not None:
         _check_rev(base)
     worktree = worktree.absolute()
-
-    for existing in await _worktrees(repo):
-        if not _same_path(existing.path, worktree):
-            continue
-        if existing.branch != branch:
+    common = own_common_dir(repo)
+    admin_root = (common if common is not None else await common_dir(repo)) / "worktrees"
+    record = find_record(admin_root, worktree, thorough=worktree.exists())
+    stale = False
+    if record is not None:
+        if record.branch != branch:
             raise GitError(
                 f"{worktree} is already a worktree of {repo.work_tree} on "
-                f"{'branch ' + existing.branch if existing.branch else 'a detached HEAD'}, not on {branch}."
+                f"{'branch ' + record.branch if record.branch else 'a detached HEAD'}, not on {branch}."
             )
-        # `prunable` is only reported by git >= 2.31; the directory check covers older versions.
-        if not existing.prunable and existing.path.is_dir():
+        if worktree.is_dir():
             return
-        break
+        stale = True  # registered, but its directory is gone: git would refuse the path
 
-    if await _branch_exists(repo, branch):
+    start = base if base is not None else "HEAD"
+    branch_tip, start_commit = await _resolve(repo, f"refs/heads/{branch}", f"{start}^{{commit}}")
+    if branch_tip is not None:
         # Forget worktrees whose directories are gone, or git refuses to check the branch out
         # again ("already checked out") or to reuse the path ("missing but already registered").
         await _git(repo, "worktree", "prune")
         await _git(repo, "worktree", "add", "--", str(worktree), branch)
         return
-
-    start = base if base is not None else "HEAD"
-    if not await _commit_exists(repo, start):
+    if start_commit is None:
         if await head_commit(repo) is None:
             raise GitError(
                 f"{repo.work_tree} has no commits yet, so there is nothing to start a worktree from; "
                 "commit once or launch with --in-place."
             )
         raise GitError(f"{start!r} is not a commit in {repo.work_tree}.")
-    await _git(repo, "worktree", "prune")
-    await _git(repo, "worktree", "add", "-b", branch, "--", str(worktree), start)
+    if stale:
+        await _git(repo, "worktree", "prune")
+    add = ("worktree", "add", "-b", branch, "--", str(worktree), start_commit)
+    try:
+        await _git(repo, *add)
+    except GitError:
+        if worktree.exists():
+            raise
+        # A record of this path that the lookup did not see (a name git sanitised): forget the
+        # records whose directories are gone, and try once more.
+        await _git(repo, "worktree", "prune")
+        await _git(repo, *add)
 
 
 async def remove_worktree(repo: Path, worktree: Path, *, delete_branch: str | None) -> None:
@@ -240,7 +295,9 @@ async def _remove_worktree(repo: GitLocation, worktree: Path, *, delete_branch: 
     directory at `worktree` that git does not know as a worktree is left alone: it is not ours.
     """
     worktree = worktree.absolute()
-    if any(_same_path(w.path, worktree) for w in await _worktrees(repo)):
+    common = own_common_dir(repo)
+    admin_root = (common if common is not None else await common_dir(repo)) / "worktrees"
+    if find_record(admin_root, worktree, thorough=True) is not None:
         # git refuses to remove a worktree whose `.git` no longer points back at its record (its
         # agent may have rewritten it): put the recorded one back first.
         with contextlib.suppress(NotFound):
@@ -249,7 +306,7 @@ async def _remove_worktree(repo: GitLocation, worktree: Path, *, delete_branch: 
         await _git(repo, "worktree", "remove", "--force", "--", str(worktree))
     await _git(repo, "worktree", "prune")
     if delete_branch is not None:
-        await _check_branch_name(repo, delete_branch)
+        _require_branch_name(delete_branch)
         if await _branch_exists(repo, delete_branch):
             await _git(repo, "branch", "-D", "--", delete_branch)
 
@@ -306,5 +363,5 @@ async def status_porcelain(path: Where) -> list[str]:
 
 async def branch_exists(repo: Path, branch: str) -> bool:
     """Whether `refs/heads/<branch>` exists in `repo` (a launch may not take an existing branch)."""
-    await _check_branch_name(repo, branch)
+    _require_branch_name(branch)
     return await _branch_exists(repo, branch)

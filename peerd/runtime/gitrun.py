@@ -1,8 +1,8 @@
 """The one runner every git command peerd runs goes through (`_git`/`_git_raw`), and the recorded
 locations commands in agent-writable directories use.
 
-Every call runs `git ...` through `asyncio.create_subprocess_exec` with an argument list (never a
-shell), stdin closed, and two layers that keep repository content from steering git:
+Every call runs `git ...` with an argument list (never a shell), in a worker thread (never on the
+event loop), stdin closed, and two layers that keep repository content from steering git:
 
 - **A fixed environment** (`_git_env`): every inherited `GIT_*` variable is dropped (location
   variables such as `GIT_DIR`, `GIT_EXTERNAL_DIFF`, `GIT_SSH_COMMAND`, `GIT_CONFIG_PARAMETERS`,
@@ -28,10 +28,13 @@ scrubbed; a path that is not in a git repository raises `InvalidRequest`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import re
 import shutil
+import subprocess
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +46,13 @@ __all__ = [
     "SAFE_CONFIG",
     "GitLocation",
     "Where",
+    "WorktreeRecord",
+    "admin_root_of",
     "checkout_location",
     "common_dir",
+    "find_record",
     "locate_worktree",
+    "own_common_dir",
 ]
 
 # Variables that would point git at another repository, index or object store than the `-C`
@@ -222,6 +229,43 @@ async def _git(
     return _Result(raw.returncode, raw.stdout.decode("utf-8", "replace"), raw.stderr)
 
 
+class _Running:
+    """One git process run by a worker thread; a cancelled caller kills it (`cancel`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._cancelled = False
+
+    def run(self, argv: list[str], stdin: bytes | None, env: dict[str, str]) -> tuple[int, bytes, bytes]:
+        with self._lock:
+            if self._cancelled:
+                return -1, b"", b""
+            self._proc = subprocess.Popen(  # an argument list: git, never a shell
+                argv,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        out, err = self._proc.communicate(stdin)
+        return self._proc.returncode, out, err
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._proc is not None and self._proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+
+
+# git runs in these threads, not on the event loop: a spawn (fork/exec, and asyncio's child watcher
+# starting a thread per process) blocks the loop thread for its whole duration, and the daemon's
+# loop is what answers every request. Bounded, so a burst of launches queues here, not in the kernel.
+GIT_THREADS = 16
+_EXECUTOR = concurrent.futures.ThreadPoolExecutor(GIT_THREADS, thread_name_prefix="peerd-git")
+
+
 async def _git_raw(
     where: Where,
     *args: str,
@@ -230,27 +274,23 @@ async def _git_raw(
     env: Mapping[str, str] | None = None,
 ) -> _Raw:
     """Like `_git`, but stdout stays bytes (patches and file names need not be UTF-8). `env` adds
-    variables peerd chooses (an object quarantine) over the fixed environment."""
+    variables peerd chooses (an object quarantine) over the fixed environment. The process is
+    spawned and waited for in a worker thread (`_EXECUTOR`); a cancelled caller kills it."""
+    running = _Running()
+    done = asyncio.get_running_loop().run_in_executor(
+        _EXECUTOR, running.run, _argv(where, args), stdin, _git_env(env)
+    )
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *_argv(where, args),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=_git_env(env),
-        )
+        returncode, out, raw_err = await asyncio.shield(done)
     except FileNotFoundError as exc:
         raise GitError("git is not installed or not on PATH.") from exc
-    try:
-        out, err = await proc.communicate(stdin)
     except BaseException:
         # Cancelled (or failed) mid-run: do not leave a git process behind.
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
+        running.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(done)
         raise
-    returncode = proc.returncode if proc.returncode is not None else -1
-    result = _Raw(returncode, out, err.decode("utf-8", "replace"))
+    result = _Raw(returncode, out, raw_err.decode("utf-8", "replace"))
     if returncode not in ok:
         _raise_for(where, args, _Result(returncode, "", result.stderr))
     return result
@@ -305,28 +345,86 @@ def _gitfile_target(admin: Path) -> Path | None:
     return target if target.is_absolute() else admin / target
 
 
+def own_common_dir(location: GitLocation) -> Path | None:
+    """The common git dir of a checkout's own git dir, read from its `commondir` file (present in a
+    linked worktree's git dir) as git reads it, without running git; None if it cannot be read."""
+    try:
+        text = (location.git_dir / "commondir").read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return location.git_dir.resolve()
+    except (OSError, UnicodeDecodeError):
+        return None
+    common = Path(text)
+    return (common if common.is_absolute() else location.git_dir / common).resolve()
+
+
+@dataclass(frozen=True, slots=True)
+class WorktreeRecord:
+    """A linked worktree as the checkout's git dir records it: its admin directory
+    `<common dir>/worktrees/<id>` and the branch its `HEAD` names (None when detached)."""
+
+    admin: Path
+    work_tree: Path
+    branch: str | None
+
+
+def _record_at(admin: Path, work_tree: Path) -> WorktreeRecord | None:
+    target = _gitfile_target(admin)
+    # Compare the directory holding `.git` (resolving links), never following `.git` itself.
+    if target is None or target.name != ".git" or Path(os.path.realpath(target.parent)) != work_tree:
+        return None
+    try:
+        head = (admin / "HEAD").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        head = ""
+    branch = head.removeprefix("ref: refs/heads/") if head.startswith("ref: refs/heads/") else None
+    return WorktreeRecord(admin.resolve(), work_tree, branch)
+
+
+def find_record(admin_root: Path, worktree: Path, *, thorough: bool) -> WorktreeRecord | None:
+    """The record of `worktree` under `admin_root` (`<common dir>/worktrees`), in O(1) for the
+    worktrees peerd makes: git names the admin directory after the worktree's base name (with a
+    number appended when that name is taken), so that name is looked at first, then names that
+    start with it, and only with `thorough` every other record (a name git sanitised)."""
+    work_tree = Path(os.path.realpath(worktree))
+    name = worktree.name
+    found = _record_at(admin_root / name, work_tree) if name else None
+    if found is not None:
+        return found
+    try:
+        names = sorted(entry.name for entry in os.scandir(admin_root) if entry.name != name)
+    except OSError:
+        return None
+    near = [n for n in names if name and n.startswith(name)]
+    rest = [n for n in names if not (name and n.startswith(name))] if thorough else []
+    for candidate in near + rest:
+        found = _record_at(admin_root / candidate, work_tree)
+        if found is not None:
+            return found
+    return None
+
+
+async def admin_root_of(repo: Path) -> Path:
+    """`<common dir>/worktrees` of the project checkout `repo` (git runs only for a checkout whose
+    `.git` is not a plain directory, or whose `commondir` cannot be read)."""
+    common = own_common_dir(await checkout_location(repo))
+    return (common if common is not None else await common_dir(repo)) / "worktrees"
+
+
 async def locate_worktree(repo: Path, worktree: Path, *, restore: bool = True) -> GitLocation:
     """The recorded location of `worktree`, a linked worktree of the project checkout `repo`: its
     git dir is the admin directory `<repo's common dir>/worktrees/<id>` whose `gitdir` file names
-    `<worktree>/.git`. The worktree's own `.git` (which its agent may have rewritten to point at a
-    git dir it made, with hooks or an fsmonitor in its config) is never read; with `restore`, one
-    that does not point at the record is put back as git wrote it."""
-    work_tree = Path(os.path.realpath(worktree))
-    admin_root = await common_dir(repo) / "worktrees"
-    try:
-        admins = sorted(admin_root.iterdir())
-    except OSError:
-        admins = []
-    for admin in admins:
-        target = _gitfile_target(admin)
-        # Compare the directory holding `.git` (resolving links), never following `.git` itself.
-        if target is None or target.name != ".git" or Path(os.path.realpath(target.parent)) != work_tree:
-            continue
-        location = GitLocation(admin.resolve(), work_tree)
-        if restore:
-            await asyncio.to_thread(_restore_gitfile, location)
-        return location
-    raise NotFound(f"{worktree} is not a worktree of {repo} (no record of it in {admin_root}).")
+    `<worktree>/.git` (`find_record`). The worktree's own `.git` (which its agent may have rewritten
+    to point at a git dir it made, with hooks or an fsmonitor in its config) is never read; with
+    `restore`, one that does not point at the record is put back as git wrote it."""
+    admin_root = await admin_root_of(repo)
+    record = find_record(admin_root, worktree, thorough=True)
+    if record is None:
+        raise NotFound(f"{worktree} is not a worktree of {repo} (no record of it in {admin_root}).")
+    location = GitLocation(record.admin, record.work_tree)
+    if restore:
+        await asyncio.to_thread(_restore_gitfile, location)
+    return location
 
 
 def _restore_gitfile(location: GitLocation) -> None:
