@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults fuzz
+.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults fuzz chromium
 
 # One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
@@ -54,7 +54,23 @@ docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
 	$(PY) tools/gen_openapi.py
 
-unit: $(STAMP) $(CLIS_STAMP) sandbox
+# The console's browser tests (tests/console) drive Debian's chromium through Playwright (it
+# cannot download its own browsers here). Installed when missing and we are root with apt-get;
+# otherwise `make test` stops with the one command to run.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || [ -n "$$PEERD_CHROMIUM" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "make: installing chromium (apt-get): the console's browser tests drive it."; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq chromium >/dev/null 2>&1 || \
+			{ apt-get update -qq && apt-get install -y -qq chromium; } || \
+			{ echo "make: chromium could not be installed; install it with: apt-get install -y chromium"; exit 1; }; \
+	else \
+		echo "make: the console's browser tests need Chromium; install it with: sudo apt-get install -y chromium"; \
+		exit 1; \
+	fi
+
+unit: $(STAMP) $(CLIS_STAMP) sandbox chromium
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit
