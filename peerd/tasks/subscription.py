@@ -261,6 +261,8 @@ class LinkFeed:
         self.set = RunSet()
         self.reported: dict[str, tuple[int, Report]] = {}
         self.dirty: set[str] = set()  # threads to look at again
+        self._gained: set[str] = set()  # threads followed / no longer followed by the change applied
+        self._lost: set[str] = set()
         for run_id, thread_id in (runs or {}).items():
             self._add(run_id, thread_id)
         self.dirty = set(self.by_thread)  # everything is looked at once after loading
@@ -274,14 +276,15 @@ class LinkFeed:
         if reset:
             return len(adds)
         removes = set(remove) - adds
-        return len(self.runs) + len(adds - self.runs.keys()) - len(removes & self.runs.keys())
+        new = sum(1 for run_id in adds if run_id not in self.runs)
+        return len(self.runs) + new - sum(1 for run_id in removes if run_id in self.runs)
 
     def apply(
         self, add: dict[str, str | None], remove: Iterable[str], reset: bool, set_hash_hex: str
     ) -> Applied:
         """Apply a change (the shell checked its size and resolved each added run's thread, and
-        stores it). Adds and removes are idempotent."""
-        before = set(self.by_thread)
+        stores it). Adds and removes are idempotent; the work is O(the change), not O(the set)."""
+        self._gained, self._lost = set(), set()
         if reset:
             for run_id in list(self.runs):
                 self._remove(run_id)
@@ -293,8 +296,8 @@ class LinkFeed:
                 self._add(run_id, thread_id)
                 if thread_id is not None:
                     self.dirty.add(thread_id)
-        after = set(self.by_thread)
-        return Applied(after - before, before - after, self.set.hex == set_hash_hex)
+        gained, lost = self._gained - self._lost, self._lost - self._gained
+        return Applied(gained, lost, self.set.hex == set_hash_hex)
 
     def _add(self, run_id: str, thread_id: str | None) -> None:
         self.runs[run_id] = thread_id
@@ -302,6 +305,8 @@ class LinkFeed:
         if thread_id is None:  # no run of a thread this link started: gone, and nothing more is said
             self._report(Report(run_id, found=False, settled=False))
         else:
+            if thread_id not in self.by_thread:
+                self._gained.add(thread_id)
             self.by_thread.setdefault(thread_id, set()).add(run_id)
 
     def _remove(self, run_id: str) -> None:
@@ -317,6 +322,7 @@ class LinkFeed:
                 if not runs:
                     del self.by_thread[thread_id]
                     self.dirty.discard(thread_id)
+                    self._lost.add(thread_id)
 
     def changed(self, thread_ids: Iterable[str]) -> None:
         """These threads changed (the shell's change feed said so): look at them again."""
