@@ -108,6 +108,8 @@ async def test_other_links_and_the_owners_runs_are_gone_and_nothing_more(pair: P
             "status": None,
             "resultRunId": None,
             "reason": None,
+            "reply": None,
+            "replyInline": False,
         }
     assert by_run[mine["runId"]]["reason"] == "MY REASON"
     assert "SECRET" not in json.dumps(answer)
