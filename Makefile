@@ -90,7 +90,7 @@ faults: $(STAMP) sandbox
 	PEERD_FAULTS=full $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults
 
 bench: $(STAMP)
-	$(PY) bench/follower.py
+	$(PY) bench/wake.py
 	$(PY) bench/cli_start.py
 	$(PY) bench/mcp_start.py
 
