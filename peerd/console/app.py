@@ -60,11 +60,12 @@ def build_app(console: Console) -> web.Application:
     app[OWNER] = Owner(console.client, env_id=console.env_id, label=console.label)
     app.on_response_prepare.append(security_headers)
     app.on_shutdown.append(stop_streams)
-    app.router.add_get("/login", login)
-    app.router.add_post("/login", login)
-    app.router.add_post("/logout", logout)
-    app.router.add_get("/static/{name}", static)
+    root = console.root
+    app.router.add_get(root + "/login", login)
+    app.router.add_post(root + "/login", login)
+    app.router.add_post(root + "/logout", logout)
+    app.router.add_get(root + "/static/{name}", static)
     for module in (pages, threads, stream, work):
         for method, path, handler in module.ROUTES:
-            app.router.add_route(method, path, handler)
+            app.router.add_route(method, root + path, handler)
     return app

@@ -26,8 +26,9 @@ async def form(request: web.Request) -> dict[str, str]:
     return {k: v for k, v in data.items() if isinstance(v, str)}
 
 
-def back(to: str) -> web.HTTPSeeOther:
-    return web.HTTPSeeOther(to)
+def back(request: web.Request, to: str) -> web.HTTPSeeOther:
+    """A redirect to the console's page `to` (a path below its root)."""
+    return web.HTTPSeeOther(request.app[CONSOLE].root + to)
 
 
 # --- Environment --------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ async def pair(request: web.Request) -> web.StreamResponse:
         notice(
             request, shown_error(exc) if isinstance(exc, PeerdError) else "Pick a lifetime.", level="error"
         )
-        raise back("/connections") from None
+        raise back(request, "/connections") from None
     import segno  # noqa: PLC0415
 
     qr = segno.make(created.code, error="m").svg_inline(scale=4, dark="#000", light="#fff", omitsize=False)
@@ -96,14 +97,14 @@ async def link(request: web.Request) -> web.StreamResponse:
     code = data.get("code", "").strip()
     if not code:
         notice(request, "Paste the pairing code the other machine showed.", level="error")
-        raise back("/connections")
+        raise back(request, "/connections")
     try:
         made = await owner(request).link(code, data.get("access", "approval-required"), data.get("label"))
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-        raise back("/connections") from None
+        raise back(request, "/connections") from None
     notice(request, f"Linked {made.label} ({made.access}).")
-    raise back("/connections")
+    raise back(request, "/connections")
 
 
 async def revoke_confirm(request: web.Request) -> web.StreamResponse:
@@ -128,10 +129,10 @@ async def revoke(request: web.Request) -> web.StreamResponse:
         done = await owner(request).revoke_client(request.match_info["id"])
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-        raise back("/connections") from None
+        raise back(request, "/connections") from None
     stopped = f"; {len(done.stopped_threads)} of its threads stopped" if done.stopped_threads else ""
     notice(request, f"Revoked {done.label}{stopped}.")
-    raise back("/connections")
+    raise back(request, "/connections")
 
 
 async def unlink_confirm(request: web.Request) -> web.StreamResponse:
@@ -156,9 +157,9 @@ async def unlink(request: web.Request) -> web.StreamResponse:
         done = await owner(request).unlink(request.match_info["id"])
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-        raise back("/connections") from None
+        raise back(request, "/connections") from None
     notice(request, done.message)
-    raise back("/connections")
+    raise back(request, "/connections")
 
 
 async def pairing_cancel(request: web.Request) -> web.StreamResponse:
@@ -166,9 +167,9 @@ async def pairing_cancel(request: web.Request) -> web.StreamResponse:
         await owner(request).cancel_pairing(request.match_info["id"])
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-        raise back("/connections") from None
+        raise back(request, "/connections") from None
     notice(request, "Pairing code cancelled.")
-    raise back("/connections")
+    raise back(request, "/connections")
 
 
 ROUTES = (

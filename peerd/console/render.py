@@ -91,7 +91,8 @@ def _common(request: web.Request) -> dict[str, Any]:
         "csrf": "" if session is None else session.csrf,
         "signed_in": session is not None,
         "notices": notices,
-        "path": request.path,
+        "path": request.path[len(console.root) :] or "/",
+        "root": console.root,
     }
 
 

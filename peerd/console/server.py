@@ -6,7 +6,13 @@ are served (a page redirects to the login page, anything else is 401); and a cha
 but GET/HEAD) must come from the console's own origin (`rules.check_change`) and carry the
 session's CSRF token (form field `csrf` or header `X-CSRF-Token`). Every answer says
 `Cache-Control: no-store`, a strict Content-Security-Policy (scripts and styles from the console
-only, nothing framed), `Referrer-Policy: same-origin` (never a URL to another site) and `X-Content-Type-Options: nosniff`.
+only, nothing framed), `Referrer-Policy: same-origin` (never a URL to another site) and
+`X-Content-Type-Options: nosniff`.
+
+Every page lives below a root path that is random for each daemon start (`/c/<random>`), and the
+session cookie's `Path` is that root: browsers do not keep cookies apart by port, so without it
+any other web server on 127.0.0.1 that the browser visits (a dev server an agent started, say)
+would receive the cookie. `/` itself only says to run `peerd console`.
 
 The listener is plain HTTP on loopback (default 127.0.0.1:7434) or HTTPS with `console.tls_cert`
 and `console.tls_key` (required off loopback). A port already in use does not stop the daemon:
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import secrets
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -39,7 +46,7 @@ log = structlog.get_logger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 SHUTDOWN_TIMEOUT_S = 1.0
-PUBLIC_PREFIXES = ("/login", "/static/")
+PUBLIC = ("/login",)  # below the root, served without a session (with the static files)
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -76,6 +83,7 @@ class Console:
         self.gate = gate
         self.sessions = Sessions(now=now)
         self.site: rules.Site | None = None
+        self.root = "/c/" + secrets.token_urlsafe(12)  # every page is below it (the cookie's Path)
         self.port: int | None = None  # the bound port (console.listen may say 0)
         self.problem: str | None = (
             None if settings.enabled else "The console is off here (console.enabled = false in config.toml)."
@@ -89,7 +97,8 @@ class Console:
 
     @property
     def url(self) -> str | None:
-        return None if self.site is None else self.site.base_url
+        """The console's address: its base URL and root path."""
+        return None if self.site is None else self.site.base_url + self.root
 
     async def start(self) -> None:
         """Listen, unless the console is off. A refused bind raises; a busy port is logged."""
@@ -143,7 +152,7 @@ class Console:
         if self.site is None:
             raise NotFound(self.problem or "The console is not listening.")
         token, expires = self.sessions.issue_token()
-        return LoginToken(url=f"{self.site.base_url}/login?token={token}", expires_at=expires)
+        return LoginToken(url=f"{self.url}/login?token={token}", expires_at=expires)
 
     def stream_started(self, task: asyncio.Task[object]) -> None:
         self._streams.add(task)
@@ -174,10 +183,13 @@ def _plain(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n", content_type="text/plain")
 
 
-def _public(path: str) -> bool:
-    return (
-        any(path == p or path.startswith(p) for p in PUBLIC_PREFIXES if p.endswith("/")) or path == "/login"
-    )
+def below_root(console: Console, path: str) -> str | None:
+    """`path` relative to the console's root (`/threads`), or None when it is not below it."""
+    if path == console.root:
+        return "/"
+    if path.startswith(console.root + "/"):
+        return path[len(console.root) :]
+    return None
 
 
 @web.middleware
@@ -197,14 +209,19 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if change is not None:
         log.warning("console.change_refused", path=request.path, origin=request.headers.get("Origin"))
         return _plain(change.status, change.reason)
-    if _public(request.path):
+    rel = below_root(console, request.path)
+    if rel is None:
+        return _plain(
+            404, "Open the console at the URL `peerd console` prints (it has a one-time login token)."
+        )
+    if rel in PUBLIC or rel.startswith("/static/"):
         return await handler(request)
     session = console.sessions.get(request.cookies.get(console.cookie_name))
     if session is None:
         if request.method in ("GET", "HEAD") and "text/html" in request.headers.get("Accept", "text/html"):
             if request.headers.get("HX-Request"):
-                return web.Response(status=401, headers={"HX-Redirect": "/login"})
-            raise web.HTTPSeeOther("/login")
+                return web.Response(status=401, headers={"HX-Redirect": console.root + "/login"})
+            raise web.HTTPSeeOther(console.root + "/login")
         return _plain(401, "You are not signed in: run `peerd console` and open the URL it prints.")
     if request.method not in rules.SAFE_METHODS:
         presented = request.headers.get("X-CSRF-Token")
@@ -238,7 +255,7 @@ def set_session_cookie(console: Console, response: web.StreamResponse, session_i
     response.set_cookie(
         console.cookie_name,
         session_id,
-        path="/",
+        path=console.root,
         secure=True,
         httponly=True,
         samesite="Strict",
@@ -275,8 +292,8 @@ async def login(request: web.Request) -> web.StreamResponse:
 async def logout(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE]
     console.sessions.end(request.cookies.get(console.cookie_name))
-    response = web.HTTPSeeOther("/login")
-    response.del_cookie(console.cookie_name, path="/")
+    response = web.HTTPSeeOther(console.root + "/login")
+    response.del_cookie(console.cookie_name, path=console.root)
     raise response
 
 

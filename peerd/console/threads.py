@@ -148,7 +148,7 @@ async def send(request: web.Request) -> web.StreamResponse:
             request, "_send.html", href=href, request_id=uuid.uuid4().hex, said=said, level=level, env=env
         )
     notice(request, said, level=level)
-    raise back(href)
+    raise back(request, href)
 
 
 async def interrupt(request: web.Request) -> web.StreamResponse:
@@ -167,7 +167,7 @@ async def interrupt(request: web.Request) -> web.StreamResponse:
             )
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-    raise back(thread_href(env, thread_id))
+    raise back(request, thread_href(env, thread_id))
 
 
 async def launch(request: web.Request) -> web.StreamResponse:
@@ -177,7 +177,7 @@ async def launch(request: web.Request) -> web.StreamResponse:
     prompt = data.get("prompt", "").strip()
     if not project_id or not prompt:
         notice(request, "Pick a project and write a first prompt.", level="error")
-        raise back("/threads")
+        raise back(request, "/threads")
     env = await api.env(env_key or HERE)
     body = {
         "projectId": project_id,
@@ -190,8 +190,8 @@ async def launch(request: web.Request) -> web.StreamResponse:
         launched = await api.launch(env, body)
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-        raise back("/threads") from None
-    raise back(thread_href(env, launched.thread_id))
+        raise back(request, "/threads") from None
+    raise back(request, thread_href(env, launched.thread_id))
 
 
 ROUTES = (

@@ -93,7 +93,7 @@ async def task_cancel(request: web.Request) -> web.StreamResponse:
         notice(request, f"Task {done.title!r}: {done.status}.")
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-    raise back("/tasks")
+    raise back(request, "/tasks")
 
 
 # --- Approvals ----------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ async def approval_decide(request: web.Request) -> web.StreamResponse:
         notice(request, "Approved." if decision == "approve" else "Denied.")
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-    raise back("/approvals")
+    raise back(request, "/approvals")
 
 
 # --- Orchestrations -----------------------------------------------------------------------------
@@ -217,7 +217,7 @@ async def orchestration_cancel(request: web.Request) -> web.StreamResponse:
         notice(request, f"Orchestration {run_id}: {done.get('status')}.")
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-    raise back(f"/orchestrations/{path_segment(run_id)}")
+    raise back(request, f"/orchestrations/{path_segment(run_id)}")
 
 
 ROUTES = (

@@ -45,6 +45,7 @@ async def test_login_with_the_token_url_once_and_a_wrong_one_fails(browser: Any,
     [cookie] = await context.cookies()
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"
     assert cookie["name"].startswith("peerd_console_")
+    assert daemon.console is not None and cookie["path"] == daemon.console.root
     assert "token" not in page.url
     await page.locator("#health .checks").wait_for()
     await shot(page, "environment")
@@ -110,7 +111,7 @@ async def test_changes_need_the_origin_and_the_csrf_token(browser: Any, daemon: 
     [cookie] = await page.context.cookies()
     jar = {cookie["name"]: cookie["value"]}
     await page.goto(base + "/connections")
-    csrf = await page.locator("form[action='/connections/pair'] input[name=csrf]").get_attribute("value")
+    csrf = await page.locator("form[action$='/connections/pair'] input[name=csrf]").get_attribute("value")
     async with aiohttp.ClientSession(cookies=jar) as http:
 
         async def post(headers: dict[str, str], data: dict[str, str]) -> tuple[int, str]:
@@ -119,7 +120,8 @@ async def test_changes_need_the_origin_and_the_csrf_token(browser: Any, daemon: 
             ) as resp:
                 return resp.status, await resp.text()
 
-        right = {"Origin": base}
+        assert daemon.console is not None and daemon.console.site is not None
+        right = {"Origin": daemon.console.site.base_url}
         body = {"access": "read-only", "ttl": "600"}
         # the right origin without the CSRF token, or with a wrong one
         assert (await post(right, body))[0] == 403
@@ -130,7 +132,8 @@ async def test_changes_need_the_origin_and_the_csrf_token(browser: Any, daemon: 
         assert (await post({**right, "Sec-Fetch-Site": "cross-site"}, {**body, "csrf": csrf}))[0] == 403
         assert await _codes(daemon) == []
         # a foreign Host (DNS rebinding) is not answered, even for a page
-        port = base.rsplit(":", 1)[1]
+        assert daemon.console is not None
+        port = daemon.console.port
         async with http.get(base + "/", headers={"Host": f"evil.example:{port}"}) as resp:
             assert resp.status == 421
         # no cookie: a change is 401, whatever it carries
@@ -151,3 +154,37 @@ async def test_changes_need_the_origin_and_the_csrf_token(browser: Any, daemon: 
             assert resp.headers["X-Frame-Options"] == "DENY"
             assert resp.headers["Referrer-Policy"] == "same-origin"
             assert resp.headers["Cache-Control"] == "no-store"
+
+
+async def test_the_cookie_goes_to_no_other_server_on_this_host(browser: Any, daemon: Daemon) -> None:
+    """Browsers do not keep cookies apart by port: a dev server an agent started on 127.0.0.1 that
+    the user opens must not receive the console's session cookie (its Path is the console's root,
+    random for each daemon start, and `/` does not say it)."""
+    page = await signed_in(browser, daemon)
+    seen: list[dict[str, str]] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        seen.append(dict(request.cookies))
+        return web.Response(text="<p>dev server</p>", content_type="text/html")
+
+    other = web.Application()
+    other.router.add_get("/{tail:.*}", anything)
+    runner = web.AppRunner(other)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        port = runner.addresses[0][1]
+        for path in ("/", "/c/", "/threads", "/static/console.css"):
+            await page.goto(f"http://127.0.0.1:{port}{path}")
+            await page.goto(f"http://localhost:{port}{path}")
+    finally:
+        await runner.cleanup()
+    assert len(seen) >= 8, seen  # the pages (and the browser's favicon requests)
+    assert [c for c in seen if any(k.startswith("peerd_console") for k in c)] == []
+    assert len(await page.context.cookies()) == 1, "the browser does hold the session cookie"
+    # the console's own `/` sends people to `peerd console` and does not give its root away
+    assert daemon.console is not None and daemon.console.port is not None
+    answer = await page.goto(f"http://127.0.0.1:{daemon.console.port}/")
+    assert answer is not None and answer.status == 404
+    body = await page.inner_text("body")
+    assert "peerd console" in body and daemon.console.root not in body
