@@ -37,6 +37,9 @@ LIVE = ("queued", "starting", "running")
 # Columns a request may change by design even when it is refused: a link's last contact (every
 # authenticated request, refused or not, says the link is alive).
 VOLATILE = {"clients": ("last_seen_at", "last_address")}
+TOKEN_FILE = ".run-token"
+# A scripted run that hands the test its run token and stays live until the daemons stop.
+HOLD_RUN = ({"run": f'printf %s "$PEERD_RUN_TOKEN" > {TOKEN_FILE}'}, {"wait_for_file": ".never"})
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class Seeds:
     project_id: str
     thread_id: str
     run_id: str
+    agent_thread_id: str  # its run is kept live: the agent socket's requests carry its token
+    run_token: str
 
 
 class Fleet:
@@ -94,7 +99,15 @@ class Fleet:
                 },
             )
             await wait_terminal(pair.bc, launched["threadId"])
-            self.seeds = Seeds(project["id"], launched["threadId"], launched["runId"])
+            agent = await pair.bc.call(
+                "POST",
+                "/v1/threads",
+                body={"projectId": project["id"], "prompt": script(*HOLD_RUN), "provider": "script"},
+            )
+            token = await _read_when_written(Path(agent["worktreePath"]) / TOKEN_FILE)
+            self.seeds = Seeds(
+                project["id"], launched["threadId"], launched["runId"], agent["threadId"], token
+            )
             self.pair = pair
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
@@ -135,6 +148,16 @@ class Fleet:
     @property
     def db_path(self) -> Path:
         return self.box.box.paths.db
+
+
+async def _read_when_written(path: Path) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_TIMEOUT_S / 2
+    while not (path.exists() and path.read_text().strip()):
+        if loop.time() > deadline:
+            raise RuntimeError(f"the held run did not write {path.name}")
+        await asyncio.sleep(0.05)  # the run writes it from its own process: no event to wait on
+    return path.read_text().strip()
 
 
 class _UnixConnection(HTTPConnection):
@@ -231,10 +254,13 @@ class Rows:
             shot[table] = (count, digest.hexdigest()[:16])
         return shot
 
-    def live_runs(self) -> int:
+    def live_runs(self, held: str) -> int:
+        """Runs still going, but for the `held` thread's (its run is kept live on purpose, so what
+        it is sent waits) and queued runs that cannot start (their thread's queue is held)."""
         (n,) = self.conn.execute(
-            "SELECT count(*) FROM runs WHERE status IN ('starting', 'running') OR (status = 'queued' "
-            "AND thread_id NOT IN (SELECT id FROM threads WHERE queue_held = 1))"
+            "SELECT count(*) FROM runs WHERE thread_id != ? AND (status IN ('starting', 'running') OR (status = "
+            "'queued' AND thread_id NOT IN (SELECT id FROM threads WHERE queue_held = 1)))",
+            (held,),
         ).fetchone()
         return int(n)
 

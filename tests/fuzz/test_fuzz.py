@@ -1,7 +1,8 @@
 """schemathesis against a real daemon's two listeners, generated from the API's own document.
 
 The box of a real linked pair (`harness.Fleet`) is called on its owner socket (over the Unix
-socket itself) and on its TLS network listener (its pinned certificate, the laptop's link token).
+socket itself), on its TLS network listener (its pinned certificate, the laptop's link token) and
+on its agent socket (the token of a scripted run kept live for it).
 Every operation of each listener gets `PEERD_FUZZ_EXAMPLES` generated requests (positive and
 negative), plus its documented example. Checks on every answer:
 
@@ -57,6 +58,9 @@ DEEP_NESTING = 100_000  # past the body parser's limit (64) and Python's recursi
 HUGE = 2**64  # SQLite integers are 64-bit
 
 
+CREDENTIAL = {"owner": "ownerSocket", "agent": "runToken"}
+
+
 def _view(listener: str) -> dict[str, Any]:
     """The document as one listener serves it: its operations, its credential alone."""
     if listener == "network":
@@ -68,7 +72,7 @@ def _view(listener: str) -> dict[str, Any]:
             if listener not in item[method]["x-peerd-listeners"]:
                 del item[method]
             else:
-                item[method]["security"] = [s for s in item[method]["security"] if "ownerSocket" in s]
+                item[method]["security"] = [s for s in item[method]["security"] if CREDENTIAL[listener] in s]
         if not item:
             del doc["paths"][path]
     doc["servers"] = [s for s in doc["servers"] if s["x-peerd-listener"] == listener]
@@ -87,6 +91,7 @@ def _config() -> schemathesis.Config:
 
 OWNER = schemathesis.openapi.from_dict(_view("owner"), config=_config())
 NETWORK = schemathesis.openapi.from_dict(_view("network"), config=_config())
+AGENT = schemathesis.openapi.from_dict(_view("agent"), config=_config())
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -109,6 +114,8 @@ class Fuzzer:
         self.rows = Rows(fleet.db_path)
         self.rng = random.Random(16)
         self.sent = 0
+        assert fleet.seeds is not None
+        self.held = fleet.seeds.agent_thread_id
 
     def exercise(self, case: schemathesis.Case) -> None:
         assert self.fleet.seeds is not None
@@ -148,7 +155,7 @@ class Fuzzer:
         while time.monotonic() < deadline:
             time.sleep(0.05)
             now = self.rows.snapshot()
-            if now == last and self.rows.live_runs() == 0:
+            if now == last and self.rows.live_runs(held=self.held) == 0:
                 return
             last = now
         raise AssertionError("what a request started did not end in time")
@@ -225,6 +232,14 @@ def network(fleet: Fleet) -> Iterator[Fuzzer]:
         )
 
 
+@pytest.fixture(scope="module")
+def agent(fleet: Fleet) -> Iterator[Fuzzer]:
+    assert fleet.seeds is not None
+    token = fleet.seeds.run_token
+    with unix_session(fleet.box.box.paths.agent_socket) as session:
+        yield Fuzzer(fleet, session, "http://localhost", lambda: {"Authorization": f"Bearer {token}"})
+
+
 @OWNER.parametrize()
 @FUZZ_SETTINGS
 def test_owner_socket(case: schemathesis.Case, owner: Fuzzer) -> None:
@@ -237,7 +252,13 @@ def test_network_listener(case: schemathesis.Case, network: Fuzzer) -> None:
     network.exercise(case)
 
 
-def test_the_fuzzers_reached_the_daemon(owner: Fuzzer, network: Fuzzer, fleet: Fleet) -> None:
+@AGENT.parametrize()
+@FUZZ_SETTINGS
+def test_agent_socket(case: schemathesis.Case, agent: Fuzzer) -> None:
+    agent.exercise(case)
+
+
+def test_the_fuzzers_reached_the_daemon(owner: Fuzzer, network: Fuzzer, agent: Fuzzer, fleet: Fleet) -> None:
     """Runs last in this module: the fuzz tests above really sent requests (not all skipped)."""
-    assert owner.sent > 0 and network.sent > 0
+    assert owner.sent > 0 and network.sent > 0 and agent.sent > 0
     assert Path(fleet.db_path).exists()
