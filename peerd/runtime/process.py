@@ -20,12 +20,13 @@ killed too, so reading never hangs on a forgotten background process.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import signal
-from asyncio.subprocess import DEVNULL, PIPE, Process, SubprocessStreamProtocol
-from collections.abc import AsyncIterator, Mapping
+import subprocess
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,41 +45,110 @@ def _required(value: _T | None, what: str) -> _T:
     return value
 
 
-class _Protocol(SubprocessStreamProtocol):
-    """The stock stream protocol, plus an event for "stdout and stderr are both closed"."""
+class _Reader(asyncio.StreamReaderProtocol):
+    """One output pipe read into a StreamReader; `on_closed` runs once the pipe is closed."""
 
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
+    def __init__(self, reader: asyncio.StreamReader, on_closed: Callable[[], None]) -> None:
+        super().__init__(reader)
+        self._on_closed = on_closed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._on_closed()
+
+
+class _Writer(asyncio.streams.FlowControlMixin):
+    """The stdin pipe, for an `asyncio.StreamWriter` (drain, close, wait_closed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self._closed
+
+
+class _Child:
+    """The child's pipes and exit, driven by the loop without a child watcher: its pipes are
+    ordinary pipe transports, and its exit is seen on a pidfd (Linux; elsewhere a thread waits)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.stdout = asyncio.StreamReader(limit=LINE_LIMIT)
+        self.stderr = asyncio.StreamReader(limit=LINE_LIMIT)
+        self.stdin: asyncio.StreamWriter | None = None
         self.pipes_closed = asyncio.Event()
         self.exited = asyncio.Event()
-        self.transport: asyncio.SubprocessTransport | None = None
-        self._open_fds = {1, 2}
+        self._open = 2
+        self._transports: list[asyncio.BaseTransport] = []
+        self._pidfd: int | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if isinstance(transport, asyncio.SubprocessTransport):
-            self.transport = transport
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        for pipe, reader in ((self.popen.stdout, self.stdout), (self.popen.stderr, self.stderr)):
+            transport, _ = await loop.connect_read_pipe(
+                lambda reader=reader: _Reader(reader, self._pipe_closed),  # type: ignore[misc]
+                _required(pipe, "output pipe"),
+            )
+            self._transports.append(transport)
+        if self.popen.stdin is not None:
+            writing, protocol = await loop.connect_write_pipe(_Writer, self.popen.stdin)
+            self.stdin = asyncio.StreamWriter(writing, protocol, None, loop)
+        self._watch_exit(loop)
 
-    def process_exited(self) -> None:
-        # Python 3.11's Process.wait() also waits for the pipes to close, which a straggler holding
-        # stdout delays forever; the leader's exit is what the escalation needs to know.
-        super().process_exited()
+    def _pipe_closed(self) -> None:
+        self._open -= 1
+        if self._open == 0:
+            self.pipes_closed.set()
+
+    def _watch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self._pidfd = os.pidfd_open(self.popen.pid)
+        except (AttributeError, OSError):  # no pidfd here: a thread waits instead
+            task = loop.run_in_executor(_SPAWNER, self.popen.wait)
+            task.add_done_callback(lambda _f: self.exited.set())
+            return
+        loop.add_reader(self._pidfd, self._reaped, loop)
+        self._reaped(loop)  # it may have exited already
+
+    def _reaped(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.popen.poll() is None or self._pidfd is None:
+            return
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = None
         self.exited.set()
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        super().pipe_connection_lost(fd, exc)
-        self._open_fds.discard(fd)
-        if not self._open_fds:
-            self.pipes_closed.set()
+    def close_pipes(self) -> None:
+        for transport in self._transports:
+            transport.close()
+
+
+def _kill_started(started: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    if started.cancelled() or started.exception() is not None:
+        return
+    popen = started.result()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    _SPAWNER.submit(popen.communicate)  # reaped, its pipes closed, off the loop
+
+
+# Spawns run here, not on the event loop: fork/exec (and, with asyncio's own subprocesses, a
+# child-watcher thread started per process) would block the loop thread for their duration.
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="peerd-spawn")
 
 
 class ProviderProcess:
     """One running provider CLI in its own process group. Create it with `spawn`."""
 
-    def __init__(self, proc: Process, protocol: _Protocol, straggler_grace: float) -> None:
-        self._proc = proc
-        self._protocol = protocol
-        self._pid = proc.pid
+    def __init__(self, child: _Child, straggler_grace: float) -> None:
+        self._child = child
+        self._pid = child.popen.pid
         self._straggler_grace = straggler_grace
         self._stderr = bytearray()
         self._stderr_head = bytearray()
@@ -103,24 +173,39 @@ class ProviderProcess:
         stdin_data: bytes | None,
         straggler_grace: float = 2.0,
     ) -> ProviderProcess:
-        """Start `argv` in a new process group; raise `ProviderError` if it cannot start."""
+        """Start `argv` in a new process group; raise `ProviderError` if it cannot start. The
+        fork/exec happens in a worker thread (`_SPAWNER`), never on the event loop."""
         if not argv:
             raise ProviderError("cannot start a provider: empty command")
         loop = asyncio.get_running_loop()
-        try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(limit=LINE_LIMIT, loop=loop),
-                *argv,
+
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(  # an argument list, never a shell
+                argv,
                 cwd=cwd,
                 env=dict(env),
-                stdin=PIPE if stdin_data is not None else DEVNULL,
-                stdout=PIPE,
-                stderr=PIPE,
+                stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 start_new_session=True,
             )
+
+        started = loop.run_in_executor(_SPAWNER, start)
+        try:
+            popen: subprocess.Popen[bytes] = await asyncio.shield(started)
         except OSError as exc:
             raise ProviderError(f"cannot start {argv[0]}: {exc}") from exc
-        process = cls(Process(transport, protocol, loop), protocol, straggler_grace)
+        except asyncio.CancelledError:
+            started.add_done_callback(_kill_started)  # cancelled mid-spawn: no orphan left behind
+            raise
+        child = _Child(popen)
+        try:
+            await child.connect()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            raise
+        process = cls(child, straggler_grace)
         if stdin_data is not None:
             process._stdin_task = asyncio.create_task(process._feed_stdin(stdin_data))
         return process
@@ -136,14 +221,14 @@ class ProviderProcess:
 
     @property
     def returncode(self) -> int | None:
-        return self._proc.returncode
+        return self._child.popen.returncode
 
     async def lines(self) -> AsyncIterator[dict[str, Any] | str]:
         """Each stdout line as a JSON object, or the raw text when it is not one; ends at EOF."""
         if self._lines_taken:
             raise RuntimeError("ProviderProcess.lines() can be consumed only once")
         self._lines_taken = True
-        stdout = _required(self._proc.stdout, "stdout pipe")
+        stdout = self._child.stdout
         while True:
             try:
                 raw = await stdout.readline()
@@ -188,7 +273,7 @@ class ProviderProcess:
         try:
             os.killpg(self._pid, sig)
         except ProcessLookupError:
-            if self._proc.returncode is not None:
+            if self._child.popen.returncode is not None:
                 self._group_gone = True
         except PermissionError:
             # Only possible once the id was reused by someone else's group: ours is gone.
@@ -227,12 +312,13 @@ class ProviderProcess:
         self.send_signal(signal.SIGKILL)
 
     async def _wait_exit(self) -> int:
-        await self._protocol.exited.wait()
-        return _required(self._proc.returncode, "returncode after exit")
+        await self._child.exited.wait()
+        returncode: int = _required(self._child.popen.returncode, "returncode after exit")
+        return returncode
 
     async def _reap_stragglers(self) -> None:
         await asyncio.shield(self._exit_task)
-        pipes_closed = self._protocol.pipes_closed
+        pipes_closed = self._child.pipes_closed
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pipes_closed.wait(), self._straggler_grace)
             self._probe_group()
@@ -242,8 +328,7 @@ class ProviderProcess:
             await asyncio.wait_for(pipes_closed.wait(), 1.0)
             return
         # Something outside the group (it called setsid) still holds our pipes: stop reading.
-        if self._protocol.transport is not None:
-            self._protocol.transport.close()
+        self._child.close_pipes()
 
     def _probe_group(self) -> None:
         try:
@@ -252,7 +337,7 @@ class ProviderProcess:
             self._group_gone = True
 
     async def _drain_stderr(self) -> None:
-        stderr = _required(self._proc.stderr, "stderr pipe")
+        stderr = self._child.stderr
         while chunk := await stderr.read(_CHUNK):
             if len(self._stderr_head) < STDERR_HEAD_BYTES:
                 self._stderr_head += chunk[: STDERR_HEAD_BYTES - len(self._stderr_head)]
@@ -262,7 +347,7 @@ class ProviderProcess:
                 del self._stderr[:-STDERR_TAIL_BYTES]
 
     async def _feed_stdin(self, data: bytes) -> None:
-        stdin = _required(self._proc.stdin, "stdin pipe")
+        stdin = _required(self._child.stdin, "stdin pipe")
         # The child may exit without reading its input; that is its business, not an error here.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             stdin.write(data)

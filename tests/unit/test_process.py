@@ -225,3 +225,56 @@ async def test_background_child_holding_stdout_is_reaped_after_the_leader_exits(
         assert await proc.wait() == 0
     assert len(lines) == 1
     assert await all_dead(proc.pgid, int(str(lines[0])))
+
+
+async def test_spawning_happens_off_the_event_loop_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule: fork/exec of a provider never runs on the loop thread (it blocks every request)."""
+    import subprocess  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from peerd.runtime import process as process_module  # noqa: PLC0415
+
+    threads: list[str] = []
+    real = subprocess.Popen
+
+    def popen(*args: object, **kw: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kw)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(process_module.subprocess, "Popen", popen)
+    proc = await spawn("echo '{\"a\": 1}'; echo done >&2", tmp_path, stdin=b"ignored")
+    assert await collect(proc) == [{"a": 1}]
+    assert await proc.wait() == 0
+    assert "done" in proc.stderr_tail()
+    assert threads and threads[0] != threading.current_thread().name
+
+
+async def test_a_spawn_cancelled_midway_leaves_no_process(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    task = asyncio.ensure_future(spawn(f"touch {marker}; exec sleep 30", tmp_path))
+    await asyncio.sleep(0)  # the spawn is in its worker thread now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 5
+    while not marker.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    sleepers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep\x0030\x00"]
+    await asyncio.sleep(0.2)
+    assert all(is_dead(int(p.name)) for p in sleepers if _cwd(p) == str(tmp_path))
+
+
+def _cmdline(entry: Path) -> str:
+    try:
+        return (entry / "cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def _cwd(entry: Path) -> str:
+    try:
+        return str((entry / "cwd").readlink())
+    except OSError:
+        return ""

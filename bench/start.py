@@ -1,0 +1,218 @@
+"""Benchmark: daemon start -> answering `status` on its socket, on an empty store and with history.
+
+`peerd serve --no-listen` is exec'd on a home whose identity and store exist (made by a first start
+that is not counted); the time is from exec to the first `GET /v1/status` answered on the owner
+socket (tried every 2 ms), and then to the first `GET /v1/projects` answered (the whole daemon
+serving). Each start comes right after a run of the baseline `python -c ''` (same interpreter, same
+moment's load). Two stores: empty, and one with `--threads` (100,000) threads, each with a completed
+run, an item and two events, written in one SQL transaction before the starts.
+
+Run: .venv/bin/python bench/start.py [--reps 7] [--threads 100000] [--no-save]
+See bench/README.md for what the columns mean and the numbers measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.paths import Paths
+
+RESULTS = Path(__file__).with_name("results.json")
+BUDGET_MS = 300.0  # issue 14: status within 300 ms of start
+BUDGET_RATIO = 7.5  # the same at a 40 ms `python -c ''` (idle), as a ratio
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def baseline() -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", ""], check=True)
+    return time.perf_counter() - t0
+
+
+def serve(home: Path) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "peerd",
+        "--home",
+        str(home),
+        "serve",
+        "--no-listen",
+        "--log-level",
+        "warning",
+    ]
+    log = open(home / "serve.log", "ab")  # noqa: SIM115  # closed after the spawn
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    finally:
+        log.close()
+
+
+def first_answer(client: LocalClient, path: str, proc: subprocess.Popen[bytes], t0: float) -> float:
+    while True:
+        try:
+            client.call("GET", path)
+            return time.perf_counter() - t0
+        except (DaemonNotRunning, DaemonConnectionError, ConnectionError):
+            if proc.poll() is not None:
+                raise RuntimeError(f"peerd serve exited {proc.returncode}") from None
+            if time.perf_counter() - t0 > 60:
+                raise RuntimeError("peerd serve did not answer within 60 s") from None
+            time.sleep(0.002)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def one_start(home: Path) -> tuple[float, float, dict[str, Any]]:
+    client = LocalClient(Paths(home).socket)
+    t0 = time.perf_counter()
+    proc = serve(home)
+    try:
+        status_s = first_answer(client, "/v1/status", proc, t0)
+        status = client.call("GET", "/v1/status")
+        ready_s = first_answer(client, "/v1/projects", proc, t0)
+    finally:
+        stop(proc)
+    return status_s, ready_s, status
+
+
+def prepared(home: Path) -> None:
+    """A first start makes the identity and the store; it is not measured."""
+    home.mkdir(parents=True)
+    one_start(home)
+
+
+def fill(home: Path, n: int) -> None:
+    """`n` threads of history, each with a completed run, its user message and two events."""
+    now = time.time()
+    con = sqlite3.connect(Paths(home).db, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        con.execute(
+            "INSERT INTO projects (id, name, path, created_at) VALUES ('prj_bench', 'bench', '/nonexistent', ?)",
+            (now,),
+        )
+        con.executemany(
+            "INSERT INTO threads (id, project_id, title, provider, runtime_mode, interaction_mode, in_place,"
+            " worktree_path, branch, next_position, created_at, updated_at) VALUES (?, 'prj_bench', ?, 'script',"
+            " 'auto', 'default', 0, ?, ?, 1, ?, ?)",
+            (
+                (f"thr_{i:08d}", f"old {i}", f"/nonexistent/{i}", f"peerd/thr_{i:08d}", now, now)
+                for i in range(n)
+            ),
+        )
+        con.executemany(
+            "INSERT INTO runs (id, thread_id, number, status, prompt, created_at, started_at, ended_at)"
+            " VALUES (?, ?, 1, 'completed', 'old work', ?, ?, ?)",
+            ((f"run_{i:08d}", f"thr_{i:08d}", now, now, now) for i in range(n)),
+        )
+        con.executemany(
+            "INSERT INTO items (id, thread_id, run_id, position, kind, text, data, created_at)"
+            " VALUES (?, ?, ?, 0, 'user_message', 'old work', '{}', ?)",
+            ((f"itm_{i:08d}", f"thr_{i:08d}", f"run_{i:08d}", now) for i in range(n)),
+        )
+        con.executemany(
+            "INSERT INTO events (thread_id, type, data, created_at) VALUES (?, ?, '{}', ?)",
+            ((f"thr_{i // 2:08d}", "run.updated", now) for i in range(2 * n)),
+        )
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def main(args: argparse.Namespace) -> int:
+    root = Path(tempfile.mkdtemp(prefix="peerd-bench-start-"))
+    rows: dict[str, dict[str, list[float]]] = {}
+    try:
+        homes = {"empty store": root / "empty", f"{args.threads:,} threads": root / "history"}
+        for home in homes.values():
+            prepared(home)
+        say(f"writing {args.threads:,} threads of history in one transaction ...")
+        t0 = time.perf_counter()
+        fill(homes[f"{args.threads:,} threads"], args.threads)
+        say(f"   {time.perf_counter() - t0:.1f} s")
+        base: list[float] = []
+        for name in homes:
+            rows[name] = {"status": [], "ready": []}
+        for rep in range(args.reps + 1):
+            for name, home in homes.items():
+                b = baseline()
+                status_s, ready_s, status = one_start(home)
+                if rep == 0:
+                    continue  # warm-up: page cache, .pyc files
+                base.append(b)
+                rows[name]["status"].append(status_s)
+                rows[name]["ready"].append(ready_s)
+                say(f"   {name}: status {status_s * 1000:.0f} ms, serving {ready_s * 1000:.0f} ms")
+                if name.endswith("threads") and status["counts"]["threads"] < args.threads:
+                    raise RuntimeError(f"status counted {status['counts']['threads']} threads")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    b50 = statistics.median(base)
+    lines = [
+        f"{'':<28}{'p50 ms':>9}{'p95 ms':>9}{'x base':>8}  budget",
+        f"{'python -c':<28}{b50 * 1000:>9.1f}{p95(base) * 1000:>9.1f}{1.0:>8.2f}",
+    ]
+    figures: dict[str, Any] = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    figures["baseline_p50_ms"] = round(b50 * 1000, 1)
+    for name, found in rows.items():
+        for what, values in found.items():
+            p50 = statistics.median(values)
+            ratio = p50 / b50
+            met = ratio <= BUDGET_RATIO if what == "status" else None
+            verdict = "" if met is None else ("met" if met else "NOT met")
+            label = f"{name}: {'status' if what == 'status' else 'serving all'}"
+            lines.append(f"{label:<28}{p50 * 1000:>9.1f}{p95(values) * 1000:>9.1f}{ratio:>8.2f}  {verdict}")
+            figures[f"{name.replace(',', '').replace(' ', '_')}_{what}"] = {
+                "p50_ms": round(p50 * 1000, 1),
+                "p95_ms": round(p95(values) * 1000, 1),
+                "ratio": round(ratio, 2),
+                **({"met": met} if met is not None else {}),
+            }
+    print("\n".join(lines))
+    if not args.no_save:
+        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        data["start"] = figures
+        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--threads", type=int, default=100_000)
+    p.add_argument("--no-save", action="store_true")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.exit(main(parse_args()))
