@@ -53,6 +53,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
 	$(PY) tools/gen_openapi.py
+	$(PY) tools/gen_answer_fields.py
 
 # The console's browser tests (tests/console) drive Debian's chromium through Playwright (it
 # cannot download its own browsers here). Installed when missing and we are root with apt-get;
