@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub
 from tests.helpers import script
 from tests.integration.test_delegation import wait_task
@@ -56,6 +57,14 @@ async def test_a_new_task_joins_the_poll_in_flight_without_restarting_it(
             raise
 
     monkeypatch.setattr(forwarder, "call", spy)
+    reads: list[str] = []
+    real_open_tasks = feedstore.open_tasks
+
+    async def counted(db: Any, env_id: str) -> Any:
+        reads.append(env_id)
+        return await real_open_tasks(db, env_id)
+
+    monkeypatch.setattr(feedstore, "open_tasks", counted)
     polls, syncs = follower.requests, follower.syncs
     parent, task = await delegated_and_running(m, script({"reply": "SECOND"}), "quick")
     loop = asyncio.get_running_loop()
@@ -71,6 +80,7 @@ async def test_a_new_task_joins_the_poll_in_flight_without_restarting_it(
 
     await eventually(polled_again)
     assert abandoned == [], "no poll was abandoned for the new task"
+    assert reads == [], "the link's open tasks are read once, at the start: not again per task"
     assert follower.requests - polls == 1, "the poll in flight answered; one new poll after it"
 
 
