@@ -73,10 +73,31 @@ async def signed_in(browser: Any, daemon: Daemon) -> Any:
     return page
 
 
+DOCS = REPO / "docs" / "user" / "console"
+DOC_DESKTOP = {"width": 1024, "height": 720}
+# The shots docs/user/console.md shows: written there (the visible part only, to stay small) when
+# PEERD_CONSOLE_DOC_SHOTS=1; the tests compare nothing against them.
+DOC_SHOTS = {
+    "environment": ("desktop",),
+    "connections": ("desktop", "phone"),
+    "pair": ("desktop",),
+    "threads-fleet": ("desktop",),
+    "thread": ("desktop", "phone"),
+    "thread-lineage": ("desktop",),
+    "tasks": ("desktop", "phone"),
+    "orchestration": ("desktop",),
+    "login": ("desktop",),
+}
+
+
 async def shot(page: Any, name: str) -> None:
     """`name` at desktop and phone width, under .cache/console-shots/."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
         await page.set_viewport_size(size)
         await page.screenshot(path=str(SHOTS / f"{name}-{label}.png"), full_page=True)
+        if os.environ.get("PEERD_CONSOLE_DOC_SHOTS") == "1" and label in DOC_SHOTS.get(name, ()):
+            DOCS.mkdir(parents=True, exist_ok=True)
+            await page.set_viewport_size(DOC_DESKTOP if label == "desktop" else size)
+            await page.screenshot(path=str(DOCS / f"{name}-{label}.png"))
     await page.set_viewport_size(DESKTOP)
