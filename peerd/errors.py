@@ -13,7 +13,8 @@
     │   ├── IdempotencyKeyReused  idempotency_key_reused  409
     │   ├── ProjectExists     project_exists           409
     │   ├── BranchTaken       branch_taken             409  (store/threads.py)
-    │   └── WorktreeDirty     worktree_dirty           409  (operations.py)
+    │   ├── WorktreeDirty     worktree_dirty           409  (operations.py)
+    │   └── DirtyCheckout     checkout_dirty           409  (orchestrate/userwork.py)
     ├── CapabilityDenied      capability_denied        403
     │   ├── ParentNotActive   parent_not_active        403
     │   ├── LinkRevoked       link_revoked             403
@@ -147,6 +148,7 @@ HTTP_STATUS: dict[str, int] = {
     "idempotency_key_reused": 409,
     "branch_taken": 409,
     "worktree_dirty": 409,
+    "checkout_dirty": 409,
     "project_exists": 409,
     "capability_denied": 403,
     "parent_not_active": 403,

@@ -2,6 +2,7 @@
 
     peerd orchestrate "<task>" [--coder SPEC]... [-n N] [--plan DIR] [--verify CMD]
                       [--reviewer SPEC] [--on ENV]... [--non-interactive] [--allow-command NAME]...
+                      [--include-dirty] [--serialize-overlaps] [--keep] [--push REMOTE] [--pr [--ready]]
     peerd orchestrate status RUN      peerd orchestrate cancel RUN      peerd orchestrate list
 
 The daemon runs the orchestration (it survives a restart); this command starts it and shows its
@@ -23,7 +24,6 @@ from peerd.cli.output import ago, emit_json, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 
-TERMINAL = ("completed", "failed", "cancelled")
 FOLLOW_CHUNK_S = 30.0
 
 
@@ -105,6 +105,20 @@ def _project_here(client: LocalClient) -> str:
 @click.option("--non-interactive", is_flag=True, help="Never ask; choose by the documented order and log it.")
 @click.option("--allow-command", "allow", multiple=True, help="Run this custom command coder (repeatable).")
 @click.option(
+    "--include-dirty",
+    is_flag=True,
+    help="Start from your working state (uncommitted and untracked files included); your checkout stays as it is.",
+)
+@click.option("--serialize-overlaps", is_flag=True, help="Packets that share files run one after the other.")
+@click.option(
+    "--keep", is_flag=True, help="Keep the worktrees and thread branches after the run, for a look."
+)
+@click.option("--push", "push", default=None, metavar="REMOTE", help="Push the integration branch to REMOTE.")
+@click.option(
+    "--pr", is_flag=True, help="Open a pull request with the report (gh; pushes to --push, default origin)."
+)
+@click.option("--ready", is_flag=True, help="With --pr: a ready pull request, not a draft.")
+@click.option(
     "--detach", is_flag=True, help="Start it and return; follow with `peerd orchestrate status RUN`."
 )
 @json_option
@@ -122,6 +136,12 @@ def orchestrate_run(
     environments: tuple[str, ...],
     non_interactive: bool,
     allow: tuple[str, ...],
+    include_dirty: bool,
+    serialize_overlaps: bool,
+    keep: bool,
+    push: str | None,
+    pr: bool,
+    ready: bool,
     detach: bool,
     as_json: bool,
 ) -> None:
@@ -137,7 +157,15 @@ def orchestrate_run(
         "on": list(environments),
         "nonInteractive": non_interactive or bool(as_json),
         "allowCommands": list(allow),
+        "includeDirty": include_dirty,
+        "serializeOverlaps": serialize_overlaps,
+        "keep": keep,
+        "push": push,
+        "pr": pr,
+        "ready": ready,
     }
+    if ready and not pr:
+        fail("--ready is for --pr: add --pr, or drop --ready.", EXIT_USAGE)
     if plan_dir is not None:
         from peerd.orchestrate.verdicts import load_plan_dir  # noqa: PLC0415  # pydantic: only here
 
@@ -164,6 +192,8 @@ def orchestrate_run(
         resolved = with_client(ctx, preview)
     for line in resolved["log"]:
         click.echo(f"coder choice: {line}", err=True)
+    for line in resolved.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
     if not body["nonInteractive"]:
         for item in resolved["needsConfirmation"]:
             click.echo(
@@ -192,15 +222,13 @@ def orchestrate_run(
 
 
 def _follow(ctx: click.Context, info: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
-    seen: dict[str, str] = {}
+    from peerd.orchestrate.report import TERMINAL, progress  # noqa: PLC0415  # stdlib only, lazily
+
+    seen: dict[str, Any] = {}
     while True:
         if not quiet:
-            for packet in info["packets"]:
-                state = f"{packet['state']}{' (' + packet['hop'] + ')' if packet.get('hop') else ''}"
-                if seen.get(packet["id"]) != state:
-                    seen[packet["id"]] = state
-                    coder = (packet.get("coder") or {}).get("spec", "")
-                    click.echo(f"  {packet['id']:<20} {state:<24} {coder}")
+            for line in progress(info, seen):
+                click.echo(line)
         if info["status"] in TERMINAL:
             return info
         info = with_client(ctx, _waiter(info["id"], info["updatedAt"]))
@@ -215,68 +243,15 @@ def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Any]:
 
 
 def succeeded(info: dict[str, Any]) -> bool:
-    if info["status"] != "completed":
-        return False
-    if any(p["state"] != "integrated" for p in info["packets"]):
-        return False
-    integration = _last(info, "integration")
-    verification = (integration or {}).get("verification")
-    return verification is None or bool(verification.get("passed"))
+    from peerd.orchestrate.report import succeeded as ok  # noqa: PLC0415
 
-
-def _last(info: dict[str, Any], kind: str, packet: str | None = None) -> dict[str, Any] | None:
-    found = [r["body"] for r in info["receipts"] if r["kind"] == kind and r["packetId"] == packet]
-    return found[-1] if found else None
+    return ok(info)
 
 
 def render_report(info: dict[str, Any]) -> None:
-    click.echo(
-        f"\nOrchestration {info['id']}: {info['status']}" + (f" - {info['reason']}" if info["reason"] else "")
-    )
-    click.echo(f"task: {info['task'] or '(from a plan directory)'}")
-    resolution = _last(info, "resolution")
-    for line in (resolution or {}).get("log", []):
-        click.echo(f"  choice: {line}")
-    rows = []
-    for packet in info["packets"]:
-        impl = _last(info, "implementation", packet["id"]) or {}
-        review = _last(info, "review", packet["id"]) or {}
-        coder = packet.get("coder") or {}
-        where = packet.get("environment") or "here"
-        verification = impl.get("verification") or {}
-        check = "passed" if verification.get("passed") else (verification.get("classification") or "-")
-        rows.append(
-            [
-                packet["id"],
-                packet["state"],
-                f"{coder.get('spec', '-')} ({where})",
-                check,
-                review.get("verdict", "-"),
-            ]
-        )
-    click.echo("")
-    table(["packet", "outcome", "coder", "verification", "review"], rows)
-    for packet in info["packets"]:
-        coder = packet.get("coder") or {}
-        if coder.get("reason"):
-            click.echo(f"  {packet['id']}: {coder['spec']} - {coder['reason']}")
-    integration = _last(info, "integration")
-    if integration is not None:
-        verification = integration.get("verification")
-        result = (
-            "not run (no --verify)"
-            if verification is None
-            else ("passed" if verification["passed"] else f"FAILED (exit {verification['exitCode']})")
-        )
-        click.echo(
-            f"\nintegration branch {integration['branch']}: merged {', '.join(integration['merged']) or 'nothing'}"
-        )
-        click.echo(f"full check: {result}")
-        if verification is not None and not verification["passed"]:
-            click.echo(verification["outputTail"])
-    failed = [p for p in info["packets"] if p["state"] in ("parked", "failed", "cancelled")]
-    for packet in failed:
-        click.echo(f"\n{packet['id']} {packet['state']}:\n{packet.get('failure') or ''}")
+    from peerd.orchestrate.report import render  # noqa: PLC0415
+
+    click.echo("\n" + render(info), nl=False)
 
 
 @orchestrate.command("status")

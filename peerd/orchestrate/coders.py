@@ -431,8 +431,11 @@ def choose_reviewer(
         return CoderSpec(backend=backend).choice(
             f"a different backend from the implementer ({impl.backend}): the first runnable here"
         )
-    return impl.model_copy(
-        update={
-            "reason": "no other backend is available: the implementer's backend reviews in a fresh thread"
-        }
-    )
+    if impl.backend == "script":
+        why = (
+            "no other backend is installed: peerd's scripted reviewer, in a fresh thread (it approves, or "
+            "answers the verdicts the packet's goal scripts in a ```peerd-review block)"
+        )
+    else:
+        why = "no other backend is available: the implementer's backend reviews in a fresh thread"
+    return impl.model_copy(update={"reason": why})

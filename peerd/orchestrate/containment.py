@@ -12,7 +12,7 @@ import asyncio
 import filecmp
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +75,19 @@ async def dirty_paths(checkout: Where) -> list[str]:
     if not isinstance(checkout, GitLocation):
         checkout = await checkout_location(await toplevel(checkout))
     return sorted({entry.path for entry in await _status(checkout, renames=True)})
+
+
+async def changed_paths(checkout: Path) -> tuple[Path, list[str]]:
+    """The checkout's top directory and every path `git status` reports there, untracked files
+    included, a rename as its two paths (both are someone's work); relative to the top, sorted."""
+    top = await toplevel(checkout)
+    entries = await _status(await checkout_location(top), renames=False)
+    return top, sorted({entry.path for entry in entries if not entry.path.endswith("/")})
+
+
+def in_scope(path: str, packet_files: Sequence[str]) -> bool:
+    """Whether `path` is one of the packet's files or under one of its directories."""
+    return _in_scope(path, _scope(packet_files))
 
 
 def _scope(packet_files: Sequence[str]) -> list[str]:
@@ -154,7 +167,13 @@ async def _apply_patch(worktree: GitLocation, patch: bytes) -> None:
     )
 
 
-async def recover_escaped(checkout: Path, worktree: GitLocation, packet_files: list[str]) -> list[str]:
+async def recover_escaped(
+    checkout: Path,
+    worktree: GitLocation,
+    packet_files: list[str],
+    *,
+    only: Collection[str] | None = None,
+) -> list[str]:
     """Move a packet's edits that landed in the orchestrator's `checkout` into its `worktree` (the
     packet worktree's recorded location, `locate_worktree`).
 
@@ -166,6 +185,9 @@ async def recover_escaped(checkout: Path, worktree: GitLocation, packet_files: l
     user's own uncommitted work. Everything that could fail (a patch that does not apply, an
     untracked file whose destination already holds something else) is checked before anything
     changes, and then the checkout is left untouched. Returns the recovered paths, sorted.
+
+    `only`, when given, narrows it further to those paths: the ones that appeared after the run
+    started (`implement.collect`); the user's own work from before is never a candidate.
     """
     scope = _scope(packet_files)
     checkout_top = await toplevel(checkout)
@@ -178,7 +200,7 @@ async def recover_escaped(checkout: Path, worktree: GitLocation, packet_files: l
         tracked: list[str] = []
         untracked: list[str] = []
         for entry in await _status(place, renames=False):
-            if not _in_scope(entry.path, scope):
+            if not _in_scope(entry.path, scope) or (only is not None and entry.path not in only):
                 continue
             if entry.xy == "??":
                 # A trailing `/` is a nested repository: not a file to move.

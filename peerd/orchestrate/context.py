@@ -55,6 +55,12 @@ class Settings:
     verify: str | None
     workarounds: list[str]
     planner: CoderChoice
+    keep: bool = False  # --keep: leave worktrees and thread branches for a look
+    push: str | None = None  # --push REMOTE (or --pr's default remote)
+    pr: bool = False
+    ready: bool = False  # --ready: the pull request is not a draft
+    user_work: dict[str, str] | None = None  # the user's dirty paths at the start -> content hash
+    user_branch: str | None = None  # the branch the user's checkout was on at the start
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> Settings:
@@ -67,7 +73,47 @@ class Settings:
             verify=request.get("verify"),
             workarounds=list(request.get("workarounds", [])),
             planner=CoderChoice.model_validate(request.get("planner") or request["coders"][0]),
+            keep=bool(request.get("keep")),
+            push=request.get("push"),
+            pr=bool(request.get("pr")),
+            ready=bool(request.get("ready")),
+            user_work=request.get("userWork"),
+            user_branch=request.get("userBranch"),
         )
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a coder's run said: its last reply, and what went wrong in it, quoted from its items."""
+
+    reply: str
+    problems: list[str]  # error items, failed or declined steps, notices: one line each
+    denials: list[str]  # steps the coder's own sandbox or policy declined (structured: status "declined")
+
+
+MAX_PROBLEMS = 20
+PROBLEM_CHARS = 600
+_READ_PAGES = 50
+
+
+def _problem(item: c.Item) -> tuple[str | None, bool]:
+    """One item as a quoted problem line (or None), and whether it is a sandbox denial."""
+    data = item.data
+    status = data.get("status") if isinstance(data.get("status"), str) else None
+    text = item.text.strip()
+    if item.kind == "error":
+        return f"error: {text}"[:PROBLEM_CHARS], False
+    if item.kind == "notice":
+        return f"notice: {text}"[:PROBLEM_CHARS], False
+    if item.kind in ("command", "file_change", "tool_call") and (
+        status in ("failed", "declined") or data.get("error")
+    ):
+        detail = data.get("error") or data.get("output") or ""
+        line = f"{item.kind.replace('_', ' ')} {text} {status or 'failed'}"
+        if isinstance(detail, str) and detail.strip():
+            line += ": " + detail.strip()[-300:]
+        return line[:PROBLEM_CHARS], status == "declined"
+    return None, False
 
 
 class OrchestrationContext:
@@ -122,6 +168,8 @@ class OrchestrationContext:
         key: str,
         runtime_mode: str,
         base: str,
+        role: str,
+        packet_id: str | None = None,
         branch: str | None = None,
     ) -> c.ThreadLaunchResult:
         project = await projects.get(self.db, run.project_id)
@@ -141,7 +189,9 @@ class OrchestrationContext:
             branch=branch,
             base_commit=base,
         )
-        return await self.ops.thread_launch(self.caller(run.id), req)
+        launched = await self.ops.thread_launch(self.caller(run.id), req)
+        await self.remember_thread(run.id, packet_id, launched.thread_id, coder.environment, role)
+        return launched
 
     async def remote_project(self, env: str, project: c.Project) -> str:
         cursor: str | None = None
@@ -223,13 +273,49 @@ class OrchestrationContext:
                 return False
             after = page.next_position
 
+    async def outcome(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> RunOutcome:
+        """Every item of one run, read page by page: its last reply and its problems."""
+        texts: list[str] = []
+        problems: list[str] = []
+        denials: list[str] = []
+        after: int | None = None
+        for _ in range(_READ_PAGES):
+            read = c.ThreadRead(run_id=run_ref, after_position=after, limit=100, environment_id=env)
+            page = await self.ops.thread_read(self.caller(run_id), thread_id, read)
+            for item in page.items:
+                if item.kind == "assistant_message" and item.text.strip():
+                    texts.append(item.text)
+                line, denied = _problem(item)
+                if line is not None and line not in problems and len(problems) < MAX_PROBLEMS:
+                    problems.append(line)
+                if denied:
+                    denials.append(line or item.text)
+            if not page.has_more or page.next_position is None:
+                break
+            after = page.next_position
+        errors = [p.removeprefix("error: ") for p in problems if p.startswith("error: ")]
+        return RunOutcome(texts[-1] if texts else ("\n".join(errors) or ""), problems, denials)
+
     async def reply(self, run_id: str, thread_id: str, run_ref: str, env: str | None) -> str:
-        page = await self.ops.thread_read(
-            self.caller(run_id), thread_id, c.ThreadRead(run_id=run_ref, limit=100, environment_id=env)
-        )
-        texts = [i.text for i in page.items if i.kind == "assistant_message"]
-        failures = [i.text for i in page.items if i.kind == "error"]
-        return texts[-1] if texts else ("\n".join(failures) or "")
+        return (await self.outcome(run_id, thread_id, run_ref, env)).reply
+
+    async def remember_thread(
+        self, run_id: str, packet_id: str | None, thread_id: str, env: str | None, role: str
+    ) -> None:
+        """Every thread a run starts is recorded (a `thread` receipt) the moment its launch
+        returns, so the clean-up finds it, here or on a box, whatever happens next. A replayed
+        launch (same key, same thread) records it again; readers keep the first."""
+        body = {"threadId": thread_id, "environment": env, "role": role}
+        await ostore.add_receipt(self.db, run_id, packet_id, "thread", body, now=self.clock())
+
+    async def threads_of(self, run_id: str) -> list[tuple[str, str | None, str]]:
+        """The threads this run started: (thread id, environment, role), each once, in order."""
+        seen: dict[str, tuple[str, str | None, str]] = {}
+        for receipt in await ostore.receipts(self.db, run_id):
+            if receipt["kind"] == "thread":
+                body = receipt["body"]
+                seen.setdefault(body["threadId"], (body["threadId"], body.get("environment"), body["role"]))
+        return list(seen.values())
 
 
 def _dig(data: dict[str, Any], dotted: str) -> Any:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -33,33 +32,36 @@ from typing import Any
 
 import structlog
 
-from peerd import contracts as c
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.operations import Operations
-from peerd.orchestrate import gitops
+from peerd.orchestrate import cleanup, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, ReceiptMissing, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
-from peerd.orchestrate.models import (
-    IntegrationReceipt,
-    PacketSpec,
-    PlanReceipt,
-)
-from peerd.orchestrate.review import reviewing, verification_of, verifying
+from peerd.orchestrate.integrate import deliver_run, integrate
+from peerd.orchestrate.models import PacketSpec, PlanReceipt
+from peerd.orchestrate.overlaps import overlap_warnings, serialize_overlaps, shared_files
+from peerd.orchestrate.review import reviewing, verifying
 from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     planner_prompt,
 )
-from peerd.peer.client import PeerUnreachable
-from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
 
-# A cancel a box could not be told: retried after these pauses, then every 5 minutes.
-OWED_STOP_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+def plan_checks(packets: list[PacketSpec], request: dict[str, Any]) -> tuple[list[PacketSpec], list[str]]:
+    """Packets that share files without a dependency: warned about, or, with
+    --serialize-overlaps, made to run one after the other."""
+    serialize = bool((request.get("flags") or {}).get("serializeOverlaps"))
+    pairs = shared_files(packets)
+    if serialize and pairs:
+        packets = serialize_overlaps(packets)
+    return packets, overlap_warnings(pairs, serialized=serialize)
+
 
 __all__ = ["Engine", "ReceiptMissing", "feed_key"]
 
@@ -99,7 +101,7 @@ class Engine:
                 self.spawn(run_id)
         for run_id in await ostore.all_runs(self.ctx.db, status="cancelled"):
             if any(p.retries.get("stop_owed") for p in (await ostore.get(self.ctx.db, run_id)).packets):
-                self._background(f"owed:{run_id}", self._deliver_owed(run_id))
+                self._background(f"owed:{run_id}", cleanup.deliver_owed(self.ctx, run_id))
 
     def _background(self, key: str, coro: Coroutine[Any, Any, None]) -> None:
         if key in self._tasks and not self._tasks[key].done():
@@ -129,82 +131,13 @@ class Engine:
         await self._finish_cancel(run_id, reason or "Cancelled.")
 
     async def _finish_cancel(self, run_id: str, reason: str) -> None:
-        owed = await self._stop_packets(run_id, reason)
+        owed = await cleanup.stop_packets(self.ctx, run_id, reason)
+        self.ctx.changed(run_id)
+        await cleanup.clean_up(self.ctx, run_id)
         await ostore.set_status(self.ctx.db, run_id, "cancelled", now=self.ctx.clock())
         self.ctx.changed(run_id)
         if owed:
-            self._background(f"owed:{run_id}", self._deliver_owed(run_id))
-
-    async def _stop_packets(self, run_id: str, reason: str) -> int:
-        """Stop every live packet and review thread; a stop a box could not be told now is kept
-        (`stop_owed`) and delivered later. Returns how many are owed."""
-        run = await ostore.get(self.ctx.db, run_id)
-        owed = 0
-        for packet in run.packets:
-            if packet.terminal or packet.state == "approved":
-                continue
-            pending = [
-                [thread_id, env]
-                for thread_id, env in self._live_threads(packet)
-                if not await self._stop_thread(run_id, thread_id, env)
-            ]
-            memo = {**packet.retries, "stop_owed": pending}
-            await ostore.update_packet(
-                self.ctx.db,
-                run_id,
-                packet.packet_id,
-                now=self.ctx.clock(),
-                state="cancelled",
-                failure=reason,
-                retries=memo,
-            )
-            owed += len(pending)
-        return owed
-
-    async def _stop_thread(self, run_id: str, thread_id: str, env: str | None) -> bool:
-        """True when the stop landed, or can never land (the link is gone, the thread is gone)."""
-        try:
-            await self.ctx.ops.thread_interrupt(
-                self.ctx.caller(run_id),
-                thread_id,
-                c.ThreadInterrupt(stop=True, reason=f"Orchestration {run_id} cancelled.", environment_id=env),
-            )
-        except PeerUnreachable as exc:
-            log.info("orchestrate.stop_owed", run_id=run_id, thread_id=thread_id, error=exc.message)
-            return False
-        except PeerdError as exc:
-            log.warning("orchestrate.stop_refused", run_id=run_id, thread_id=thread_id, error=exc.message)
-        return True
-
-    async def _deliver_owed(self, run_id: str) -> None:
-        """Owed stops, retried with backoff (across restarts, from the store) until each lands."""
-        for attempt in itertools.count():
-            remaining = 0
-            for packet in (await ostore.get(self.ctx.db, run_id)).packets:
-                owed = packet.retries.get("stop_owed") or []
-                if not owed:
-                    continue
-                still = [[t, e] for t, e in owed if not await self._stop_thread(run_id, t, e)]
-                memo = {**packet.retries, "stop_owed": still}
-                await ostore.update_packet(
-                    self.ctx.db, run_id, packet.packet_id, now=self.ctx.clock(), retries=memo
-                )
-                remaining += len(still)
-            self.ctx.changed(run_id)
-            if not remaining:
-                return
-            await asyncio.sleep(OWED_STOP_BACKOFF_S[min(attempt, len(OWED_STOP_BACKOFF_S) - 1)])
-
-    @staticmethod
-    def _live_threads(packet: ostore.PacketRow) -> list[tuple[str, str | None]]:
-        found: list[tuple[str, str | None]] = []
-        if packet.thread_id:
-            found.append((packet.thread_id, packet.environment))
-        review = packet.retries.get("review_thread")
-        if isinstance(review, str):
-            env = packet.retries.get("review_env")
-            found.append((review, env if isinstance(env, str) else None))
-        return found
+            self._background(f"owed:{run_id}", cleanup.deliver_owed(self.ctx, run_id))
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -218,7 +151,9 @@ class Engine:
             await self._schedule(run_id)
             await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
             self.ctx.changed(run_id)
-            summary = await self._integrate(run_id)
+            summary = await integrate(self.ctx, run_id)
+            await deliver_run(self.ctx, run_id, summary)
+            await cleanup.clean_up(self.ctx, run_id)
             await ostore.set_status(self.ctx.db, run_id, "completed", now=self.ctx.clock(), reason=summary)
         except asyncio.CancelledError:
             raise
@@ -227,7 +162,7 @@ class Engine:
             message = (
                 exc.message if isinstance(exc, PeerdError) else f"peerd failed while orchestrating: {exc}"
             )
-            await ostore.set_status(self.ctx.db, run_id, "failed", now=self.ctx.clock(), reason=message)
+            await self._fail_run(run_id, message)
         finally:
             self.ctx.changed(run_id)
 
@@ -250,6 +185,7 @@ class Engine:
                     key=f"plan:{attempt}",
                     runtime_mode="read-only",
                     base=run.base_commit,
+                    role="planner",
                 )
                 thread_id, run_ref = launched.thread_id, launched.run_id
             else:
@@ -276,9 +212,15 @@ class Engine:
                 run.id, "The plan was not valid after one send-back:\n" + "\n".join(errors or [])
             )
             return False
+        packets, notes = plan_checks(packets, run.request)
+        if settings.user_work and not run.request.get("includeDirty"):
+            project = await projects.get(self.ctx.db, run.project_id)
+            if overlap := userwork.dirty_in_packets(packets, settings.user_work):
+                await self._fail_run(run.id, userwork.refusal(overlap, Path(project.path)).message)
+                return False
         request = await self._assign_more(run.request, packets)
         receipt = PlanReceipt(
-            run_id=run.id, task=run.task, packets=packets, source="planner", planner=planner, notes=[]
+            run_id=run.id, task=run.task, packets=packets, source="planner", planner=planner, notes=notes
         )
         await self._store_plan(run.id, receipt, request)
         return True
@@ -294,6 +236,10 @@ class Engine:
         await self._store_plan(run_id, receipt, None)
 
     async def _fail_run(self, run_id: str, reason: str) -> None:
+        """The run ends failed; what it made is cleaned up first (unless --keep)."""
+        with contextlib.suppress(Exception):
+            await cleanup.stop_packets(self.ctx, run_id, reason)
+        await cleanup.clean_up(self.ctx, run_id)
         await ostore.set_status(self.ctx.db, run_id, "failed", now=self.ctx.clock(), reason=reason)
         self.ctx.changed(run_id)
 
@@ -360,74 +306,5 @@ class Engine:
                 await reviewing(self.ctx, run, packet)
             else:
                 raise InvalidRequest(f"Packet {packet_id} is in an unknown state {packet.state!r}.")
-
-    # --- hop 5: integrate ---------------------------------------------------------------------
-
-    async def _integrate(self, run_id: str) -> str:
-        run = await ostore.get(self.ctx.db, run_id)
-        settings = Settings.from_request(run.request)
-        project = await projects.get(self.ctx.db, run.project_id)
-        repo = Path(project.path)
-        worktree = self.ctx.worktrees_dir / "orchestrate" / run.id / "integration"
-        await git.create_worktree(repo, worktree, run.branch, run.base_commit)
-        merged: list[str] = []
-        conflicts: dict[str, list[str]] = {}
-        try:
-            for packet in run.packets:
-                if packet.state == "integrated" and packet.branch:
-                    merged.append(packet.packet_id)
-                    continue
-                if packet.state != "approved" or not packet.branch:
-                    continue
-                await self.ctx.gate(run.id, packet.packet_id, "review", verdict="approve")
-                result = await gitops.merge_into(
-                    repo, worktree, packet.branch, f"Integrate {packet.packet_id}"
-                )
-                if result.merged:
-                    merged.append(packet.packet_id)
-                    await self.ctx.set(run.id, packet.packet_id, state="integrated")
-                else:
-                    conflicts[packet.packet_id] = result.conflicts
-                    await self.ctx.park(
-                        run.id,
-                        packet.packet_id,
-                        "Merge conflict in " + ", ".join(result.conflicts) + ":\n" + result.output,
-                    )
-            verification = None
-            if settings.verify and merged:
-                check = await gitops.run_check(worktree, settings.verify)
-                verification = verification_of(settings.verify, check)
-            # The recorded git dir: the check ran the packets' code in this worktree.
-            tip = await gitops.head(await git.locate_worktree(repo, worktree))
-        finally:
-            await git.remove_worktree(repo, worktree, delete_branch=None)
-        receipt = IntegrationReceipt(
-            branch=run.branch, base_commit=run.base_commit, merged=merged, conflicts=conflicts,
-            verification=verification, commit=tip if merged else None,
-        )  # fmt: skip
-        await ostore.add_receipt(
-            self.ctx.db, run.id, None, "integration", receipt.wire(), now=self.ctx.clock()
-        )
-        await self._cleanup(run_id)
-        parked = [
-            p.packet_id
-            for p in (await ostore.get(self.ctx.db, run_id)).packets
-            if p.state in ("parked", "cancelled")
-        ]
-        check_text = (
-            "no full check"
-            if verification is None
-            else ("check passed" if verification.passed else "check FAILED")
-        )
-        summary = f"{len(merged)} packet(s) integrated on {run.branch} ({check_text})"
-        return summary + (f"; parked: {', '.join(parked)}" if parked else "")
-
-    async def _cleanup(self, run_id: str) -> None:
-        """Remove the worktrees of the packet and review threads, here and on boxes (their
-        branches stay); a box that is away keeps them, which is only disk."""
-        run = await ostore.get(self.ctx.db, run_id)
-        for packet in run.packets:
-            for thread_id, env in self._live_threads(packet):
-                await self.ctx.archive(run_id, thread_id, env)
 
     # --- threads --------------------------------------------------------------------------------

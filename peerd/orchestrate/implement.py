@@ -4,18 +4,39 @@ from a box), and re-dispatch to another coder when the result is empty or the ru
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from peerd import contracts as c
-from peerd.errors import Conflict, PeerdError
-from peerd.orchestrate import gitops
+from peerd.errors import Conflict, GitError, PeerdError
+from peerd.orchestrate import gitops, userwork
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, TIMED_OUT, OrchestrationContext, Settings
-from peerd.orchestrate.models import CoderChoice, ImplementationReceipt, PacketSpec, VerificationResult
-from peerd.orchestrate.verdicts import implementer_prompt
+from peerd.orchestrate.containment import in_scope
+from peerd.orchestrate.context import (
+    OUTPUT_TAIL,
+    RETRY_LIMIT,
+    TIMED_OUT,
+    OrchestrationContext,
+    RunOutcome,
+    Settings,
+)
+from peerd.orchestrate.models import (
+    Classification,
+    CoderChoice,
+    ImplementationReceipt,
+    PacketSpec,
+    VerificationResult,
+)
+from peerd.orchestrate.prompts import implementer_prompt, tail
 from peerd.runtime import git
 from peerd.store import projects
+
+_COMMON_EVIDENCE: dict[str, str] = {
+    "empty_diff": "the coder's run completed and its worktree holds no change from the base commit",
+    "coder_error": "the coder's run did not complete (its status, and what it reported, are below)",
+    "timeout": "peerd stopped the coder's turn at --packet-timeout",
+}
 
 
 def _deadline(ctx: OrchestrationContext, settings: Settings) -> float | None:
@@ -97,9 +118,12 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             key=f"{packet.packet_id}:impl:{packet.attempt}",
             runtime_mode="auto",
             base=str(memo["base"]),
+            role="implementer",
+            packet_id=packet.packet_id,
             branch=packet.branch,
         )
         memo["deadline"] = _deadline(ctx, settings)
+        memo["hop_started"] = ctx.clock()
         await ctx.set(
             run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, retries=memo
         )
@@ -110,7 +134,13 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
         run_id = await ctx.send(
             run.id, packet.thread_id, coder.environment, pending, key=f"{packet.packet_id}:send:{n}"
         )
-        memo.update(sends=n, pending_send=None, pending_after=None, deadline=_deadline(ctx, settings))
+        memo.update(
+            sends=n,
+            pending_send=None,
+            pending_after=None,
+            deadline=_deadline(ctx, settings),
+            hop_started=ctx.clock(),
+        )
         await ctx.set(run.id, packet.packet_id, run_id=run_id, retries=memo)
         packet.run_id = run_id
     assert packet.thread_id is not None and packet.run_id is not None  # noqa: S101  # set just above
@@ -143,24 +173,65 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
         memo["deadline"] = _deadline(ctx, settings)
         await ctx.set(run.id, packet.packet_id, run_id=run_ref, retries=memo)
         return
-    report = await ctx.reply(run.id, packet.thread_id, packet.run_id, coder.environment)
-    memo["report"] = report
+    outcome = await ctx.outcome(run.id, packet.thread_id, packet.run_id, coder.environment)
+    memo["report"] = outcome.reply
+    memo["coder_errors"] = outcome.problems
+    denial = _denial_evidence(outcome)
     if status != "completed":
+        detail = f"The coder's run ended {status}." + _quoted(outcome)
         await redispatch_or_park(
-            ctx, run, packet, memo, "coder_error", f"The coder's run ended {status}: {report}"
+            ctx, run, packet, memo, denial[0] if denial else "coder_error", detail, denial
         )
         return
-    tip, recovered = await collect(ctx, run, packet, coder)
-    memo["recovered"] = recovered
-    if tip is None or tip == memo["base"]:
-        await redispatch_or_park(ctx, run, packet, memo, "empty_diff", "The coder changed nothing.")
+    found = await collect(ctx, run, packet, coder)
+    memo.update(found.memo())
+    if found.tip is None or found.tip == memo["base"]:
+        detail = "The coder changed nothing." + _quoted(outcome)
+        await redispatch_or_park(
+            ctx, run, packet, memo, denial[0] if denial else "empty_diff", detail, denial
+        )
         return
-    await ctx.set(run.id, packet.packet_id, state="verifying", commit_sha=tip, retries=memo)
+    await ctx.set(run.id, packet.packet_id, state="verifying", commit_sha=found.tip, retries=memo)
+
+
+def _denial_evidence(outcome: RunOutcome) -> tuple[Classification, str] | None:
+    """Environmental by evidence: the coder's own structured events say its sandbox (or policy)
+    declined a step; never decided on the words of its reply or output."""
+    if not outcome.denials:
+        return None
+    listed = "; ".join(outcome.denials[:5])
+    return "environmental", f"the coder's own events report that its sandbox declined: {listed}"
+
+
+def _quoted(outcome: RunOutcome) -> str:
+    """The coder's reported problems and its last reply, quoted for the report."""
+    parts = []
+    if outcome.problems:
+        parts.append("Its run reported:\n" + "\n".join(f"- {line}" for line in outcome.problems))
+    if outcome.reply.strip():
+        parts.append("Its last reply:\n" + tail(outcome.reply.strip(), 2000))
+    return ("\n" + "\n".join(parts)) if parts else ""
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A packet's result here: the tip, and what containment did in the user's checkout."""
+
+    tip: str | None
+    recovered: list[str] = field(default_factory=list)
+    not_recovered: list[str] = field(default_factory=list)
+    problem: str | None = None
+    stray: list[str] = field(default_factory=list)
+    user_paths: list[str] = field(default_factory=list)
+
+    def memo(self) -> dict[str, Any]:
+        return {"recovered": self.recovered, "not_recovered": self.not_recovered,
+                "recovery_problem": self.problem, "stray": self.stray, "user_paths": self.user_paths}  # fmt: skip
 
 
 async def collect(
     ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, coder: CoderChoice
-) -> tuple[str | None, list[str]]:
+) -> Collected:
     """Commit the coder's work on the packet branch, here (after containment) or on the box (only
     the worktree: containment there is the box's confinement, never a recovery from the box
     owner's checkout, which a link may not ask for)."""
@@ -173,18 +244,29 @@ async def collect(
         tip = await ctx.transport.fetch_result(
             coder.environment, packet.thread_id, repo, packet.branch, message
         )
-        return tip, []
+        return Collected(tip)
     thread = await ctx.ops.thread_show(ctx.caller(run.id), packet.thread_id)
     # The worktree's recorded git dir, never the `.git` file its coder could rewrite.
     worktree = await git.locate_worktree(repo, Path(thread.worktree_path))
-    # Containment first: edits that escaped into the orchestrator's own checkout come back,
-    # scoped to the packet's files only (anything else there may be the user's own work).
-    recovered: list[str] = []
-    dirty = await gitops.dirty_paths(repo)
-    if dirty:
-        recovered = await gitops.recover_escaped(repo, worktree, spec.files)
+    # Containment first: only what appeared in the user's checkout after the run started, and
+    # only in the packet's files, comes back; what was the user's before is never a candidate.
+    baseline = Settings.from_request(run.request).user_work or {}
+    new, changed = userwork.appeared(baseline, await userwork.snapshot(repo))
+    escaped = [p for p in new if in_scope(p, spec.files)]
+    found = Collected(
+        None,
+        stray=[p for p in new if not in_scope(p, spec.files)],
+        user_paths=[p for p in changed if in_scope(p, spec.files)],
+    )
+    if escaped:
+        try:
+            recovered = await gitops.recover_escaped(repo, worktree, spec.files, only=escaped)
+            found = replace(found, recovered=recovered)
+        except (GitError, Conflict) as exc:
+            # Left where it is (the checkout was not changed); the worktree's own work goes on.
+            found = replace(found, not_recovered=escaped, problem=exc.message)
     await gitops.commit_all(worktree, message)
-    return await gitops.head(worktree), recovered
+    return replace(found, tip=await gitops.head(worktree))
 
 
 async def redispatch_or_park(
@@ -192,10 +274,11 @@ async def redispatch_or_park(
     run: ostore.RunRow,
     packet: ostore.PacketRow,
     memo: dict[str, Any],
-    why: str,
+    why: Classification,
     detail: str,
+    denial: tuple[Classification, str] | None = None,
 ) -> None:
-    """Empty diff, coder error or timeout: another coder once, never more."""
+    """Empty diff, coder error, timeout, or a sandbox denial: another coder once, never more."""
     settings = Settings.from_request(run.request)
     failed = VerificationResult(
         command=PacketSpec.model_validate(packet.spec).verify,
@@ -204,6 +287,7 @@ async def redispatch_or_park(
         timed_out=why == "timeout",
         output_tail=detail[-OUTPUT_TAIL:],
         classification=why,
+        evidence=denial[1] if denial else _COMMON_EVIDENCE.get(why, ""),
     )
     await record_impl(ctx, run, packet, memo, None, failed)
     if int(memo.get("redispatch", 0)) >= RETRY_LIMIT:
@@ -259,6 +343,7 @@ async def record_impl(
     receipt = ImplementationReceipt(
         packet_id=packet.packet_id,
         attempt=packet.attempt,
+        hop=packet.hop,
         coder=coder,
         environment=coder.environment,
         branch=str(packet.branch),
@@ -269,6 +354,13 @@ async def record_impl(
         verification=verification,
         report=str(memo.get("report") or ""),
         recovered_paths=list(memo.get("recovered") or []),
+        not_recovered=list(memo.get("not_recovered") or []),
+        recovery_problem=memo.get("recovery_problem"),
+        stray_paths=list(memo.get("stray") or []),
+        user_paths=list(memo.get("user_paths") or []),
+        coder_errors=list(memo.get("coder_errors") or []),
+        started_at=memo.get("hop_started"),
+        ended_at=ctx.clock(),
     )
     await ostore.add_receipt(
         ctx.db, run.id, packet.packet_id, "implementation", receipt.wire(), now=ctx.clock()

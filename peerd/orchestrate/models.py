@@ -100,11 +100,18 @@ class VerificationResult(Wire):
     timed_out: bool
     output_tail: str
     classification: Classification
+    # Why this class, in a sentence a person can check: what peerd observed (its own re-run, the
+    # coder's structured events), never words found in the output.
+    evidence: str = ""
+    seconds: float | None = None
+    # When peerd re-ran a failed check: the first run, kept whole (its class and its output).
+    first_run: VerificationResult | None = None
 
 
 class ImplementationReceipt(Wire):
     packet_id: str
     attempt: int = Field(ge=1)
+    hop: str | None = None  # implement, fix (a content failure went back), changes (the reviewer's)
     coder: CoderChoice
     environment: str | None = None
     branch: str
@@ -115,6 +122,18 @@ class ImplementationReceipt(Wire):
     verification: VerificationResult
     report: str = ""  # the coder's own final report, as it wrote it
     recovered_paths: list[str] = Field(default_factory=list)  # edits moved back from the main checkout
+    # Escaped edits in scope that could not be moved (left in the checkout) and why.
+    not_recovered: list[str] = Field(default_factory=list)
+    recovery_problem: str | None = None
+    # Paths that appeared in the user's checkout during the run outside this packet's files (left).
+    stray_paths: list[str] = Field(default_factory=list)
+    # The user's own paths (dirty before the run) in this packet's files that changed during the run:
+    # never taken, left as they are.
+    user_paths: list[str] = Field(default_factory=list)
+    # What the coder's run reported going wrong (error items, declined or failed steps), quoted.
+    coder_errors: list[str] = Field(default_factory=list)
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 class ReviewEvidence(Input):
@@ -138,6 +157,9 @@ class ReviewReceipt(Wire):
     verdict: Verdict
     evidence: list[ReviewEvidence] = Field(default_factory=list)
     summary: str
+    round: int = 1
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 class IntegrationReceipt(Wire):
@@ -147,6 +169,20 @@ class IntegrationReceipt(Wire):
     conflicts: dict[str, list[str]] = Field(default_factory=dict)  # packet id -> conflicting paths
     verification: VerificationResult | None = None
     commit: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+class DeliveryReceipt(Wire):
+    """`--push REMOTE` / `--pr`: what left this machine, or exactly what was missing."""
+
+    branch: str
+    remote: str | None = None
+    pushed: bool = False
+    push_problem: str | None = None
+    pr_url: str | None = None
+    pr_draft: bool = True
+    pr_problem: str | None = None
 
 
 # --- coders and the project's config (parsed and resolved in `coders`) -----------------------------

@@ -4,14 +4,16 @@ implementation receipt for exactly that commit."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from peerd.orchestrate import gitops
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, ReceiptMissing, Settings
 from peerd.orchestrate.implement import record_impl
-from peerd.orchestrate.models import PacketSpec, ReviewReceipt, VerificationResult
-from peerd.orchestrate.verdicts import parse_review_reply, reviewer_prompt, verification_result
+from peerd.orchestrate.models import CoderChoice, PacketSpec, ReviewReceipt, VerificationResult
+from peerd.orchestrate.prompts import reviewer_prompt, scripted_review, scripted_reviewer_prompt, tail
+from peerd.orchestrate.verdicts import parse_review_reply, verification_result
 from peerd.runtime import git, gitrun
 from peerd.store import projects
 
@@ -25,19 +27,32 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     worktree = ctx.worktrees_dir / "orchestrate" / run.id / f"verify-{packet.packet_id}"
     await git.remove_worktree(repo, worktree, delete_branch=None)
     await detached_worktree(repo, worktree, packet.commit_sha)
+    where = f"peerd's own checkout of {packet.commit_sha[:12]}, outside any coder sandbox"
     try:
         check = await gitops.run_check(worktree, spec.verify)
-        verification = verification_of(spec.verify, check)
-        if verification.classification == "environmental" and int(memo.get("environmental", 0)) < RETRY_LIMIT:
-            # The orchestrator's own re-run outside any coder sandbox is authoritative.
-            memo["environmental"] = int(memo.get("environmental", 0)) + 1
-            check = await gitops.run_check(worktree, spec.verify)
-            verification = verification_of(spec.verify, check)
+        verification = verification_of(spec.verify, check, evidence=_first_evidence(check, where))
+        if not check.passed and not check.timed_out and int(memo.get("reruns", 0)) < RETRY_LIMIT:
+            # Environmental only by evidence: peerd runs the same check on the same commit again
+            # (once per packet); a failure that does not repeat was the machine's, one that
+            # repeats is the code's. Never decided on words in the output.
+            memo["reruns"] = int(memo.get("reruns", 0)) + 1
+            again = await gitops.run_check(worktree, spec.verify)
+            verification = _after_rerun(spec.verify, check, again, where)
+            if again.passed:
+                memo["environmental"] = int(memo.get("environmental", 0)) + 1
+            check = again
+        elif not check.passed and not check.timed_out:
+            verification = verification.model_copy(
+                update={
+                    "evidence": f"{verification.evidence} (peerd's one re-run for this packet was used earlier)"
+                }
+            )
     finally:
         await git.remove_worktree(repo, worktree, delete_branch=None)
     kind = verification.classification
     await record_impl(ctx, run, packet, memo, packet.commit_sha, verification)
     if verification.passed:
+        memo["review_started"] = ctx.clock()
         await ctx.set(run.id, packet.packet_id, state="reviewing", hop="review", retries=memo)
         return
     if kind == "content" and int(memo.get("content", 0)) < RETRY_LIMIT:
@@ -52,8 +67,41 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     await ctx.park(
         run.id,
         packet.packet_id,
-        f"Verification failed ({kind}):\n$ {spec.verify}\n{check.output[-OUTPUT_TAIL:]}",
+        f"Verification failed ({kind}; {verification.evidence}):\n$ {spec.verify}\n{check.output[-OUTPUT_TAIL:]}",
     )
+
+
+def _first_evidence(check: gitops.CheckResult, where: str) -> str:
+    if check.passed:
+        return f"exit 0 in {where}"
+    if check.timed_out:
+        return f"it ran past its time limit in {where} and was stopped"
+    return f"exit {check.exit_code} in {where}"
+
+
+def _after_rerun(
+    command: str, first: gitops.CheckResult, again: gitops.CheckResult, where: str
+) -> VerificationResult:
+    """The verification after peerd's re-run: the re-run decides, and the first run is kept."""
+    if again.passed:
+        evidence = (
+            f"the first run failed (exit {first.exit_code}) and peerd's re-run of the same commit in "
+            f"{where} passed: the failure was the environment's, not the code's"
+        )
+        first_class = "environmental"
+    elif again.timed_out:
+        evidence = f"exit {first.exit_code}, then the re-run ran past its time limit, in {where}"
+        first_class = "content"
+    else:
+        evidence = (
+            f"exit {first.exit_code}, and exit {again.exit_code} again when peerd re-ran it, in {where}: "
+            "the failure repeats, so it is the code's"
+        )
+        first_class = "content"
+    earlier = verification_of(command, first).model_copy(
+        update={"classification": first_class, "evidence": f"exit {first.exit_code} in {where}"}
+    )
+    return verification_of(command, again, evidence=evidence).model_copy(update={"first_run": earlier})
 
 
 async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow) -> None:
@@ -73,35 +121,65 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     thread_id = memo.get("review_thread") if memo.get("review_round") == round_n else None
     review_run = memo.get("review_run")
     env = reviewer.environment  # a reviewer on a box gets the packet's commit sent there first
+    scripted = reviewer.backend == "script"
     if not isinstance(thread_id, str):
         previous = memo.get("review_thread")
         if isinstance(previous, str):  # the last round's reviewer is done: its checkout can go
             previous_env = memo.get("review_env")
             await ctx.archive(run.id, previous, previous_env if isinstance(previous_env, str) else None)
+        prompt = (
+            scripted_reviewer_prompt(spec, diff, verification, round_n)
+            if scripted
+            else reviewer_prompt(spec, diff, verification)
+        )
         launched = await ctx.launch(
-            run, reviewer, reviewer_prompt(spec, diff, verification), key=f"{packet.packet_id}:review:{round_n}",
-            runtime_mode="read-only", base=packet.commit_sha,
+            run, reviewer, prompt, key=f"{packet.packet_id}:review:{round_n}", runtime_mode="read-only",
+            base=packet.commit_sha, role="reviewer", packet_id=packet.packet_id,
         )  # fmt: skip
         thread_id, review_run = launched.thread_id, launched.run_id
         memo.update(review_thread=thread_id, review_run=review_run, review_round=round_n, review_env=env)
+        memo.setdefault("review_started", ctx.clock())
         await ctx.set(run.id, packet.packet_id, retries=memo)
     assert isinstance(review_run, str)  # noqa: S101
+    by = _who(reviewer)
     verdict, errors = None, ["no reply"]
     for ask in (1, 2):
         status = await ctx.wait(run.id, thread_id, review_run, env)
-        reply = await ctx.reply(run.id, thread_id, review_run, env)
-        verdict, errors = parse_review_reply(reply) if status == "completed" else (None, [f"run {status}"])
+        outcome = await ctx.outcome(run.id, thread_id, review_run, env)
+        if status != "completed":
+            # The reviewer's run itself failed: say so, with what it reported; asking it again for
+            # a verdict would not help.
+            reported = (
+                "\n".join(f"- {line}" for line in outcome.problems) or f"- {outcome.reply or 'no reply'}"
+            )
+            await ctx.park(
+                run.id, packet.packet_id,
+                f"The reviewer's run ({by}) ended {status}, so there is no verdict. It reported:\n{reported}",
+            )  # fmt: skip
+            return
+        verdict, errors = parse_review_reply(outcome.reply)
         if verdict is not None or ask == 2:
             break
+        again = (
+            "Your answer was not a valid verdict:\n"
+            + "\n".join(errors)
+            + "\nAnswer with the JSON verdict only."
+        )
+        if scripted:
+            script = json.dumps({"steps": [{"reply": scripted_review(spec, round_n)}]})
+            again = f"```peerd-script\n{script}\n```\n\n{again}"
         review_run = await ctx.send(
-            run.id, thread_id, env,
-            "Your answer was not a valid verdict:\n" + "\n".join(errors) + "\nAnswer with the JSON verdict only.",
-            key=f"{packet.packet_id}:review:{round_n}:again",
-        )  # fmt: skip
+            run.id, thread_id, env, again, key=f"{packet.packet_id}:review:{round_n}:again"
+        )
         memo["review_run"] = review_run
         await ctx.set(run.id, packet.packet_id, retries=memo)
     if verdict is None:
-        await ctx.park(run.id, packet.packet_id, "The reviewer gave no valid verdict: " + "; ".join(errors))
+        await ctx.park(
+            run.id,
+            packet.packet_id,
+            f"The reviewer ({by}) gave no valid verdict, asked twice: " + "; ".join(errors)
+            + f"\nIts last reply:\n{tail(outcome.reply or '(empty)', 4000)}",
+        )  # fmt: skip
         return
     receipt = ReviewReceipt(
         packet_id=packet.packet_id,
@@ -110,21 +188,35 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         verdict=verdict.verdict,
         evidence=verdict.evidence,
         summary=verdict.summary,
+        round=round_n,
+        started_at=memo.get("review_started"),
+        ended_at=ctx.clock(),
     )
     await ostore.add_receipt(ctx.db, run.id, packet.packet_id, "review", receipt.wire(), now=ctx.clock())
+    memo["review_started"] = None
+    lines = [f"- {e.file}{':' + str(e.line) if e.line else ''}: {e.reason}" for e in verdict.evidence]
     if verdict.verdict == "approve":
         await ctx.set(run.id, packet.packet_id, state="approved", hop=None, retries=memo)
     elif verdict.verdict == "request_changes" and int(memo.get("changes", 0)) < RETRY_LIMIT:
         memo["changes"] = round_n
-        lines = [f"- {e.file}{':' + str(e.line) if e.line else ''}: {e.reason}" for e in verdict.evidence]
         memo["pending_send"] = (
             "The reviewer requested changes:\n" + "\n".join(lines) + "\nMake them, verify, and report."
         )
         memo["pending_after"] = packet.run_id
         await ctx.set(run.id, packet.packet_id, state="implementing", hop="changes", retries=memo)
     else:
-        why = "rejected" if verdict.verdict == "reject" else "requested changes again"
-        await ctx.park(run.id, packet.packet_id, f"The reviewer {why}: {verdict.summary}")
+        why = (
+            "rejected it"
+            if verdict.verdict == "reject"
+            else "requested changes again (the one round is used)"
+        )
+        await ctx.park(
+            run.id, packet.packet_id, f"The reviewer ({by}) {why}: {verdict.summary}\n" + "\n".join(lines)
+        )
+
+
+def _who(choice: CoderChoice) -> str:
+    return f"{choice.spec}, {'on ' + choice.environment if choice.environment else 'here'}"
 
 
 async def detached_worktree(repo: Path, worktree: Path, commit: str) -> None:
@@ -134,5 +226,13 @@ async def detached_worktree(repo: Path, worktree: Path, commit: str) -> None:
     await gitrun._git(repo, "worktree", "add", "--detach", "--", str(worktree), commit)
 
 
-def verification_of(command: str, check: gitops.CheckResult) -> VerificationResult:
-    return verification_result(command, check.exit_code, check.timed_out, check.output, limit=OUTPUT_TAIL)
+def verification_of(command: str, check: gitops.CheckResult, *, evidence: str = "") -> VerificationResult:
+    return verification_result(
+        command,
+        check.exit_code,
+        check.timed_out,
+        check.output,
+        limit=OUTPUT_TAIL,
+        evidence=evidence,
+        seconds=round(check.seconds, 3),
+    )

@@ -14,10 +14,10 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.errors import CapabilityDenied, InvalidRequest
-from peerd.orchestrate import gitops
+from peerd.orchestrate import deliver, gitops, userwork, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
-from peerd.orchestrate.engine import Engine, feed_key
+from peerd.orchestrate.engine import Engine, feed_key, plan_checks
 from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
 from peerd.runtime import gitrun
 from peerd.runtime.feed import ChangeFeed
@@ -38,6 +38,22 @@ class OrchestrateRequest(c.Input):
     non_interactive: bool = False
     allow_commands: list[str] = Field(default_factory=list)
     dry_run: bool = False
+    # The user's work: a packet whose files are dirty in the checkout is refused, unless the run
+    # starts from the working state (`include_dirty`).
+    include_dirty: bool = False
+    serialize_overlaps: bool = False  # packets sharing files run one after the other
+    keep: bool = False  # leave the worktrees and thread branches for a look
+    push: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+    )
+    pr: bool = False  # open a pull request (pushes to `push`, default origin)
+    ready: bool = False  # the pull request is not a draft
+
+
+async def _branch_of(repo: Path) -> str | None:
+    """The branch the user's checkout is on (a pull request's base), None when detached."""
+    found = await gitrun._git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1, 128))
+    return found.stdout.strip() or None if found.returncode == 0 else None
 
 
 async def _keep_out_of_git(repo: Path) -> None:
@@ -65,6 +81,7 @@ class Orchestrations:
         available: Callable[[], Awaitable[dict[str, bool]]],
         approved: Callable[[str, str], Awaitable[bool]],
         custom_commands: Mapping[str, str],
+        models: Mapping[str, str | None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.db = db
@@ -73,6 +90,7 @@ class Orchestrations:
         self._available = available
         self._approved = approved
         self._custom = dict(custom_commands)
+        self._models = {k: v for k, v in (models or {}).items() if v}
         self.clock = clock
 
     async def _environments(self) -> list[str]:
@@ -95,7 +113,17 @@ class Orchestrations:
             on=req.on,
             known_environments=await self._environments(),
         )
-        return config, resolution
+        coders = [self._with_model(choice) for choice in resolution.coders]
+        return config, resolution.model_copy(update={"coders": coders})
+
+    def _with_model(self, choice: CoderChoice) -> CoderChoice:
+        """A coder without a model runs its provider's configured one: say which."""
+        configured = self._models.get(choice.backend)
+        if choice.model is not None or choice.environment is not None or configured is None:
+            return choice
+        return choice.model_copy(
+            update={"model": configured, "reason": f"{choice.reason}; model {configured} from peerd's config"}
+        )
 
     async def start(self, req: OrchestrateRequest) -> dict[str, Any]:
         project = await projects.get(self.db, req.project_id)
@@ -105,6 +133,22 @@ class Orchestrations:
         if req.plan is not None and (errors := validate_plan(req.plan)):
             raise InvalidRequest("The plan is not valid:\n" + "\n".join(errors))
         config, resolution = await self._resolve(req, repo)
+        remote = req.push or ("origin" if req.pr else None)
+        if remote is not None:
+            await deliver.check_remote(repo, remote)
+        request_flags = {"flags": req.model_dump(mode="json", by_alias=True, exclude={"plan"})}
+        plan, notes = plan_checks(req.plan, request_flags) if req.plan is not None else (None, [])
+        warnings = list(notes)
+        if req.pr and (problem := await deliver.gh_problem(repo)):
+            warnings.append(f"--pr: {problem}; the run goes on, and its report says what to run instead.")
+        # The user's own work, recorded before anything else happens (kept with the run).
+        user_work = await userwork.snapshot(repo)
+        if (
+            plan is not None
+            and not req.include_dirty
+            and (overlap := userwork.dirty_in_packets(plan, user_work))
+        ):
+            raise userwork.refusal(overlap, repo)
         preview = {
             "coders": [x.model_dump(mode="json", by_alias=True) for x in resolution.coders],
             "log": resolution.log,
@@ -112,6 +156,8 @@ class Orchestrations:
             "needsConfirmation": [{"name": n, "command": cmd} for n, cmd in resolution.needs_confirmation],
             "defaultOptions": list(resolution.default_options),
             "configFile": str(repo / ".peerd" / "orchestrate.toml"),
+            "warnings": warnings,
+            "dirtyPaths": sorted(user_work),
         }
         if req.dry_run:
             return {"dryRun": True, **preview}
@@ -127,7 +173,13 @@ class Orchestrations:
                 # approval, bound to the command's text like `peerd provider approve`.
                 await approvals.approve(self.db, name, command, now=self.clock())
         await _keep_out_of_git(repo)
+        run_id = ostore.new_run_id()
         base = await gitops.head(repo)
+        if req.include_dirty:
+            scratch = self.engine.ctx.worktrees_dir / "orchestrate" / run_id / "start"
+            base = await userwork.working_state_commit(
+                repo, scratch, f"orchestrate/{run_id}/start", user_work
+            )
         request: dict[str, Any] = {
             "coders": [x.model_dump(mode="json") for x in resolution.coders],
             "concurrency": req.concurrency,
@@ -137,17 +189,25 @@ class Orchestrations:
             "planner": resolution.coders[0].model_dump(mode="json"),
             "reviewerFlag": req.reviewer,
             "reviewerConfigured": config.reviewer,
-            "flags": req.model_dump(mode="json", by_alias=True, exclude={"plan"}),
+            "userWork": user_work,
+            "userBranch": await _branch_of(repo),
+            "includeDirty": req.include_dirty,
+            "keep": req.keep,
+            "push": remote,
+            "pr": req.pr,
+            "ready": req.ready,
+            **request_flags,
         }
-        if req.plan is not None:
-            request.update(await self.assign_more(request, req.plan))
+        if plan is not None:
+            request.update(await self.assign_more(request, plan))
         run = await ostore.create(
-            self.db, project_id=project.id, task=req.task, request=request, base_commit=base, now=self.clock()
-        )
+            self.db, project_id=project.id, task=req.task, request=request, base_commit=base,
+            now=self.clock(), run_id=run_id,
+        )  # fmt: skip
         await ostore.add_receipt(self.db, run.id, None, "resolution", preview, now=self.clock())
-        if req.plan is not None:
+        if plan is not None:
             receipt = PlanReceipt(
-                run_id=run.id, task=req.task, packets=req.plan, source="plan_dir", planner=None, notes=[]
+                run_id=run.id, task=req.task, packets=plan, source="plan_dir", planner=None, notes=notes
             )
             await self.engine.record_given_plan(run.id, receipt)
         self.engine.spawn(run.id)
@@ -173,39 +233,7 @@ class Orchestrations:
         }
 
     async def info(self, run_id: str) -> dict[str, Any]:
-        run = await ostore.get(self.db, run_id)
-        return {
-            "id": run.id,
-            "projectId": run.project_id,
-            "task": run.task,
-            "status": run.status,
-            "reason": run.reason,
-            "baseCommit": run.base_commit,
-            "branch": run.branch,
-            "createdAt": run.created_at,
-            "updatedAt": run.updated_at,
-            "endedAt": run.ended_at,
-            "packets": [
-                {
-                    "id": p.packet_id,
-                    "goal": p.spec.get("goal"),
-                    "dependsOn": p.spec.get("depends_on") or p.spec.get("dependsOn") or [],
-                    "state": p.state,
-                    "hop": p.hop,
-                    "attempt": p.attempt,
-                    "coder": p.coder,
-                    "environment": p.environment,
-                    "threadId": p.thread_id,
-                    "branch": p.branch,
-                    "commit": p.commit_sha,
-                    "failure": p.failure,
-                    "retries": {k: v for k, v in p.retries.items() if isinstance(v, int)},
-                    "stopOwed": [thread for thread, _ in p.retries.get("stop_owed") or []],
-                }
-                for p in run.packets
-            ],
-            "receipts": await ostore.receipts(self.db, run.id),
-        }
+        return await views.describe(self.db, run_id)
 
     async def list(self) -> list[dict[str, Any]]:
         items = []

@@ -85,10 +85,21 @@ def _packet(row: Any) -> PacketRow:
     )
 
 
+def new_run_id() -> str:
+    return new_id("orc")
+
+
 async def create(
-    db: Database, *, project_id: str, task: str, request: dict[str, Any], base_commit: str, now: float
+    db: Database,
+    *,
+    project_id: str,
+    task: str,
+    request: dict[str, Any],
+    base_commit: str,
+    now: float,
+    run_id: str | None = None,
 ) -> RunRow:
-    run_id = new_id("orc")
+    run_id = run_id or new_run_id()
     # git cannot hold both refs/heads/orchestrate/<run> and .../<run>/<packet>: the packets' branches
     # are orchestrate/<run>/<packet>, the integration branch orchestrate/<run>/integrated.
     branch = f"orchestrate/{run_id}/integrated"

@@ -1,17 +1,17 @@
-"""Reading the hops: verification outcomes, the planner's and reviewer's JSON replies, the prompts
-each hop gets, and plan directories (`load_plan_dir`, the one function here that reads files).
+"""Reading the hops: verification outcomes, the planner's and reviewer's JSON replies, and plan
+directories (`load_plan_dir`, the one function here that reads files). The prompts each hop gets
+are in `prompts.py` (re-exported here).
 
-Verification is classified so the engine retries the right way, once at most (`retry_action`):
+Verification is classified by what it did, never by words in its output (a test's own assertion
+message may well say "permission denied"):
 
     passed         exit 0
     timeout        the command ran out of time
-    environmental  it failed because of where it ran, not what the coder wrote: the output matches
-                   one of ENVIRONMENTAL_PATTERNS (permission denied / EACCES, read-only file system,
-                   operation not permitted / EPERM, network is unreachable, could not resolve host,
-                   temporary failure in name resolution, sandbox, no space left on device), or it
-                   never exited on its own  -> re-run it; that run is authoritative
-    content        any other failure  -> back to the same coder once, with the output
-    empty_diff, coder_error  (set by the engine, not here)  -> a different coder once
+    content        it failed  -> back to the same coder once, with the output
+    environmental  established by peerd only (`review.verifying`): the check failed, and peerd's
+                   own re-run of the same commit passed; or (for a coder's run, `implement.py`)
+                   the coder's structured events report that its sandbox declined a step
+    empty_diff, coder_error  (set by the engine)  -> a different coder once
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,57 +28,55 @@ from peerd.errors import InvalidRequest
 from peerd.orchestrate.models import (
     Classification,
     PacketSpec,
-    ReviewEvidence,
     ReviewVerdict,
     VerificationResult,
     validate_plan,
 )
-
-TAIL_CHARS = 4_000
-MAX_DIFF_CHARS = 80_000
-ENVIRONMENTAL_PATTERNS: tuple[str, ...] = (
-    r"permission denied",
-    r"\beacces\b",
-    r"read-only file system",
-    r"\berofs\b",
-    r"operation not permitted",
-    r"\beperm\b",
-    r"network is unreachable",
-    r"could not resolve host",
-    r"temporary failure in name resolution",
-    r"\bsandbox(?:ed|ing)?\b",
-    r"no space left on device",
-    r"\benospc\b",
+from peerd.orchestrate.prompts import (
+    PLAN_SCHEMA,
+    TAIL_CHARS,
+    implementer_prompt,
+    planner_prompt,
+    reviewer_prompt,
+    scripted_review,
+    scripted_reviewer_prompt,
+    tail,
 )
-_ENVIRONMENTAL = re.compile("|".join(ENVIRONMENTAL_PATTERNS), re.IGNORECASE)
+
+__all__ = [
+    "PLAN_SCHEMA",
+    "classify_verification",
+    "implementer_prompt",
+    "load_plan_dir",
+    "parse_plan_reply",
+    "parse_review_reply",
+    "planner_prompt",
+    "reviewer_prompt",
+    "scripted_review",
+    "scripted_reviewer_prompt",
+    "tail",
+    "verification_result",
+]
 
 
-def environmental_signal(output: str) -> str | None:
-    """The first line of the output that shows sandbox, permission, network or disk trouble."""
-    match = _ENVIRONMENTAL.search(output)
-    if match is None:
-        return None
-    start = output.rfind("\n", 0, match.start()) + 1
-    end = output.find("\n", match.end())
-    return output[start : end if end != -1 else len(output)].strip()
-
-
-def classify_verification(exit_code: int | None, timed_out: bool, output: str) -> Classification:
+def classify_verification(exit_code: int | None, timed_out: bool, output: str = "") -> Classification:
+    """The class of one check run on its own: the output is never read for it."""
     if timed_out:
         return "timeout"
     if exit_code == 0:
         return "passed"
-    if exit_code is None or environmental_signal(output) is not None:
-        return "environmental"
     return "content"
 
 
-def tail(text: str, limit: int = TAIL_CHARS) -> str:
-    return text if len(text) <= limit else "…" + text[-(limit - 1) :]
-
-
 def verification_result(
-    command: str, exit_code: int | None, timed_out: bool, output: str, *, limit: int = TAIL_CHARS
+    command: str,
+    exit_code: int | None,
+    timed_out: bool,
+    output: str,
+    *,
+    limit: int = TAIL_CHARS,
+    evidence: str = "",
+    seconds: float | None = None,
 ) -> VerificationResult:
     classification = classify_verification(exit_code, timed_out, output)
     return VerificationResult(
@@ -89,6 +86,8 @@ def verification_result(
         timed_out=timed_out,
         output_tail=tail(output, limit),
         classification=classification,
+        evidence=evidence,
+        seconds=seconds,
     )
 
 
@@ -181,118 +180,6 @@ def parse_review_reply(text: str) -> tuple[ReviewVerdict | None, list[str]]:
             f"A {verdict.verdict} verdict needs at least one evidence entry {{file, line, reason}}."
         ]
     return verdict, []
-
-
-# --- prompts ------------------------------------------------------------------------------------
-
-PLAN_SCHEMA = """{
-  "packets": [
-    {
-      "id": "short-kebab-id",
-      "goal": "what this packet must achieve, self-contained",
-      "files": ["relative/path.py", "relative/dir/"],
-      "constraints": ["rules the coder must follow"],
-      "verify": "the exact command that proves it works",
-      "depends_on": ["ids of packets that must land first"]
-    }
-  ]
-}"""
-
-
-def _bullets(items: Sequence[str]) -> str:
-    return "\n".join(f"- {item}" for item in items) if items else "- (none)"
-
-
-def planner_prompt(
-    task: str, *, verify_default: str | None, workarounds: Sequence[str], errors: Sequence[str] | None
-) -> str:
-    parts = [
-        "You are the planner of an orchestrated coding run. Read the repository as you need, but do not "
-        "edit any files: decompose the task "
-        "below into work packets that other coding agents will implement, each in its own worktree.",
-        f"Task:\n{task}",
-        "Rules:\n"
-        "- Each packet is independently implementable and verifiable, roughly PR-sized or smaller; "
-        "a task that does not decompose is one packet.\n"
-        "- `id`: lowercase letters, digits and '-'; unique.\n"
-        "- `files`: paths or directories relative to the repository root (no absolute paths, no '..').\n"
-        "- `constraints`: project rules the coder would not otherwise see (from AGENTS.md, CLAUDE.md...).\n"
-        "- `verify`: the exact command that checks the packet, run from the repository root.\n"
-        "- `depends_on`: only ids of this plan; no cycles.",
-    ]
-    if verify_default:
-        parts.append(
-            f"The project's full verification command is `{verify_default}`; prefer narrower commands "
-            "per packet when they exist."
-        )
-    if workarounds:
-        parts.append(
-            f"These sandbox workarounds are added to every packet's constraints:\n{_bullets(workarounds)}"
-        )
-    parts.append(f"Reply with the plan as JSON only, in one ```json block, in this shape:\n{PLAN_SCHEMA}")
-    if errors:
-        parts.append(
-            f"Your previous plan was rejected:\n{_bullets(errors)}\nReply with a corrected plan in full."
-        )
-    return "\n\n".join(parts)
-
-
-def implementer_prompt(
-    packet: PacketSpec,
-    *,
-    workspace_root: str,
-    base_commit: str,
-    branch: str,
-    workarounds: Sequence[str],
-    previous_failure: str | None = None,
-    review_changes: Sequence[ReviewEvidence] | None = None,
-) -> str:
-    constraints = [*packet.constraints, *workarounds]
-    parts = [
-        "You are a delegated implementation agent. An orchestrator assigned you one work packet; it "
-        "reviews your diff and decides whether it is accepted.",
-        f"Your workspace root is {workspace_root} (branch {branch}, based on commit {base_commit}). "
-        f"Make edits only under {workspace_root}; do not touch anything outside it. Stay on branch "
-        f"{branch}: do not switch branches, rebase or push. Uncommitted changes are fine.",
-        f"Packet {packet.id}\n\nGoal:\n{packet.goal}",
-        f"Files in scope:\n{_bullets(packet.files)}",
-        f"Constraints:\n{_bullets(constraints)}",
-        f"Verification command (run it from the workspace root before you finish):\n{packet.verify}",
-        "When you are done, end with a short final report: the files you changed, and the verification "
-        "status (the command, and whether it passed or what failed).",
-    ]
-    if previous_failure:
-        parts.append(
-            "This is a retry. The previous attempt failed verification with this output; fix the cause:\n"
-            f"```\n{tail(previous_failure)}\n```"
-        )
-    if review_changes:
-        lines = [f"{e.file}{f':{e.line}' if e.line else ''}: {e.reason}" for e in review_changes]
-        parts.append(f"This is a retry. The reviewer requested these changes:\n{_bullets(lines)}")
-    return "\n\n".join(parts)
-
-
-def reviewer_prompt(packet: PacketSpec, diff: str, verification: VerificationResult) -> str:
-    shown = diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS] + "\n… (diff truncated)"
-    status = "passed" if verification.passed else f"failed ({verification.classification})"
-    return "\n\n".join(
-        [
-            "You are the reviewer of one work packet that another coding agent implemented. Do not edit "
-            "files. Judge the diff against the packet's goal and constraints.",
-            f"Packet {packet.id}\n\nGoal:\n{packet.goal}",
-            f"Files in scope:\n{_bullets(packet.files)}",
-            f"Constraints:\n{_bullets(packet.constraints)}",
-            f"Verification: `{verification.command}` {status}, exit code {verification.exit_code}.\n"
-            f"```\n{verification.output_tail}\n```",
-            f"Diff:\n```diff\n{shown}\n```",
-            "Answer with JSON only, nothing else:\n"
-            '{"verdict": "approve" | "reject" | "request_changes", '
-            '"evidence": [{"file": "path", "line": 12, "reason": "what is wrong and why"}], '
-            '"summary": "one or two sentences"}\n'
-            "The verdict is exactly one of approve, reject, request_changes. request_changes and reject "
-            "need at least one evidence entry pointing at a file (and line, when there is one).",
-        ]
-    )
 
 
 # --- plan directories ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from peerd.errors import PeerdError
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.engine import ReceiptMissing
 from peerd.orchestrate.implement import start_packet
+from peerd.orchestrate.integrate import integrate
 from tests.helpers import DaemonProcess, client_for, git, running_daemon, two_daemons
 from tests.orchestrate.support import (
     finished,
@@ -169,7 +170,7 @@ async def test_integration_needs_an_approving_review_receipt(tmp_path: Path) -> 
             daemon.db, run.id, "p", now=2.0, state="approved", branch=f"orchestrate/{run.id}/p"
         )
         with pytest.raises(ReceiptMissing):
-            await engine._integrate(run.id)
+            await integrate(engine.ctx, run.id)
         # no hop is skipped: a queued packet cannot jump to approved
         await ostore.update_packet(daemon.db, run.id, "p", now=2.5, state="queued")
         with pytest.raises(PeerdError, match="cannot go from queued to approved"):

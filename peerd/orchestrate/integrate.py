@@ -1,0 +1,101 @@
+"""The last hops of a run: integrate the approved packets into one branch and run the full check
+once (the `integration` receipt), then deliver it when asked (`--push`, `--pr`: the `delivery`
+receipt). Both are safe to repeat after a restart: a merge already in the branch merges nothing,
+the receipt of a finished delivery is found and not done again, a push of the same tip changes
+nothing and an open pull request of the branch is reused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from peerd.orchestrate import deliver, gitops, report, views
+from peerd.orchestrate import store as ostore
+from peerd.orchestrate.context import OrchestrationContext, Settings
+from peerd.orchestrate.models import IntegrationReceipt
+from peerd.orchestrate.review import verification_of
+from peerd.runtime import git
+from peerd.store import projects
+
+
+async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
+    """Merge the approved packets in plan order; returns the run's summary line."""
+    run = await ostore.get(ctx.db, run_id)
+    settings = Settings.from_request(run.request)
+    project = await projects.get(ctx.db, run.project_id)
+    repo = Path(project.path)
+    started = ctx.clock()
+    worktree = ctx.worktrees_dir / "orchestrate" / run.id / "integration"
+    await git.create_worktree(repo, worktree, run.branch, run.base_commit)
+    merged: list[str] = []
+    conflicts: dict[str, list[str]] = {}
+    try:
+        for packet in run.packets:
+            if packet.state == "integrated" and packet.branch:
+                merged.append(packet.packet_id)
+                continue
+            if packet.state != "approved" or not packet.branch:
+                continue
+            await ctx.gate(run.id, packet.packet_id, "review", verdict="approve")
+            result = await gitops.merge_into(repo, worktree, packet.branch, f"Integrate {packet.packet_id}")
+            if result.merged:
+                merged.append(packet.packet_id)
+                await ctx.set(run.id, packet.packet_id, state="integrated")
+            else:
+                conflicts[packet.packet_id] = result.conflicts
+                await ctx.park(
+                    run.id,
+                    packet.packet_id,
+                    "Merge conflict in " + ", ".join(result.conflicts) + ":\n" + result.output,
+                )
+        verification = None
+        if settings.verify and merged:
+            check = await gitops.run_check(worktree, settings.verify)
+            verification = verification_of(
+                settings.verify, check, evidence="the full check, run once by peerd on the integrated result"
+            )
+        # The recorded git dir: the check ran the packets' code in this worktree.
+        tip = await gitops.head(await git.locate_worktree(repo, worktree))
+    finally:
+        await git.remove_worktree(repo, worktree, delete_branch=None)
+    receipt = IntegrationReceipt(
+        branch=run.branch, base_commit=run.base_commit, merged=merged, conflicts=conflicts,
+        verification=verification, commit=tip if merged else None, started_at=started, ended_at=ctx.clock(),
+    )  # fmt: skip
+    await ostore.add_receipt(ctx.db, run.id, None, "integration", receipt.wire(), now=ctx.clock())
+    ctx.changed(run.id)
+    parked = [
+        p.packet_id for p in (await ostore.get(ctx.db, run_id)).packets if p.state in ("parked", "cancelled")
+    ]
+    if verification is None:
+        check_text = "nothing merged, no full check" if settings.verify else "no full check"
+    else:
+        check_text = "check passed" if verification.passed else "check FAILED"
+    summary = f"{len(merged)} packet(s) integrated on {run.branch} ({check_text})"
+    return summary + (f"; parked: {', '.join(parked)}" if parked else "")
+
+
+async def deliver_run(ctx: OrchestrationContext, run_id: str, summary: str) -> None:
+    """`--push REMOTE` / `--pr`, once: the `delivery` receipt is written when it is done."""
+    run = await ostore.get(ctx.db, run_id)
+    settings = Settings.from_request(run.request)
+    if settings.push is None and not settings.pr:
+        return
+    if await ostore.latest_receipt(ctx.db, run_id, None, "delivery") is not None:
+        return
+    integration = await ostore.latest_receipt(ctx.db, run_id, None, "integration") or {}
+    project = await projects.get(ctx.db, run.project_id)
+    # The body is the report as it will read once the run completes (the next step).
+    info = {**await views.describe(ctx.db, run_id), "status": "completed", "reason": summary}
+    receipt = await deliver.deliver(
+        Path(project.path),
+        branch=run.branch,
+        remote=settings.push,
+        pr=settings.pr,
+        ready=settings.ready,
+        base=settings.user_branch,
+        title=deliver.pr_title(run.task, run.branch, list(integration.get("merged") or [])),
+        body=report.pr_body(info),
+        merged=bool(integration.get("merged")),
+    )
+    await ostore.add_receipt(ctx.db, run_id, None, "delivery", receipt.wire(), now=ctx.clock())
+    ctx.changed(run_id)

@@ -1,0 +1,289 @@
+"""The report of an orchestration, and its live progress lines: pure functions of the run as the API
+shows it (`Orchestrations.info`), standard library only (the CLI imports this at command time, the
+engine uses it as a pull request's body).
+
+The report says everything the receipts hold: per packet, who implemented and who reviewed
+(backend, model, environment) and why; every attempt with its hop, class, evidence and times; the
+paths recovered from the user's checkout, the ones left there, and the user's own ones never
+taken; the verification output verbatim when it failed (and the first run of a re-run); each
+review round's verdict, evidence and times; the integration and its full check, and the delivery.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+TERMINAL = ("completed", "failed", "cancelled")
+Info = Mapping[str, Any]
+
+
+def clock(ts: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(ts))) if isinstance(ts, int | float) else "--:--:--"
+
+
+def span(start: Any, end: Any) -> str:
+    if not isinstance(start, int | float) or not isinstance(end, int | float):
+        return ""
+    return f"{clock(start)} -> {clock(end)} ({max(0.0, end - start):.1f} s)"
+
+
+def who(choice: Mapping[str, Any] | None) -> str:
+    """`spec (model M|default model, here|on ENV)`."""
+    if not choice:
+        return "-"
+    model = f"model {choice['model']}" if choice.get("model") else "its default model"
+    where = f"on {choice['environment']}" if choice.get("environment") else "here"
+    return f"{choice.get('spec') or choice.get('backend')} ({model}, {where})"
+
+
+def receipts(info: Info, kind: str, packet: str | None = None) -> list[dict[str, Any]]:
+    return [r["body"] for r in info["receipts"] if r["kind"] == kind and r["packetId"] == packet]
+
+
+def last(info: Info, kind: str, packet: str | None = None) -> dict[str, Any] | None:
+    found = receipts(info, kind, packet)
+    return found[-1] if found else None
+
+
+def succeeded(info: Info) -> bool:
+    if info["status"] != "completed":
+        return False
+    if any(p["state"] != "integrated" for p in info["packets"]):
+        return False
+    verification = (last(info, "integration") or {}).get("verification")
+    return verification is None or bool(verification.get("passed"))
+
+
+def _indent(text: str, pad: str) -> list[str]:
+    return [pad + line if line else "" for line in text.rstrip("\n").splitlines()] or [pad + "(no output)"]
+
+
+def _verification(v: Mapping[str, Any], pad: str) -> list[str]:
+    seconds = f", {v['seconds']:.1f} s" if isinstance(v.get("seconds"), int | float) else ""
+    head = f"`{v['command']}`"
+    if v.get("passed"):
+        lines = [f"{pad}verification passed: {head} (exit 0{seconds})"]
+    else:
+        exit_text = "no exit" if v.get("exitCode") is None else f"exit {v['exitCode']}"
+        lines = [f"{pad}verification {v.get('classification')}: {head} ({exit_text}{seconds})"]
+    if v.get("evidence"):
+        lines.append(f"{pad}  evidence: {v['evidence']}")
+    first = v.get("firstRun")
+    if first:
+        exit_text = "no exit" if first.get("exitCode") is None else f"exit {first['exitCode']}"
+        lines.append(f"{pad}  first run ({first.get('classification')}, {exit_text}), its output:")
+        lines += _indent(first.get("outputTail") or "", pad + "    ")
+    if not v.get("passed") and v.get("classification") in ("content", "timeout", "environmental"):
+        lines.append(f"{pad}  output:")
+        lines += _indent(v.get("outputTail") or "", pad + "    ")
+    return lines
+
+
+def _attempt(r: Mapping[str, Any], pad: str) -> list[str]:
+    hop = f" ({r['hop']})" if r.get("hop") and r.get("hop") != "implement" else ""
+    times = span(r.get("startedAt"), r.get("endedAt"))
+    lines = [f"{pad}attempt {r['attempt']}{hop} by {who(r.get('coder'))}" + (f", {times}" if times else "")]
+    inner = pad + "  "
+    if r.get("filesChanged"):
+        lines.append(f"{inner}changed: {', '.join(r['filesChanged'])}")
+    if r.get("recoveredPaths"):
+        lines.append(f"{inner}recovered from your checkout (escaped edits): {', '.join(r['recoveredPaths'])}")
+    if r.get("notRecovered"):
+        lines.append(
+            f"{inner}escaped edits left in your checkout: {', '.join(r['notRecovered'])}"
+            f" ({r.get('recoveryProblem') or 'not moved'})"
+        )
+    if r.get("strayPaths"):
+        lines.append(
+            f"{inner}appeared in your checkout during the run, outside this packet's files, left as they "
+            f"are: {', '.join(r['strayPaths'])}"
+        )
+    if r.get("userPaths"):
+        lines.append(
+            f"{inner}your own files here, changed during the run, never taken: {', '.join(r['userPaths'])}"
+        )
+    if r.get("coderErrors"):
+        lines.append(f"{inner}the coder's run reported:")
+        lines += [f"{inner}  - {line}" for line in r["coderErrors"]]
+    verification = r.get("verification") or {}
+    if verification.get("classification") in ("empty_diff", "coder_error", "environmental") and not r.get(
+        "commit"
+    ):
+        lines.append(f"{inner}outcome {verification['classification']}: {verification.get('outputTail', '')}")
+        if verification.get("evidence"):
+            lines.append(f"{inner}  evidence: {verification['evidence']}")
+    elif verification.get("classification") == "timeout" and not r.get("commit"):
+        lines.append(f"{inner}outcome timeout: {verification.get('outputTail', '')}")
+    elif verification:
+        lines += _verification(verification, inner)
+    return lines
+
+
+def _review(r: Mapping[str, Any], pad: str) -> list[str]:
+    times = span(r.get("startedAt"), r.get("endedAt"))
+    lines = [
+        f"{pad}review round {r.get('round', 1)} by {who(r.get('reviewer'))}"
+        + (f", {times}" if times else ""),
+        f"{pad}  verdict {r['verdict']}: {r.get('summary', '')}",
+    ]
+    for e in r.get("evidence") or []:
+        lines.append(f"{pad}    - {e['file']}{':' + str(e['line']) if e.get('line') else ''}: {e['reason']}")
+    return lines
+
+
+def _packet(info: Info, packet: Mapping[str, Any]) -> list[str]:
+    pid = packet["id"]
+    lines = [f"{pid}: {packet['state']}"]
+    coder = packet.get("coder") or {}
+    lines.append(f"  implementer: {who(coder)}" + (f" - {coder['reason']}" if coder.get("reason") else ""))
+    reviewer = packet.get("reviewer") or {}
+    if reviewer:
+        lines.append(
+            f"  reviewer: {who(reviewer)}" + (f" - {reviewer['reason']}" if reviewer.get("reason") else "")
+        )
+    events = [(r, "impl") for r in receipts(info, "implementation", pid)] + [
+        (r, "review") for r in receipts(info, "review", pid)
+    ]
+    events.sort(key=lambda e: e[0].get("endedAt") or 0)
+    for body, kind in events:
+        lines += _attempt(body, "  ") if kind == "impl" else _review(body, "  ")
+    if packet["state"] in ("parked", "failed", "cancelled") and packet.get("failure"):
+        lines.append(f"  {packet['state']}:")
+        lines += _indent(packet["failure"], "    ")
+    return lines
+
+
+def _full_check(integration: Mapping[str, Any], verify_given: bool) -> list[str]:
+    verification = integration.get("verification")
+    if verification is None:
+        if not integration.get("merged"):
+            return [
+                "full check: not run (nothing was merged)"
+                if verify_given
+                else "full check: not run (no --verify)"
+            ]
+        return ["full check: not run (no --verify, and no `verify` in the project config)"]
+    if verification.get("passed"):
+        return [f"full check: passed (`{verification['command']}`)"]
+    head = f"full check: FAILED (exit {verification.get('exitCode')}, `{verification['command']}`):"
+    return [head, *_indent(verification.get("outputTail") or "", "  ")]
+
+
+def _delivery(d: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if d.get("remote") or d.get("pushProblem"):
+        if d.get("pushed"):
+            lines.append(f"pushed: {d['branch']} to {d['remote']}")
+        else:
+            lines.append(f"not pushed: {d.get('pushProblem') or 'not asked'}")
+    if d.get("prUrl"):
+        lines.append(f"pull request: {d['prUrl']}" + (" (draft)" if d.get("prDraft") else ""))
+    elif d.get("prProblem"):
+        lines.append(f"no pull request: {d['prProblem']}")
+    return lines
+
+
+def render(info: Info) -> str:
+    """The whole report, as text (also valid as the body of a pull request, in a fence)."""
+    out = [
+        f"Orchestration {info['id']}: {info['status']}"
+        + (f" - {info['reason']}" if info.get("reason") else "")
+    ]
+    out.append(f"task: {(info.get('task') or '(from a plan directory)').strip()}")
+    base = f"base: {str(info.get('baseCommit'))[:12]}"
+    if info.get("includeDirty"):
+        base += " (your working state when the run started, --include-dirty)"
+    out.append(base)
+    for line in (last(info, "resolution") or {}).get("log", []):
+        out.append(f"  choice: {line}")
+    for line in (last(info, "resolution") or {}).get("warnings", []):
+        out.append(f"  warning: {line}")
+    for line in (last(info, "plan") or {}).get("notes", []):
+        out.append(f"  plan: {line}")
+    rows = []
+    for packet in info["packets"]:
+        impl = last(info, "implementation", packet["id"]) or {}
+        review = last(info, "review", packet["id"]) or {}
+        v = impl.get("verification") or {}
+        check = "passed" if v.get("passed") else (v.get("classification") or "-")
+        rows.append(
+            [packet["id"], packet["state"], who(packet.get("coder")), check, review.get("verdict", "-")]
+        )
+    if rows:
+        out += ["", *_table(["packet", "outcome", "implementer", "verification", "review"], rows)]
+    for packet in info["packets"]:
+        out += ["", *_packet(info, packet)]
+    integration = last(info, "integration")
+    if integration is not None:
+        times = span(integration.get("startedAt"), integration.get("endedAt"))
+        merged = ", ".join(integration["merged"]) or "nothing"
+        out += [
+            "",
+            f"integration branch {integration['branch']}: merged {merged}" + (f", {times}" if times else ""),
+        ]
+        out += _full_check(integration, bool(info.get("verify")))
+    delivery = last(info, "delivery")
+    if delivery is not None:
+        out += _delivery(delivery)
+    return "\n".join(out) + "\n"
+
+
+def pr_body(info: Info) -> str:
+    text = render(info)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"Made by `peerd orchestrate` (run {info['id']}).\n\n{fence}text\n{text}{fence}\n"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*headers).rstrip(), *(fmt.format(*map(str, row)).rstrip() for row in rows)]
+
+
+# --- live progress ------------------------------------------------------------------------------
+
+
+def progress(info: Info, seen: dict[str, Any]) -> list[str]:
+    """Lines for what changed since `seen` (updated in place): the run's status, and per packet its
+    state and hop, attempt and coder (a re-dispatch), retries and reviewer, each with its time."""
+    lines: list[str] = []
+    if seen.get("") != info["status"]:
+        seen[""] = info["status"]
+        lines.append(f"{clock(info.get('updatedAt'))}  run {info['status']}")
+    for packet in info["packets"]:
+        coder = packet.get("coder") or {}
+        reviewer = packet.get("reviewer") or {}
+        retries = {
+            k: v
+            for k, v in (packet.get("retries") or {}).items()
+            if k in ("content", "environmental", "redispatch", "changes") and v
+        }
+        key = (
+            packet["state"],
+            packet.get("hop"),
+            packet.get("attempt"),
+            coder.get("spec"),
+            tuple(sorted(retries.items())),
+        )
+        if seen.get(packet["id"]) == key:
+            continue
+        previous = seen.get(packet["id"])
+        seen[packet["id"]] = key
+        state = packet["state"] + (
+            f" ({packet['hop']})" if packet.get("hop") and packet["hop"] != "implement" else ""
+        )
+        line = f"{clock(packet.get('updatedAt'))}  {packet['id']:<16} {state:<24}"
+        if packet["state"] == "reviewing":
+            line += f" reviewer {who(reviewer)}"
+        elif packet["state"] not in ("queued",):
+            line += f" attempt {packet.get('attempt') or 1}, {who(coder)}"
+        if previous is not None and previous[2] is not None and packet.get("attempt") != previous[2]:
+            line += f" - re-dispatched: {coder.get('reason', '')}"
+        if retries:
+            line += "  [retries: " + ", ".join(f"{k} {v}/1" for k, v in sorted(retries.items())) + "]"
+        lines.append(line.rstrip())
+    return lines

@@ -1,0 +1,62 @@
+"""An orchestration as the API shows it (`GET /v1/orchestrations/{id}`), the report's input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peerd.orchestrate import store as ostore
+from peerd.store.db import Database
+
+
+def _reviewer(run: ostore.RunRow, packet: ostore.PacketRow) -> Any:
+    reviewers = run.request.get("reviewers") or {}
+    return reviewers.get(packet.packet_id)
+
+
+async def describe(db: Database, run_id: str) -> dict[str, Any]:
+    run = await ostore.get(db, run_id)
+    request = run.request
+    flags = request.get("flags") or {}
+    return {
+        "id": run.id,
+        "projectId": run.project_id,
+        "task": run.task,
+        "status": run.status,
+        "reason": run.reason,
+        "baseCommit": run.base_commit,
+        "branch": run.branch,
+        "createdAt": run.created_at,
+        "updatedAt": run.updated_at,
+        "endedAt": run.ended_at,
+        "verify": request.get("verify"),
+        "includeDirty": bool(request.get("includeDirty")),
+        "keep": bool(request.get("keep")),
+        "push": request.get("push"),
+        "pr": bool(request.get("pr")),
+        "serializeOverlaps": bool(flags.get("serializeOverlaps")),
+        "packets": [
+            {
+                "id": p.packet_id,
+                "goal": p.spec.get("goal"),
+                "files": p.spec.get("files") or [],
+                "dependsOn": p.spec.get("depends_on") or p.spec.get("dependsOn") or [],
+                "state": p.state,
+                "hop": p.hop,
+                "attempt": p.attempt,
+                "coder": p.coder,
+                "reviewer": _reviewer(run, p),
+                "environment": p.environment,
+                "threadId": p.thread_id,
+                "branch": p.branch,
+                "commit": p.commit_sha,
+                "failure": p.failure,
+                "updatedAt": p.updated_at,
+                "retries": {
+                    k: v for k, v in p.retries.items() if isinstance(v, int) and not isinstance(v, bool)
+                },
+                "stopOwed": [thread for thread, _ in p.retries.get("stop_owed") or []],
+            }
+            for p in run.packets
+        ],
+        "receipts": await ostore.receipts(db, run.id),
+    }
