@@ -81,6 +81,9 @@ MARKER_RE = re.compile(r"\[\[fake:([A-Za-z0-9_.:\-]+)\]\]")
 NO_SCRIPT_TEXT = "FAKE-MODEL: no script"
 END_OF_SCRIPT_TEXT = "FAKE-MODEL: end of script"
 USAGE_IN, USAGE_OUT = 10, 5
+# Of each request's input, tokens read from the provider's prompt cache; of its output, the model's
+# reasoning ("thinking") tokens. Non-zero so tests see where each CLI reports them.
+USAGE_CACHED, USAGE_REASONING = 3, 2
 
 # Texts the CLIs put into the history themselves: after an interrupt, Claude Code adds an assistant
 # "No response requested." and Gemini CLI a model "[The previous response was interrupted ...]" turn
@@ -599,7 +602,8 @@ def _render_anthropic(answer: _Answer, body: dict[str, Any]) -> tuple[str, bytes
         delta = {"type": "text_delta", "text": answer.text}
         full_block = {"type": "text", "text": answer.text}
         stop = "end_turn"
-    usage = {"input_tokens": USAGE_IN, "output_tokens": USAGE_OUT}
+    # Anthropic's input_tokens excludes cache reads, which are their own count.
+    usage = {"input_tokens": USAGE_IN, "output_tokens": USAGE_OUT, "cache_read_input_tokens": USAGE_CACHED}
     message = {
         "id": msg_id,
         "type": "message",
@@ -629,7 +633,7 @@ def _render_anthropic(answer: _Answer, body: dict[str, Any]) -> tuple[str, bytes
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop, "stop_sequence": None},
-                    "usage": {"output_tokens": USAGE_OUT},
+                    "usage": {"output_tokens": USAGE_OUT, "cache_read_input_tokens": USAGE_CACHED},
                 },
             ),
             ("message_stop", {"type": "message_stop"}),
@@ -672,9 +676,9 @@ def _render_responses(answer: _Answer, body: dict[str, Any]) -> tuple[str, bytes
         }
     usage = {
         "input_tokens": USAGE_IN,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": USAGE_CACHED},  # part of input_tokens
         "output_tokens": USAGE_OUT,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": USAGE_REASONING},  # part of output_tokens
         "total_tokens": USAGE_IN + USAGE_OUT,
     }
     base = {"id": resp_id, "object": "response", "created_at": int(time.time()), "model": body.get("model")}
@@ -757,7 +761,9 @@ def _render_gemini(answer: _Answer, body: dict[str, Any], model: str, stream: bo
         "usageMetadata": {
             "promptTokenCount": USAGE_IN,
             "candidatesTokenCount": USAGE_OUT,
-            "totalTokenCount": USAGE_IN + USAGE_OUT,
+            "cachedContentTokenCount": USAGE_CACHED,  # part of promptTokenCount
+            "thoughtsTokenCount": USAGE_REASONING,  # not part of candidatesTokenCount
+            "totalTokenCount": USAGE_IN + USAGE_OUT + USAGE_REASONING,
         },
         "modelVersion": model,
         "responseId": _new_id("fake-"),

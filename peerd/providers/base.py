@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from peerd.core.usage import Usage
 from peerd.runtime.sandbox import Confinement
 
 ItemKind = Literal[
@@ -64,7 +65,14 @@ class RunFinished:
     exit_code: int | None = None
 
 
-ProviderEvent = SessionStarted | ItemProduced | RunFinished
+@dataclass(frozen=True)
+class UsageReported:
+    """What the run has spent so far (a snapshot, not a delta; see `peerd.core.usage`)."""
+
+    usage: Usage
+
+
+ProviderEvent = SessionStarted | ItemProduced | UsageReported | RunFinished
 
 
 class ProviderRun(Protocol):

@@ -5,7 +5,9 @@ reports each tool's outcome later in a `user` line (`tool_result`), so a tool it
 its result arrives, joined to the remembered `tool_use` by id. Lines of sub-agents
 (`parent_tool_use_id` set) are the sub-agent's own work and make no items. The `result` line ends
 the turn: its `result` text is the reply, and `permission_denials` tell that the run's access level
-stopped tools, which peerd reports as a failure rather than a clean success.
+stopped tools, which peerd reports as a failure rather than a clean success. It also carries the
+turn's `usage` (cache reads and writes apart from `input_tokens`), `total_cost_usd` and `duration_ms`:
+the run's usage, reported once, at the end (`peerd.core.usage`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted
+from peerd.core.usage import Usage
+from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
+    as_float,
+    as_int,
     as_list,
     as_mapping,
     as_str,
@@ -64,9 +69,9 @@ class ClaudeEvents:
                 return text
         return self._last_text
 
-    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]:
+    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced | UsageReported]:
         kind = line.get("type")
-        events: list[SessionStarted | ItemProduced] = []
+        events: list[SessionStarted | ItemProduced | UsageReported] = []
         session_id = as_str(line.get("session_id"))
         # The id is in `system/init`; other lines carry it too, which covers streams without an init
         # (e.g. `--bare`). Each distinct id is reported once.
@@ -81,6 +86,8 @@ class ClaudeEvents:
             self._result = line
             if self._succeeded():
                 self._emit_text(as_str(line.get("result")), events, always=False)
+            if (usage := _usage(line)) is not None:
+                events.append(UsageReported(usage))
         elif line.get("parent_tool_use_id") is not None:
             pass  # a sub-agent's work: its parent's tool item stands for it
         elif kind == "assistant":
@@ -113,7 +120,9 @@ class ClaudeEvents:
         result = as_mapping(self._result)
         return result.get("subtype") == "success" and result.get("is_error") is not True
 
-    def _assistant(self, line: Mapping[str, Any], events: list[SessionStarted | ItemProduced]) -> None:
+    def _assistant(
+        self, line: Mapping[str, Any], events: list[SessionStarted | ItemProduced | UsageReported]
+    ) -> None:
         # An assistant line with `error` set is Claude's own synthetic "API Error: ..." message: a
         # notice, not part of the reply (the failing `result` carries the error for the run).
         api_error = as_str(line.get("error"))
@@ -130,7 +139,9 @@ class ClaudeEvents:
                 if tool_id:
                     self._tools[tool_id] = (as_str(block.get("name")), as_mapping(block.get("input")))
 
-    def _emit_text(self, text: str, events: list[SessionStarted | ItemProduced], *, always: bool) -> None:
+    def _emit_text(
+        self, text: str, events: list[SessionStarted | ItemProduced | UsageReported], *, always: bool
+    ) -> None:
         """Emit an assistant text, never the same text twice in a row.
 
         `always=False` (the result) skips a text equal to the last assistant text even with tool
@@ -146,7 +157,7 @@ class ClaudeEvents:
         self._last_text = text
         self._emit(ItemProduced("assistant_message", text), events)
 
-    def _emit(self, item: ItemProduced, events: list[SessionStarted | ItemProduced]) -> None:
+    def _emit(self, item: ItemProduced, events: list[SessionStarted | ItemProduced | UsageReported]) -> None:
         self._last_item = item
         events.append(item)
 
@@ -180,6 +191,23 @@ class ClaudeEvents:
         return tool_call_item(
             server, tool_name, tool_input, None if is_error else output, error, status, text
         )
+
+
+def _usage(result: Mapping[str, Any]) -> Usage | None:
+    """The turn's usage from `result`: cache reads and writes are input too; None without `usage`."""
+    usage = result.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    cached = as_int(usage.get("cache_read_input_tokens")) or 0
+    written = as_int(usage.get("cache_creation_input_tokens")) or 0
+    return Usage(
+        input_tokens=(as_int(usage.get("input_tokens")) or 0) + cached + written,
+        output_tokens=as_int(usage.get("output_tokens")) or 0,
+        cached_tokens=cached,
+        reasoning_tokens=as_int(as_mapping(usage.get("output_tokens_details")).get("thinking_tokens")) or 0,
+        cost_usd=as_float(result.get("total_cost_usd")),
+        provider_ms=as_int(result.get("duration_ms")),
+    )
 
 
 def _mcp_name(name: str) -> tuple[str | None, str]:

@@ -19,7 +19,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -27,7 +27,14 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 
 from peerd.config import ProviderConfig
-from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
+from peerd.providers.base import (
+    ItemProduced,
+    ProviderEvent,
+    RunFinished,
+    RunSpec,
+    SessionStarted,
+    UsageReported,
+)
 from peerd.runtime import sandbox, sandbox_profile
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Confinement, Mount
@@ -51,7 +58,7 @@ TOKEN_ENV = "PEERD_RUN_TOKEN"  # noqa: S105  # a variable name
 
 
 class StreamParser(Protocol):
-    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]: ...
+    def feed(self, line: Mapping[str, Any]) -> Sequence[SessionStarted | ItemProduced | UsageReported]: ...
 
     def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished: ...
 
@@ -242,8 +249,8 @@ class CliRun:
                     for event in self._feed_text(line):
                         yield event
                     continue
-                for event in self._parser.feed(line):
-                    yield event
+                for parsed in self._parser.feed(line):
+                    yield parsed
                 if (
                     stopper is None
                     and isinstance(self._parser, BoundedRetries)

@@ -4,6 +4,8 @@ Only `item.completed` makes items: `item.started`/`item.updated` are progress of
 would duplicate it. Top-level `error` events are not fatal (Codex emits "Reconnecting... k/N" ones while
 it retries), so they make no item; the last one is kept to explain a failed turn. Success is
 `turn.completed`, failure `turn.failed`; see `peerd.providers.stream_common.finish_run`.
+`turn.completed` carries the turn's `usage` (cached input is part of `input_tokens`, reasoning part
+of `output_tokens`; no cost, no duration): the run's usage is the sum over its turns.
 
 Retries are bounded here, not by Codex's config: its built-in providers' `request_max_retries` /
 `stream_max_retries` cannot be set per run, and against a model server that keeps failing they
@@ -18,7 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted
+from peerd.core.usage import Usage
+from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
     as_int,
     as_list,
@@ -54,6 +57,7 @@ class CodexEvents:
         self._failed = False
         self._failure: str | None = None
         self._last_error: str | None = None
+        self._usage: Usage | None = None
 
     @property
     def give_up_reason(self) -> str | None:
@@ -65,7 +69,7 @@ class CodexEvents:
         """The last `agent_message` of the turn, as the Codex SDK's `Thread.run()` takes it."""
         return self._reply
 
-    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]:
+    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced | UsageReported]:
         kind = line.get("type")
         if kind == "thread.started":
             thread_id = as_str(line.get("thread_id"))
@@ -82,6 +86,10 @@ class CodexEvents:
             return [item] if item is not None else []
         elif kind == "turn.completed":
             self._succeeded, self._failed = True, False
+            if isinstance(usage := line.get("usage"), Mapping):
+                turn = _usage(usage)
+                self._usage = turn if self._usage is None else self._usage.plus(turn)
+                return [UsageReported(self._usage)]
         elif kind == "turn.failed":
             self._succeeded, self._failed = False, True
             self._failure = as_str(as_mapping(line.get("error")).get("message")).strip() or None
@@ -111,6 +119,16 @@ class CodexEvents:
             noise_prefixes=STDERR_NOISE,
             exit_names=EXIT_NAMES,
         )
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    """One turn's `usage` (cached input is part of input, reasoning part of output)."""
+    return Usage(
+        input_tokens=as_int(usage.get("input_tokens")) or 0,
+        output_tokens=as_int(usage.get("output_tokens")) or 0,
+        cached_tokens=as_int(usage.get("cached_input_tokens")) or 0,
+        reasoning_tokens=as_int(usage.get("reasoning_output_tokens")) or 0,
+    )
 
 
 def _item(item: Mapping[str, Any]) -> ItemProduced | None:

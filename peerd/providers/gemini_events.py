@@ -5,6 +5,9 @@ so the chunks are joined here: the text gathered so far becomes one assistant_me
 starts or the turn's `result` arrives, and the reply is the text after the last `tool_result`.
 `error` events (loop detected, turn limit, ...) are warnings, not the end of the run; a tool refused
 by the headless policy ("requires user confirmation") is a failed tool, and the run goes on.
+`result.stats` is the run's usage: `input_tokens` with the `cached` ones in it, `output_tokens`
+without the model's thoughts, which are in `total_tokens` only (so reasoning = total - input -
+output, added to the output here), and the CLI's `duration_ms`.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted
+from peerd.core.usage import Usage
+from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
+    as_int,
     as_mapping,
     as_str,
     clip_head,
@@ -58,7 +63,7 @@ class GeminiEvents:
         text = "".join(self._since_tool)
         return text if text.strip() else None
 
-    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]:
+    def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced | UsageReported]:
         kind = line.get("type")
         if kind == "init":
             session_id = as_str(line.get("session_id"))
@@ -92,7 +97,10 @@ class GeminiEvents:
             self._status = status or "error"
             error = as_mapping(line.get("error"))
             self._failure = as_str(error.get("message")).strip() or as_str(error.get("type")).strip() or None
-            return self._flush()
+            flushed = self._flush()
+            if isinstance(stats := line.get("stats"), Mapping):
+                flushed.append(UsageReported(_usage(stats)))
+            return flushed
         return []
 
     def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:
@@ -108,11 +116,26 @@ class GeminiEvents:
             exit_names=EXIT_NAMES,
         )
 
-    def _flush(self) -> list[SessionStarted | ItemProduced]:
+    def _flush(self) -> list[SessionStarted | ItemProduced | UsageReported]:
         """The gathered chunks as one assistant_message (none when they are only whitespace)."""
         text = "".join(self._pending)
         self._pending = []
         return [ItemProduced("assistant_message", text)] if text.strip() else []
+
+
+def _usage(stats: Mapping[str, Any]) -> Usage:
+    """The run's usage from `result.stats` (thoughts: the part of the total neither input nor output)."""
+    input_tokens = as_int(stats.get("input_tokens")) or 0
+    output_tokens = as_int(stats.get("output_tokens")) or 0
+    total = as_int(stats.get("total_tokens")) or 0
+    reasoning = max(0, total - input_tokens - output_tokens)
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens + reasoning,
+        cached_tokens=as_int(stats.get("cached")) or 0,
+        reasoning_tokens=reasoning,
+        provider_ms=as_int(stats.get("duration_ms")),
+    )
 
 
 def _tool_item(name: str, parameters: Mapping[str, Any], result: Mapping[str, Any]) -> ItemProduced:

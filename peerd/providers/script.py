@@ -15,6 +15,7 @@ from typing import Any, get_args
 
 import structlog
 
+from peerd.core.usage import Usage
 from peerd.providers.base import (
     FinishStatus,
     ItemKind,
@@ -23,8 +24,10 @@ from peerd.providers.base import (
     RunFinished,
     RunSpec,
     SessionStarted,
+    UsageReported,
 )
 from peerd.providers.cli import TOOL_ENV_KEYS
+from peerd.providers.stream_common import as_float, as_int
 from peerd.runtime import sandbox, sandbox_profile
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Mount
@@ -100,8 +103,18 @@ class ScriptRun:
         return RunFinished("failed", error=tail or f"exited with code {exit_code}", exit_code=exit_code)
 
 
-def _map_event(line: Mapping[str, Any]) -> SessionStarted | ItemProduced | None:
+def _map_event(line: Mapping[str, Any]) -> SessionStarted | ItemProduced | UsageReported | None:
     kind = line.get("type")
+    if kind == "usage":
+        return UsageReported(
+            Usage(
+                input_tokens=as_int(line.get("input_tokens")) or 0,
+                output_tokens=as_int(line.get("output_tokens")) or 0,
+                cached_tokens=as_int(line.get("cached_tokens")) or 0,
+                reasoning_tokens=as_int(line.get("reasoning_tokens")) or 0,
+                cost_usd=as_float(line.get("cost_usd")),
+            )
+        )
     if kind == "session" and isinstance(line.get("session_id"), str) and line["session_id"]:
         return SessionStarted(line["session_id"])
     if kind == "item" and line.get("kind") in _ITEM_KINDS:

@@ -14,6 +14,8 @@ Wire format ("script"): one JSON object per stdout line; stderr is logs.
     {"type": "item", "kind": "tool_call", "text": "<tool>",
      "data": {"arguments": {...}, "result": {...}|null, "error": {"code", "message"}|null}}
     {"type": "item", "kind": "error", "text": "..."}
+    {"type": "usage", "input_tokens": N, "output_tokens": N, "cached_tokens": N,
+     "reasoning_tokens": N, "cost_usd": X|null}                    the run's usage so far
     {"type": "result", "status": "completed"|"failed"|"interrupted", "error": "..." (failed only)}
 
 Exit codes: 0 completed, 1 failed (also: unknown --resume id, with no events at all), 130 on SIGINT.
@@ -34,6 +36,10 @@ Steps, one action key each:
     {"tool": {"name": "project_list", "arguments": {...}, "check": false}}
     {"wait": seconds}                      {"wait_for_file": "path"}     (polls every 50 ms)
     {"fail": "message"}
+
+Any step may also carry synthetic usage, `"usage": {"input_tokens": N, "output_tokens": N,
+"cached_tokens": N, "reasoning_tokens": N, "cost_usd": X}` (each key optional; a step may be only
+that): after the step, the run's usage grows by it and the run's totals so far are emitted.
 
 Variables: after each tool call, the scalar fields of its result (e.g. taskId, threadId, status,
 result) are kept as variables of the session; "${name}" in any later string of a step (this run
@@ -72,6 +78,7 @@ OUTPUT_LIMIT = 64 * 1024
 ECHO_LIMIT = 2000
 TOOL_TIMEOUT = 600.0
 ACTIONS = ("reply", "reply_repeat", "write", "edit", "run", "tool", "wait", "wait_for_file", "fail")
+USAGE_KEYS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "cost_usd")
 _FENCED = re.compile(r"^```peerd-script[ \t]*\r?\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _FILE_REF = re.compile(r"^peerd-script:[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
 
@@ -133,9 +140,15 @@ def validate_script(script: Any, origin: str) -> None:
             raise bad(f'run {r} must be an object with a "steps" list')
         for s, step in enumerate(run["steps"]):
             actions = [key for key in step if key in ACTIONS] if isinstance(step, dict) else []
-            extra = set(step) - {*ACTIONS, "check"} if isinstance(step, dict) else set()
-            if len(actions) != 1 or extra:
+            extra = set(step) - {*ACTIONS, "check", "usage"} if isinstance(step, dict) else set()
+            only_usage = isinstance(step, dict) and not actions and "usage" in step
+            if (len(actions) != 1 and not only_usage) or extra:
                 raise bad(f"step {s} must have exactly one action of {', '.join(ACTIONS)}: {step!r}")
+            usage = step.get("usage", {})
+            if not isinstance(usage, dict) or set(usage) - set(USAGE_KEYS) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in usage.values()
+            ):
+                raise bad(f"step {s}: usage takes non-negative numbers for {', '.join(USAGE_KEYS)}")
 
 
 def load_session(state_dir: Path, session_id: str) -> dict[str, Any] | None:
@@ -191,12 +204,27 @@ class Agent:
         self.runtime_mode = runtime_mode
         self.interaction_mode = interaction_mode
         self.variables: dict[str, str] = variables if variables is not None else {}
+        self.usage: dict[str, float] = {}
 
     def run_steps(self, steps: list[Any]) -> None:
         for raw in steps:
             step = substitute(raw, self.variables)
-            action = next(key for key in step if key in ACTIONS)
-            getattr(self, f"step_{action}")(step[action], bool(step.get("check", False)))
+            action = next((key for key in step if key in ACTIONS), None)
+            if action is not None:
+                getattr(self, f"step_{action}")(step[action], bool(step.get("check", False)))
+            if "usage" in step:
+                self.add_usage(step["usage"])
+
+    def add_usage(self, spent: dict[str, Any]) -> None:
+        """Grow the run's synthetic usage by a step's and report the totals so far."""
+        for key in USAGE_KEYS:
+            if key in spent:
+                self.usage[key] = self.usage.get(key, 0) + spent[key]
+        event: dict[str, Any] = {"type": "usage"}
+        for key in USAGE_KEYS[:4]:
+            event[key] = int(self.usage.get(key, 0))
+        event["cost_usd"] = self.usage.get("cost_usd")
+        emit(event)
 
     def allow(self, what: str, needed: str) -> None:
         if self.interaction_mode == "plan":

@@ -43,6 +43,14 @@ def as_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def as_float(value: object) -> float | None:
+    """The value if it is a finite non-negative number (JSON booleans are not), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if 0.0 <= number < float("inf") else None
+
+
 def clip_head(text: str, limit: int = ITEM_TEXT_CHARS) -> str:
     """The start of `text`, marked with an ellipsis when cut: for short item texts."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -269,4 +269,10 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX tasks_followed ON tasks(target_env, created_at)"
         " WHERE (status IN ('pending', 'running') OR stop_owed = 1)",
     ],
+    # 10: what each run spent (peerd/core/usage.py `Usage.to_json`, NULL: unknown) and the budget
+    # that stops it (`Budget.to_json`, NULL: none); peerd/store/threads/usage.py.
+    [
+        "ALTER TABLE runs ADD COLUMN usage TEXT",
+        "ALTER TABLE runs ADD COLUMN budget TEXT",
+    ],
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted
+from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
@@ -30,7 +30,10 @@ def lines(text: str) -> list[dict[str, Any]]:
 
 
 def feed_all(parser: Parser, stream: Iterable[Mapping[str, Any]]) -> list[Event]:
-    return [event for line in stream for event in parser.feed(line)]
+    """The sessions and items (usage has its own tests: tests/unit/test_usage.py)."""
+    return [
+        event for line in stream for event in parser.feed(line) if not isinstance(event, UsageReported)
+    ]
 
 
 def kinds(events: Iterable[Event]) -> list[str]:

@@ -1,0 +1,154 @@
+"""What a run spent, and budgets as stop rules: pure, no I/O.
+
+Every CLI counts tokens its own way; `Usage` is one meaning for all of them:
+
+- `input_tokens`: every prompt token the model read, cached ones included (Claude reports cache
+  reads apart from its `input_tokens`; they are added here);
+- `cached_tokens`: of those, the ones read from the provider's prompt cache;
+- `output_tokens`: every token the model wrote, reasoning included (Gemini reports its thoughts apart
+  from its output; they are added here);
+- `reasoning_tokens`: of those, the model's private reasoning;
+- `total_tokens`: input + output, what a token budget counts;
+- `cost_usd`: the CLI's own figure (Claude Code's `total_cost_usd`), None when it gives none;
+- `provider_ms`: the CLI's own duration of the run, None when it gives none.
+
+A provider reports the run's usage *so far* (a snapshot, never a delta); the run manager keeps the
+latest and checks it against the run's budget (`exceeded`) each time one arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = None
+    provider_ms: int | None = None
+    wall_ms: int | None = None  # set by the run manager: started -> this report (or the end)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def plus(self, other: Usage) -> Usage:
+        """The sum of two usages; a cost or duration only one of them knows counts as known."""
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cost_usd=_add(self.cost_usd, other.cost_usd),
+            provider_ms=_add(self.provider_ms, other.provider_ms),
+            wall_ms=_add(self.wall_ms, other.wall_ms),
+        )
+
+    def with_wall(self, wall_ms: int) -> Usage:
+        return replace(self, wall_ms=wall_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "cachedTokens": self.cached_tokens,
+            "reasoningTokens": self.reasoning_tokens,
+            "totalTokens": self.total_tokens,
+            "costUsd": self.cost_usd,
+            "providerMs": self.provider_ms,
+            "wallMs": self.wall_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Usage:
+        """The stored form back (`to_json`); wrong types read as absent."""
+        return cls(
+            input_tokens=_int(data.get("inputTokens")) or 0,
+            output_tokens=_int(data.get("outputTokens")) or 0,
+            cached_tokens=_int(data.get("cachedTokens")) or 0,
+            reasoning_tokens=_int(data.get("reasoningTokens")) or 0,
+            cost_usd=_float(data.get("costUsd")),
+            provider_ms=_int(data.get("providerMs")),
+            wall_ms=_int(data.get("wallMs")),
+        )
+
+
+def total(usages: Iterable[Usage]) -> Usage | None:
+    """The sum of `usages`, None when there are none (unknown, not zero)."""
+    result: Usage | None = None
+    for usage in usages:
+        result = usage if result is None else result.plus(usage)
+    return result
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A run's stop rule: any limit passed stops it. None: no limit of that kind."""
+
+    tokens: int | None = None
+    usd: float | None = None
+    seconds: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.tokens is None and self.usd is None and self.seconds is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "usd": self.usd, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Budget:
+        return cls(tokens=_int(data.get("tokens")), usd=_float(data.get("usd")), seconds=_float(data.get("seconds")))
+
+
+def exceeded(budget: Budget, usage: Usage | None, wall_s: float) -> str | None:
+    """Why the run is past its budget ("budget exceeded: 51,200 of 50,000 tokens"), else None.
+
+    Passing means more than the limit: a run that lands exactly on it is within it."""
+    if budget.tokens is not None and usage is not None and usage.total_tokens > budget.tokens:
+        return f"budget exceeded: {usage.total_tokens:,} of {budget.tokens:,} tokens"
+    if budget.usd is not None and usage is not None and (usage.cost_usd or 0.0) > budget.usd:
+        return f"budget exceeded: ${usage.cost_usd:,.4f} of ${budget.usd:,.4f}"
+    if budget.seconds is not None and wall_s > budget.seconds:
+        return f"budget exceeded: {wall_s:,.1f} of {budget.seconds:,g} seconds"
+    return None
+
+
+def describe(usage: Usage | None) -> str:
+    """One line for people: "1,234 tokens (1,000 in, 50 cached; 234 out, 10 reasoning), $0.0120, 4.2 s"."""
+    if usage is None:
+        return "unknown"
+    parts = [
+        f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in, {usage.cached_tokens:,} cached; "
+        f"{usage.output_tokens:,} out, {usage.reasoning_tokens:,} reasoning)"
+    ]
+    if usage.cost_usd is not None:
+        parts.append(f"${usage.cost_usd:,.4f}")
+    if usage.wall_ms is not None:
+        parts.append(f"{usage.wall_ms / 1000:,.1f} s")
+    if usage.provider_ms is not None:
+        parts.append(f"provider {usage.provider_ms / 1000:,.1f} s")
+    return ", ".join(parts)
+
+
+def _add(a: float | int | None, b: float | int | None) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        return None
+    return float(value) if value != float("inf") else None
