@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import ipaddress
 import os
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import structlog
 from aiohttp import web
@@ -31,13 +29,24 @@ from peerd import contracts as c
 from peerd.api import peercred
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.gitwire import add_git_routes
-from peerd.api.listener import ListenerLimits, start_tcp
+from peerd.api.listener import start_tcp
 from peerd.api.local import local_app
 from peerd.api.mcp_http import McpService, add_mcp_route, start_tcp_listener
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
-from peerd.config import Config, link_may_use
+from peerd.boot import (
+    DEFAULT_LISTEN,
+    AlreadyRunning,
+    DaemonConfig,
+    EarlyStart,
+    HomeUnusable,
+    home_unusable,
+    open_store,
+    parse_listen,
+    take_lock,
+)
+from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
@@ -56,77 +65,28 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
 from peerd.store import approvals, projects, receipts, threads
-from peerd.store import health as store_health
 from peerd.store.db import Database
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.follower import FollowerPool
 from peerd.tasks.watch import client_key
 
+# Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
+__all__ = [
+    "DEFAULT_LISTEN",
+    "AlreadyRunning",
+    "Daemon",
+    "DaemonConfig",
+    "HomeUnusable",
+    "home_unusable",
+    "parse_listen",
+    "serve",
+]
+
 log = structlog.get_logger(__name__)
 
-DEFAULT_LISTEN = "127.0.0.1:7433"
 CAPABILITIES = ["threads", "projects", "long-poll", "events", "links", "mode-limit-header", "link-fence"]
 HTTP_SHUTDOWN_TIMEOUT_S = 5.0
 PRUNE_EVERY_S = 3600.0
-
-
-class AlreadyRunning(PeerdError):
-    code = "already_running"
-
-
-class HomeUnusable(PeerdError):
-    """The home directory cannot be created, written or locked (a file in the way, no permission)."""
-
-    code = "home_unusable"
-
-
-def home_unusable(home: Path, exc: OSError) -> HomeUnusable:
-    why = exc.strerror or type(exc).__name__
-    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(home) else ""
-    return HomeUnusable(
-        f"peerd cannot use {home} as its home: {why}{where}. Give another with --home or PEERD_HOME, "
-        "or make it a directory this user can write."
-    )
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    home: Path
-    label: str = field(default_factory=socket.gethostname)
-    listen: str | None = DEFAULT_LISTEN  # None: no TCP listener
-    tls: bool = True
-    advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
-    watch_chunk_s: float = 50.0  # the follower's long-poll chunk (tests shorten it)
-    settings: Config = field(default_factory=Config)  # the config file (providers, approvals)
-    listener_limits: ListenerLimits = field(
-        default_factory=ListenerLimits
-    )  # TCP caps, timeouts (tests lower them)
-    new_store: bool = False  # `serve --new-store`: an existing identity may get a new, empty store
-
-
-def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 as `[::1]:7433`); plain HTTP is refused off loopback."""
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not port_text.isdigit() or not host:
-        raise InvalidRequest(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:7433.")
-    host = host.strip("[]")
-    port = int(port_text)
-    if port > 65535:
-        raise InvalidRequest(f"--listen port {port} is out of range.")
-    if not tls and not _is_loopback(host):
-        raise InvalidRequest(
-            f"Refusing to listen on {host} without TLS: only loopback addresses may serve plain HTTP."
-        )
-    return host, port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Daemon:
@@ -153,34 +113,33 @@ class Daemon:
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
         self.subreaper = False
+        self._early: EarlyStart | None = None  # `peerd serve`'s early owner socket (peerd/boot.py)
 
     def request_stop(self) -> None:
         self._stop.set()
 
     def _take_lock(self) -> None:
-        try:
-            self.paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            handle = open(self.paths.lock, "a+")  # noqa: SIM115  # held for the daemon's lifetime
-        except OSError as exc:
-            raise home_unusable(self.paths.home, exc) from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise AlreadyRunning(
-                f"Another peerd is already running with home {self.paths.home} (`peerd status` shows it)."
-            ) from None
-        self._lock_file = handle
+        self._lock_file = take_lock(self.paths)
 
-    async def start(self) -> None:
+    async def start(self, early: EarlyStart | None = None) -> None:
+        """Build and wire everything. With `early` (`peerd serve`, peerd/boot.py), the home lock,
+        the store and the owner socket are already its, and the socket already answers `status`;
+        its held requests are handed to the local app once that is built."""
+        self._early = early
         for url in self.config.advertise:
             check_url(url)  # a pairing code must never carry an address the laptop would refuse
-        self._take_lock()
-        self.db = db = await self._open_store()
+        if early is not None and early.lock is not None and early.db is not None:
+            self._lock_file, self.db = early.lock, early.db
+        else:
+            self._take_lock()
+            self.db = await self._open_store()
+        db = self.db
         try:
             identity = load_or_create_identity(self.paths.home)
         except OSError as exc:
             raise home_unusable(self.paths.home, exc) from None
+        if early is not None and early.identity not in (None, (identity.env_id, identity.fingerprint_text)):
+            log.warning("daemon.identity_changed_while_starting", env_id=identity.env_id)
         self.identity = identity
         now = time.time()
         for run_id, pgid in await threads.live_run_groups(db):
@@ -289,19 +248,25 @@ class Daemon:
         )
 
     async def _open_store(self) -> Database:
-        """Never start over a damaged or foreign store (store/health.py): an existing file must be
-        a healthy peerd store; a missing one is made only on a first start (no identity yet) or
-        with `--new-store`. Refused: `StoreRefused`, one sentence naming the file and the way out."""
-        identity_exists = (self.paths.home / "identity" / "key.pem").exists()
-        await asyncio.to_thread(
-            store_health.check,
-            self.paths.db,
-            identity_exists=identity_exists,
-            new_store=self.config.new_store,
-        )
-        return await Database.open(self.paths.db)
+        """The store, checked before it is opened (`boot.open_store`)."""
+        return await open_store(self.paths, new_store=self.config.new_store)
 
     async def _serve_unix(self, app: web.Application, path: Path, *, listed: bool = True) -> None:
+        early = self._early
+        if early is not None and path == self.paths.socket:
+            # The owner socket is bound already (or now, on a first start): its connections,
+            # held ones included, go to this app from now on.
+            if not early.bound:
+                await early.bind()
+            app[SHUTDOWN_GATE] = self.gate
+            runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
+            await runner.setup()
+            assert runner.server is not None  # noqa: S101  # set by setup()
+            early.handoff(cast("Callable[[], asyncio.Protocol]", runner.server))
+            self._runners.append(runner)
+            if listed:
+                self._listeners.append(c.Listener(kind="unix", address=str(path), tls=False))
+            return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if path.parent != self.paths.home:
             # The short fallback socket dir is in a shared temp dir: it must be ours and private,
@@ -488,6 +453,9 @@ class Daemon:
             await self.runs.shutdown()
         if self.console is not None:
             await self.console.close()
+        if self._early is not None:  # the owner socket stops accepting; held requests are answered
+            self._early.refuse_held("The daemon is stopping.")
+            await self._early.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
@@ -504,8 +472,11 @@ class Daemon:
         log.info("daemon.stopped")
 
 
-async def serve(config: DaemonConfig) -> None:
-    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+async def serve(
+    config: DaemonConfig, *, early: EarlyStart | None = None, import_s: float | None = None
+) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (`peerd serve` comes through
+    `boot.serve`, which answers `status` first: `early`)."""
     daemon = Daemon(config)
     daemon.subreaper = peercred.become_subreaper()
     loop = asyncio.get_running_loop()
@@ -515,7 +486,9 @@ async def serve(config: DaemonConfig) -> None:
     notifier = sdnotify.Notifier.from_env()
     watchdog: asyncio.Task[None] | None = None
     try:
-        await daemon.start()
+        await daemon.start(early)
+        if import_s is not None:
+            log.info("daemon.imported_while_serving_status", seconds=round(import_s, 3))
         listeners = [listener.address for listener in daemon._listeners]
         notifier.ready(sdnotify.serving_status(config.label, listeners))
         watchdog = asyncio.create_task(notifier.run_watchdog(), name="peerd.watchdog")

@@ -195,8 +195,8 @@ def serve(
     import socket  # noqa: PLC0415
 
     from peerd import config as settings_file  # noqa: PLC0415
-    from peerd.daemon import DEFAULT_LISTEN, DaemonConfig, parse_listen  # noqa: PLC0415
-    from peerd.daemon import serve as run_daemon  # noqa: PLC0415
+    from peerd.boot import DEFAULT_LISTEN, DaemonConfig, parse_listen  # noqa: PLC0415
+    from peerd.boot import serve as run_daemon  # noqa: PLC0415  # status first, then the rest
     from peerd.errors import PeerdError  # noqa: PLC0415
     from peerd.logs import configure_logging  # noqa: PLC0415
 

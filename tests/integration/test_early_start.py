@@ -1,0 +1,131 @@
+"""Rules of the early start (peerd/boot.py): `status` is answered before the daemon is built, with
+the same identity the daemon then loads; every other request is held and answered by the built
+daemon on the same connection, never refused for "starting"; a failed start answers held requests
+`unavailable`; the socket is 0600 from birth."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from peerd import boot
+from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.contracts import PROTOCOL_VERSION
+from peerd.paths import Paths
+from peerd.peer.identity import env_id_from_public_key, load_or_create_identity
+from tests.helpers import make_repo
+
+
+def test_the_light_identity_is_the_one_the_daemon_loads(tmp_path: Path) -> None:
+    assert boot.light_identity(tmp_path) is None  # nothing yet: the full start makes it
+    identity = load_or_create_identity(tmp_path)
+    assert boot.light_identity(tmp_path) == (identity.env_id, identity.fingerprint_text)
+    assert boot.env_id_of(b"\x01" * 32) == env_id_from_public_key(b"\x01" * 32)
+    assert boot.PROTOCOL_VERSION == PROTOCOL_VERSION
+    # A certificate made for another key is not trusted early (the full start rebuilds it).
+    other = load_or_create_identity(tmp_path / "other")
+    (tmp_path / "identity" / "cert.pem").write_bytes(
+        (tmp_path / "other" / "identity" / "cert.pem").read_bytes()
+    )
+    assert other.env_id != identity.env_id
+    assert boot.light_identity(tmp_path) is None
+
+
+async def raw_call(path: Path, request: bytes) -> tuple[int, dict[str, object]]:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(request)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+async def test_status_is_answered_early_and_other_requests_wait_for_the_daemon(tmp_path: Path) -> None:
+    load_or_create_identity(tmp_path)
+    early = boot.EarlyStart(boot.DaemonConfig(home=tmp_path, label="early", listen=None))
+    await early.open()
+    try:
+        sock = Paths(tmp_path).socket
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        code, status = await raw_call(sock, b"GET /v1/status HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n")
+        assert code == 200 and status["state"] == "starting" and status["label"] == "early"
+        assert status["counts"] == {"projects": 0, "threads": 0, "liveRuns": 0}
+
+        held = asyncio.ensure_future(raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n"))
+        await asyncio.sleep(0.3)
+        assert not held.done()  # neither refused nor answered while the daemon is not built
+
+        app = web.Application()
+        app.router.add_get("/v1/projects", _projects)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        assert runner.server is not None
+        early.handoff(runner.server)  # type: ignore[arg-type]
+        assert await held == (200, {"items": [], "servedBy": "daemon"})
+        # New connections go to the daemon's app too.
+        assert (await raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n"))[0] == 200
+        await early.close()
+        await runner.cleanup()
+    finally:
+        await early.close()
+        if early.lock is not None:
+            early.lock.close()
+
+
+async def test_a_failed_start_answers_held_requests_unavailable(tmp_path: Path) -> None:
+    load_or_create_identity(tmp_path)
+    early = boot.EarlyStart(boot.DaemonConfig(home=tmp_path, listen=None))
+    await early.open()
+    try:
+        held = asyncio.ensure_future(
+            raw_call(Paths(tmp_path).socket, b"POST /v1/projects HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
+        )
+        await asyncio.sleep(0.2)
+        early.refuse_held("The daemon could not start: test.")
+        code, body = await held
+        assert code == 503 and body["code"] == "unavailable"
+    finally:
+        await early.close()
+        if early.lock is not None:
+            early.lock.close()
+
+
+async def _projects(_request: web.Request) -> web.Response:
+    return web.json_response({"items": [], "servedBy": "daemon"})
+
+
+def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo = make_repo(tmp_path / "repo")
+    load_or_create_identity(home)
+    argv = [sys.executable, "-m", "peerd", "--home", str(home), "serve", "--no-listen", "--new-store"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = LocalClient(Paths(home).socket)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status = client.call("GET", "/v1/status")
+                break
+            except (DaemonNotRunning, DaemonConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.005)
+        # The first answer is usually the early one; whichever it is, the next call is served
+        # by the whole daemon (held until it is built, never refused as "starting").
+        assert status["envId"] and status["fingerprint"].startswith("sha256:")
+        added = client.call("POST", "/v1/projects", body={"path": str(repo)})
+        assert added["name"] == "repo"
+        ready = client.call("GET", "/v1/status")
+        assert "state" not in ready and ready["envId"] == status["envId"]
+        assert ready["fingerprint"] == status["fingerprint"] and ready["counts"]["projects"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(30)
