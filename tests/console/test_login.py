@@ -49,6 +49,14 @@ async def test_login_with_the_token_url_once_and_a_wrong_one_fails(browser: Any,
     assert "token" not in page.url
     await page.locator("#health .checks").wait_for()
     await shot(page, "environment")
+    # keyboard: the first Tab reaches "Skip to the content", which moves the focus to the page
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.textContent") == "Skip to the content"
+    await page.keyboard.press("Enter")
+    assert await page.evaluate("document.activeElement.id") == "main"
+    await page.goto(base + "/approvals")
+    assert "no approvals yet" in await page.inner_text("main")
+    await shot(page, "approvals")
     # the same token again, in another browser: refused
     other = await (await browser.new_context()).new_page()
     again = await other.goto(url)

@@ -145,6 +145,7 @@ async def test_an_orchestrations_packet_graph_report_and_cancel(browser: Any, tm
             page = await signed_in(browser, daemon)
             base = console_url(daemon)
             await page.goto(base + "/orchestrations")
+            await shot(page, "orchestrations")
             await page.click(f"a:has-text('{info['id']}')")
             await page.wait_for_url(f"{base}/orchestrations/{info['id']}")
             nodes = page.locator("svg.graph g.node")
