@@ -61,7 +61,7 @@ async def read_reply(forwarder: Forwarder, env_id: str, read: ReadResult) -> str
     if reply is None:
         return None
     text, part = str(reply["text"]), reply
-    while part["textTruncated"]:
+    while part.get("textTruncated"):  # left out when false
         more = await forwarder.call(
             env_id, "GET", path, params={"itemId": reply["id"], "textOffset": part["nextTextOffset"]}
         )
