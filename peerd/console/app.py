@@ -18,7 +18,7 @@ from peerd.console.server import (
     static,
     stop_streams,
 )
-from peerd.errors import PeerdError
+from peerd.errors import PeerdError, http_status
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +37,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except PeerdError as exc:
-        status = 404 if exc.code.endswith("not_found") or exc.code == "not_linked" else 400
+        status = http_status(exc.code)
         return page(
             request, "error.html", title="Not done", status=status, code=exc.code, message=exc.message
         )
