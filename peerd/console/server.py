@@ -250,8 +250,9 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
 
 
 def set_session_cookie(console: Console, response: web.StreamResponse, session_id: str) -> None:
-    """`Secure` always: Chromium and Firefox keep Secure cookies from http://127.0.0.1 and
-    http://localhost (secure contexts), and behind `tailscale serve` the browser sees HTTPS."""
+    """`Secure` always: Chromium keeps Secure cookies from http://127.0.0.1 and http://localhost
+    (secure contexts; the browser tests check it), recent Firefox from localhost, and behind
+    `tailscale serve` the browser sees HTTPS."""
     response.set_cookie(
         console.cookie_name,
         session_id,
