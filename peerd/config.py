@@ -204,7 +204,9 @@ def load(path: Path | None = None, *, required: bool = False, home: Path | None 
     path = path or default_path(home=home)
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # Not a directory: the default file's home is not a directory (yet); the daemon says so
+        # itself (`home_unusable`), which is what the person needs to hear.
         if required:
             raise ConfigInvalid(f"No config file at {path}.") from None
         return Config()
