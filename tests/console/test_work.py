@@ -40,7 +40,12 @@ async def test_lineage_both_ways_opens_the_boxs_thread_and_a_task_is_cancelled(
                 await client.call("POST", "/v1/projects", body={"path": str(tmp_path / f"{side}-repo")})
             await pair.link("auto")
             here = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
-            child = script({"reply": "working on it"}, {"wait_for_file": str(signals / "never")})
+            child = script(
+                {"reply": "working on it"},
+                {"wait_for_file": str(signals / "go-on")},
+                {"reply": "more from the box"},
+                {"wait_for_file": str(signals / "never")},
+            )
             delegate = {
                 "tool": {
                     "name": "delegate_task",
@@ -78,9 +83,12 @@ async def test_lineage_both_ways_opens_the_boxs_thread_and_a_task_is_cancelled(
             await child_link.click()
             await laptop.wait_for_url(f"{base}/threads/{pair.box_id}/{box_thread}")
             assert "box" in await laptop.inner_text(".facts")
-            await laptop.locator(
-                "#items li.kind-assistant_message pre.text", has_text="working on it"
-            ).wait_for()
+            replies = laptop.locator("#items li.kind-assistant_message pre.text")
+            await replies.filter(has_text="working on it").wait_for()
+            # the box's items stream through the link too
+            await laptop.locator("#live-state[data-state=live]").wait_for()
+            (signals / "go-on").write_text("go")
+            await replies.filter(has_text="more from the box").wait_for(timeout=20_000)
             # ... and the box's thread says whose subagent it is, with a link back here
             parent_line = laptop.locator(".lineage .parent")
             assert "Subagent of Parent on laptop" in await parent_line.inner_text()
