@@ -24,6 +24,7 @@ from peerd.core.constants import RUNTIME_MODES as RUNTIME_MODES  # noqa: PLC0414
 from peerd.core.constants import InteractionMode as InteractionMode  # noqa: PLC0414
 from peerd.core.constants import RuntimeMode as RuntimeMode  # noqa: PLC0414
 from peerd.core.text import clean_label
+from peerd.core.usage import Budget as BudgetRule
 
 PROTOCOL_VERSION = 1
 
@@ -157,6 +158,30 @@ class ProjectList(Input):
 # --- threads, runs, items -----------------------------------------------------------------------
 
 
+class Usage(Wire):
+    """What a run (or a sum of runs) spent; see peerd/core/usage.py for what each count means."""
+
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cached_tokens: int = Field(ge=0)
+    reasoning_tokens: int = Field(ge=0)
+    total_tokens: int = Field(ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)  # the CLI's own figure, null when it gives none
+    provider_ms: int | None = Field(default=None, ge=0)  # the CLI's own duration
+    wall_ms: int | None = Field(default=None, ge=0)  # started -> last report (or end), by peerd
+
+
+class Budget(Input):
+    """A stop rule: a run that passes any of these is stopped and fails with the reason."""
+
+    tokens: int | None = Field(default=None, ge=1)
+    usd: float | None = Field(default=None, gt=0)
+    seconds: float | None = Field(default=None, gt=0)
+
+    def rule(self) -> BudgetRule:
+        return BudgetRule(tokens=self.tokens, usd=self.usd, seconds=self.seconds)
+
+
 class Run(Wire):
     id: str
     thread_id: str
@@ -167,6 +192,7 @@ class Run(Wire):
     created_at: float
     started_at: float | None = None
     ended_at: float | None = None
+    usage: Usage | None = None  # null: unknown (the provider reported none)
 
 
 class Thread(Wire):
@@ -193,6 +219,8 @@ class Thread(Wire):
     # Who started it: owner, link:<client id>, run:<run id> (an agent's tool call), task:<parent
     # thread> (a delegation), orchestrate:<orchestration id>; None for threads older than this.
     started_by: str | None = None
+    # The sum of its runs' usage, in `thread show` only (null there when no run reported any).
+    usage: Usage | None = None
 
 
 class DelegatedFrom(Wire):
@@ -219,6 +247,8 @@ class ThreadLaunch(Input):
     # must live under orchestrate/ or peerd/: a launch never works on the project's own branches.
     branch: str | None = Field(default=None, pattern=r"^(orchestrate|peerd)/[A-Za-z0-9._/-]{1,200}$")
     base_commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}$")
+    # The first run's stop rule (peerd/core/usage.py): past any limit it is stopped and fails.
+    budget: Budget | None = None
 
 
 class ThreadLaunchResult(Wire):

@@ -41,6 +41,7 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
 from peerd.store import clients, projects, threads
 from peerd.store.db import Database
+from peerd.store.threads import usage as usage_store
 from peerd.tasks import feedstore
 
 log = structlog.get_logger(__name__)
@@ -326,6 +327,8 @@ class Operations:
         )
         thread_id, run_id = result["threadId"], result["runId"]
         if not replayed:
+            if req.budget is not None:
+                await usage_store.set_run_budget(self.db, run_id, req.budget.rule())
             await self.runs.kick(thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         run = await threads.get_run(self.db, run_id)
@@ -362,7 +365,8 @@ class Operations:
             return c.Thread.model_validate(
                 await self._forward(caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}")
             )
-        return await threads.get_thread(self.db, thread_id)
+        thread = await threads.get_thread(self.db, thread_id)
+        return thread.model_copy(update={"usage": await usage_store.thread_total(self.db, thread_id)})
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:

@@ -115,6 +115,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "linkLabel",
         "delegated_from",
         "startedBy",
+        "usage",
     ),
     "GET /v1/threads/{id}/bundle": (
         "tip",
@@ -151,6 +152,10 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "revokedReason",
         "status",
         "stoppedThreads",
+    ),
+    "POST /v1/console/login-token": (
+        "url",
+        "expiresAt",
     ),
     "POST /v1/links": (
         "envId",

@@ -34,6 +34,7 @@ from peerd.cli.output import (
 from peerd.cli.stream import event_summary, follow_events, follow_run, item_text, items_after
 from peerd.core.constants import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
+from peerd.core.usage import Usage, describe
 
 
 @click.group(cls=PeerdGroup)
@@ -58,6 +59,29 @@ def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, second
                 if latest.get("id") == result["runId"]:
                     result["reason"] = latest.get("reason")
             return result
+
+
+BUDGET_KEYS = {"tokens": int, "usd": float, "seconds": float}
+
+
+def parse_budget(text: str) -> dict[str, float | int]:
+    """`tokens=50000,usd=2,seconds=600` (any of them) as the API's budget object."""
+    limits: dict[str, float | int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        kind = BUDGET_KEYS.get(key.strip())
+        if not sep or kind is None:
+            raise click.BadParameter(f"{part!r}: write LIMIT=VALUE with LIMIT one of tokens, usd, seconds.")
+        try:
+            number = kind(value.strip())
+        except ValueError:
+            raise click.BadParameter(f"{part!r}: {value.strip()!r} is not a number.") from None
+        if not number > 0 or number == float("inf"):
+            raise click.BadParameter(f"{part!r}: a limit must be a positive number.")
+        limits[key.strip()] = number
+    if not limits:
+        raise click.BadParameter("give at least one limit, e.g. tokens=50000.")
+    return limits
 
 
 def _why(wait: dict[str, Any]) -> str:
@@ -85,6 +109,13 @@ def _why(wait: dict[str, Any]) -> str:
     default=None,
     help="Wait up to this many seconds for the run.",
 )
+@click.option(
+    "--budget",
+    "budget",
+    default=None,
+    metavar="LIMITS",
+    help="Stop the run past any of these limits, e.g. tokens=50000,usd=2,seconds=600.",
+)
 @json_option_for("POST /v1/threads", "wait")
 @click.pass_context
 def thread_launch(
@@ -100,6 +131,7 @@ def thread_launch(
     client_request_id: str | None,
     in_place: bool,
     wait_s: float | None,
+    budget: str | None,
     as_json: JsonOutput | None,
 ) -> None:
     """Launch a thread in a project with a first message."""
@@ -118,6 +150,7 @@ def thread_launch(
         "interactionMode": interaction_mode,
         "clientRequestId": client_request_id,
         "inPlace": in_place,
+        "budget": None if budget is None else parse_budget(budget),
     }
 
     def go(client: LocalClient) -> dict[str, Any]:
@@ -215,6 +248,8 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("status", t["status"] + (", queue held" if t["queueHeld"] else "")),
             ("last run", f"{run.get('id')} #{run.get('number')} {run.get('status')}" if run else "none"),
             ("reason", run.get("reason")),
+            ("run usage", _usage(run.get("usage")) if run else None),
+            ("thread usage", _usage(t.get("usage"))),
             ("updated", when(t["updatedAt"])),
             *_lineage(t),
         ]
@@ -222,6 +257,11 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
     click.echo("")
     for item in data["items"]:
         click.echo(item_text(item))
+
+
+def _usage(wire: dict[str, Any] | None) -> str:
+    """A usage object of the API as one line ("unknown" when the provider reported none)."""
+    return describe(None if wire is None else Usage.from_json(wire))
 
 
 def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -18,6 +18,7 @@ latest and checks it against the run's budget (`exceeded`) each time one arrives
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -103,7 +104,9 @@ class Budget:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Budget:
-        return cls(tokens=_int(data.get("tokens")), usd=_float(data.get("usd")), seconds=_float(data.get("seconds")))
+        return cls(
+            tokens=_int(data.get("tokens")), usd=_float(data.get("usd")), seconds=_float(data.get("seconds"))
+        )
 
 
 def exceeded(budget: Budget, usage: Usage | None, wall_s: float) -> str | None:
@@ -149,6 +152,6 @@ def _int(value: object) -> int | None:
 
 
 def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if value != float("inf") else None
+    return float(value) if math.isfinite(value) and value >= 0 else None

@@ -18,8 +18,8 @@ from typing import Any
 from peerd.core.usage import Usage
 from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
+    as_count,
     as_float,
-    as_int,
     as_list,
     as_mapping,
     as_str,
@@ -198,15 +198,15 @@ def _usage(result: Mapping[str, Any]) -> Usage | None:
     usage = result.get("usage")
     if not isinstance(usage, Mapping):
         return None
-    cached = as_int(usage.get("cache_read_input_tokens")) or 0
-    written = as_int(usage.get("cache_creation_input_tokens")) or 0
+    cached = as_count(usage.get("cache_read_input_tokens")) or 0
+    written = as_count(usage.get("cache_creation_input_tokens")) or 0
     return Usage(
-        input_tokens=(as_int(usage.get("input_tokens")) or 0) + cached + written,
-        output_tokens=as_int(usage.get("output_tokens")) or 0,
+        input_tokens=(as_count(usage.get("input_tokens")) or 0) + cached + written,
+        output_tokens=as_count(usage.get("output_tokens")) or 0,
         cached_tokens=cached,
-        reasoning_tokens=as_int(as_mapping(usage.get("output_tokens_details")).get("thinking_tokens")) or 0,
+        reasoning_tokens=as_count(as_mapping(usage.get("output_tokens_details")).get("thinking_tokens")) or 0,
         cost_usd=as_float(result.get("total_cost_usd")),
-        provider_ms=as_int(result.get("duration_ms")),
+        provider_ms=as_count(result.get("duration_ms")),
     )
 
 

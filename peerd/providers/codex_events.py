@@ -23,6 +23,7 @@ from typing import Any
 from peerd.core.usage import Usage
 from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
+    as_count,
     as_int,
     as_list,
     as_mapping,
@@ -124,10 +125,10 @@ class CodexEvents:
 def _usage(usage: Mapping[str, Any]) -> Usage:
     """One turn's `usage` (cached input is part of input, reasoning part of output)."""
     return Usage(
-        input_tokens=as_int(usage.get("input_tokens")) or 0,
-        output_tokens=as_int(usage.get("output_tokens")) or 0,
-        cached_tokens=as_int(usage.get("cached_input_tokens")) or 0,
-        reasoning_tokens=as_int(usage.get("reasoning_output_tokens")) or 0,
+        input_tokens=as_count(usage.get("input_tokens")) or 0,
+        output_tokens=as_count(usage.get("output_tokens")) or 0,
+        cached_tokens=as_count(usage.get("cached_input_tokens")) or 0,
+        reasoning_tokens=as_count(usage.get("reasoning_output_tokens")) or 0,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from peerd.core.usage import Usage
 from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
-    as_int,
+    as_count,
     as_mapping,
     as_str,
     clip_head,
@@ -125,16 +125,16 @@ class GeminiEvents:
 
 def _usage(stats: Mapping[str, Any]) -> Usage:
     """The run's usage from `result.stats` (thoughts: the part of the total neither input nor output)."""
-    input_tokens = as_int(stats.get("input_tokens")) or 0
-    output_tokens = as_int(stats.get("output_tokens")) or 0
-    total = as_int(stats.get("total_tokens")) or 0
+    input_tokens = as_count(stats.get("input_tokens")) or 0
+    output_tokens = as_count(stats.get("output_tokens")) or 0
+    total = as_count(stats.get("total_tokens")) or 0
     reasoning = max(0, total - input_tokens - output_tokens)
     return Usage(
         input_tokens=input_tokens,
         output_tokens=output_tokens + reasoning,
-        cached_tokens=as_int(stats.get("cached")) or 0,
+        cached_tokens=as_count(stats.get("cached")) or 0,
         reasoning_tokens=reasoning,
-        provider_ms=as_int(stats.get("duration_ms")),
+        provider_ms=as_count(stats.get("duration_ms")),
     )
 
 

@@ -27,7 +27,7 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.providers.cli import TOOL_ENV_KEYS
-from peerd.providers.stream_common import as_float, as_int
+from peerd.providers.stream_common import as_count, as_float
 from peerd.runtime import sandbox, sandbox_profile
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Mount
@@ -108,10 +108,10 @@ def _map_event(line: Mapping[str, Any]) -> SessionStarted | ItemProduced | Usage
     if kind == "usage":
         return UsageReported(
             Usage(
-                input_tokens=as_int(line.get("input_tokens")) or 0,
-                output_tokens=as_int(line.get("output_tokens")) or 0,
-                cached_tokens=as_int(line.get("cached_tokens")) or 0,
-                reasoning_tokens=as_int(line.get("reasoning_tokens")) or 0,
+                input_tokens=as_count(line.get("input_tokens")) or 0,
+                output_tokens=as_count(line.get("output_tokens")) or 0,
+                cached_tokens=as_count(line.get("cached_tokens")) or 0,
+                reasoning_tokens=as_count(line.get("reasoning_tokens")) or 0,
                 cost_usd=as_float(line.get("cost_usd")),
             )
         )

@@ -145,8 +145,12 @@ def validate_script(script: Any, origin: str) -> None:
             if (len(actions) != 1 and not only_usage) or extra:
                 raise bad(f"step {s} must have exactly one action of {', '.join(ACTIONS)}: {step!r}")
             usage = step.get("usage", {})
-            if not isinstance(usage, dict) or set(usage) - set(USAGE_KEYS) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in usage.values()
+            if (
+                not isinstance(usage, dict)
+                or set(usage) - set(USAGE_KEYS)
+                or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in usage.values()
+                )
             ):
                 raise bad(f"step {s}: usage takes non-negative numbers for {', '.join(USAGE_KEYS)}")
 

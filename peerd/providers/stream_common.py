@@ -43,6 +43,12 @@ def as_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def as_count(value: object) -> int | None:
+    """The value if it is a non-negative integer (a token count, a duration), else None."""
+    number = as_int(value)
+    return number if number is not None and number >= 0 else None
+
+
 def as_float(value: object) -> float | None:
     """The value if it is a finite non-negative number (JSON booleans are not), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

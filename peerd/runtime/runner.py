@@ -29,15 +29,25 @@ from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.runs import SHUTDOWN_REASON, is_live, next_to_start, plan_interrupt
+from peerd.core.usage import Budget, Usage, exceeded
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.paths import Paths
-from peerd.providers.base import ItemProduced, Provider, ProviderRun, RunFinished, RunSpec, SessionStarted
+from peerd.providers.base import (
+    ItemProduced,
+    Provider,
+    ProviderRun,
+    RunFinished,
+    RunSpec,
+    SessionStarted,
+    UsageReported,
+)
 from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
 from peerd.store import projects
 from peerd.store import threads as store
 from peerd.store.db import Database
+from peerd.store.threads import usage as usage_store
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +115,7 @@ class RunManager:
         self._live: dict[str, ProviderRun] = {}
         self._interrupts: dict[str, str] = {}  # run id -> why it is being interrupted
         self._cut: set[str] = set()  # runs the shutdown interrupts (not a person): recorded as cut
+        self._over_budget: dict[str, str] = {}  # run id -> "budget exceeded: ..." (it fails with that)
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
         self._closed = asyncio.Event()
@@ -182,6 +193,7 @@ class RunManager:
         finally:
             self._live.pop(run_id, None)
             self._interrupts.pop(run_id, None)
+            self._over_budget.pop(run_id, None)
             self._tasks.pop(run_id, None)
             self._feed.changed(thread.id)
             if not self._closing:
@@ -265,12 +277,19 @@ class RunManager:
             confinement=confinement,
         )
         spec.state_dir.mkdir(parents=True, exist_ok=True)
+        budget = await usage_store.run_budget(self._db, run_id)
+        started = self._clock()
         try:
             provider_run = await provider.start(spec)
         except PeerdError as exc:
             await self._finish(run_id, "failed", reason=exc.message)
             return
         self._live[run_id] = provider_run
+        watchdog = None
+        if budget is not None and budget.seconds is not None:
+            watchdog = asyncio.create_task(
+                self._time_budget(run_id, budget, started), name=f"budget:{run_id}"
+            )
         await self._write(
             lambda: store.transition_run(
                 self._db, run_id, "running", now=self._clock(), pgid=provider_run.pgid
@@ -281,27 +300,80 @@ class RunManager:
             self._spawn(provider_run.interrupt(), f"interrupt:{run_id}")
         final = RunFinished("failed", "The provider ended without reporting a result.")
         errors_seen: set[str] = set()
-        async for event in provider_run.events():
-            if isinstance(event, SessionStarted):
-                await self._write(
-                    functools.partial(
-                        store.set_provider_session, self._db, thread.id, event.session_id, now=self._clock()
-                    )
-                )
-            elif isinstance(event, ItemProduced):
-                if event.kind == "error":
-                    errors_seen.add(event.text)
-                await self._item(thread.id, run_id, event.kind, event.text, event.data)
-            elif isinstance(event, RunFinished):
-                final = event
-            self._feed.changed(thread.id)
+        usage: Usage | None = None
+        try:
+            async for event in provider_run.events():
+                if isinstance(event, UsageReported):
+                    usage = await self._usage(run_id, event.usage, budget, started)
+                else:
+                    final = await self._event(thread.id, run_id, event, final, errors_seen)
+                self._feed.changed(thread.id)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        if usage is not None:  # the whole run's wall time
+            await self._usage(run_id, usage, None, started)
         reason = final.error
         status = final.status
-        if run_id in self._interrupts and status != "completed":  # a run that finished first stays completed
+        if run_id in self._over_budget:  # stopped by its budget: failed, whatever the provider said
+            status, reason = "failed", self._over_budget[run_id]
+        elif run_id in self._interrupts and status != "completed":  # one that finished first stays so
             status, reason = "interrupted", self._interrupts[run_id]
         await self._finish(
             run_id, status, reason=reason, exit_code=final.exit_code, reported=reason in errors_seen
         )
+
+    async def _event(
+        self,
+        thread_id: str,
+        run_id: str,
+        event: SessionStarted | ItemProduced | RunFinished,
+        final: RunFinished,
+        errors_seen: set[str],
+    ) -> RunFinished:
+        """Record one provider event; returns the run's outcome so far."""
+        if isinstance(event, SessionStarted):
+            await self._write(
+                functools.partial(
+                    store.set_provider_session, self._db, thread_id, event.session_id, now=self._clock()
+                )
+            )
+        elif isinstance(event, ItemProduced):
+            if event.kind == "error":
+                errors_seen.add(event.text)
+            await self._item(thread_id, run_id, event.kind, event.text, event.data)
+        else:
+            return event
+        return final
+
+    async def _usage(self, run_id: str, usage: Usage, budget: Budget | None, started: float) -> Usage:
+        """Store the run's usage so far and stop the run once it passes its budget."""
+        wall_s = max(0.0, self._clock() - started)
+        usage = usage.with_wall(round(wall_s * 1000))
+        await self._write(functools.partial(usage_store.set_run_usage, self._db, run_id, usage))
+        if budget is not None and (why := exceeded(budget, usage, wall_s)) is not None:
+            self._stop_over_budget(run_id, why)
+        return usage
+
+    async def _time_budget(self, run_id: str, budget: Budget, started: float) -> None:
+        """A seconds budget passes with no usage arriving: stop the run when its time is up."""
+        seconds = budget.seconds or 0.0
+        while run_id in self._live:
+            wall_s = self._clock() - started
+            if (why := exceeded(Budget(seconds=seconds), None, wall_s)) is not None:
+                self._stop_over_budget(run_id, why)
+                return
+            await asyncio.sleep(max(0.05, seconds - wall_s + 0.01))
+
+    def _stop_over_budget(self, run_id: str, why: str) -> None:
+        if run_id in self._over_budget or run_id in self._interrupts:
+            return
+        log.info("run.over_budget", run_id=run_id, reason=why)
+        self._over_budget[run_id] = why
+        self._interrupts[run_id] = why
+        live = self._live.get(run_id)
+        if live is not None:
+            self._spawn(live.interrupt(), f"interrupt:{run_id}")
 
     async def _confinement(
         self, thread: Thread, cwd: Path, scratch: Path, tool_env: Mapping[str, str]

@@ -12,6 +12,7 @@ import aiosqlite
 from peerd.contracts import Item, Run, Thread
 from peerd.core.runs import RunView
 from peerd.core.text import slice_text
+from peerd.store.threads.usage import usage_of
 
 # A thread with its latest run in one statement (`thread_from_joined`): the latest run is the one
 # with the highest number, found through the runs (thread_id, number) unique index.
@@ -27,6 +28,7 @@ LATEST_RUN_COLUMNS = ", ".join(
         "created_at",
         "started_at",
         "ended_at",
+        "usage",
     )
 )
 THREAD_WITH_LATEST = (
@@ -74,6 +76,7 @@ def run_from_row(row: aiosqlite.Row) -> Run:
         created_at=row["created_at"],
         started_at=row["started_at"],
         ended_at=row["ended_at"],
+        usage=usage_of(row["usage"]),
     )
 
 
@@ -163,5 +166,6 @@ def thread_from_joined(row: aiosqlite.Row) -> Thread:
             created_at=row["lr_created_at"],
             started_at=row["lr_started_at"],
             ended_at=row["lr_ended_at"],
+            usage=usage_of(row["lr_usage"]),
         )
     return thread_from_row(row, latest)

@@ -1,0 +1,49 @@
+"""What runs spent and the budgets that stop them: the `usage` and `budget` columns of `runs`
+(migration 10), stored as `peerd.core.usage` JSON."""
+
+from __future__ import annotations
+
+import json
+
+from peerd import contracts as c
+from peerd.core.usage import Budget, Usage, total
+from peerd.store.db import Database
+
+
+def usage_of(column: str | None) -> c.Usage | None:
+    """A stored `usage` column as the contract's model (None: unknown)."""
+    if not column:
+        return None
+    return wire_usage(Usage.from_json(json.loads(column)))
+
+
+def wire_usage(usage: Usage | None) -> c.Usage | None:
+    return None if usage is None else c.Usage.model_validate(usage.to_json())
+
+
+async def set_run_usage(db: Database, run_id: str, usage: Usage) -> None:
+    """The run's usage so far (a snapshot: it replaces the last one)."""
+    async with db.write() as tx:
+        await tx.execute("UPDATE runs SET usage = ? WHERE id = ?", (json.dumps(usage.to_json()), run_id))
+
+
+async def set_run_budget(db: Database, run_id: str, budget: Budget | None) -> None:
+    stored = None if budget is None or budget.empty else json.dumps(budget.to_json())
+    async with db.write() as tx:
+        await tx.execute("UPDATE runs SET budget = ? WHERE id = ?", (stored, run_id))
+
+
+async def run_budget(db: Database, run_id: str) -> Budget | None:
+    column = await db.scalar("SELECT budget FROM runs WHERE id = ?", (run_id,))
+    return Budget.from_json(json.loads(column)) if isinstance(column, str) and column else None
+
+
+async def thread_usage(db: Database, thread_id: str) -> Usage | None:
+    """The sum of the thread's runs' usage; None when no run reported any."""
+    rows = await db.fetchall("SELECT usage FROM runs WHERE thread_id = ? AND usage IS NOT NULL", (thread_id,))
+    return total(Usage.from_json(json.loads(row["usage"])) for row in rows)
+
+
+async def thread_total(db: Database, thread_id: str) -> c.Usage | None:
+    """`thread_usage` as the contract's model."""
+    return wire_usage(await thread_usage(db, thread_id))

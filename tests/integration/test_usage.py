@@ -1,0 +1,159 @@
+"""Usage per run and per thread, and budgets that stop runs: real daemons, the scripted provider
+reporting synthetic usage per step (issue 20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from peerd.api.localclient import LocalClient
+from peerd.daemon import Daemon
+from tests.helpers import script, wait_terminal
+from tests.integration.test_cli import ok, peerd
+
+Json = dict[str, Any]
+
+
+async def launch(client: LocalClient, project: Json, prompt: str, **extra: Any) -> Json:
+    result: Json = await client.call(
+        "POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt, **extra}
+    )
+    return result
+
+
+async def run_of(client: LocalClient, thread_id: str) -> Json:
+    thread: Json = await client.call("GET", f"/v1/threads/{thread_id}")
+    return thread
+
+
+async def ended(client: LocalClient, launched: Json) -> Json:
+    """The launched run once it is terminal (its status, reason and usage)."""
+    await wait_terminal(client, launched["threadId"], launched["runId"], total=15)
+    run: Json = (await run_of(client, launched["threadId"]))["latestRun"]
+    assert run["id"] == launched["runId"]
+    return run
+
+
+async def items_of(client: LocalClient, thread_id: str) -> list[Json]:
+    page: Json = await client.call("GET", f"/v1/threads/{thread_id}/items")
+    return list(page["items"])
+
+
+async def test_a_runs_usage_is_stored_exactly_and_summed_per_thread(
+    client: LocalClient, project: Json
+) -> None:
+    first = await launch(
+        client,
+        project,
+        script(
+            {"reply": "one", "usage": {"input_tokens": 1000, "output_tokens": 200, "cached_tokens": 300}},
+            {"reply": "two", "usage": {"input_tokens": 500, "output_tokens": 50, "reasoning_tokens": 20}},
+            {"usage": {"cost_usd": 0.25}},
+        ),
+    )
+    assert (await wait_terminal(client, first["threadId"], first["runId"]))["status"] == "completed"
+    thread = await run_of(client, first["threadId"])
+    usage = thread["latestRun"]["usage"]
+    assert {k: usage[k] for k in usage if k not in ("wallMs",)} == {
+        "inputTokens": 1500,
+        "outputTokens": 250,
+        "cachedTokens": 300,
+        "reasoningTokens": 20,
+        "totalTokens": 1750,
+        "costUsd": 0.25,
+        "providerMs": None,
+    }
+    assert isinstance(usage["wallMs"], int) and usage["wallMs"] >= 0
+    # A follow-up with no usage of its own: the thread's sum is the first run's.
+    sent = await client.call(
+        "POST", f"/v1/threads/{first['threadId']}/runs", body={"text": script({"reply": "three"})}
+    )
+    assert (await wait_terminal(client, first["threadId"], sent["runId"]))["status"] == "completed"
+    thread = await run_of(client, first["threadId"])
+    assert thread["latestRun"]["usage"] is None  # unknown, not zero
+    assert thread["usage"]["totalTokens"] == 1750
+    again = await client.call(
+        "POST",
+        f"/v1/threads/{first['threadId']}/runs",
+        body={"text": script({"reply": "four", "usage": {"input_tokens": 10, "output_tokens": 5}})},
+    )
+    await wait_terminal(client, first["threadId"], again["runId"])
+    thread = await run_of(client, first["threadId"])
+    assert thread["usage"]["totalTokens"] == 1765
+    assert thread["usage"]["costUsd"] == 0.25
+
+
+async def test_thread_show_prints_the_runs_and_the_threads_usage(
+    daemon: Daemon, client: LocalClient, project: Json
+) -> None:
+    launched = await launch(
+        client, project, script({"reply": "hi", "usage": {"input_tokens": 51200, "output_tokens": 3}})
+    )
+    await wait_terminal(client, launched["threadId"], launched["runId"])
+    shown = ok(await peerd(daemon.paths.home, "thread", "show", launched["threadId"]))
+    assert "run usage" in shown and "51,203 tokens (51,200 in, 0 cached; 3 out" in shown
+    assert "thread usage" in shown
+
+
+async def test_a_token_budget_stops_the_run_mid_way_and_fails_it_with_the_reason(
+    client: LocalClient, project: Json, tmp_path: Path
+) -> None:
+    never = tmp_path / "never.txt"
+    launched = await launch(
+        client,
+        project,
+        script(
+            {"reply": "step one", "usage": {"input_tokens": 30000, "output_tokens": 100}},
+            {"reply": "step two", "usage": {"input_tokens": 21000, "output_tokens": 100}},
+            {"wait": 20},  # the budget stops the run here, long before the wait ends
+            {"write": {"path": str(never), "content": "ran past its budget"}},
+        ),
+        budget={"tokens": 50000},
+    )
+    final = await ended(client, launched)
+    assert final["status"] == "failed"
+    assert final["reason"] == "budget exceeded: 51,200 of 50,000 tokens"
+    assert not never.exists()
+    texts = [item["text"] for item in await items_of(client, launched["threadId"])]
+    assert "step two" in texts
+    assert "budget exceeded: 51,200 of 50,000 tokens" in texts  # the error item says it too
+    assert final["usage"]["totalTokens"] == 51200
+
+
+async def test_a_run_within_its_budget_completes(client: LocalClient, project: Json) -> None:
+    launched = await launch(
+        client,
+        project,
+        script({"reply": "ok", "usage": {"input_tokens": 49000, "output_tokens": 1000}}),
+        budget={"tokens": 50000, "usd": 1.0, "seconds": 60},
+    )
+    final = await ended(client, launched)
+    assert final["status"] == "completed", final
+
+
+async def test_a_seconds_budget_stops_a_run_that_reports_nothing(client: LocalClient, project: Json) -> None:
+    launched = await launch(client, project, script({"wait": 30}), budget={"seconds": 0.5})
+    final = await ended(client, launched)
+    assert final["status"] == "failed"
+    assert final["reason"].startswith("budget exceeded: ") and final["reason"].endswith(" of 0.5 seconds")
+
+
+async def test_a_usd_budget_stops_the_run(client: LocalClient, project: Json) -> None:
+    launched = await launch(
+        client,
+        project,
+        script({"usage": {"cost_usd": 0.75}}, {"usage": {"cost_usd": 0.5}}, {"wait": 20}),
+        budget={"usd": 1},
+    )
+    final = await ended(client, launched)
+    assert (final["status"], final["reason"]) == ("failed", "budget exceeded: $1.2500 of $1.0000")
+
+
+async def test_a_budget_must_be_positive(client: LocalClient, project: Json) -> None:
+    for budget in ({"tokens": 0}, {"usd": -1}, {"seconds": 0}, {"tokens": 5, "other": 1}):
+        try:
+            await launch(client, project, "hi", budget=budget)
+        except Exception as exc:  # any refusal; its code is checked below
+            assert getattr(exc, "code", None) == "invalid_request", exc
+        else:
+            raise AssertionError(f"budget {budget} was accepted")

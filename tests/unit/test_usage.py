@@ -1,0 +1,117 @@
+"""Usage from each CLI's stream (the pinned versions' real shapes, captured against the fake model
+with its cached and reasoning tokens), and the pure budget rules (peerd/core/usage.py)."""
+
+# Recorded JSON lines are kept verbatim, one per line, so they can be compared with real output.
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from peerd.core.usage import Budget, Usage, describe, exceeded, total
+from peerd.providers.base import UsageReported
+from peerd.providers.claude_events import ClaudeEvents
+from peerd.providers.codex_events import CodexEvents
+from peerd.providers.gemini_events import GeminiEvents
+
+# claude-code 2.1.332 `result` (fake model: input 10, cache reads 3, output 5); fields trimmed
+# only where they say nothing about usage (modelUsage, subagent_stats, timings).
+CLAUDE_RESULT = json.loads(
+    '{"type": "result", "subtype": "success", "is_error": false, "duration_ms": 460, "duration_api_ms": 45, "num_turns": 1, "result": "Hello.", "stop_reason": "end_turn", "session_id": "89049c15-a7aa-44d3-90dc-d702741aaa14", "total_cost_usd": 0.0001406, "usage": {"input_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 3, "output_tokens": 5, "output_tokens_details": {"thinking_tokens": 0}, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0}, "service_tier": "standard", "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0}, "inference_geo": "", "iterations": [], "speed": "standard", "fallback_credit": null}, "permission_denials": [], "terminal_reason": "completed"}'
+)
+# codex 0.171.0 (fake model: input 10 with 3 cached, output 5 with 2 reasoning).
+CODEX_TURN = json.loads(
+    '{"type": "turn.completed", "usage": {"input_tokens": 10, "cached_input_tokens": 3, "cache_write_input_tokens": 0, "output_tokens": 5, "reasoning_output_tokens": 2}}'
+)
+# gemini-cli 0.61.0 (fake model: prompt 10 with 3 cached, candidates 5, thoughts 2).
+GEMINI_RESULT = json.loads(
+    '{"type": "result", "timestamp": "2026-12-01T13:34:20.945Z", "status": "success", "stats": {"total_tokens": 17, "input_tokens": 10, "output_tokens": 5, "cached": 3, "input": 7, "duration_ms": 206, "tool_calls": 0, "models": {"gemini-2.5-flash": {"total_tokens": 17, "input_tokens": 10, "output_tokens": 5, "cached": 3, "input": 7}}}}'
+)
+
+
+def usages(events: list[Any]) -> list[Usage]:
+    return [event.usage for event in events if isinstance(event, UsageReported)]
+
+
+def test_claude_counts_cache_reads_and_writes_as_input_and_keeps_its_cost_and_duration() -> None:
+    assert usages(ClaudeEvents().feed(CLAUDE_RESULT)) == [
+        Usage(
+            input_tokens=13,
+            output_tokens=5,
+            cached_tokens=3,
+            reasoning_tokens=0,
+            cost_usd=0.0001406,
+            provider_ms=460,
+        )
+    ]
+    written = {**CLAUDE_RESULT, "usage": {**CLAUDE_RESULT["usage"], "cache_creation_input_tokens": 7}}
+    assert usages(ClaudeEvents().feed(written))[0].input_tokens == 20
+
+
+def test_a_failed_claude_turn_still_reports_what_it_spent() -> None:
+    failed = {**CLAUDE_RESULT, "subtype": "error_max_budget_usd", "is_error": True}
+    assert usages(ClaudeEvents().feed(failed))[0].total_tokens == 18
+
+
+def test_claude_without_usage_reports_none() -> None:
+    bare = {k: v for k, v in CLAUDE_RESULT.items() if k not in ("usage",)}
+    assert usages(ClaudeEvents().feed(bare)) == []
+
+
+def test_codex_sums_its_turns_and_reports_the_total_so_far() -> None:
+    parser = CodexEvents()
+    first = usages(parser.feed(CODEX_TURN))
+    second = usages(parser.feed(CODEX_TURN))
+    assert first == [Usage(input_tokens=10, output_tokens=5, cached_tokens=3, reasoning_tokens=2)]
+    assert second == [Usage(input_tokens=20, output_tokens=10, cached_tokens=6, reasoning_tokens=4)]
+    assert second[0].cost_usd is None and second[0].provider_ms is None
+
+
+def test_gemini_adds_its_thoughts_to_the_output() -> None:
+    assert usages(GeminiEvents().feed(GEMINI_RESULT)) == [
+        Usage(input_tokens=10, output_tokens=7, cached_tokens=3, reasoning_tokens=2, provider_ms=206)
+    ]
+    assert usages(GeminiEvents().feed(GEMINI_RESULT))[0].total_tokens == 17  # Gemini's own total
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input_tokens": "10", "output_tokens": None},
+        {"input_tokens": -4, "output_tokens": True},
+        {"input_tokens": 1.5},
+    ],
+)
+def test_odd_counts_read_as_zero_never_raise(bad: dict[str, Any]) -> None:
+    for parser, line in (
+        (ClaudeEvents(), {**CLAUDE_RESULT, "usage": bad, "total_cost_usd": "a lot"}),
+        (CodexEvents(), {"type": "turn.completed", "usage": bad}),
+        (GeminiEvents(), {"type": "result", "status": "success", "stats": bad}),
+    ):
+        (usage,) = usages(parser.feed(line))
+        assert usage.input_tokens == 0 and usage.output_tokens == 0 and usage.cost_usd is None
+
+
+def test_the_budget_rules() -> None:
+    spent = Usage(input_tokens=51_000, output_tokens=200, cost_usd=0.5)
+    assert exceeded(Budget(tokens=50_000), spent, 1.0) == "budget exceeded: 51,200 of 50,000 tokens"
+    assert exceeded(Budget(tokens=51_200), spent, 1.0) is None  # exactly at the limit is within it
+    assert exceeded(Budget(usd=0.25), spent, 1.0) == "budget exceeded: $0.5000 of $0.2500"
+    assert exceeded(Budget(usd=0.25), Usage(input_tokens=5), 1.0) is None  # no cost reported
+    assert exceeded(Budget(seconds=2), None, 2.5) == "budget exceeded: 2.5 of 2 seconds"
+    assert exceeded(Budget(seconds=2), None, 1.5) is None
+    assert exceeded(Budget(), spent, 1e9) is None
+
+
+def test_sums_keep_unknown_apart_from_zero() -> None:
+    assert total([]) is None
+    a = Usage(input_tokens=1, output_tokens=2, cost_usd=None, wall_ms=10)
+    b = Usage(input_tokens=3, output_tokens=4, cost_usd=0.5, provider_ms=7)
+    summed = total([a, b])
+    assert summed == Usage(input_tokens=4, output_tokens=6, cost_usd=0.5, provider_ms=7, wall_ms=10)
+    assert Usage.from_json(summed.to_json()) == summed if summed else False
+    assert describe(None) == "unknown"
+    assert describe(b) == "7 tokens (3 in, 0 cached; 4 out, 0 reasoning), $0.5000, provider 0.0 s"
