@@ -207,6 +207,54 @@ async def test_a_run_replies(cli: str, cli_client: LocalClient, cli_project: dic
     assert thread["providerSession"]  # the CLI's own session id, for later runs
 
 
+# What peerd stores for one model request of the fake model (10 input tokens, 3 of them cached; 5
+# output tokens, 2 of them reasoning), in each CLI's way of counting (peerd/core/usage.py): Claude
+# counts cache reads apart from its input, Gemini its thoughts apart from its output, and only
+# Claude Code reports a cost and its own duration.
+EXPECTED_USAGE: dict[str, dict[str, Any]] = {
+    "claude": {
+        "inputTokens": 13,
+        "cachedTokens": 3,
+        "outputTokens": 5,
+        "reasoningTokens": 0,
+        "totalTokens": 18,
+    },
+    "codex": {
+        "inputTokens": 10,
+        "cachedTokens": 3,
+        "outputTokens": 5,
+        "reasoningTokens": 2,
+        "totalTokens": 15,
+    },
+    "gemini": {
+        "inputTokens": 10,
+        "cachedTokens": 3,
+        "outputTokens": 7,
+        "reasoningTokens": 2,
+        "totalTokens": 17,
+    },
+}
+
+
+@pytest.mark.parametrize("cli", CLIS)
+async def test_the_usage_the_cli_reports_is_stored_exactly(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any]
+) -> None:
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('reply')} Say hello.")
+    done = await wait_terminal(cli_client, launched["threadId"], launched["runId"], total=90)
+    assert done["status"] == "completed", await items_of(cli_client, launched["threadId"])
+    thread = await cli_client.call("GET", f"/v1/threads/{launched['threadId']}")
+    usage = thread["latestRun"]["usage"]
+    assert {k: usage[k] for k in EXPECTED_USAGE[cli]} == EXPECTED_USAGE[cli]
+    assert thread["usage"] == usage  # the thread's one run is its sum
+    assert usage["wallMs"] > 0
+    if cli == "claude":
+        assert usage["costUsd"] > 0 and usage["providerMs"] > 0
+    else:
+        assert usage["costUsd"] is None
+        assert (usage["providerMs"] is not None) == (cli == "gemini")
+
+
 @pytest.mark.parametrize("cli", CLIS)
 async def test_the_model_reads_peerds_tool_errors_and_hints(
     cli: str, cli_client: LocalClient, cli_project: dict[str, Any]
