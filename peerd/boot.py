@@ -31,6 +31,7 @@ import importlib
 import ipaddress
 import json
 import os
+import signal
 import socket
 import sqlite3
 import time
@@ -402,7 +403,15 @@ class EarlyStart:
 
 
 async def serve(config: DaemonConfig) -> None:
-    """`peerd serve`: the early steps above, then the whole daemon (`peerd.daemon.serve`)."""
+    """`peerd serve`: the early steps above, then the whole daemon (`peerd.daemon.serve`).
+
+    SIGTERM/SIGINT are handled from the first step: one that arrives while the daemon is still
+    loading ends the start cleanly (held requests answered `unavailable`, lock and store closed,
+    exit 0) instead of killing the process by the signal's default action."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     early = EarlyStart(config)
     try:
         await early.open()
@@ -414,12 +423,25 @@ async def serve(config: DaemonConfig) -> None:
         finally:
             await store  # raises StoreRefused for a damaged or foreign store: nothing else is served
         import_s = time.monotonic() - started
+        if stop.is_set():
+            raise StartStopped("The daemon was stopped while it was starting.")
+    except StartStopped as exc:
+        await _abandon(early, exc.message)
+        return
     except BaseException as exc:
-        early.refuse_held(f"The daemon could not start: {getattr(exc, 'message', exc)}")
-        await early.close()
-        if early.db is not None:
-            await early.db.close()
-        if early.lock is not None:
-            early.lock.close()
+        await _abandon(early, f"The daemon could not start: {getattr(exc, 'message', exc)}")
         raise
-    await daemon.serve(config, early=early, import_s=import_s)
+    await daemon.serve(config, early=early, import_s=import_s, stop=stop)
+
+
+class StartStopped(PeerdError):
+    code = "shutting_down"
+
+
+async def _abandon(early: EarlyStart, message: str) -> None:
+    early.refuse_held(message)
+    await early.close()
+    if early.db is not None:
+        await early.db.close()
+    if early.lock is not None:
+        early.lock.close()

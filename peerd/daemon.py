@@ -473,15 +473,24 @@ class Daemon:
 
 
 async def serve(
-    config: DaemonConfig, *, early: EarlyStart | None = None, import_s: float | None = None
+    config: DaemonConfig,
+    *,
+    early: EarlyStart | None = None,
+    import_s: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (`peerd serve` comes through
-    `boot.serve`, which answers `status` first: `early`)."""
+    `boot.serve`, which answers `status` first: `early`; a signal its handlers took, `stop`, is
+    not lost in the hand-over)."""
     daemon = Daemon(config)
     daemon.subreaper = peercred.become_subreaper()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)
+    handed_over: asyncio.Task[bool] | None = None
+    if stop is not None:
+        handed_over = asyncio.ensure_future(stop.wait())
+        handed_over.add_done_callback(lambda task: None if task.cancelled() else daemon.request_stop())
     # systemd (Type=notify, see peerd/sdnotify.py): READY=1 once serving, watchdog pings, STOPPING=1.
     notifier = sdnotify.Notifier.from_env()
     watchdog: asyncio.Task[None] | None = None
@@ -501,4 +510,6 @@ async def serve(
                 await watchdog
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+        if handed_over is not None:
+            handed_over.cancel()
         await daemon.shutdown()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import stat
 import subprocess
 import sys
@@ -55,11 +56,15 @@ async def test_status_is_answered_early_and_other_requests_wait_for_the_daemon(t
     try:
         sock = Paths(tmp_path).socket
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
-        code, status = await raw_call(sock, b"GET /v1/status HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n")
+        code, status = await raw_call(
+            sock, b"GET /v1/status HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n"
+        )
         assert code == 200 and status["state"] == "starting" and status["label"] == "early"
         assert status["counts"] == {"projects": 0, "threads": 0, "liveRuns": 0}
 
-        held = asyncio.ensure_future(raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n"))
+        held = asyncio.ensure_future(
+            raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n")
+        )
         await asyncio.sleep(0.3)
         assert not held.done()  # neither refused nor answered while the daemon is not built
 
@@ -71,7 +76,9 @@ async def test_status_is_answered_early_and_other_requests_wait_for_the_daemon(t
         early.handoff(runner.server)  # type: ignore[arg-type]
         assert await held == (200, {"items": [], "servedBy": "daemon"})
         # New connections go to the daemon's app too.
-        assert (await raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n"))[0] == 200
+        assert (
+            await raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n")
+        )[0] == 200
         await early.close()
         await runner.cleanup()
     finally:
@@ -86,7 +93,10 @@ async def test_a_failed_start_answers_held_requests_unavailable(tmp_path: Path) 
     await early.open()
     try:
         held = asyncio.ensure_future(
-            raw_call(Paths(tmp_path).socket, b"POST /v1/projects HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
+            raw_call(
+                Paths(tmp_path).socket,
+                b"POST /v1/projects HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
+            )
         )
         await asyncio.sleep(0.2)
         early.refuse_held("The daemon could not start: test.")
@@ -129,3 +139,25 @@ def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tm
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path: Path) -> None:
+    """The signal's default action would kill the process (exit -15) mid-start; peerd handles
+    SIGTERM from its first step, so a start that is stopped still exits 0 and answers what it held."""
+    home = tmp_path / "home"
+    load_or_create_identity(home)
+    argv = [sys.executable, "-m", "peerd", "--home", str(home), "serve", "--no-listen", "--new-store"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    client = LocalClient(Paths(home).socket)
+    deadline = time.monotonic() + 60
+    while True:  # the early server answers: the full daemon is (most likely) still loading
+        try:
+            status = client.call("GET", "/v1/status")
+            break
+        except (DaemonNotRunning, DaemonConnectionError):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (status, stderr)
+    assert "Traceback" not in stderr
