@@ -31,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pydantic
 import structlog
@@ -62,6 +64,38 @@ NO_TOKEN_HERE = (
 )
 
 
+T = TypeVar("T")
+
+
+def in_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """`fn(*args)` in a thread of its own that never holds up the process's exit: the SDK's import
+    (~1-3 s) runs right after start-up, and a SIGTERM then must not wait for it (as the default
+    executor's threads would be waited for by `asyncio.run`)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting task, which logs it
+            outcome: tuple[T | None, BaseException | None] = (None, exc)
+        else:
+            outcome = (result, None)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=work, name="peerd-mcp-warm", daemon=True).start()
+    return done
+
+
 class McpService:
     """The daemon's one MCP server: built off the event loop on first need, shared by the listeners."""
 
@@ -86,8 +120,8 @@ class McpService:
 
     async def _serve(self) -> None:
         try:
-            module = await asyncio.to_thread(importlib.import_module, "peerd.api.mcp_server")
-            tools = await asyncio.to_thread(module.tool_list)
+            module = await in_daemon_thread(importlib.import_module, "peerd.api.mcp_server")
+            tools = await in_daemon_thread(module.tool_list)
             manager = module.session_manager(self._invoke, tools)
         except Exception as exc:  # the endpoint says so; the rest of the daemon is unaffected
             log.exception("mcp.unavailable")
