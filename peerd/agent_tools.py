@@ -216,6 +216,7 @@ PARAMS: dict[str, dict[str, str]] = {
         "target.model": "Default: this thread's model when the provider is the same.",
         "runtimeMode": "The task's access level; never more than this thread's own.",
         "timeoutMs": "mode wait only: how long to wait for the result.",
+        "budget": "Stop the task past any limit (tokens, usd, seconds); it fails saying which.",
     },
     "task_status": {"timeoutMs": "With wait: how long to wait for the task to end."},
     "task_cancel": {"reason": "Why; kept with the task."},

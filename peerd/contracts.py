@@ -495,6 +495,7 @@ class DelegateTask(Input):
     mode: Literal["async", "wait"] = "async"
     timeout_ms: int | None = Field(default=None, ge=0, le=3_600_000)
     client_request_id: str | None = ClientRequestId
+    budget: Budget | None = None
 
 
 class RemoteChild(Wire):

@@ -275,4 +275,8 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN usage TEXT",
         "ALTER TABLE runs ADD COLUMN budget TEXT",
     ],
+    # 11: a delegated task's budget (`Budget.to_json`, NULL: none), given to its child's run.
+    [
+        "ALTER TABLE tasks ADD COLUMN budget TEXT",
+    ],
 ]

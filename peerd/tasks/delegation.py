@@ -58,6 +58,7 @@ def _launch_of(task: TaskRow, lineage: c.DelegatedFrom | None = None) -> c.Threa
         interaction_mode=task.interaction_mode,
         client_request_id=task.launch_key,
         delegated_from=lineage,
+        budget=None if task.budget is None else c.Budget.model_validate_json(task.budget),
     )
 
 
@@ -138,6 +139,7 @@ class Delegation:
             "prompt": role_prompt(req.role, req.task),
             "provider": provider,
             "wake": wake,
+            "budget": None if req.budget is None else req.budget.model_dump_json(),
         }
         if env is None:
             if target.project_id and target.project_id != parent.project_id:

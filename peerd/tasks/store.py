@@ -49,6 +49,7 @@ class TaskRow:
     last_error: str | None
     created_at: float
     ended_at: float | None
+    budget: str | None = None  # the child run's stop rule, `Budget.to_json` as JSON
 
     @property
     def terminal(self) -> bool:
@@ -108,6 +109,7 @@ def _row(r: aiosqlite.Row) -> TaskRow:
         last_error=r["last_error"],
         created_at=r["created_at"],
         ended_at=r["ended_at"],
+        budget=r["budget"],
     )
 
 
@@ -128,6 +130,7 @@ class NewTask:
     runtime_mode: str | None
     interaction_mode: str | None
     wake: Wake
+    budget: str | None = None
 
 
 async def _one(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
@@ -157,8 +160,8 @@ async def record(db: Database, new: NewTask, *, now: float) -> tuple[TaskRow, bo
         await tx.execute(
             "INSERT INTO tasks (id, parent_thread_id, parent_run_id, namespace, request_key, request_hash, title,"
             " prompt, target_env, target_label, project_id, provider, model, runtime_mode, interaction_mode,"
-            " launch_key, status, wake, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            " launch_key, status, wake, created_at, updated_at, budget)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
             (
                 task_id,
                 new.parent_thread_id,
@@ -179,6 +182,7 @@ async def record(db: Database, new: NewTask, *, now: float) -> tuple[TaskRow, bo
                 new.wake,
                 now,
                 now,
+                new.budget,
             ),
         )
         await threads.event(

@@ -3,6 +3,8 @@ reporting synthetic usage per step (issue 20)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from tests.helpers import script, wait_terminal
 from tests.integration.test_cli import ok, peerd
+from tests.integration.test_delegation import linked_pair
 
 Json = dict[str, Any]
 
@@ -157,3 +160,73 @@ async def test_a_budget_must_be_positive(client: LocalClient, project: Json) -> 
             assert getattr(exc, "code", None) == "invalid_request", exc
         else:
             raise AssertionError(f"budget {budget} was accepted")
+
+
+# --- delegated tasks ------------------------------------------------------------------------------
+
+OVERSPENDING_CHILD = script(
+    {"reply": "child step one", "usage": {"input_tokens": 30000, "output_tokens": 100}},
+    {"reply": "child step two", "usage": {"input_tokens": 21000, "output_tokens": 100}},
+    {"wait": 20},
+    {"reply": "child never gets here"},
+)
+
+
+def delegate_with_budget(**arguments: Any) -> dict[str, Any]:
+    return {"tool": {"name": "delegate_task", "arguments": arguments, "check": True}}
+
+
+def parent_prompt(**arguments: Any) -> str:
+    """A parent that delegates (run 1) and, woken (run 2), replies with the task's status and result."""
+    runs = [
+        {"steps": [delegate_with_budget(**arguments)]},
+        {
+            "steps": [
+                {"tool": {"name": "task_status", "arguments": {"taskId": "${taskId}"}, "check": True}},
+                {"reply": "PARENT GOT ${status}: ${result}"},
+            ]
+        },
+    ]
+    return "```peerd-script\n" + json.dumps({"runs": runs}) + "\n```"
+
+
+async def woken_reply(client: LocalClient, parent: str, total: float = 30) -> str:
+    """The parent's reply in its wake run (run 2)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
+    while loop.time() < deadline:
+        latest = (await run_of(client, parent))["latestRun"]
+        if latest["number"] >= 2:
+            await wait_terminal(client, parent, latest["id"])
+            texts = [i["text"] for i in await items_of(client, parent) if i["kind"] == "assistant_message"]
+            return texts[-1]
+        await asyncio.sleep(0.1)
+    raise AssertionError("the parent was never woken")
+
+
+async def test_a_delegated_tasks_budget_stops_its_child_and_wakes_the_parent_with_why(
+    client: LocalClient, project: Json
+) -> None:
+    launched = await launch(client, project, parent_prompt(task=OVERSPENDING_CHILD, budget={"tokens": 50000}))
+    parent = launched["threadId"]
+    assert await woken_reply(client, parent) == "PARENT GOT failed: budget exceeded: 51,200 of 50,000 tokens"
+    [task] = (await client.call("GET", "/v1/tasks", params={"threadId": parent}))["items"]
+    assert task["status"] == "failed"
+    child = (await run_of(client, task["childThreadId"]))["latestRun"]
+    assert (child["status"], child["reason"]) == ("failed", "budget exceeded: 51,200 of 50,000 tokens")
+
+
+async def test_a_task_on_a_linked_box_is_stopped_by_its_budget_there(tmp_path: Path) -> None:
+    async with linked_pair(tmp_path, watch_chunk_s=5) as (pair, here):
+        prompt = parent_prompt(
+            task=OVERSPENDING_CHILD,
+            target={"environmentId": pair.box_id},
+            budget={"tokens": 50000},
+            clientRequestId="b1",
+        )
+        launched = await pair.lc.call("POST", "/v1/threads", body={"projectId": here["id"], "prompt": prompt})
+        reply = await woken_reply(pair.lc, launched["threadId"], total=60)
+        assert reply == "PARENT GOT failed: budget exceeded: 51,200 of 50,000 tokens"
+        [task] = (await pair.lc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+        there = await pair.bc.call("GET", f"/v1/threads/{task['remoteChild']['threadId']}")
+        assert there["latestRun"]["usage"]["totalTokens"] == 51200
