@@ -5,7 +5,10 @@ the rule it guards."""
 
 from __future__ import annotations
 
+from peerd.errors import PeerdError
+from peerd.tasks.feedclient import feed_code, feed_message
 from peerd.tasks.machine import EndTask, FollowerMachine, OpenTask, Poll, PollAnswer, RunReport, Subscribe
+from peerd.tasks.rules import classify
 from peerd.tasks.subscription import (
     Delta,
     LinkFeed,
@@ -235,3 +238,28 @@ def test_a_reply_that_came_with_the_report_ends_the_task_without_a_read() -> Non
     assert m.polled(1.0, PollAnswer("x" * 16 + "-1", (report,))) == [
         EndTask("task0", "completed", "THE REPLY")
     ]
+
+
+def test_runs_past_the_cap_wait_and_join_when_one_leaves() -> None:
+    """Rule: the laptop follows at most the cap of runs per link (the box refuses more); the
+    others wait in arrival order and join as soon as a followed one leaves."""
+    m = FollowerMachine(chunk_s=50.0, jitter=lambda: 0.0, max_followed=2)
+    m.load([task(0), task(1), task(2)])
+    assert m.sub.want.ids == {"r0", "r1"}
+    m.plan(0.0)
+    m.subscribed(0.0, True)
+    m.drop("task0")
+    [join] = m.plan(1.0)
+    assert join == Subscribe(Delta(("r2",), ("r0",), False, set_hash(["r1", "r2"])))
+
+
+def test_a_box_without_the_change_feed_is_waited_out_not_a_dead_link() -> None:
+    """Rule (old boxes): a box that answers `not_found` for the feed's routes backs the link off
+    with a sentence saying to update peerd there; its tasks are not failed."""
+    gone = PeerdError("No such endpoint: POST /v1/feed/changes", code="not_found")
+    assert classify(feed_code(gone)) == "transient"
+    assert (
+        feed_message(gone, "box")
+        == "box runs a peerd without the change feed; update peerd there (the tasks wait)."
+    )
+    assert feed_code(PeerdError("refused", code="capability_denied")) == "capability_denied"
