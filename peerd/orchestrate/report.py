@@ -74,15 +74,18 @@ def _verification(v: Mapping[str, Any], pad: str) -> list[str]:
     first = v.get("firstRun")
     if first:
         exit_text = "no exit" if first.get("exitCode") is None else f"exit {first['exitCode']}"
-        lines.append(f"{pad}  first run ({first.get('classification')}, {exit_text}), its output:")
-        lines += _indent(first.get("outputTail") or "", pad + "    ")
+        if first.get("outputTail") == v.get("outputTail") and not v.get("passed"):
+            lines.append(f"{pad}  first run ({first.get('classification')}, {exit_text}): the same output")
+        else:
+            lines.append(f"{pad}  first run ({first.get('classification')}, {exit_text}), its output:")
+            lines += _indent(first.get("outputTail") or "", pad + "    ")
     if not v.get("passed") and v.get("classification") in ("content", "timeout", "environmental"):
         lines.append(f"{pad}  output:")
         lines += _indent(v.get("outputTail") or "", pad + "    ")
     return lines
 
 
-def _attempt(r: Mapping[str, Any], pad: str) -> list[str]:
+def _attempt(r: Mapping[str, Any], pad: str, shown: set[str]) -> list[str]:
     hop = f" ({r['hop']})" if r.get("hop") and r.get("hop") != "implement" else ""
     times = span(r.get("startedAt"), r.get("endedAt"))
     lines = [f"{pad}attempt {r['attempt']}{hop} by {who(r.get('coder'))}" + (f", {times}" if times else "")]
@@ -105,9 +108,11 @@ def _attempt(r: Mapping[str, Any], pad: str) -> list[str]:
         lines.append(
             f"{inner}your own files here, changed during the run, never taken: {', '.join(r['userPaths'])}"
         )
-    if r.get("coderErrors"):
+    reported = [line for line in r.get("coderErrors") or [] if line not in shown]
+    shown.update(reported)  # a line an earlier attempt of this packet reported is not repeated
+    if reported:
         lines.append(f"{inner}the coder's run reported:")
-        lines += [f"{inner}  - {line}" for line in r["coderErrors"]]
+        lines += [f"{inner}  - {line}" for line in reported]
     verification = r.get("verification") or {}
     if verification.get("classification") in ("empty_diff", "coder_error", "environmental") and not r.get(
         "commit"
@@ -148,8 +153,9 @@ def _packet(info: Info, packet: Mapping[str, Any]) -> list[str]:
         (r, "review") for r in receipts(info, "review", pid)
     ]
     events.sort(key=lambda e: e[0].get("endedAt") or 0)
+    shown: set[str] = set()
     for body, kind in events:
-        lines += _attempt(body, "  ") if kind == "impl" else _review(body, "  ")
+        lines += _attempt(body, "  ", shown) if kind == "impl" else _review(body, "  ")
     if packet["state"] in ("parked", "failed", "cancelled") and packet.get("failure"):
         lines.append(f"  {packet['state']}:")
         lines += _indent(packet["failure"], "    ")
@@ -201,8 +207,10 @@ def render(info: Info) -> str:
         out.append(f"  choice: {line}")
     for line in (last(info, "resolution") or {}).get("warnings", []):
         out.append(f"  warning: {line}")
+    warned = set((last(info, "resolution") or {}).get("warnings", []))
     for line in (last(info, "plan") or {}).get("notes", []):
-        out.append(f"  plan: {line}")
+        if line not in warned:
+            out.append(f"  plan: {line}")
     rows = []
     for packet in info["packets"]:
         impl = last(info, "implementation", packet["id"]) or {}
@@ -273,15 +281,13 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
             continue
         previous = seen.get(packet["id"])
         seen[packet["id"]] = key
-        state = packet["state"] + (
-            f" ({packet['hop']})" if packet.get("hop") and packet["hop"] != "implement" else ""
-        )
+        state = packet["state"] + (f" ({packet['hop']})" if packet.get("hop") in ("fix", "changes") else "")
         line = f"{clock(packet.get('updatedAt'))}  {packet['id']:<16} {state:<24}"
         if packet["state"] == "reviewing":
             line += f" reviewer {who(reviewer)}"
         elif packet["state"] not in ("queued",):
             line += f" attempt {packet.get('attempt') or 1}, {who(coder)}"
-        if previous is not None and previous[2] is not None and packet.get("attempt") != previous[2]:
+        if previous is not None and previous[2] and (packet.get("attempt") or 0) > previous[2]:
             line += f" - re-dispatched: {coder.get('reason', '')}"
         if retries:
             line += "  [retries: " + ", ".join(f"{k} {v}/1" for k, v in sorted(retries.items())) + "]"
