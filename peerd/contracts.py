@@ -517,6 +517,9 @@ class TaskInfo(Wire):
     stop_owed: bool = False
     last_error: str | None = None
     wait_timed_out: bool | None = None
+    # What the task spent: its child's runs and, recursively, the tasks they delegated (not the
+    # parent's own runs); in task show and task_status. Null: unknown (none reported, or on a box).
+    usage: Usage | None = None
     created_at: float
     ended_at: float | None = None
     hint: str | None = None  # agent tools: what to do when the wait ended first

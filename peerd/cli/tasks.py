@@ -22,6 +22,7 @@ from peerd.cli.output import (
     when,
 )
 from peerd.core.text import path_segment
+from peerd.core.usage import Usage, describe
 
 
 @click.group(cls=PeerdGroup)
@@ -159,6 +160,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
             ("child", _where(t)),
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
+            ("usage", describe(None if t.get("usage") is None else Usage.from_json(t["usage"]))),
             ("created", when(t["createdAt"])),
             ("ended", when(t["endedAt"])),
         ]

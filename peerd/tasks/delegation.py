@@ -36,6 +36,7 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
 from peerd.store import links, projects, threads
 from peerd.store.db import Database
+from peerd.store.threads.usage import task_usage, wire_usage
 from peerd.tasks import store as tasks
 from peerd.tasks.ending import TaskEnder
 from peerd.tasks.rules import WAIT_CAP_S, cancel_result, classify, role_prompt, stopped_with_parent
@@ -293,8 +294,12 @@ class Delegation:
     async def status(self, caller: Caller, req: c.TaskStatusRead) -> c.TaskInfo:
         task = await self._owned(caller, req.task_id)
         if req.wait and not task.terminal:
-            return await self._wait(task.id, _seconds(req.timeout_ms))
-        return task.info()
+            info = await self._wait(task.id, _seconds(req.timeout_ms))
+        else:
+            info = task.info()
+        local_child = None if task.target_env is not None else info.child_thread_id
+        usage = wire_usage(await task_usage(self.db, local_child))
+        return info.model_copy(update={"usage": usage})
 
     async def _wait(self, task_id: str, seconds: float) -> c.TaskInfo:
         """Until the task ends, or return `waitTimedOut` before the caller's own tool-call limit and

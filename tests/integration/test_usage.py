@@ -230,3 +230,27 @@ async def test_a_task_on_a_linked_box_is_stopped_by_its_budget_there(tmp_path: P
         [task] = (await pair.lc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
         there = await pair.bc.call("GET", f"/v1/threads/{task['remoteChild']['threadId']}")
         assert there["latestRun"]["usage"]["totalTokens"] == 51200
+
+
+async def test_a_tasks_usage_is_its_childs_and_their_delegations_not_the_parents(
+    daemon: Daemon, client: LocalClient, project: Json
+) -> None:
+    grandchild = script({"reply": "leaf", "usage": {"input_tokens": 7, "output_tokens": 3}})
+    child = script(
+        {"reply": "middle", "usage": {"input_tokens": 100, "output_tokens": 20, "cost_usd": 0.5}},
+        {"tool": {"name": "delegate_task", "arguments": {"task": grandchild, "mode": "wait"}, "check": True}},
+    )
+    prompt = script(
+        {"reply": "parent's own", "usage": {"input_tokens": 5000, "output_tokens": 1}},
+        {"tool": {"name": "delegate_task", "arguments": {"task": child, "mode": "wait"}, "check": True}},
+    )
+    launched = await launch(client, project, prompt)
+    assert (await ended(client, launched))["status"] == "completed"
+    [task] = (await client.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+    shown = await client.call("GET", f"/v1/tasks/{task['taskId']}")
+    assert shown["usage"]["totalTokens"] == 130  # 120 of the child, 10 of the grandchild
+    assert shown["usage"]["costUsd"] == 0.5
+    parent = await run_of(client, launched["threadId"])
+    assert parent["usage"]["totalTokens"] == 5001  # the parent's own, apart
+    printed = ok(await peerd(daemon.paths.home, "task", "show", task["taskId"]))
+    assert "130 tokens (107 in, 0 cached; 23 out, 0 reasoning), $0.5000" in printed

@@ -47,3 +47,34 @@ async def thread_usage(db: Database, thread_id: str) -> Usage | None:
 async def thread_total(db: Database, thread_id: str) -> c.Usage | None:
     """`thread_usage` as the contract's model."""
     return wire_usage(await thread_usage(db, thread_id))
+
+
+# How deep a task's delegations are followed: far more than any real tree (a loop is not possible:
+# each child thread is new), a bound all the same.
+TASK_DEPTH_MAX = 32
+
+
+async def task_usage(db: Database, child_thread_id: str | None) -> Usage | None:
+    """A local task's usage: its child thread's runs and, recursively, the local tasks that thread
+    delegated (a task on a linked box counts here once the box reports it; not yet). None: unknown."""
+    found: list[Usage] = []
+    level = [child_thread_id] if child_thread_id else []
+    seen: set[str] = set()
+    for _ in range(TASK_DEPTH_MAX):
+        level = [t for t in level if t not in seen]
+        if not level:
+            break
+        seen.update(level)
+        marks = ",".join("?" * len(level))
+        rows = await db.fetchall(
+            f"SELECT usage FROM runs WHERE thread_id IN ({marks}) AND usage IS NOT NULL",  # noqa: S608
+            tuple(level),
+        )
+        found += [Usage.from_json(json.loads(row["usage"])) for row in rows]
+        children = await db.fetchall(
+            f"SELECT child_thread_id FROM tasks WHERE parent_thread_id IN ({marks})"  # noqa: S608
+            " AND target_env IS NULL AND child_thread_id IS NOT NULL",
+            tuple(level),
+        )
+        level = [row["child_thread_id"] for row in children]
+    return total(found)
