@@ -14,7 +14,8 @@ import pytest
 
 from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub
-from tests.helpers import script
+from peerd.tasks.subscription import set_hash
+from tests.helpers import script, wait_terminal
 from tests.integration.test_delegation import wait_task
 from tests.integration.test_delegation_durability import WAIT_S, Machines, delegated_and_running, eventually
 
@@ -134,3 +135,30 @@ async def test_a_box_that_lost_the_subscription_gets_the_whole_set_once(
     done = await asyncio.wait_for(wait_task(m.lc, parent, task["taskId"], while_status="running"), WAIT_S)
     # The box's stop cut the child; it went on in a continuation, whose reply is the result.
     assert done["status"] == "completed" and done["result"], done
+
+
+async def test_removing_a_project_there_reports_its_followed_runs_gone(m: Machines) -> None:
+    """Rule: a followed run whose thread goes with its project is reported gone at once (the
+    removal notifies its threads), even when nothing else about the thread changes."""
+    peers = m.laptop.peers
+    assert peers is not None
+
+    async def there(method: str, path: str, **kw: Any) -> Any:
+        return await peers.call(m.box_id, method, path, **kw)
+
+    first = await there(
+        "POST", "/v1/threads", body={"projectId": m.there["id"], "prompt": script({"reply": "one"})}
+    )
+    thread, run = first["threadId"], first["runId"]
+    await wait_terminal(m.bc, thread, run)
+    await there("POST", "/v1/feed/subscription", body={"add": [run], "setHash": set_hash([run])})
+    settled = await there("POST", "/v1/feed/changes", body={"timeout": 10})
+    assert [(r["runId"], r["settled"]) for r in settled["runs"]] == [(run, True)]
+    await m.bc.call("POST", f"/v1/threads/{thread}/archive")
+    looked = await there("POST", "/v1/feed/changes", body={"cursor": settled["cursor"], "timeout": 0})
+    assert looked["runs"] == [], "archived: the same report, nothing new"
+    await m.bc.call("DELETE", f"/v1/projects/{m.there['id']}")
+    gone = await asyncio.wait_for(
+        there("POST", "/v1/feed/changes", body={"cursor": looked["cursor"], "timeout": 20}), 10
+    )
+    assert [(r["runId"], r["found"]) for r in gone["runs"]] == [(run, False)]
