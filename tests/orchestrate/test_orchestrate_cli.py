@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,10 @@ async def test_orchestrate_from_a_plan_directory_in_the_project(tmp_path: Path) 
         text = done.stdout
         assert "integration branch orchestrate/" in text and "full check: passed" in text
         assert "01-fix-add" in text and "02-docs" in text
+        # live progress: a time on every line, the attempt and the coder
+        assert re.search(r"^\d\d:\d\d:\d\d  run running$", text, re.MULTILINE), text
+        assert re.search(r"^\d\d:\d\d:\d\d  01-fix-add +implementing +attempt 1, script ", text, re.MULTILINE)
+        assert "reviewer: reviewer (its default model, here) - --reviewer" in text  # the report
         assert "README.md: no +++ front matter" in done.stderr
         run_id = text.split("orchestration ", 1)[1].split(":", 1)[0]
         status = await peerd(home, repo, "orchestrate", "status", run_id, "--json")
