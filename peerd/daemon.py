@@ -214,6 +214,7 @@ class Daemon:
             custom_commands={
                 name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
             },
+            models={n: p.model for n, p in self.config.settings.providers.items() if p.command is None},
         )
         local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
         add_git_routes(local)

@@ -221,8 +221,8 @@ class Orchestrations:
         available = await self._available()
         assignment = assign(packets, coders, reviewer_flag=reviewer_flag)
         reviewers = {
-            pid: choose_reviewer(
-                choice, coders, reviewer_flag, configured=configured, available=available
+            pid: self._with_model(
+                choose_reviewer(choice, coders, reviewer_flag, configured=configured, available=available)
             ).model_dump(mode="json")
             for pid, choice in assignment.items()
         }

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from peerd.config import ProviderConfig
 from peerd.orchestrate.report import pr_body, progress, render
 from tests.helpers import client_for, running_daemon
 from tests.orchestrate.support import finished, packet, packets_of, project_repo, runs, settings, start, steps
@@ -154,3 +155,28 @@ def test_live_progress_shows_times_attempts_redispatches_retries_and_reviewers()
     assert any("reviewer codex:gpt-5.5 (model gpt-5.5, on box)" in line for line in lines)
     assert any(line.endswith("p1               queued") for line in lines)
     assert len(lines) == 6  # nothing repeated when nothing changed
+
+
+async def test_a_model_configured_for_a_provider_is_the_one_reported(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    config = settings(tmp_path)
+    codex = ProviderConfig(binary="/bin/true", model="gpt-configured-1")  # found, never run here
+    config = config.model_copy(update={"providers": {**config.providers, "codex": codex}})
+    async with (
+        running_daemon(tmp_path / "home", settings=config) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        preview = await start(client, project, task="x", coders=["codex"], dryRun=True)
+        hold = tmp_path / "never"
+        plan = [packet("p", "Wait.\n\n" + steps({"wait_for_file": str(hold)}), ["calc.py"], CHECK_ADD)]
+        info = await start(client, project, plan=plan, coders=["script"], reviewer="codex")
+        await client.call("POST", f"/v1/orchestrations/{info['id']}/cancel", body={})
+    (coder,) = preview["coders"]
+    assert (
+        coder["model"] == "gpt-configured-1"
+        and "model gpt-configured-1 from peerd's config" in coder["reason"]
+    )
+    reviewer = packets_of(info)["p"]["reviewer"]
+    assert reviewer["backend"] == "codex" and reviewer["model"] == "gpt-configured-1"
+    assert "reviewer: codex (model gpt-configured-1, here)" in render(info)
