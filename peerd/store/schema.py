@@ -279,4 +279,9 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE tasks ADD COLUMN budget TEXT",
     ],
+    # 12: on a laptop, what a task on a linked box spent, as the box sent it with the result (JSON,
+    # `Usage.to_json`; NULL: unknown, or a local task, whose usage is summed from its runs).
+    [
+        "ALTER TABLE tasks ADD COLUMN usage TEXT",
+    ],
 ]

@@ -33,6 +33,7 @@ class RunReport:
     result_run_id: str | None = None
     reply: str | None = None  # the result run's reply, when `inline` (nothing more to read)
     inline: bool = False
+    usage: str | None = None  # what the child spent (JSON), when the box reports it
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class EndTask:
     task_id: str
     status: TaskStatus
     result: str
+    usage: str | None = None  # what the child spent there (JSON), kept with the task
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class ReadResult:
     status: str | None
     reason: str | None
     label: str
+    usage: str | None = None
 
 
 @dataclass(frozen=True)

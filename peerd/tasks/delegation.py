@@ -36,7 +36,7 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
 from peerd.store import links, projects, threads
 from peerd.store.db import Database
-from peerd.store.threads.usage import task_usage, wire_usage
+from peerd.store.threads.usage import remote_task_usage, task_usage, wire_usage
 from peerd.tasks import store as tasks
 from peerd.tasks.ending import TaskEnder
 from peerd.tasks.rules import WAIT_CAP_S, cancel_result, classify, role_prompt, stopped_with_parent
@@ -297,8 +297,10 @@ class Delegation:
             info = await self._wait(task.id, _seconds(req.timeout_ms))
         else:
             info = task.info()
-        local_child = None if task.target_env is not None else info.child_thread_id
-        usage = wire_usage(await task_usage(self.db, local_child))
+        if task.target_env is None:
+            usage = wire_usage(await task_usage(self.db, info.child_thread_id))
+        else:  # as its box sent it with the result
+            usage = wire_usage(await remote_task_usage(self.db, task.id))
         return info.model_copy(update={"usage": usage})
 
     async def _wait(self, task_id: str, seconds: float) -> c.TaskInfo:

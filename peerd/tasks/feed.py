@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from dataclasses import dataclass, field
 
+from peerd.contracts import Usage
 from peerd.errors import CapabilityDenied, InvalidRequest
 from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed, Listener
 from peerd.store.db import Database
+from peerd.store.threads.usage import task_usage
 from peerd.tasks import feedstore
 from peerd.tasks.feedwire import FeedChanges, FeedPoll, FeedRun, FeedSubscribe, FeedSubscribed
 from peerd.tasks.rules import settlement
@@ -152,8 +155,12 @@ class FeedHub:
                     reply = await feedstore.last_reply(self.db, thread_id, result.id)
                     inline = reply is None or len(reply) <= INLINE_REPLY_MAX
                     shown = reply if inline else None
+                    spent = await task_usage(self.db, thread_id)  # sent with the result (issue 20)
+                    usage = None if spent is None else json.dumps(spent.to_json())
                     reports.append(
-                        Report(run_id, True, True, result.status, result.id, result.reason, shown, inline)
+                        Report(
+                            run_id, True, True, result.status, result.id, result.reason, shown, inline, usage
+                        )
                     )
                 else:
                     unsettled.append(run_id)
@@ -170,4 +177,5 @@ def _wire(report: Report) -> FeedRun:
         reason=report.reason,
         reply=report.reply,
         reply_inline=report.inline,
+        usage=None if report.usage is None else Usage.model_validate_json(report.usage),
     )

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from peerd.contracts import LONG_POLL_MAX_S, Input, RunStatus, Wire
+from peerd.contracts import LONG_POLL_MAX_S, Input, RunStatus, Usage, Wire
 from peerd.tasks.subscription import CURSOR_PATTERN, MAX_FOLLOWED_RUNS
 
 SUBSCRIPTION_PATH = "/v1/feed/subscription"
@@ -53,6 +53,7 @@ class FeedRun(Wire):
     reason: str | None = None
     reply: str | None = None  # the result run's last reply, when `replyInline` (up to 16,000 characters)
     reply_inline: bool = False
+    usage: Usage | None = None  # settled: what the thread spent, with its delegations; null: unknown
 
 
 class FeedChanges(Wire):

@@ -29,6 +29,7 @@ import structlog
 
 from peerd.errors import PeerdError
 from peerd.store.db import Database
+from peerd.store.threads import usage as usage_store
 from peerd.tasks import feedstore
 from peerd.tasks import store as tasks
 from peerd.tasks.delegation import Delegation
@@ -286,6 +287,8 @@ class Follower:
             return self.machine.result_read(action, reply)
         elif isinstance(action, EndTask):
             self._touched.add(action.task_id)
+            if action.usage is not None:  # before the end: the woken parent may read it at once
+                await usage_store.set_task_usage(db, action.task_id, action.usage)
             await delegation.end(action.task_id, action.status, action.result)
         elif isinstance(action, DropStop):
             self._touched.add(action.task_id)
@@ -407,7 +410,15 @@ class Follower:
             raise
         reports = tuple(
             RunReport(
-                r.run_id, r.found, r.settled, r.status, r.reason, r.result_run_id, r.reply, r.reply_inline
+                r.run_id,
+                r.found,
+                r.settled,
+                r.status,
+                r.reason,
+                r.result_run_id,
+                r.reply,
+                r.reply_inline,
+                None if r.usage is None else r.usage.model_dump_json(by_alias=True),
             )
             for r in answer.runs
         )

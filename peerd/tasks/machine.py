@@ -297,7 +297,7 @@ class FollowerMachine:
             elif run.settled:
                 result_run = run.result_run_id or run.run_id
                 read = ReadResult(
-                    task.id, task.child_thread_id, result_run, run.status, run.reason, task.label
+                    task.id, task.child_thread_id, result_run, run.status, run.reason, task.label, run.usage
                 )
                 # The reply came with the report: the task ends now, with no further request.
                 actions.extend(self.result_read(read, run.reply) if run.inline else [read])
@@ -305,7 +305,8 @@ class FollowerMachine:
 
     def result_read(self, read: ReadResult, reply: str | None) -> list[Action]:
         status = task_status_from_run(read.status or "")
-        return [EndTask(read.task_id, status, result_text(read.status, reply, read.reason, where=read.label))]
+        text = result_text(read.status, reply, read.reason, where=read.label)
+        return [EndTask(read.task_id, status, text, read.usage)]
 
     def failed(
         self, now: float, code: str, message: str, *, task_id: str | None = None, subscribing: bool = False

@@ -231,6 +231,7 @@ class Report:
     reason: str | None = None
     reply: str | None = None
     inline: bool = False
+    usage: str | None = None  # the settled thread's usage, with its delegations (JSON), None: unknown
 
 
 @dataclass

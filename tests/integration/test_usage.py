@@ -254,3 +254,22 @@ async def test_a_tasks_usage_is_its_childs_and_their_delegations_not_the_parents
     assert parent["usage"]["totalTokens"] == 5001  # the parent's own, apart
     printed = ok(await peerd(daemon.paths.home, "task", "show", task["taskId"]))
     assert "130 tokens (107 in, 0 cached; 23 out, 0 reasoning), $0.5000" in printed
+
+
+async def test_a_task_on_a_linked_box_reports_its_usage_with_the_result(tmp_path: Path) -> None:
+    """The box sends what its thread spent (with that thread's own delegations) in the change
+    feed's report; the laptop keeps it with the task, apart from the parent's own usage."""
+    grandchild = script({"reply": "leaf", "usage": {"input_tokens": 7, "output_tokens": 3}})
+    child = script(
+        {"reply": "there", "usage": {"input_tokens": 900, "output_tokens": 90, "cost_usd": 0.02}},
+        {"tool": {"name": "delegate_task", "arguments": {"task": grandchild, "mode": "wait"}, "check": True}},
+        {"reply": "BOX DONE"},
+    )
+    async with linked_pair(tmp_path, watch_chunk_s=5) as (pair, here):
+        prompt = parent_prompt(task=child, target={"environmentId": pair.box_id}, clientRequestId="u1")
+        launched = await pair.lc.call("POST", "/v1/threads", body={"projectId": here["id"], "prompt": prompt})
+        assert await woken_reply(pair.lc, launched["threadId"], total=60) == "PARENT GOT completed: BOX DONE"
+        [task] = (await pair.lc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+        shown = await pair.lc.call("GET", f"/v1/tasks/{task['taskId']}")
+        assert shown["usage"]["totalTokens"] == 1000 and shown["usage"]["costUsd"] == 0.02
+        assert (await run_of(pair.lc, launched["threadId"]))["usage"] is None  # the parent spent nothing

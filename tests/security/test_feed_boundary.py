@@ -110,6 +110,7 @@ async def test_other_links_and_the_owners_runs_are_gone_and_nothing_more(pair: P
             "reason": None,
             "reply": None,
             "replyInline": False,
+            "usage": None,  # what another's thread spent is not told either
         }
     assert by_run[mine["runId"]]["reason"] == "MY REASON"
     assert "SECRET" not in json.dumps(answer)

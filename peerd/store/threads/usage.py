@@ -56,7 +56,7 @@ TASK_DEPTH_MAX = 32
 
 async def task_usage(db: Database, child_thread_id: str | None) -> Usage | None:
     """A local task's usage: its child thread's runs and, recursively, the local tasks that thread
-    delegated (a task on a linked box counts here once the box reports it; not yet). None: unknown."""
+    delegated (tasks it sent to a linked box are not counted here). None: unknown."""
     found: list[Usage] = []
     level = [child_thread_id] if child_thread_id else []
     seen: set[str] = set()
@@ -78,3 +78,15 @@ async def task_usage(db: Database, child_thread_id: str | None) -> Usage | None:
         )
         level = [row["child_thread_id"] for row in children]
     return total(found)
+
+
+async def set_task_usage(db: Database, task_id: str, usage: str) -> None:
+    """A remote task's usage as its box reported it (the wire's camelCase JSON)."""
+    stored = json.dumps(Usage.from_json(json.loads(usage)).to_json())
+    async with db.write() as tx:
+        await tx.execute("UPDATE tasks SET usage = ? WHERE id = ?", (stored, task_id))
+
+
+async def remote_task_usage(db: Database, task_id: str) -> Usage | None:
+    column = await db.scalar("SELECT usage FROM tasks WHERE id = ?", (task_id,))
+    return Usage.from_json(json.loads(column)) if isinstance(column, str) and column else None
