@@ -147,14 +147,19 @@ class DaemonProcess:
         while True:
             try:
                 async with client_for(self.home) as client:
-                    await client.call("GET", "/v1/status")
-                    return
+                    # Answered early ("starting": no network listener yet) is not ready.
+                    if (await client.call("GET", "/v1/status")).get("state") != "starting":
+                        return
             except DaemonNotRunning:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(f"daemon exited: {(self.home / 'daemon.log').read_text()}") from None
                 if loop.time() > deadline:
                     raise
-                await asyncio.sleep(0.05)  # polling a socket that does not exist yet has no event
+            if loop.time() > deadline:
+                raise TimeoutError(
+                    f"the daemon did not finish starting: {(self.home / 'daemon.log').read_text()}"
+                )
+            await asyncio.sleep(0.05)  # polling a socket that does not exist yet has no event
 
     def signal(self, signum: int) -> None:
         assert self.proc is not None

@@ -261,15 +261,19 @@ WAIT_POLL_S = 0.05  # a socket that does not exist yet has no event to wait for:
 
 
 def status_within(client: LocalClient, seconds: float) -> Any:
-    """`GET /v1/status` as soon as a daemon answers, trying every 50 ms for up to `seconds`."""
+    """`GET /v1/status` once the daemon has started, trying every 50 ms for up to `seconds`. A
+    daemon that answers but is still starting (`"state": "starting"`: only the owner socket is up,
+    not yet its network listener) is waited for too; at the deadline its answer is shown as is."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            return client.call("GET", "/v1/status")
+            answer = client.call("GET", "/v1/status")
+            if answer.get("state") != "starting" or time.monotonic() >= deadline:
+                return answer
         except DaemonNotRunning:
             if time.monotonic() >= deadline:
                 raise
-            time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 @cli.command()
@@ -279,8 +283,8 @@ def status_within(client: LocalClient, seconds: float) -> Any:
     type=click.FloatRange(min=0),
     default=None,
     metavar="SECONDS",
-    help="Wait up to SECONDS for the daemon to answer (e.g. right after `peerd serve &`); exit 3 if "
-    "it never does.",
+    help="Wait up to SECONDS for the daemon to have started (e.g. right after `peerd serve &`); exit 3 "
+    "if it never answers.",
 )
 @json_option
 @click.pass_context

@@ -112,14 +112,17 @@ class Serve:
         while True:
             try:
                 async with client_for(self.home) as client:
-                    await client.call("GET", "/v1/status")
-                    return
+                    # Answered early ("starting": no network listener yet) is not ready.
+                    if (await client.call("GET", "/v1/status")).get("state") != "starting":
+                        return
             except DaemonNotRunning:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(f"{self.label} exited: {self.log_tail()}") from None
                 if loop.time() > deadline:
                     raise
-                await asyncio.sleep(0.05)  # a socket that does not exist yet has no event to wait on
+            if loop.time() > deadline:
+                raise TimeoutError(f"{self.label} did not finish starting: {self.log_tail()}")
+            await asyncio.sleep(0.05)  # a socket that does not exist yet has no event to wait on
 
     async def restart(self) -> None:
         self.start()

@@ -161,3 +161,31 @@ def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path: Path)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, (status, stderr)
     assert "Traceback" not in stderr
+
+
+def test_status_wait_waits_for_the_whole_daemon_not_its_early_answer(tmp_path: Path) -> None:
+    """`peerd serve & peerd status --wait 30`: the answer is the started daemon's (its network
+    listener up), not the early one that says "starting"."""
+    home = tmp_path / "home"
+    load_or_create_identity(home)
+    argv = [sys.executable, "-m", "peerd", "--home", str(home)]
+    proc = subprocess.Popen(
+        [*argv, "serve", "--listen", "127.0.0.1:0", "--new-store"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        done = subprocess.run(
+            [*argv, "status", "--wait", "60", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        status = json.loads(done.stdout)
+        assert "state" not in status, status
+        assert any(x["kind"] == "tcp" for x in status["listeners"]), status
+    finally:
+        proc.terminate()
+        proc.wait(30)
