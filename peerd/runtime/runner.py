@@ -29,7 +29,6 @@ from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.runs import SHUTDOWN_REASON, is_live, next_to_start, plan_interrupt
-from peerd.core.usage import Budget, Usage, exceeded
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.paths import Paths
 from peerd.providers.base import (
@@ -43,11 +42,11 @@ from peerd.providers.base import (
 )
 from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.meter import RunMeter
 from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
 from peerd.store import projects
 from peerd.store import threads as store
 from peerd.store.db import Database
-from peerd.store.threads import usage as usage_store
 
 log = structlog.get_logger(__name__)
 
@@ -277,19 +276,20 @@ class RunManager:
             confinement=confinement,
         )
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        budget = await usage_store.run_budget(self._db, run_id)
-        started = self._clock()
+        meter = await RunMeter.open(
+            self._db,
+            run_id,
+            clock=self._clock,
+            write=self._write,
+            stop=functools.partial(self._stop_over_budget, run_id),
+        )
         try:
             provider_run = await provider.start(spec)
         except PeerdError as exc:
             await self._finish(run_id, "failed", reason=exc.message)
             return
         self._live[run_id] = provider_run
-        watchdog = None
-        if budget is not None and budget.seconds is not None:
-            watchdog = asyncio.create_task(
-                self._time_budget(run_id, budget, started), name=f"budget:{run_id}"
-            )
+        meter.start_timer()
         await self._write(
             lambda: store.transition_run(
                 self._db, run_id, "running", now=self._clock(), pgid=provider_run.pgid
@@ -300,19 +300,16 @@ class RunManager:
             self._spawn(provider_run.interrupt(), f"interrupt:{run_id}")
         final = RunFinished("failed", "The provider ended without reporting a result.")
         errors_seen: set[str] = set()
-        usage: Usage | None = None
         try:
             async for event in provider_run.events():
                 if isinstance(event, UsageReported):
-                    usage = await self._usage(run_id, event.usage, budget, started)
+                    await meter.report(event.usage)
                 else:
                     final = await self._event(thread.id, run_id, event, final, errors_seen)
                 self._feed.changed(thread.id)
         finally:
-            if watchdog is not None:
-                watchdog.cancel()
-        if usage is not None:  # the whole run's wall time
-            await self._usage(run_id, usage, None, started)
+            meter.stop_timer()
+        await meter.close()
         reason = final.error
         status = final.status
         if run_id in self._over_budget:  # stopped by its budget: failed, whatever the provider said
@@ -345,25 +342,6 @@ class RunManager:
         else:
             return event
         return final
-
-    async def _usage(self, run_id: str, usage: Usage, budget: Budget | None, started: float) -> Usage:
-        """Store the run's usage so far and stop the run once it passes its budget."""
-        wall_s = max(0.0, self._clock() - started)
-        usage = usage.with_wall(round(wall_s * 1000))
-        await self._write(functools.partial(usage_store.set_run_usage, self._db, run_id, usage))
-        if budget is not None and (why := exceeded(budget, usage, wall_s)) is not None:
-            self._stop_over_budget(run_id, why)
-        return usage
-
-    async def _time_budget(self, run_id: str, budget: Budget, started: float) -> None:
-        """A seconds budget passes with no usage arriving: stop the run when its time is up."""
-        seconds = budget.seconds or 0.0
-        while run_id in self._live:
-            wall_s = self._clock() - started
-            if (why := exceeded(Budget(seconds=seconds), None, wall_s)) is not None:
-                self._stop_over_budget(run_id, why)
-                return
-            await asyncio.sleep(max(0.05, seconds - wall_s + 0.01))
 
     def _stop_over_budget(self, run_id: str, why: str) -> None:
         if run_id in self._over_budget or run_id in self._interrupts:
