@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +312,47 @@ async def test_an_edit_that_escaped_into_the_boxs_checkout_is_never_taken_from_t
     # Whatever the escape did to the box's checkout, peerd moved nothing out of it.
     escaped = "return a + b" in (box_repo / "calc.py").read_text()
     assert (" M calc.py" in git(box_repo, "status", "--porcelain")) == escaped
+
+
+async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.orchestrate.test_orchestrate_deliver import GH_STUB, gh_calls  # noqa: PLC0415
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(GH_STUB.format(python=sys.executable))
+    (bin_dir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PEERD_CONFIG", str(config_file(tmp_path)))
+    repo = project_repo(tmp_path / "repo")
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "remote", "set-url", "origin", str(origin))
+    daemon = DaemonProcess(tmp_path / "home", label="laptop")
+    daemon.start()
+    try:
+        await daemon.ready()
+        async with client_for(daemon.home) as client:
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            script = steps({"wait_for_file": "release"}, FIX_ADD)
+            plan = [packet("fix-add", "Fix.\n\n" + script, ["calc.py"], CHECK_ADD)]
+            info = await start(client, project, plan=plan, coders=["script"], reviewer="script", pr=True)
+            info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
+            thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
+            release = Path(thread["worktreePath"]) / "release"
+        daemon.kill()  # SIGKILL: no shutdown of any kind
+        daemon.start()
+        await daemon.ready()
+        release.write_text("go")
+        async with client_for(daemon.home) as client:
+            done = await finished(client, info["id"])
+    finally:
+        daemon.kill()
+    assert done["status"] == "completed", done
+    assert packets_of(done)["fix-add"]["state"] == "integrated", packets_of(done)["fix-add"]["failure"]
+    assert git(origin, "rev-parse", f"refs/heads/{done['branch']}").strip()
+    assert len([c for c in gh_calls(bin_dir) if c["argv"][:2] == ["pr", "create"]]) == 1
+    assert len(receipts_of(done, "delivery")) == 1
+    listed = git(repo, "worktree", "list", "--porcelain").count("worktree ")
+    assert listed == 1 and git(repo, "for-each-ref", "refs/heads/peerd/") == ""
