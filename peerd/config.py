@@ -91,6 +91,10 @@ class LinksConfig(_Strict):
     providers: list[str] = Field(default_factory=lambda: list(LINK_PROVIDERS_DEFAULT))
     script_run: bool = True
     allow_unconfined: bool = False
+    # Ceilings per link that no caller can raise (docs/user/usage.md): runs a link may start, and
+    # dollars its runs may spend (as the CLIs report cost), in any 24 hours. None: no ceiling.
+    max_runs: int | None = Field(default=None, ge=0)
+    max_usd_per_day: float | None = Field(default=None, ge=0)
 
     def allows(self, provider: str) -> bool:
         return provider in self.providers

@@ -36,6 +36,7 @@ from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
     from peerd.tasks.delegation import Delegation
+from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
@@ -272,6 +273,7 @@ class Operations:
         interaction_mode = req.interaction_mode or DEFAULT_INTERACTION_MODE
         if caller.link is not None:
             require_write(caller.link.access, "launch threads")
+            await self._within_ceiling(caller.link.client_id)
             if not self.link_may_use(req.provider):
                 raise CapabilityDenied(
                     f"This machine's owner does not let linked machines use provider {req.provider!r} "
@@ -345,6 +347,16 @@ class Operations:
             replayed=replayed,
         )
 
+    async def _within_ceiling(self, client_id: str) -> None:
+        """A link's new run must fit under the owner's per-link ceilings (peerd/core/usage.py)."""
+        ceiling = self.runs.links
+        if ceiling.max_runs is None and ceiling.max_usd_per_day is None:
+            return
+        runs, usd = await usage_store.link_spend(self.db, client_id, self.clock() - DAY_S)
+        why = ceiling_refusal(max_runs=ceiling.max_runs, max_usd=ceiling.max_usd_per_day, runs=runs, usd=usd)
+        if why is not None:
+            raise CapabilityDenied(why)
+
     async def thread_list(self, caller: Caller, req: c.ThreadList) -> c.Page[c.Thread]:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             data = await self._forward(caller, env, "GET", "/v1/threads", params=Forwarder.query(req))
@@ -406,6 +418,8 @@ class Operations:
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
         )
+        if caller.link is not None:
+            await self._within_ceiling(caller.link.client_id)
         body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         key = threads.Idempotency(caller.namespace, req.client_request_id, request_hash("thread_send", body))
         result, replayed = await threads.send(

@@ -122,6 +122,26 @@ def exceeded(budget: Budget, usage: Usage | None, wall_s: float) -> str | None:
     return None
 
 
+DAY_S = 24 * 3600.0
+
+
+def ceiling_refusal(*, max_runs: int | None, max_usd: float | None, runs: int, usd: float) -> str | None:
+    """Why a link may not start another run here (its last 24 hours: `runs` started, `usd` spent),
+    naming the limit; None when it may."""
+    if max_runs is not None and runs >= max_runs:
+        return (
+            f"This machine's owner lets a linked machine start at most {max_runs:,} runs a day "
+            f"(links.max_runs in its config.toml); {runs:,} started in the last 24 hours. Try later, or ask them."
+        )
+    if max_usd is not None and usd >= max_usd:
+        return (
+            f"This machine's owner lets a linked machine's runs spend at most ${max_usd:,.2f} a day "
+            f"(links.max_usd_per_day in its config.toml); ${usd:,.2f} spent in the last 24 hours. "
+            "Try later, or ask them."
+        )
+    return None
+
+
 def describe(usage: Usage | None) -> str:
     """One line for people: "1,234 tokens (1,000 in, 50 cached; 234 out, 10 reasoning), $0.0120, 4.2 s"."""
     if usage is None:

@@ -127,6 +127,11 @@ class RunManager:
     def providers(self) -> list[str]:
         return sorted(self._providers)
 
+    @property
+    def links(self) -> LinksConfig:
+        """What links' runs may use here (the per-link ceilings included)."""
+        return self._links
+
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
 

@@ -8,9 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.api.localclient import LocalClient
+from peerd.config import Config, LinksConfig
 from peerd.daemon import Daemon
-from tests.helpers import script, wait_terminal
+from peerd.errors import PeerdError
+from tests.helpers import make_repo, script, two_daemons, wait_terminal
 from tests.integration.test_cli import ok, peerd
 from tests.integration.test_delegation import linked_pair
 
@@ -273,3 +277,53 @@ async def test_a_task_on_a_linked_box_reports_its_usage_with_the_result(tmp_path
         shown = await pair.lc.call("GET", f"/v1/tasks/{task['taskId']}")
         assert shown["usage"]["totalTokens"] == 1000 and shown["usage"]["costUsd"] == 0.02
         assert (await run_of(pair.lc, launched["threadId"]))["usage"] is None  # the parent spent nothing
+
+
+# --- a box owner's ceilings per link -------------------------------------------------------------
+
+
+async def test_a_links_ceilings_refuse_a_launch_and_say_which_limit(tmp_path: Path) -> None:
+    settings = Config(links=LinksConfig(max_runs=2, max_usd_per_day=1.0))
+    async with two_daemons(tmp_path, settings=settings) as pair:
+        there = await pair.bc.call(
+            "POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))}
+        )
+        await pair.link("auto")
+
+        async def launch_there(prompt: str) -> Json:
+            body = {"environmentId": pair.box_id, "projectId": there["id"], "prompt": prompt}
+            launched: Json = await pair.lc.call("POST", "/v1/threads", body=body)
+            await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+            return launched
+
+        # The first run spends $1.25: the dollar ceiling is reached before the run ceiling.
+        first = await launch_there(script({"reply": "costly", "usage": {"cost_usd": 1.25}}))
+        with pytest.raises(PeerdError) as refused:
+            await launch_there(script({"reply": "one more"}))
+        assert refused.value.code == "capability_denied"
+        assert "links.max_usd_per_day" in refused.value.message and "$1.25 spent" in refused.value.message
+        # A follow-up is a run too: refused the same way; the owner's own runs are never limited.
+        with pytest.raises(PeerdError) as again:
+            await pair.lc.call(
+                "POST",
+                f"/v1/threads/{first['threadId']}/runs",
+                params={"environmentId": pair.box_id},
+                body={"text": "more", "environmentId": pair.box_id},
+            )
+        assert again.value.code == "capability_denied"
+        own = await pair.bc.call("POST", "/v1/threads", body={"projectId": there["id"], "prompt": "mine"})
+        assert own["runId"]
+
+
+async def test_a_links_run_ceiling_counts_the_last_24_hours(tmp_path: Path) -> None:
+    settings = Config(links=LinksConfig(max_runs=1))
+    async with two_daemons(tmp_path, settings=settings) as pair:
+        there = await pair.bc.call(
+            "POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))}
+        )
+        await pair.link("auto")
+        body = {"environmentId": pair.box_id, "projectId": there["id"], "prompt": script({"reply": "a"})}
+        await pair.lc.call("POST", "/v1/threads", body=body)
+        with pytest.raises(PeerdError) as refused:
+            await pair.lc.call("POST", "/v1/threads", body={**body, "prompt": script({"reply": "b"})})
+        assert "at most 1 runs a day (links.max_runs" in refused.value.message

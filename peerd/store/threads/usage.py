@@ -90,3 +90,14 @@ async def set_task_usage(db: Database, task_id: str, usage: str) -> None:
 async def remote_task_usage(db: Database, task_id: str) -> Usage | None:
     column = await db.scalar("SELECT usage FROM tasks WHERE id = ?", (task_id,))
     return Usage.from_json(json.loads(column)) if isinstance(column, str) and column else None
+
+
+async def link_spend(db: Database, client_id: str, since: float) -> tuple[int, float]:
+    """Runs of threads a link started here since `since`, and what they cost (as reported)."""
+    rows = await db.fetchall(
+        "SELECT r.usage FROM threads t JOIN runs r ON r.thread_id = t.id"
+        " WHERE t.link_origin = ? AND r.created_at >= ?",
+        (client_id, since),
+    )
+    usd = sum(Usage.from_json(json.loads(row["usage"])).cost_usd or 0.0 for row in rows if row["usage"])
+    return len(rows), usd
