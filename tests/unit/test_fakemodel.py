@@ -404,7 +404,7 @@ def test_gemini_stream_function_call_then_text(fake: FakeModel) -> None:
     assert candidate["content"]["parts"] == [
         {"functionCall": {"name": "mcp_peerd_delegate_task", "args": {"text": "ask [[fake:mcp]] hi"}}}
     ]
-    assert data["usageMetadata"]["totalTokenCount"] == 15
+    assert data["usageMetadata"]["totalTokenCount"] == 17  # 10 prompt + 5 candidates + 2 thoughts
 
     call = {"role": "model", "parts": [{"functionCall": {"name": "mcp_peerd_delegate_task", "args": {}}}]}
     response = {"output": "<untrusted_context>\necho: hi\n</untrusted_context>"}
