@@ -314,6 +314,14 @@ async def test_an_edit_that_escaped_into_the_boxs_checkout_is_never_taken_from_t
     assert (" M calc.py" in git(box_repo, "status", "--porcelain")) == escaped
 
 
+async def until(check: Any, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -341,9 +349,11 @@ async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
             info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
             thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
             release = Path(thread["worktreePath"]) / "release"
+            await until(release.parent.is_dir)  # the coder is at work
         daemon.kill()  # SIGKILL: no shutdown of any kind
         daemon.start()
         await daemon.ready()
+        await until(release.parent.is_dir)
         release.write_text("go")
         async with client_for(daemon.home) as client:
             done = await finished(client, info["id"])
