@@ -13,6 +13,7 @@ the run's usage, reported once, at the end (`peerd.core.usage`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from peerd.core.usage import Usage
@@ -59,6 +60,7 @@ class ClaudeEvents:
         self._last_item: ItemProduced | None = None
         self._last_text: str | None = None
         self._result: Mapping[str, Any] | None = None
+        self._messages: dict[str, Usage] = {}  # per model message id: its usage as last streamed
 
     @property
     def reply(self) -> str | None:
@@ -82,6 +84,8 @@ class ClaudeEvents:
         ):
             self._sessions.add(session_id)
             events.append(SessionStarted(session_id))
+        if kind == "assistant" and self._result is None and (so_far := self._message_usage(line)):
+            events.append(UsageReported(so_far))
         if kind == "result":
             self._result = line
             if self._succeeded():
@@ -115,6 +119,23 @@ class ClaudeEvents:
         if outcome.status == "completed" and denials:
             return RunFinished("failed", error=_denials_text(denials), exit_code=exit_code)
         return outcome
+
+    def _message_usage(self, line: Mapping[str, Any]) -> Usage | None:
+        """The run's usage so far from the model messages seen (sub-agents' too), before `result`.
+
+        Each `assistant` line repeats its message's `usage` as the stream had it when the message
+        started (output counted as 1 then), so this is a lower bound while the run lasts, growing with
+        each model request; the `result`'s figures replace it. None when the line adds nothing."""
+        message = as_mapping(line.get("message"))
+        message_id = as_str(message.get("id"))
+        usage = _counts(as_mapping(message.get("usage")))
+        if not message_id or usage is None or self._messages.get(message_id) == usage:
+            return None
+        self._messages[message_id] = usage
+        so_far: Usage | None = None
+        for each in self._messages.values():
+            so_far = each if so_far is None else so_far.plus(each)
+        return so_far
 
     def _succeeded(self) -> bool:
         result = as_mapping(self._result)
@@ -194,9 +215,20 @@ class ClaudeEvents:
 
 
 def _usage(result: Mapping[str, Any]) -> Usage | None:
-    """The turn's usage from `result`: cache reads and writes are input too; None without `usage`."""
+    """The turn's usage from `result`, with its cost and duration; None without `usage`."""
     usage = result.get("usage")
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, Mapping) or (counts := _counts(usage)) is None:
+        return None
+    return replace(
+        counts,
+        cost_usd=as_float(result.get("total_cost_usd")),
+        provider_ms=as_count(result.get("duration_ms")),
+    )
+
+
+def _counts(usage: Mapping[str, Any]) -> Usage | None:
+    """An Anthropic `usage` object: cache reads and writes are input too. None when it is empty."""
+    if not usage:
         return None
     cached = as_count(usage.get("cache_read_input_tokens")) or 0
     written = as_count(usage.get("cache_creation_input_tokens")) or 0
@@ -205,8 +237,6 @@ def _usage(result: Mapping[str, Any]) -> Usage | None:
         output_tokens=as_count(usage.get("output_tokens")) or 0,
         cached_tokens=cached,
         reasoning_tokens=as_count(as_mapping(usage.get("output_tokens_details")).get("thinking_tokens")) or 0,
-        cost_usd=as_float(result.get("total_cost_usd")),
-        provider_ms=as_count(result.get("duration_ms")),
     )
 
 

@@ -51,6 +51,34 @@ def test_claude_counts_cache_reads_and_writes_as_input_and_keeps_its_cost_and_du
     assert usages(ClaudeEvents().feed(written))[0].input_tokens == 20
 
 
+def claude_assistant(message_id: str, block: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """An `assistant` line as claude-code 2.1.332 writes one per content block (observed shape)."""
+    return {
+        "type": "assistant",
+        "message": {"id": message_id, "type": "message", "role": "assistant", "model": "claude-opus-5-5",
+                    "content": [block], "stop_reason": None, "stop_sequence": None, "usage": usage,
+                    "context_management": None},
+        "parent_tool_use_id": None,
+        "session_id": "89049c15-a7aa-44d3-90dc-d702741aaa14",
+    }  # fmt: skip
+
+
+def test_claude_reports_a_growing_lower_bound_per_model_message_before_its_result() -> None:
+    """Budgets can stop a long Claude run: each model request's usage counts as it streams."""
+    parser = ClaudeEvents()
+    started = {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 3}
+    tool = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "true"}}
+    first = usages(parser.feed(claude_assistant("msg_1", tool, started)))
+    again = usages(parser.feed(claude_assistant("msg_1", {"type": "text", "text": "x"}, started)))
+    second = usages(parser.feed(claude_assistant("msg_2", {"type": "text", "text": "Hello."}, started)))
+    assert first == [Usage(input_tokens=13, output_tokens=1, cached_tokens=3)]
+    assert again == []  # the same message's next block repeats its usage: not counted twice
+    assert second == [Usage(input_tokens=26, output_tokens=2, cached_tokens=6)]
+    # The result's figures (the real output, the cost) replace the estimate.
+    (final,) = usages(parser.feed(CLAUDE_RESULT))
+    assert final.cost_usd == 0.0001406 and final.output_tokens == 5
+
+
 def test_a_failed_claude_turn_still_reports_what_it_spent() -> None:
     failed = {**CLAUDE_RESULT, "subtype": "error_max_budget_usd", "is_error": True}
     assert usages(ClaudeEvents().feed(failed))[0].total_tokens == 18
