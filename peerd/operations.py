@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiosqlite
 import structlog
 
 from peerd import contracts as c
@@ -273,7 +274,6 @@ class Operations:
         interaction_mode = req.interaction_mode or DEFAULT_INTERACTION_MODE
         if caller.link is not None:
             require_write(caller.link.access, "launch threads")
-            await self._within_ceiling(caller.link.client_id)
             if not self.link_may_use(req.provider):
                 raise CapabilityDenied(
                     f"This machine's owner does not let linked machines use provider {req.provider!r} "
@@ -325,7 +325,13 @@ class Operations:
             return await git.branch_exists(repo, branch)
 
         result, replayed = await threads.launch(
-            self.db, key=key, spec=spec, prompt=req.prompt, now=self.clock(), branch_exists=branch_exists
+            self.db,
+            key=key,
+            spec=spec,
+            prompt=req.prompt,
+            now=self.clock(),
+            branch_exists=branch_exists,
+            admit=self._ceiling_for(caller),
         )
         thread_id, run_id = result["threadId"], result["runId"]
         if not replayed:
@@ -347,15 +353,23 @@ class Operations:
             replayed=replayed,
         )
 
-    async def _within_ceiling(self, client_id: str) -> None:
-        """A link's new run must fit under the owner's per-link ceilings (peerd/core/usage.py)."""
+    def _ceiling_for(self, caller: Caller) -> threads.Admit | None:
+        """A link's new run must fit under the owner's per-link ceilings (peerd/core/usage.py),
+        checked in the run's own transaction, after a retry of it was answered."""
         ceiling = self.runs.links
-        if ceiling.max_runs is None and ceiling.max_usd_per_day is None:
-            return
-        runs, usd = await usage_store.link_spend(self.db, client_id, self.clock() - DAY_S)
-        why = ceiling_refusal(max_runs=ceiling.max_runs, max_usd=ceiling.max_usd_per_day, runs=runs, usd=usd)
-        if why is not None:
-            raise CapabilityDenied(why)
+        link = caller.link
+        if link is None or (ceiling.max_runs is None and ceiling.max_usd_per_day is None):
+            return None
+
+        async def admit(tx: aiosqlite.Connection) -> None:
+            runs, usd = await usage_store.link_spend_in(tx, link.client_id, self.clock() - DAY_S)
+            why = ceiling_refusal(
+                max_runs=ceiling.max_runs, max_usd=ceiling.max_usd_per_day, runs=runs, usd=usd
+            )
+            if why is not None:
+                raise CapabilityDenied(why)
+
+        return admit
 
     async def thread_list(self, caller: Caller, req: c.ThreadList) -> c.Page[c.Thread]:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
@@ -418,12 +432,15 @@ class Operations:
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
         )
-        if caller.link is not None:
-            await self._within_ceiling(caller.link.client_id)
         body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         key = threads.Idempotency(caller.namespace, req.client_request_id, request_hash("thread_send", body))
         result, replayed = await threads.send(
-            self.db, key=key, thread_id=thread_id, text=req.text, now=self.clock()
+            self.db,
+            key=key,
+            thread_id=thread_id,
+            text=req.text,
+            now=self.clock(),
+            admit=self._ceiling_for(caller),
         )
         if not replayed:
             self.feed.changed(thread_id)  # the queued run is an event even when nothing starts

@@ -327,3 +327,26 @@ async def test_a_links_run_ceiling_counts_the_last_24_hours(tmp_path: Path) -> N
         with pytest.raises(PeerdError) as refused:
             await pair.lc.call("POST", "/v1/threads", body={**body, "prompt": script({"reply": "b"})})
         assert "at most 1 runs a day (links.max_runs" in refused.value.message
+
+
+async def test_a_retried_launch_at_the_ceiling_reaches_its_first_thread(tmp_path: Path) -> None:
+    """A retry (same clientRequestId) is answered with its first result, never refused for what
+    that first copy spent: the ceiling is checked after the retry was answered, in one transaction."""
+    settings = Config(links=LinksConfig(max_runs=1))
+    async with two_daemons(tmp_path, settings=settings) as pair:
+        there = await pair.bc.call(
+            "POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))}
+        )
+        await pair.link("auto")
+        body = {
+            "environmentId": pair.box_id,
+            "projectId": there["id"],
+            "prompt": script({"reply": "a"}),
+            "clientRequestId": "launch-once",
+        }
+        first = await pair.lc.call("POST", "/v1/threads", body=body)
+        again = await pair.lc.call("POST", "/v1/threads", body=body)
+        assert (again["threadId"], again["replayed"]) == (first["threadId"], True)
+        with pytest.raises(PeerdError) as refused:
+            await pair.lc.call("POST", "/v1/threads", body={**body, "clientRequestId": "another"})
+        assert refused.value.code == "capability_denied"

@@ -33,6 +33,7 @@ from peerd.store.threads.reads import (
 from peerd.store.threads.recovery import live_run_groups, recover
 from peerd.store.threads.rows import Idempotency, NewThread, item_from_row
 from peerd.store.threads.writes import (
+    Admit,
     BranchTaken,
     add_item,
     archive,
@@ -46,6 +47,7 @@ from peerd.store.threads.writes import (
 )
 
 __all__ = [
+    "Admit",
     "BranchTaken",
     "Idempotency",
     "NewThread",

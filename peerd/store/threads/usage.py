@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import aiosqlite
 
 from peerd import contracts as c
 from peerd.core.usage import Budget, Usage, total
@@ -92,12 +95,22 @@ async def remote_task_usage(db: Database, task_id: str) -> Usage | None:
     return Usage.from_json(json.loads(column)) if isinstance(column, str) and column else None
 
 
+LINK_SPEND_SQL = (
+    "SELECT r.usage FROM threads t JOIN runs r ON r.thread_id = t.id WHERE t.link_origin = ? AND r.created_at >= ?"
+)
+
+
 async def link_spend(db: Database, client_id: str, since: float) -> tuple[int, float]:
     """Runs of threads a link started here since `since`, and what they cost (as reported)."""
-    rows = await db.fetchall(
-        "SELECT r.usage FROM threads t JOIN runs r ON r.thread_id = t.id"
-        " WHERE t.link_origin = ? AND r.created_at >= ?",
-        (client_id, since),
-    )
+    return _spend(await db.fetchall(LINK_SPEND_SQL, (client_id, since)))
+
+
+async def link_spend_in(tx: aiosqlite.Connection, client_id: str, since: float) -> tuple[int, float]:
+    """`link_spend` inside a write transaction: checked and spent in one step."""
+    async with tx.execute(LINK_SPEND_SQL, (client_id, since)) as cur:
+        return _spend(list(await cur.fetchall()))
+
+
+def _spend(rows: list[Any]) -> tuple[int, float]:
     usd = sum(Usage.from_json(json.loads(row["usage"])).cost_usd or 0.0 for row in rows if row["usage"])
     return len(rows), usd

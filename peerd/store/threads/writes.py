@@ -26,6 +26,9 @@ from peerd.store.threads.rows import (
     run_from_row,
 )
 
+# Asked inside a launch's or send's transaction before anything is written; raises to refuse.
+Admit = Callable[[aiosqlite.Connection], Awaitable[None]]
+
 
 async def insert_item(
     tx: aiosqlite.Connection,
@@ -110,8 +113,13 @@ async def launch(
     prompt: str,
     now: float,
     branch_exists: Callable[[str], Awaitable[bool]] | None = None,
+    admit: Admit | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Create a thread with its first (queued) run; a retried key returns the first result.
+
+    `admit` (a link's ceilings) is asked in the same transaction, after a retry was answered: a
+    retried launch is never refused for what its own first copy spent, and two launches at once
+    cannot both pass a ceiling with room for one.
 
     A branch belongs to the thread that created it: a new thread's branch must not be another
     thread's (checked in this transaction) nor exist in the repository yet (`branch_exists`, asked
@@ -126,6 +134,8 @@ async def launch(
             first = replay(found, request_hash=key.request_hash)
             if first is not None:
                 return first, True
+        if admit is not None:
+            await admit(tx)
         thread_id = new_id("thr")
         worktree_path = spec.worktree_path.replace("{thread}", thread_id)
         branch = spec.branch.replace("{thread}", thread_id) if spec.branch else None
@@ -182,15 +192,24 @@ async def launch(
 
 
 async def send(
-    db: Database, *, key: Idempotency, thread_id: str, text: str, now: float
+    db: Database,
+    *,
+    key: Idempotency,
+    thread_id: str,
+    text: str,
+    now: float,
+    admit: Admit | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Queue a new run on the thread. A new message from its owner also releases a held queue."""
+    """Queue a new run on the thread. A new message from its owner also releases a held queue.
+    `admit` as for `launch`: after a retry was answered, in the same transaction."""
     async with db.write() as tx:
         if key.command_id is not None:
             found = await receipts.find(tx, key.namespace, f"thread_send:{thread_id}", key.command_id)
             first = replay(found, request_hash=key.request_hash)
             if first is not None:
                 return first, True
+        if admit is not None:
+            await admit(tx)
         row = await fetch_one(tx, "SELECT status FROM threads WHERE id = ?", (thread_id,))
         if row is None:
             raise ThreadNotFound(f"Thread {thread_id} was not found.")
