@@ -31,9 +31,7 @@ def lines(text: str) -> list[dict[str, Any]]:
 
 def feed_all(parser: Parser, stream: Iterable[Mapping[str, Any]]) -> list[Event]:
     """The sessions and items (usage has its own tests: tests/unit/test_usage.py)."""
-    return [
-        event for line in stream for event in parser.feed(line) if not isinstance(event, UsageReported)
-    ]
+    return [event for line in stream for event in parser.feed(line) if not isinstance(event, UsageReported)]
 
 
 def kinds(events: Iterable[Event]) -> list[str]:
