@@ -349,12 +349,16 @@ class ThreadInterruptResult(Wire):
 class ThreadArchive(Input):
     # Archiving removes the worktree: uncommitted and untracked files in it are refused unless forced.
     force: bool = False
+    # Delete the thread's own branch too (kept by default: it may hold commits someone wants).
+    # Also on an archived thread, so a clean-up can be retried.
+    delete_branch: bool = False
 
 
 class ThreadArchiveResult(Wire):
     thread_id: str
     status: ThreadStatus
     worktree_removed: bool
+    branch_deleted: bool = False
     discarded: list[str] = Field(default_factory=list)  # what a forced archive threw away
 
 

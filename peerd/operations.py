@@ -511,6 +511,7 @@ class Operations:
     ) -> c.ThreadArchiveResult:
         force = req is not None and req.force
         thread = await threads.get_thread(self.db, thread_id)
+        branch = thread.branch if req is not None and req.delete_branch and not thread.in_place else None
         _fence(caller, thread, "archive threads", await self._cap_of(caller))
         if thread.latest_run is not None and is_live(thread.latest_run.status):
             raise Conflict(
@@ -531,14 +532,21 @@ class Operations:
                         f"file(s) that archiving would delete: {_listed(discarded)}. Commit or copy them, "
                         "or archive with --force to discard them."
                     )
-            # The branch is kept: it may hold commits the user still wants.
-            await git.remove_worktree(repo, worktree, delete_branch=None)
+            # The branch is kept unless asked for: it may hold commits the user still wants.
+            await git.remove_worktree(repo, worktree, delete_branch=branch)
             removed = True
+        elif branch is not None:  # archived before: only its branch is left to delete
+            project = await projects.get(self.db, thread.project_id)
+            await git.remove_worktree(Path(project.path), Path(thread.worktree_path), delete_branch=branch)
         if thread.status != "archived":
             await threads.archive(self.db, thread_id, now=self.clock())
             self.feed.changed(thread_id)
         return c.ThreadArchiveResult(
-            thread_id=thread_id, status="archived", worktree_removed=removed, discarded=discarded
+            thread_id=thread_id,
+            status="archived",
+            worktree_removed=removed,
+            branch_deleted=branch is not None,
+            discarded=discarded,
         )
 
     async def stop_link_work(self, client_id: str, label: str) -> list[str]:

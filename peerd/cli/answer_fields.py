@@ -232,6 +232,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "threadId",
         "status",
         "worktreeRemoved",
+        "branchDeleted",
         "discarded",
     ),
     "POST /v1/threads/{id}/commit": (

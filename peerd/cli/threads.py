@@ -385,24 +385,37 @@ def thread_interrupt(
 @click.option(
     "--force", is_flag=True, help="Also when its worktree has uncommitted or untracked files (they are lost)."
 )
+@click.option(
+    "--delete-branch", is_flag=True, help="Delete the thread's own branch too (its commits are lost)."
+)
 @yes_option
 @json_option_for("POST /v1/threads/{id}/archive")
 @click.pass_context
 def thread_archive(
-    ctx: click.Context, thread_id: str, force: bool, yes: bool, as_json: JsonOutput | None
+    ctx: click.Context,
+    thread_id: str,
+    force: bool,
+    delete_branch: bool,
+    yes: bool,
+    as_json: JsonOutput | None,
 ) -> None:
-    """Archive a thread and remove its worktree (its branch is kept). A worktree with uncommitted or
-    untracked files is refused (`worktree_dirty`, naming them) unless --force."""
-    confirm(yes, f"Archive {thread_id} and remove its worktree?")
+    """Archive a thread and remove its worktree (its branch is kept unless --delete-branch). A
+    worktree with uncommitted or untracked files is refused (`worktree_dirty`, naming them) unless
+    --force."""
+    also = " and delete its branch" if delete_branch else ""
+    confirm(yes, f"Archive {thread_id}, remove its worktree{also}?")
+    body = {"force": force, "deleteBranch": delete_branch}
 
     def go(client: LocalClient) -> Any:
-        return client.call("POST", f"/v1/threads/{path_segment(thread_id)}/archive", body={"force": force})
+        return client.call("POST", f"/v1/threads/{path_segment(thread_id)}/archive", body=body)
 
     data = with_client(ctx, go)
     if as_json:
         emit_json(data, as_json)
         return
-    click.echo(f"archived {data['threadId']}{'; worktree removed' if data['worktreeRemoved'] else ''}")
+    removed = "; worktree removed" if data["worktreeRemoved"] else ""
+    deleted = "; branch deleted" if data.get("branchDeleted") else ""
+    click.echo(f"archived {data['threadId']}{removed}{deleted}")
     if data.get("discarded"):
         click.echo(f"discarded {len(data['discarded'])} uncommitted or untracked file(s)")
 

@@ -156,13 +156,16 @@ async def _retire_here(ctx: OrchestrationContext, run: ostore.RunRow, thread_id:
 
 
 async def _retire_there(ctx: OrchestrationContext, run_id: str, thread_id: str, env: str) -> None:
+    """Archive a thread on a box, its branch too: its work came back in a bundle (packets are
+    integrated here), so nothing of the run's is left only there."""
     path = f"/v1/threads/{path_segment(thread_id)}/archive"
+    body = {"force": True, "deleteBranch": True}
     try:
-        await ctx.ops.forward_raw(env, "POST", path, body={"force": True})
+        await ctx.ops.forward_raw(env, "POST", path, body=body)
     except Conflict:  # still live: stop it, let it end, then archive
         thread = await ctx.ops.thread_show(ctx.caller(run_id), thread_id, env)
         await _settle(ctx, run_id, thread, env)
-        await ctx.ops.forward_raw(env, "POST", path, body={"force": True})
+        await ctx.ops.forward_raw(env, "POST", path, body=body)
 
 
 def remove_empty_dirs(root: Path) -> None:

@@ -3,6 +3,7 @@ destructive command asks first on a terminal (`--yes` does not ask)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,35 @@ async def test_archive_of_a_clean_worktree_needs_no_force(
     launched = await finished_thread(client, project, {"reply": "nothing to keep"})
     out = ok(await peerd(home_of(daemon), "thread", "archive", launched["threadId"]))
     assert "worktree removed" in out and "discarded" not in out
+
+
+async def test_archive_keeps_the_branch_unless_asked_and_deletes_it_also_later(
+    daemon: Daemon, client: LocalClient, project: dict[str, Any], repo: Path
+) -> None:
+    def branches() -> set[str]:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "for-each-ref", "--format=%(refname:short)", "refs/heads/"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return set(out.split())
+
+    kept = await finished_thread(client, project, {"reply": "keep my branch"})
+    gone = await finished_thread(client, project, {"reply": "delete my branch"})
+    branch_of = {
+        t["threadId"]: (await client.call("GET", f"/v1/threads/{t['threadId']}"))["branch"]
+        for t in (kept, gone)
+    }
+    assert "branch deleted" not in ok(await peerd(home_of(daemon), "thread", "archive", kept["threadId"]))
+    assert branch_of[kept["threadId"]] in branches()
+    out = ok(await peerd(home_of(daemon), "thread", "archive", gone["threadId"], "--delete-branch"))
+    assert "worktree removed; branch deleted" in out
+    assert branch_of[gone["threadId"]] not in branches()
+    # An archived thread's branch can still be deleted (a clean-up retried).
+    later = await client.call("POST", f"/v1/threads/{kept['threadId']}/archive", body={"deleteBranch": True})
+    assert later["branchDeleted"] is True and later["worktreeRemoved"] is False
+    assert branch_of[kept["threadId"]] not in branches()
 
 
 @pytest.mark.parametrize("answer", ["n\n", "\n"])

@@ -142,8 +142,10 @@ async def test_a_packet_runs_on_a_linked_box_and_comes_back_as_commits(tmp_path:
     assert {r["reviewer"]["environment"] for pid in packets for r in receipts_of(done, "review", pid)} == {
         "box"
     }
-    # ... and its worktrees were removed at the end (the branches stay)
+    # ... and its worktrees and the threads' branches were removed at the end (the work came back)
     assert all(t["status"] == "archived" and not Path(t["worktreePath"]).exists() for t in box_threads)
+    left = git(repos["box"], "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()
+    assert not {t["branch"] for t in box_threads} & set(left), left
     assert git(repos["box"], "status", "--porcelain") == ""  # the box's own checkout untouched
 
 

@@ -95,7 +95,10 @@ async def remote_task_usage(db: Database, task_id: str) -> Usage | None:
     return Usage.from_json(json.loads(column)) if isinstance(column, str) and column else None
 
 
-LINK_SPEND_SQL = "SELECT r.usage FROM threads t JOIN runs r ON r.thread_id = t.id WHERE t.link_origin = ? AND r.created_at >= ?"
+LINK_SPEND_SQL = (
+    "SELECT r.usage FROM threads t JOIN runs r ON r.thread_id = t.id"
+    " WHERE t.link_origin = ? AND r.created_at >= ?"
+)
 
 
 async def link_spend(db: Database, client_id: str, since: float) -> tuple[int, float]:
