@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Any
 from peerd import __version__
 from peerd.api.listener_rules import ListenerLimits
 from peerd.config import Config
+from peerd.core.envid import env_id_from_public_key
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.paths import Paths
 
@@ -54,7 +55,6 @@ PROTOCOL_VERSION = 1  # contracts.PROTOCOL_VERSION (tests/integration/test_early
 MAX_EARLY_HEAD = 16 * 1024  # a request head the early server reads before it gives up on it
 _SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # SubjectPublicKeyInfo prefix of a raw key
 _PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")  # PKCS8 prefix of a 32-byte seed
-_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 
 class AlreadyRunning(PeerdError):
@@ -148,21 +148,6 @@ async def open_store(paths: Paths, *, new_store: bool) -> Database:
 # --- the identity, read lightly ------------------------------------------------------------------
 
 
-def _luhn32(s: str) -> str:
-    factor, total = 1, 0
-    for ch in s:
-        addend = factor * _B32.index(ch)
-        factor = 1 if factor == 2 else 2
-        total += addend // 32 + addend % 32
-    return _B32[(32 - total % 32) % 32]
-
-
-def env_id_of(raw_public_key: bytes) -> str:
-    """`peer/identity.py:env_id_from_public_key`, without its imports (a test compares them)."""
-    body = base64.b32encode(hashlib.sha256(raw_public_key).digest()).decode("ascii")[:20]
-    return "-".join(body[i : i + 5] + _luhn32(body[i : i + 5]) for i in range(0, 20, 5))
-
-
 def _pem_der(text: str, label: str) -> bytes | None:
     begin, end = f"-----BEGIN {label}-----", f"-----END {label}-----"
     if text.count(begin) != 1 or end not in text:
@@ -192,10 +177,27 @@ def light_identity(home: Path) -> tuple[str, str] | None:
     raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
     if cert_der.count(_SPKI_ED25519 + raw) != 1:
         return None  # a certificate for another key: rebuilt by the full start
-    return env_id_of(raw), "sha256:" + hashlib.sha256(cert_der).hexdigest()
+    return env_id_from_public_key(raw), "sha256:" + hashlib.sha256(cert_der).hexdigest()
 
 
 # --- the early owner socket ---------------------------------------------------------------------
+
+
+def prepare_socket_path(home: Path, path: Path) -> None:
+    """Make `path`'s directory, check it is this user's and private when it is not the home, and
+    remove a stale socket file (the caller holds the home lock, so no other daemon owns it). The
+    caller then binds with umask 0177, so the socket is 0600 from birth."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.parent != home:
+        # The short fallback socket dir is in a shared temp dir: it must be ours and private,
+        # or another user could stand in for the daemon (and collect run tokens).
+        st = path.parent.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PeerdError(
+                f"{path.parent} is not a private directory of this user; remove it or use a shorter --home."
+            )
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 def _response(status: int, reason: str, body: dict[str, Any]) -> bytes:
@@ -328,17 +330,7 @@ class EarlyStart:
 
     async def bind(self) -> None:
         path = self.paths.socket
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if path.parent != self.paths.home:
-            # The short fallback socket dir is in a shared temp dir: it must be ours and private,
-            # or another user could stand in for the daemon (and collect run tokens).
-            st = path.parent.stat()
-            if st.st_uid != os.getuid() or st.st_mode & 0o077:
-                raise PeerdError(
-                    f"{path.parent} is not a private directory of this user; remove it or use a shorter --home."
-                )
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # stale: the home lock proves no other daemon owns it
+        prepare_socket_path(self.paths.home, path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
         try:

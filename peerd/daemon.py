@@ -44,6 +44,7 @@ from peerd.boot import (
     home_unusable,
     open_store,
     parse_listen,
+    prepare_socket_path,
     take_lock,
 )
 from peerd.config import link_may_use
@@ -268,17 +269,7 @@ class Daemon:
             if listed:
                 self._listeners.append(c.Listener(kind="unix", address=str(path), tls=False))
             return
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if path.parent != self.paths.home:
-            # The short fallback socket dir is in a shared temp dir: it must be ours and private,
-            # or another user could stand in for the daemon (and collect run tokens).
-            st = path.parent.stat()
-            if st.st_uid != os.getuid() or st.st_mode & 0o077:
-                raise PeerdError(
-                    f"{path.parent} is not a private directory of this user; remove it or use a shorter --home."
-                )
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # stale: the home lock proves no other daemon owns it
+        prepare_socket_path(self.paths.home, path)
         app[SHUTDOWN_GATE] = self.gate
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
         await runner.setup()

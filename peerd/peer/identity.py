@@ -15,7 +15,6 @@ authenticates a peer.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import hmac
@@ -35,6 +34,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import NameOID
 
+from peerd.core.envid import B32 as _B32
+from peerd.core.envid import GROUP_LEN as _GROUP_LEN
+from peerd.core.envid import GROUPS as _GROUPS
+from peerd.core.envid import env_id_from_public_key
+from peerd.core.envid import luhn32 as _luhn32
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.logs import get_logger
 
@@ -55,8 +59,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # RFC 4648 alphabet, also the Luhn code points
-_GROUPS, _GROUP_LEN = 4, 5
 ENV_ID_LEN = _GROUPS * (_GROUP_LEN + 1)  # 24 significant characters, dashes not counted
 _TYPOS = str.maketrans({"0": "O", "1": "I", "8": "B"})  # Syncthing's untypeoify
 _CERT_VALIDITY = timedelta(days=20 * 365 + 5)  # 20 years, leap days included
@@ -97,29 +99,6 @@ class Identity:
 
 
 # --- environment ids ---------------------------------------------------------------------------
-
-
-def _luhn32(s: str) -> str:
-    """Syncthing's ``luhn32`` check character (lib/protocol/luhn.go).
-
-    Not textbook Luhn: the factor starts at 1 on the *first* character. Kept as is so ids can be
-    checked with Syncthing's algorithm and its published vectors.
-    """
-    factor, total = 1, 0
-    for ch in s:
-        addend = factor * _B32.index(ch)
-        factor = 1 if factor == 2 else 2
-        total += addend // 32 + addend % 32
-    return _B32[(32 - total % 32) % 32]
-
-
-def env_id_from_public_key(raw: bytes) -> str:
-    """The environment id (``XXXXXX-XXXXXX-XXXXXX-XXXXXX``) of a raw 32-byte Ed25519 public key."""
-    if len(raw) != 32:
-        raise ValueError(f"an Ed25519 public key is 32 bytes, got {len(raw)}")
-    body = base64.b32encode(hashlib.sha256(raw).digest()).decode("ascii")[: _GROUPS * _GROUP_LEN]
-    chunks = (body[i : i + _GROUP_LEN] for i in range(0, len(body), _GROUP_LEN))
-    return "-".join(chunk + _luhn32(chunk) for chunk in chunks)
 
 
 def normalize_env_id(text: str) -> str:
