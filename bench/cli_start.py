@@ -18,7 +18,6 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -31,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results.json"
+from benchlib import load_average, peerd_argv, save_results
+
 BUDGET_MS = 120.0
 UNLOADED_BASELINE_MS = 40.0  # `python -c ''` on this machine when it is idle (issue 13)
 BUDGET_RATIO = BUDGET_MS / UNLOADED_BASELINE_MS
@@ -48,12 +47,6 @@ BASELINE = "python -c ''"
 
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def peerd_argv() -> list[str]:
-    """The console script next to this interpreter (what a user runs), else `python -m peerd`."""
-    script = Path(sys.executable).parent / "peerd"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "peerd"]
 
 
 @dataclass
@@ -162,13 +155,6 @@ def measure(reps: int, seed: int) -> tuple[dict[str, Series], float]:
         return series, time.perf_counter() - t0
 
 
-def load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
-
-
 def report(series: dict[str, Series], reps: int, wall_s: float) -> dict[str, object]:
     base = series[BASELINE]
     base_p50 = base.p(0.5)
@@ -196,21 +182,6 @@ def report(series: dict[str, Series], reps: int, wall_s: float) -> dict[str, obj
     }
 
 
-def save(figures: dict[str, object]) -> None:
-    """Merge into bench/results.json: only the "cli_start" key is replaced."""
-    try:
-        data = json.loads(RESULTS.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            data = {}
-    except (FileNotFoundError, ValueError):
-        data = {}
-    data["cli_start"] = figures
-    tmp = RESULTS.with_name(RESULTS.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(RESULTS)
-    say(f"wrote {RESULTS.relative_to(ROOT)} (cli_start)")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20, help="runs of each command (default 20)")
@@ -220,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     series, wall_s = measure(max(1, args.reps), args.seed)
     figures = report(series, args.reps, wall_s)
     if not args.no_save:
-        save(figures)
+        save_results({"cli_start": figures})
     return 0
 
 

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchlib import save_results
+
 from peerd.api.localclient import LocalClient
 from peerd.cli.client import DaemonNotRunning
 
@@ -57,7 +59,6 @@ GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
 }
 ORIGIN = "git@github.com:peerd/bench-launch.git"
-RESULTS = Path(__file__).with_name("results.json")
 GOAL_ACKS = 200.0  # acks/s at c=50 (issue 14)
 GOAL_DELEGATE_MS = 50.0  # delegate_task -> remote child running, at 1,000 worktrees
 
@@ -488,13 +489,6 @@ def figures(r: Results) -> dict[str, Any]:
     }
 
 
-def save(key: str, value: dict[str, Any]) -> None:
-    """Merge `value` under `key` into bench/results.json; other keys are kept as they are."""
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[key] = value
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
-
-
 async def main(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="peerd-bench-launch-"))
     r = Results()
@@ -537,7 +531,7 @@ async def main(args: argparse.Namespace) -> int:
             say(f"kept {root}")
     print(table(r))
     if not args.no_save:
-        save("launch", figures(r))
+        save_results({"launch": figures(r)})
     return 0
 
 

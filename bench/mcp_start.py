@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results.json"
+from benchlib import load_average, peerd_argv, save_results
+
 BUDGET_MS = 300.0
 UNLOADED_BASELINE_MS = 40.0  # `python -c ''` on this machine when it is idle (issue 13)
 BUDGET_RATIO = BUDGET_MS / UNLOADED_BASELINE_MS
@@ -151,11 +151,6 @@ def http_listed(url: str, token: str) -> tuple[float, int]:
     if len(json.loads(body)["result"]["tools"]) < 1:
         raise RuntimeError("no tools listed")
     return elapsed, len(body)
-
-
-def peerd_argv() -> list[str]:
-    script = Path(sys.executable).parent / "peerd"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "peerd"]
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -271,13 +266,6 @@ def measure(reps: int, seed: int) -> tuple[dict[str, Series], dict[str, int], fl
         return series, sizes, time.perf_counter() - t0
 
 
-def load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
-
-
 def report(series: dict[str, Series], sizes: dict[str, int], reps: int, wall_s: float) -> dict[str, object]:
     base = series[BASELINE]
     base_p50 = base.p(0.5)
@@ -313,21 +301,6 @@ def report(series: dict[str, Series], sizes: dict[str, int], reps: int, wall_s: 
     }
 
 
-def save(figures: dict[str, object]) -> None:
-    """Merge into bench/results.json: only the "mcp_start" key is replaced."""
-    try:
-        data = json.loads(RESULTS.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            data = {}
-    except (FileNotFoundError, ValueError):
-        data = {}
-    data["mcp_start"] = figures
-    tmp = RESULTS.with_name(RESULTS.name + ".mcp.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(RESULTS)
-    say(f"wrote {RESULTS.relative_to(ROOT)} (mcp_start)")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20, help="runs of each path (default 20)")
@@ -337,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     series, sizes, wall_s = measure(max(1, args.reps), args.seed)
     figures = report(series, sizes, args.reps, wall_s)
     if not args.no_save:
-        save(figures)
+        save_results({"mcp_start": figures})
     return 0
 
 

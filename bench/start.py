@@ -14,7 +14,6 @@ See bench/README.md for what the columns mean and the numbers measured.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -27,10 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import save_results
+
 from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
 from peerd.paths import Paths
 
-RESULTS = Path(__file__).with_name("results.json")
 BUDGET_MS = 300.0  # issue 14: status within 300 ms of start
 BUDGET_RATIO = 7.5  # the same at a 40 ms `python -c ''` (idle), as a ratio
 
@@ -199,9 +199,7 @@ def main(args: argparse.Namespace) -> int:
             }
     print("\n".join(lines))
     if not args.no_save:
-        data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        data["start"] = figures
-        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+        save_results({"start": figures})
     return 0
 
 

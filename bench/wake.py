@@ -43,6 +43,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from benchlib import save_results
 
 import peerd.daemon
 from peerd.api import remote
@@ -59,7 +60,6 @@ from peerd.store.ids import new_id
 from peerd.tasks import store as tasks
 from peerd.tasks.feedwire import CHANGES_PATH
 
-RESULTS = Path(__file__).resolve().parent / "results.json"
 PRODUCTION_CHUNK_S = 50.0
 GOALS = {"wake_idle_x": 5.0, "wake_x": 10.0, "requests_per_min": 2.0}
 GIT_ENV = {
@@ -659,20 +659,6 @@ def _met(ok: bool) -> str:
     return "(met)" if ok else "(NOT met)"
 
 
-def save(figures: dict[str, Any]) -> None:
-    """Merge into bench/results.json: only the "wake" and "idle" keys are replaced."""
-    try:
-        data = json.loads(RESULTS.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            data = {}
-    except (FileNotFoundError, ValueError):
-        data = {}
-    data.update(figures)
-    tmp = RESULTS.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(RESULTS)
-
-
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -702,5 +688,5 @@ if __name__ == "__main__":
     started = time.monotonic()
     figures = report(asyncio.run(run(arguments)))
     if not arguments.no_save:
-        save(figures)
+        save_results(figures)
     print(f"\n(total {time.monotonic() - started:.0f}s)")
