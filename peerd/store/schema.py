@@ -284,4 +284,9 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE tasks ADD COLUMN usage TEXT",
     ],
+    # 13: a run's items by position (`threads.last_reply`, a local task's result at its end; and
+    # ON DELETE CASCADE from runs), without reading every item of every thread.
+    [
+        "CREATE INDEX items_run ON items(run_id, position)",
+    ],
 ]
