@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 from peerd.peer.forwarding import Forwarder
 from peerd.tasks.actions import Poll, ReadResult
@@ -44,7 +45,7 @@ def feed_message(exc: PeerdError, label: str) -> str:
 
 async def read_reply(forwarder: Forwarder, env_id: str, read: ReadResult) -> str | None:
     """The settled run's last reply, read whole (paged, long text by itemId + textOffset)."""
-    path = f"/v1/threads/{read.thread_id}/items"
+    path = f"/v1/threads/{path_segment(read.thread_id)}/items"  # the box named it: one segment
     reply: dict[str, Any] | None = None
     after: int | None = None
     while True:
