@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,10 @@ async def test_the_demo_runs_end_to_end() -> None:
         "[box]$ peerd pair --access auto",
         "[laptop]$ peerd environment list",
         "[box]$ peerd client list",
-        "subagent of  thread",
         "on box: thr_",
         "The laptop's daemon is back",
         "no longer accepts this link",
         "Both daemons exited with code 0",
     ):
         assert step in out, step
+    assert re.search(r"subagent of +thread thr_", out), "the child's lineage is shown"

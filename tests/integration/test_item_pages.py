@@ -5,6 +5,7 @@ its default, and a long text still says where to read on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -34,11 +35,14 @@ async def test_a_delegated_parents_first_page_has_no_default_fields(
     launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt})
     parent = launched["threadId"]
     await wait_terminal(client, parent, launched["runId"])
-    for _ in range(60):  # the wake run (run 2) ends too
+    for _ in range(300):  # the wake run (run 2) is queued when the child's task ends, then ends too
         thread = await client.call("GET", f"/v1/threads/{parent}")
         if thread["latestRun"]["number"] == 2 and thread["latestRun"]["endedAt"]:
             break
-        await wait_terminal(client, parent, thread["latestRun"]["id"])
+        if thread["latestRun"]["number"] == 2:
+            await wait_terminal(client, parent, thread["latestRun"]["id"])
+        else:
+            await asyncio.sleep(0.1)  # run 1 ended: its wake is not queued yet
     page = await client.call("GET", f"/v1/threads/{parent}/items")
     assert len(page["items"]) >= 4, page["items"]  # prompt, tool call, wake, ...)
     size = len(json.dumps(page, separators=(",", ":")))

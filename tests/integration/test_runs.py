@@ -548,6 +548,7 @@ async def test_archive_removes_the_worktree_and_hides_the_thread(
         "threadId": thread_id,
         "status": "archived",
         "worktreeRemoved": True,
+        "branchDeleted": False,
         "discarded": ["a.txt"],
     }
     assert not worktree.exists()
