@@ -91,6 +91,33 @@ async def running_daemon(
         await daemon.shutdown()
 
 
+async def wait_started(
+    home: Path, proc: subprocess.Popen[bytes] | None, *, timeout: float, label: str
+) -> None:
+    """Until the daemon at `home` (started as `proc`) has started: its early answer ("starting": no
+    network listener yet) is not that; its exit, or `timeout`, says why with its log."""
+    log = home / "daemon.log"
+
+    def tail() -> str:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            async with client_for(home) as client:
+                if (await client.call("GET", "/v1/status")).get("state") != "starting":
+                    return
+        except DaemonNotRunning:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{label} exited: {tail()}") from None
+            if loop.time() > deadline:
+                raise
+        if loop.time() > deadline:
+            raise TimeoutError(f"{label} did not finish starting: {tail()}")
+        await asyncio.sleep(0.05)  # a socket that does not exist yet has no event to wait on
+
+
 @asynccontextmanager
 async def client_for(home: Path) -> AsyncIterator[LocalClient]:
     async with LocalClient(Paths(home).socket) as client:
@@ -142,24 +169,7 @@ class DaemonProcess:
         log.close()
 
     async def ready(self, timeout: float = 20.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                async with client_for(self.home) as client:
-                    # Answered early ("starting": no network listener yet) is not ready.
-                    if (await client.call("GET", "/v1/status")).get("state") != "starting":
-                        return
-            except DaemonNotRunning:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError(f"daemon exited: {(self.home / 'daemon.log').read_text()}") from None
-                if loop.time() > deadline:
-                    raise
-            if loop.time() > deadline:
-                raise TimeoutError(
-                    f"the daemon did not finish starting: {(self.home / 'daemon.log').read_text()}"
-                )
-            await asyncio.sleep(0.05)  # polling a socket that does not exist yet has no event
+        await wait_started(self.home, self.proc, timeout=timeout, label="the daemon")
 
     def signal(self, signum: int) -> None:
         assert self.proc is not None

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from peerd.api.localclient import LocalClient
-from peerd.cli.client import DaemonNotRunning
 from peerd.paths import Paths
-from tests.helpers import client_for, git, make_repo
+from tests.helpers import git, make_repo, wait_started
 
 FULL = os.environ.get("PEERD_FAULTS", "") == "full"  # `make faults`: the whole matrix
 SEED = int(os.environ.get("PEERD_FAULT_SEED", "12"))
@@ -107,22 +106,7 @@ class Serve:
             self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
     async def ready(self, timeout: float = 30.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                async with client_for(self.home) as client:
-                    # Answered early ("starting": no network listener yet) is not ready.
-                    if (await client.call("GET", "/v1/status")).get("state") != "starting":
-                        return
-            except DaemonNotRunning:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.label} exited: {self.log_tail()}") from None
-                if loop.time() > deadline:
-                    raise
-            if loop.time() > deadline:
-                raise TimeoutError(f"{self.label} did not finish starting: {self.log_tail()}")
-            await asyncio.sleep(0.05)  # a socket that does not exist yet has no event to wait on
+        await wait_started(self.home, self.proc, timeout=timeout, label=self.label)
 
     async def restart(self) -> None:
         self.start()

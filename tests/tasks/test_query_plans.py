@@ -5,15 +5,13 @@ laptop's follower and the box's feed run (captured as SQLite executes them) is p
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from peerd.store import threads
 from peerd.store.db import Database
 from peerd.tasks import feedstore
 from peerd.tasks import store as tasks
-
-SKIP = ("BEGIN", "COMMIT", "ROLLBACK", "SELECT 1", "PRAGMA", "EXPLAIN")
+from tests.queryplans import scans, statements
 
 
 async def seeded(path: Path) -> Database:
@@ -44,28 +42,6 @@ async def seeded(path: Path) -> Database:
                 (f"tsk_{i}", f"k{i}", f"env_{i % 3}", f"run_x{i}", status, now + i, now + i),
             )
     return db  # no ANALYZE: peerd never runs it, so the planner sees what a daemon's store gives it
-
-
-async def statements(db: Database, work: Callable[[], Awaitable[object]]) -> list[str]:
-    seen: list[str] = []
-
-    def trace(sql: str) -> None:
-        if not sql.lstrip().upper().startswith(SKIP):
-            seen.append(sql)
-
-    for conn in (db._r, db._w):
-        await conn.set_trace_callback(trace)
-    try:
-        await work()
-    finally:
-        for conn in (db._r, db._w):
-            await conn.set_trace_callback(None)
-    return seen
-
-
-async def scans(db: Database, sql: str) -> list[str]:
-    plan = await db.fetchall("EXPLAIN QUERY PLAN " + sql)
-    return [row[3] for row in plan if str(row[3]).startswith("SCAN")]
 
 
 async def test_no_hot_path_statement_scans_a_table(tmp_path: Path) -> None:

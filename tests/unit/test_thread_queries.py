@@ -6,15 +6,14 @@ transaction, and a branch named after the new thread is not looked up at all."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from peerd.store import threads
 from peerd.store.db import Database
-
-SKIP = ("BEGIN", "COMMIT", "ROLLBACK", "SELECT 1", "PRAGMA", "EXPLAIN")
+from tests.queryplans import scans, statements
 
 
 @pytest.fixture
@@ -60,23 +59,6 @@ async def seed(db: Database, n: int, runs_each: int = 3) -> list[str]:
                 )
             ids.append(thread_id)
     return ids
-
-
-async def statements(db: Database, work: Callable[[], Awaitable[object]]) -> list[str]:
-    seen: list[str] = []
-
-    def trace(sql: str) -> None:
-        if not sql.lstrip().upper().startswith(SKIP):
-            seen.append(sql)
-
-    for conn in (db._r, db._w):
-        await conn.set_trace_callback(trace)
-    try:
-        await work()
-    finally:
-        for conn in (db._r, db._w):
-            await conn.set_trace_callback(None)
-    return seen
 
 
 async def test_a_page_of_threads_is_one_statement_with_each_latest_run(db: Database) -> None:
@@ -133,11 +115,8 @@ async def test_thread_reads_and_start_up_statements_scan_no_table(db: Database) 
 
     ran = await statements(db, work)
     assert len(ran) >= 10, ran
-    scans = {}
-    for sql in ran:
-        plan = [str(row[3]) for row in await db.fetchall("EXPLAIN QUERY PLAN " + sql)]
-        scans[sql] = [step for step in plan if step.startswith("SCAN")]
-    assert {sql: plan for sql, plan in scans.items() if plan} == {}
+    found = {sql: await scans(db, sql) for sql in ran}
+    assert {sql: plan for sql, plan in found.items() if plan} == {}
 
 
 async def test_a_launch_checks_a_named_branch_outside_the_transaction_and_a_generated_one_not_at_all(
