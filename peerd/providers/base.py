@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from peerd.approvals.gate import ApprovalGate
 from peerd.core.usage import Usage
 from peerd.runtime.sandbox import Confinement
 
@@ -42,6 +43,9 @@ class RunSpec:
     # peerd's sandbox for this run (see `peerd.runtime.sandbox`), or None when it runs unconfined.
     # The provider adds what its CLI needs (install dir, state dirs, network) and runs inside it.
     confinement: Confinement | None = None
+    # Who decides a guarded action (access level approval-required): a CLI with a protocol for
+    # asking its host (see `peerd.providers.duplex`) asks this gate; None: nobody can be asked.
+    approvals: ApprovalGate | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ Every provider CLI (the scripted coder, Codex, Claude Code, Gemini) runs the sam
   as a raw diagnostic string;
 - stderr is logs: it is drained all the time (a full pipe would block the child) and only its
   last 64 KiB are kept, for error messages;
-- stdin gets the prompt and is closed, or is /dev/null.
+- stdin gets the prompt and is closed, or is /dev/null, or (`duplex`) stays open for a CLI
+  that is talked to while it runs (JSON lines both ways: `write_line`, `close_stdin`).
 
 Interrupting escalates SIGINT -> SIGTERM -> SIGKILL on the group, and once the leader is gone
 SIGKILLs whatever is left in the group. When the leader exits by itself but members of its group
@@ -172,6 +173,7 @@ class ProviderProcess:
         env: Mapping[str, str],
         stdin_data: bytes | None,
         straggler_grace: float = 2.0,
+        duplex: bool = False,
     ) -> ProviderProcess:
         """Start `argv` in a new process group; raise `ProviderError` if it cannot start. The
         fork/exec happens in a worker thread (`_SPAWNER`), never on the event loop."""
@@ -184,7 +186,7 @@ class ProviderProcess:
                 argv,
                 cwd=cwd,
                 env=dict(env),
-                stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin_data is not None or duplex else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -206,7 +208,7 @@ class ProviderProcess:
                 os.killpg(popen.pid, signal.SIGKILL)
             raise
         process = cls(child, straggler_grace)
-        if stdin_data is not None:
+        if stdin_data is not None and not duplex:
             process._stdin_task = asyncio.create_task(process._feed_stdin(stdin_data))
         return process
 
@@ -345,6 +347,29 @@ class ProviderProcess:
             if len(self._stderr) > STDERR_TAIL_BYTES:
                 self._stderr_cut = True
                 del self._stderr[:-STDERR_TAIL_BYTES]
+
+    async def write_line(self, message: Mapping[str, Any]) -> bool:
+        """Send one JSON object as a line on a duplex process's stdin; False once the child no
+        longer reads it (exited, or closed its end)."""
+        stdin = self._child.stdin
+        if stdin is None or stdin.is_closing():
+            return False
+        data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        return True
+
+    async def close_stdin(self) -> None:
+        """End a duplex process's input (many CLIs exit when it ends); idempotent."""
+        stdin = self._child.stdin
+        if stdin is None or stdin.is_closing():
+            return
+        stdin.close()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            await stdin.wait_closed()
 
     async def _feed_stdin(self, data: bytes) -> None:
         stdin = _required(self._child.stdin, "stdin pipe")
