@@ -22,13 +22,13 @@ from pathlib import Path
 
 from peerd.config import ProviderConfig
 from peerd.errors import ProviderError
-from peerd.providers.base import RunSpec
+from peerd.providers.asking import asks_person, duplex_launch
+from peerd.providers.base import ProviderRun, RunSpec
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import (
     MCP_SERVER_NAME,
     MCP_TOOL_TIMEOUT_S,
     TOKEN_ENV,
-    CliRun,
     Launch,
     StreamParser,
     ToolBinding,
@@ -42,6 +42,7 @@ from peerd.providers.cli import (
     write_private,
 )
 from peerd.providers.codex_events import CodexEvents
+from peerd.providers.duplex import start_duplex
 from peerd.providers.gemini_events import GeminiEvents
 from peerd.runtime.sandbox import Mount
 from peerd.runtime.sandbox_profile import real
@@ -333,7 +334,7 @@ class CoderProvider:
         self.config = config
         self.binary = config.binary or kind
 
-    async def start(self, spec: RunSpec) -> CliRun:
+    async def start(self, spec: RunSpec) -> ProviderRun:
         scratch = scratch_dir(spec)
         binding = bind_tools(spec, scratch)
         env = base_env(self.config, spec, binding)
@@ -343,6 +344,20 @@ class CoderProvider:
                 f"Provider {self.name!r}: {self.binary!r} was not found (PATH or providers.{self.name}.binary "
                 "in the config file). `peerd provider list` shows what is installed."
             )
+        if asks_person(spec) and spec.approvals is not None:
+            asking = duplex_launch(self.kind, binary, spec, self.config, binding, scratch)
+            if asking is not None:
+                launch, driver = asking
+                launch.env = {**env, **launch.env}
+                launch.timeout_s = self.config.timeout_s
+                # Every write passes a person first (the CLI asks before each edit and command),
+                # so the worktree is writable inside peerd's sandbox, as the person approves.
+                base = spec.confinement
+                if base is not None:
+                    base = dataclasses.replace(base, worktree_writable=True)
+                mounts = [*home_mounts(self.config, launch.env), *state_mounts(self.kind, launch.env)]
+                confine(launch, base, binary, *mounts)
+                return await start_duplex(launch, driver, spec.approvals, cli=self.kind)
         parser: StreamParser
         if self.kind == "codex":
             launch, parser = (
