@@ -289,4 +289,46 @@ MIGRATIONS: list[list[str]] = [
     [
         "CREATE INDEX items_run ON items(run_id, position)",
     ],
+    # 14: approvals that reach a person (peerd/approvals/): each guarded action a run asks about,
+    # committed before the CLI is answered; `delivered_at` NULL while the decision is owed to the
+    # CLI (a restart cut its run). On a laptop, `remote_approvals` mirrors a linked box's pending
+    # approvals for the work this machine started there (the follower's feed brings them).
+    [
+        """CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            ask_key TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            status TEXT NOT NULL,
+            link_origin TEXT,
+            link_label TEXT,
+            parent_task_id TEXT,
+            parent_thread_id TEXT,
+            scope TEXT,
+            reason TEXT,
+            decided_by TEXT,
+            decision_id TEXT,
+            created_at REAL NOT NULL,
+            deadline_at REAL NOT NULL,
+            decided_at REAL,
+            delivered_at REAL
+        )""",
+        "CREATE INDEX approvals_pending ON approvals(deadline_at) WHERE status = 'pending'",
+        "CREATE INDEX approvals_run ON approvals(run_id)",
+        "CREATE INDEX approvals_thread ON approvals(thread_id, digest)",
+        "CREATE INDEX approvals_link ON approvals(link_origin, created_at)",
+        "CREATE INDEX approvals_created ON approvals(created_at)",
+        """CREATE TABLE remote_approvals (
+            environment_id TEXT NOT NULL,
+            id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            seen_at REAL NOT NULL,
+            PRIMARY KEY (environment_id, id)
+        ) WITHOUT ROWID""",
+    ],
 ]
