@@ -114,6 +114,26 @@ class ConsoleConfig(_Strict):
         return self.tls_cert is not None
 
 
+class ApprovalsConfig(_Strict):
+    """Approvals that reach a person (`[approvals]`; docs/user/approvals.md)."""
+
+    # How long a question waits for a person before it is denied (the model is told why).
+    deadline_minutes: float = Field(default=30.0, gt=0, le=7 * 24 * 60)
+    # What a linked machine's runs do when they need approval: `ask` the person on that machine
+    # (and this machine's owner), or `deny` at once. Per link, by client id or label: `links`.
+    link_policy: Literal["ask", "deny"] = "ask"
+    links: dict[str, Literal["ask", "deny"]] = Field(default_factory=dict)
+    desktop: bool = True  # a desktop notification (notify-send) where one can be shown
+    webhook_url: str | None = Field(default=None, pattern=r"^https?://")  # e.g. an ntfy topic
+
+    def policy_for(self, client_id: str, label: str | None) -> Literal["ask", "deny"]:
+        if client_id in self.links:
+            return self.links[client_id]
+        if label is not None and label in self.links:
+            return self.links[label]
+        return self.link_policy
+
+
 class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
@@ -126,6 +146,7 @@ class Config(_Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     links: LinksConfig = Field(default_factory=LinksConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def provider_kind(self, name: str) -> ProviderKind:

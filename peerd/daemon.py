@@ -35,6 +35,8 @@ from peerd.api.mcp_http import McpService, add_mcp_route, start_tcp_listener
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
+from peerd.approvals import wiring as approvals_wiring
+from peerd.approvals.service import ApprovalService
 from peerd.boot import (
     DEFAULT_LISTEN,
     AlreadyRunning,
@@ -65,7 +67,7 @@ from peerd.providers.command import CommandProvider
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
-from peerd.store import approvals, projects, receipts, threads
+from peerd.store import projects, provider_approvals, receipts, threads
 from peerd.store.db import Database
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.follower import FollowerPool
@@ -109,6 +111,7 @@ class Daemon:
         self.feed = ChangeFeed()
         self.providers: dict[str, Provider] = {}
         self.orchestrations: Orchestrations | None = None
+        self.approvals: ApprovalService | None = None
         self.mcp = McpService()  # agent tools over MCP: /mcp on both sockets and a loopback port
         self.console: Console | None = None  # the browser console (peerd/console/), its own listener
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
@@ -193,6 +196,15 @@ class Daemon:
         ops.delegation = delegation
         ops.on_stop = delegation.stop_children
         self.runs.on_run_end = delegation.on_run_end
+        self.approvals = approvals_wiring.build(
+            db,
+            self.feed,
+            self.config.settings.approvals,
+            environment=self.config.label or identity.env_id,
+            kick=self.runs.kick,
+        )
+        self.runs.approvals = approvals_wiring.gates(self.approvals, db)
+        self.runs.on_approvals_end = lambda run_id, cut: self.approvals_service().run_ended(run_id, cut=cut)
         self.followers = FollowerPool(db, delegation, watch_chunk_s=self.config.watch_chunk_s)
         link_service = LinkService(
             db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
@@ -237,6 +249,7 @@ class Daemon:
         if self.config.listen:
             await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
         await self.console.start()  # a client of the owner socket; a busy port is logged, not fatal
+        self.approvals.start()  # deadlines passed while this daemon was down deny at once
         await self.runs.kick_all()
         await delegation.recover()
         await self.followers.start()  # every open remote task and owed stop is followed again
@@ -340,6 +353,11 @@ class Daemon:
             urls.append(url)
         return urls
 
+    def approvals_service(self) -> ApprovalService:
+        if self.approvals is None:
+            raise PeerdError("The daemon is still starting.", code="unavailable")
+        return self.approvals
+
     def orchestrations_service(self) -> Orchestrations:
         if self.orchestrations is None:
             raise PeerdError("The daemon is still starting.", code="unavailable")
@@ -354,7 +372,7 @@ class Daemon:
         this text."""
         if name in self.config.settings.approved_commands:
             return True
-        return self.db is not None and await approvals.is_approved(self.db, name, command)
+        return self.db is not None and await provider_approvals.is_approved(self.db, name, command)
 
     async def provider_list(self) -> list[c.ProviderInfo]:
         infos = [
@@ -377,7 +395,7 @@ class Daemon:
             )
         if self.db is None:
             raise PeerdError("The daemon is still starting.", code="unavailable")
-        await approvals.approve(self.db, name, command, now=time.time())
+        await provider_approvals.approve(self.db, name, command, now=time.time())
         return c.ProviderApproveResult(name=name, command=command, approved=True)
 
     async def provider_revoke(self, name: str) -> c.ProviderApproveResult:
@@ -385,7 +403,7 @@ class Daemon:
         command = getattr(provider, "command", None)
         if self.db is None or not isinstance(command, str):
             raise NotFound(f"No custom provider {name!r} in the config file.")
-        await approvals.revoke(self.db, name)
+        await provider_approvals.revoke(self.db, name)
         return c.ProviderApproveResult(
             name=name, command=command, approved=await self.command_approved(name, command)
         )
@@ -441,6 +459,8 @@ class Daemon:
             await self.followers.close()
         if self.orchestrations is not None:
             await self.orchestrations.engine.close()  # recorded state is resumed at the next start
+        if self.approvals is not None:
+            await self.approvals.stop()  # pending approvals stay pending: the restart finds them
         if self.runs is not None:
             await self.runs.shutdown()
         if self.console is not None:

@@ -8,16 +8,19 @@
     │   ├── ProjectNotFound   project_not_found        404
     │   ├── ThreadNotFound    thread_not_found         404
     │   ├── RunNotFound       run_not_found            404
-    │   └── ItemNotFound      item_not_found           404
+    │   ├── ItemNotFound      item_not_found           404
+    │   └── ApprovalNotFound  approval_not_found       404
     ├── Conflict              conflict                 409
     │   ├── IdempotencyKeyReused  idempotency_key_reused  409
     │   ├── ProjectExists     project_exists           409
     │   ├── BranchTaken       branch_taken             409  (store/threads.py)
     │   ├── WorktreeDirty     worktree_dirty           409  (operations.py)
-    │   └── DirtyCheckout     checkout_dirty           409  (orchestrate/userwork.py)
+    │   ├── DirtyCheckout     checkout_dirty           409  (orchestrate/userwork.py)
+    │   └── ApprovalDecided   approval_decided         409  (the first decision stands)
     ├── CapabilityDenied      capability_denied        403
     │   ├── ParentNotActive   parent_not_active        403
     │   ├── LinkRevoked       link_revoked             403
+    │   ├── ApprovalNotAllowed  approval_not_allowed   403  (a read-only link cannot decide)
     │   └── ConfinementUnavailable  confinement_unavailable  403  (runtime/sandbox.py)
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
@@ -107,6 +110,22 @@ class LinkRevoked(CapabilityDenied):
     code = "link_revoked"
 
 
+class ApprovalNotFound(NotFound):
+    code = "approval_not_found"
+
+
+class ApprovalDecided(Conflict):
+    """The approval was decided already: the first decision stands."""
+
+    code = "approval_decided"
+
+
+class ApprovalNotAllowed(CapabilityDenied):
+    """This caller may see the approval but not decide it (a read-only link)."""
+
+    code = "approval_not_allowed"
+
+
 class PayloadTooLarge(PeerdError):
     code = "payload_too_large"
 
@@ -144,6 +163,9 @@ HTTP_STATUS: dict[str, int] = {
     "thread_not_found": 404,
     "run_not_found": 404,
     "item_not_found": 404,
+    "approval_not_found": 404,
+    "approval_decided": 409,
+    "approval_not_allowed": 403,
     "conflict": 409,
     "idempotency_key_reused": 409,
     "branch_taken": 409,
@@ -197,11 +219,14 @@ _BY_CODE: dict[str, type[PeerdError]] = {
         ThreadNotFound,
         RunNotFound,
         ItemNotFound,
+        ApprovalNotFound,
         Conflict,
+        ApprovalDecided,
         IdempotencyKeyReused,
         ProjectExists,
         CapabilityDenied,
         ParentNotActive,
+        ApprovalNotAllowed,
         PayloadTooLarge,
         ProviderError,
         GitError,

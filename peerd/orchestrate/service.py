@@ -21,7 +21,7 @@ from peerd.orchestrate.engine import Engine, feed_key, plan_checks
 from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
 from peerd.runtime import gitrun
 from peerd.runtime.feed import ChangeFeed
-from peerd.store import approvals, links, projects
+from peerd.store import links, projects, provider_approvals
 from peerd.store.db import Database
 
 
@@ -48,6 +48,9 @@ class OrchestrateRequest(c.Input):
     )
     pr: bool = False  # open a pull request (pushes to `push`, default origin)
     ready: bool = False  # the pull request is not a draft
+    # Stop rules: the whole orchestration's (every run, the planner's too) and each packet's.
+    budget: c.Budget | None = None
+    packet_budget: c.Budget | None = None
 
 
 async def _branch_of(repo: Path) -> str | None:
@@ -171,7 +174,7 @@ class Orchestrations:
             if name in req.allow_commands or command in req.allow_commands:
                 # The owner confirmed (or named) this exact command on their own socket: that is an
                 # approval, bound to the command's text like `peerd provider approve`.
-                await approvals.approve(self.db, name, command, now=self.clock())
+                await provider_approvals.approve(self.db, name, command, now=self.clock())
         await _keep_out_of_git(repo)
         run_id = ostore.new_run_id()
         base = await gitops.head(repo)
@@ -196,6 +199,8 @@ class Orchestrations:
             "push": remote,
             "pr": req.pr,
             "ready": req.ready,
+            "budget": None if req.budget is None else req.budget.rule().to_json(),
+            "packetBudget": None if req.packet_budget is None else req.packet_budget.rule().to_json(),
             **request_flags,
         }
         if plan is not None:

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import structlog
 
+from peerd.approvals.gate import ApprovalGate
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
@@ -123,6 +124,9 @@ class RunManager:
         self.store_fault = asyncio.Event()
         # Told when a run ends (delegated tasks whose child this is may now be settled).
         self.on_run_end: Callable[[str], Awaitable[None]] | None = None
+        # Who decides a run's guarded actions at approval-required (peerd/approvals/wiring.py).
+        self.approvals: Callable[[Thread, str], Awaitable[ApprovalGate | None]] | None = None
+        self.on_approvals_end: Callable[[str, bool], Awaitable[None]] | None = None
 
     def providers(self) -> list[str]:
         return sorted(self._providers)
@@ -267,6 +271,9 @@ class RunManager:
             )
         for notice in notices:
             await self._item(thread.id, run_id, "notice", notice)
+        gate = None
+        if self.approvals is not None and runtime_mode == "approval-required":
+            gate = await self.approvals(thread, run_id)
         spec = RunSpec(
             thread_id=thread.id,
             run_id=run_id,
@@ -279,6 +286,7 @@ class RunManager:
             state_dir=state_dir,
             tool_env=tool_env,
             confinement=confinement,
+            approvals=gate,
         )
         spec.state_dir.mkdir(parents=True, exist_ok=True)
         meter = await RunMeter.open(
@@ -432,7 +440,12 @@ class RunManager:
         exit_code: int | None = None,
         reported: bool = False,
     ) -> None:
-        if status == "interrupted" and run_id in self._cut:
+        cut = status == "interrupted" and run_id in self._cut
+        if self.on_approvals_end is not None:
+            # Its open questions are withdrawn, unless a stop of this daemon cut it (they wait).
+            with contextlib.suppress(Exception):
+                await self.on_approvals_end(run_id, cut or self._closing)
+        if cut:
             # Cut by the shutdown: interrupted, and continued after the restart where the rules say.
             await self._write(lambda: self._record_cut(only={run_id}))
             log.info("run.end", run_id=run_id, status="interrupted", cut=True)
