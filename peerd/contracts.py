@@ -308,6 +308,8 @@ class ThreadSend(Input):
     text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     client_request_id: str | None = ClientRequestId
     environment_id: str | None = EnvironmentId
+    # This run's stop rule, like a launch's (orchestration hops get what is left of their budget).
+    budget: Budget | None = None
 
 
 class ThreadSendResult(Wire):

@@ -443,6 +443,8 @@ class Operations:
             admit=self._ceiling_for(caller),
         )
         if not replayed:
+            if req.budget is not None:
+                await usage_store.set_run_budget(self.db, result["runId"], req.budget.rule())
             self.feed.changed(thread_id)  # the queued run is an event even when nothing starts
             await self.runs.kick(thread_id)
         run = await threads.get_run(self.db, result["runId"])

@@ -3,6 +3,7 @@
     peerd orchestrate "<task>" [--coder SPEC]... [-n N] [--plan DIR] [--verify CMD]
                       [--reviewer SPEC] [--on ENV]... [--non-interactive] [--allow-command NAME]...
                       [--include-dirty] [--serialize-overlaps] [--keep] [--push REMOTE] [--pr [--ready]]
+                      [--budget LIMITS] [--packet-budget LIMITS]
     peerd orchestrate status RUN      peerd orchestrate cancel RUN      peerd orchestrate list
 
 The daemon runs the orchestration (it survives a restart); this command starts it and shows its
@@ -119,6 +120,18 @@ def _project_here(client: LocalClient) -> str:
 )
 @click.option("--ready", is_flag=True, help="With --pr: a ready pull request, not a draft.")
 @click.option(
+    "--budget",
+    default=None,
+    metavar="LIMITS",
+    help="Stop the whole run past tokens=N,usd=X,seconds=S (every run, the planner's too).",
+)
+@click.option(
+    "--packet-budget",
+    default=None,
+    metavar="LIMITS",
+    help="Park a packet past tokens=N,usd=X,seconds=S (its runs, every hop).",
+)
+@click.option(
     "--detach", is_flag=True, help="Start it and return; follow with `peerd orchestrate status RUN`."
 )
 @json_option
@@ -142,6 +155,8 @@ def orchestrate_run(
     push: str | None,
     pr: bool,
     ready: bool,
+    budget: str | None,
+    packet_budget: str | None,
     detach: bool,
     as_json: bool,
 ) -> None:
@@ -163,6 +178,8 @@ def orchestrate_run(
         "push": push,
         "pr": pr,
         "ready": ready,
+        "budget": _limits(budget, "--budget"),
+        "packetBudget": _limits(packet_budget, "--packet-budget"),
     }
     if ready and not pr:
         fail("--ready is for --pr: add --pr, or drop --ready.", EXIT_USAGE)
@@ -219,6 +236,18 @@ def orchestrate_run(
     else:
         render_report(final)
     ctx.exit(0 if succeeded(final) else EXIT_ERROR)
+
+
+def _limits(text: str | None, flag: str) -> dict[str, float | int] | None:
+    """`--budget`'s LIMITS, parsed like `peerd thread launch --budget`."""
+    if text is None:
+        return None
+    from peerd.cli.threads import parse_budget  # noqa: PLC0415  # only when given
+
+    try:
+        return parse_budget(text)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint=flag) from None
 
 
 def _follow(ctx: click.Context, info: dict[str, Any], *, quiet: bool) -> dict[str, Any]:

@@ -122,6 +122,35 @@ def exceeded(budget: Budget, usage: Usage | None, wall_s: float) -> str | None:
     return None
 
 
+def remaining(budget: Budget, usage: Usage | None, wall_s: float) -> Budget:
+    """What is left of `budget` after `usage` and `wall_s`: the next run's own budget, so the run
+    manager stops it as usage arrives once the whole passes. A limit already reached leaves the
+    least a budget can say (1 token, $0.0001, 1 second): the run is stopped at its first report."""
+    spent = usage or Usage()
+    return Budget(
+        tokens=None if budget.tokens is None else max(1, budget.tokens - spent.total_tokens),
+        usd=None if budget.usd is None else max(0.0001, budget.usd - (spent.cost_usd or 0.0)),
+        seconds=None if budget.seconds is None else max(1.0, budget.seconds - wall_s),
+    )
+
+
+def tightest(*budgets: Budget | None) -> Budget | None:
+    """The lowest limit of each kind over `budgets`; None when none sets any."""
+    given = [b for b in budgets if b is not None and not b.empty]
+    if not given:
+        return None
+
+    def low(values: list[Any]) -> Any:
+        known = [v for v in values if v is not None]
+        return min(known) if known else None
+
+    return Budget(
+        tokens=low([b.tokens for b in given]),
+        usd=low([b.usd for b in given]),
+        seconds=low([b.seconds for b in given]),
+    )
+
+
 DAY_S = 24 * 3600.0
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from peerd import contracts as c
 from peerd.core.runs import DAEMON_STOPPED
 from peerd.core.text import path_segment
+from peerd.core.usage import Budget
 from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import store as ostore
@@ -61,6 +62,8 @@ class Settings:
     ready: bool = False  # --ready: the pull request is not a draft
     user_work: dict[str, str] | None = None  # the user's dirty paths at the start -> content hash
     user_branch: str | None = None  # the branch the user's checkout was on at the start
+    budget: Budget | None = None  # --budget: the whole orchestration's (every run, the planner's too)
+    packet_budget: Budget | None = None  # --packet-budget: each packet's (its runs, every hop)
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> Settings:
@@ -79,7 +82,14 @@ class Settings:
             ready=bool(request.get("ready")),
             user_work=request.get("userWork"),
             user_branch=request.get("userBranch"),
+            budget=_budget(request.get("budget")),
+            packet_budget=_budget(request.get("packetBudget")),
         )
+
+
+def _budget(data: object) -> Budget | None:
+    rule = Budget.from_json(data) if isinstance(data, dict) else None
+    return None if rule is None or rule.empty else rule
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,7 @@ class OrchestrationContext:
         role: str,
         packet_id: str | None = None,
         branch: str | None = None,
+        budget: c.Budget | None = None,
     ) -> c.ThreadLaunchResult:
         project = await projects.get(self.db, run.project_id)
         project_id = project.id
@@ -188,6 +199,7 @@ class OrchestrationContext:
             environment_id=coder.environment,
             branch=branch,
             base_commit=base,
+            budget=budget,
         )
         launched = await self.ops.thread_launch(self.caller(run.id), req)
         await self.remember_thread(run.id, packet_id, launched.thread_id, coder.environment, role)
@@ -223,8 +235,17 @@ class OrchestrationContext:
                     env, "POST", f"/v1/threads/{path_segment(thread_id)}/archive", body=body
                 )
 
-    async def send(self, run_id: str, thread_id: str, env: str | None, text: str, *, key: str) -> str:
-        req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env)
+    async def send(
+        self,
+        run_id: str,
+        thread_id: str,
+        env: str | None,
+        text: str,
+        *,
+        key: str,
+        budget: c.Budget | None = None,
+    ) -> str:
+        req = c.ThreadSend(text=text, client_request_id=f"{run_id}:{key}", environment_id=env, budget=budget)
         return (await self.ops.thread_send(self.caller(run_id), thread_id, req)).run_id
 
     async def wait(

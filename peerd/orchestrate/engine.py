@@ -34,7 +34,7 @@ import structlog
 
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.operations import Operations
-from peerd.orchestrate import cleanup, userwork
+from peerd.orchestrate import cleanup, spend, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, ReceiptMissing, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
@@ -149,6 +149,9 @@ class Engine:
             await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
             self.ctx.changed(run_id)
             await self._schedule(run_id)
+            if (why := await spend.check(self.ctx, await ostore.get(self.ctx.db, run_id), None)) is not None:
+                await self._fail_run(run_id, why)  # past the whole run's budget: nothing more starts
+                return
             await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
             self.ctx.changed(run_id)
             summary = await integrate(self.ctx, run_id)
@@ -173,10 +176,15 @@ class Engine:
         planner = settings.planner
         errors: list[str] | None = None
         thread_id: str | None = None
+        planner_runs: list[str] = []
         for attempt in (1, 2):
             prompt = planner_prompt(
                 run.task, verify_default=settings.verify, workarounds=settings.workarounds, errors=errors
             )
+            if (why := await spend.check(self.ctx, run, None)) is not None:
+                await self._fail_run(run.id, why)
+                return False
+            budget = await spend.budget_for(self.ctx, run, None, f"plan:{attempt}")
             if thread_id is None:
                 launched = await self.ctx.launch(
                     run,
@@ -186,6 +194,7 @@ class Engine:
                     runtime_mode="read-only",
                     base=run.base_commit,
                     role="planner",
+                    budget=budget,
                 )
                 thread_id, run_ref = launched.thread_id, launched.run_id
             else:
@@ -196,9 +205,14 @@ class Engine:
                     + "\nSend the whole corrected plan as JSON, in the same shape."
                 )
                 run_ref = await self.ctx.send(
-                    run.id, thread_id, planner.environment, again, key=f"plan:{attempt}"
+                    run.id, thread_id, planner.environment, again, key=f"plan:{attempt}", budget=budget
                 )
+            planner_runs.append(run_ref)
             status = await self.ctx.wait(run.id, thread_id, run_ref, planner.environment)
+            await spend.record_run(self.ctx, run.id, None, thread_id, run_ref, planner.environment, "planner")
+            if (why := await spend.check(self.ctx, run, None)) is not None:
+                await self._fail_run(run.id, why)
+                return False
             reply = await self.ctx.reply(run.id, thread_id, run_ref, planner.environment)
             if status != "completed":
                 await self._fail_run(run.id, f"The planner's run ended {status}: {reply or 'no reply'}")
@@ -220,8 +234,9 @@ class Engine:
                 return False
         request = await self._assign_more(run.request, packets)
         receipt = PlanReceipt(
-            run_id=run.id, task=run.task, packets=packets, source="planner", planner=planner, notes=notes
-        )
+            run_id=run.id, task=run.task, packets=packets, source="planner", planner=planner, notes=notes,
+            **await spend.receipt_fields(self.ctx, run, None, planner_runs),
+        )  # fmt: skip
         await self._store_plan(run.id, receipt, request)
         return True
 
@@ -252,8 +267,14 @@ class Engine:
                 run = await ostore.get(self.ctx.db, run_id)
                 settings = Settings.from_request(run.request)
                 states = {p.packet_id: p.state for p in run.packets}
+                whole = await spend.check(self.ctx, run, None)
                 for packet in run.packets:
-                    if packet.packet_id in in_flight or packet.terminal or packet.state == "approved":
+                    if packet.packet_id in in_flight or packet.terminal:
+                        continue
+                    if whole is not None:  # past the whole run's budget: no new hop starts
+                        await self.ctx.park(run_id, packet.packet_id, whole)
+                        continue
+                    if packet.state == "approved":
                         continue
                     deps = PacketSpec.model_validate(packet.spec).depends_on
                     blocked = [d for d in deps if states.get(d) in ("parked", "failed", "cancelled")]
@@ -295,6 +316,9 @@ class Engine:
             run = await ostore.get(self.ctx.db, run_id)
             packet = next(p for p in run.packets if p.packet_id == packet_id)
             if packet.terminal or packet.state == "approved" or run.terminal:
+                return
+            if (why := await spend.check(self.ctx, run, packet_id)) is not None:
+                await spend.stop_over_budget(self.ctx, run_id, packet, why)
                 return
             if packet.state == "queued":
                 await start_packet(self.ctx, run, packet)

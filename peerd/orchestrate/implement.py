@@ -10,7 +10,7 @@ from typing import Any
 
 from peerd import contracts as c
 from peerd.errors import Conflict, GitError, PeerdError
-from peerd.orchestrate import gitops, userwork
+from peerd.orchestrate import gitops, spend, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.containment import in_scope
 from peerd.orchestrate.context import (
@@ -111,19 +111,22 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             review_changes=None,
         )
         memo["prompt"] = prompt
+        key = f"{packet.packet_id}:impl:{packet.attempt}"
         launched = await ctx.launch(
             run,
             coder,
             prompt,
-            key=f"{packet.packet_id}:impl:{packet.attempt}",
+            key=key,
             runtime_mode="auto",
             base=str(memo["base"]),
             role="implementer",
             packet_id=packet.packet_id,
             branch=packet.branch,
+            budget=await spend.budget_for(ctx, run, packet.packet_id, key),
         )
         memo["deadline"] = _deadline(ctx, settings)
         memo["hop_started"] = ctx.clock()
+        memo["hop_runs"] = [launched.run_id]
         await ctx.set(
             run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, retries=memo
         )
@@ -131,15 +134,16 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     pending = memo.get("pending_send")
     if isinstance(pending, str) and packet.run_id == memo.get("pending_after"):
         n = int(memo.get("sends", 0)) + 1
-        run_id = await ctx.send(
-            run.id, packet.thread_id, coder.environment, pending, key=f"{packet.packet_id}:send:{n}"
-        )
+        key = f"{packet.packet_id}:send:{n}"
+        budget = await spend.budget_for(ctx, run, packet.packet_id, key)
+        run_id = await ctx.send(run.id, packet.thread_id, coder.environment, pending, key=key, budget=budget)
         memo.update(
             sends=n,
             pending_send=None,
             pending_after=None,
             deadline=_deadline(ctx, settings),
             hop_started=ctx.clock(),
+            hop_runs=[run_id],
         )
         await ctx.set(run.id, packet.packet_id, run_id=run_id, retries=memo)
         packet.run_id = run_id
@@ -147,6 +151,12 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     status = await ctx.wait(
         run.id, packet.thread_id, packet.run_id, coder.environment, deadline=memo.get("deadline")
     )
+    await spend.record_run(
+        ctx, run.id, packet.packet_id, packet.thread_id, packet.run_id, coder.environment, "implementer"
+    )
+    if (why := await spend.check(ctx, run, packet.packet_id)) is not None:
+        await _over_budget(ctx, run, packet, memo, why)
+        return
     if status == TIMED_OUT:
         with contextlib.suppress(PeerdError):
             stop = c.ThreadInterrupt(
@@ -166,10 +176,11 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             "peerd restarted while you were working; what you did so far is in your workspace. Continue "
             "the task below from where you were, then report.\n\n" + str(memo.get("prompt") or "")
         )
-        run_ref = await ctx.send(
-            run.id, packet.thread_id, coder.environment, text, key=f"{packet.packet_id}:resume:{n}"
-        )
+        key = f"{packet.packet_id}:resume:{n}"
+        budget = await spend.budget_for(ctx, run, packet.packet_id, key)
+        run_ref = await ctx.send(run.id, packet.thread_id, coder.environment, text, key=key, budget=budget)
         memo["resumes"] = n
+        memo["hop_runs"] = [*(memo.get("hop_runs") or []), run_ref]
         memo["deadline"] = _deadline(ctx, settings)
         await ctx.set(run.id, packet.packet_id, run_id=run_ref, retries=memo)
         return
@@ -192,6 +203,23 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
         )
         return
     await ctx.set(run.id, packet.packet_id, state="verifying", commit_sha=found.tip, retries=memo)
+
+
+async def _over_budget(
+    ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, memo: dict[str, Any], why: str
+) -> None:
+    """The hop's runs passed a budget: its receipt says so (with what they spent), the packet parks."""
+    stopped = VerificationResult(
+        command=PacketSpec.model_validate(packet.spec).verify,
+        exit_code=None,
+        passed=False,
+        timed_out=False,
+        output_tail=why,
+        classification="budget",
+        evidence="the usage its runs reported, summed by peerd, passed the budget",
+    )
+    await record_impl(ctx, run, packet, memo, None, stopped)
+    await spend.stop_over_budget(ctx, run.id, packet, why)
 
 
 def _denial_evidence(outcome: RunOutcome) -> tuple[Classification, str] | None:
@@ -361,7 +389,9 @@ async def record_impl(
         coder_errors=list(memo.get("coder_errors") or []),
         started_at=memo.get("hop_started"),
         ended_at=ctx.clock(),
+        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("hop_runs") or []),
     )
+    memo["hop_runs"] = []  # the next receipt of this packet is for the runs after this one
     await ostore.add_receipt(
         ctx.db, run.id, packet.packet_id, "implementation", receipt.wire(), now=ctx.clock()
     )

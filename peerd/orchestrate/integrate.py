@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peerd.orchestrate import deliver, gitops, report, views
+from peerd.orchestrate import deliver, gitops, report, spend, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.models import IntegrationReceipt
@@ -60,6 +60,7 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
     receipt = IntegrationReceipt(
         branch=run.branch, base_commit=run.base_commit, merged=merged, conflicts=conflicts,
         verification=verification, commit=tip if merged else None, started_at=started, ended_at=ctx.clock(),
+        usage=None, budgets=(await spend.receipt_fields(ctx, run, None, []))["budgets"],
     )  # fmt: skip
     await ostore.add_receipt(ctx.db, run.id, None, "integration", receipt.wire(), now=ctx.clock())
     ctx.changed(run.id)

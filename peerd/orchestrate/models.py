@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from peerd.contracts import Input, Wire
+from peerd.contracts import Budget, Input, Usage, Wire
 
 PacketState = Literal[
     "queued", "implementing", "verifying", "reviewing", "approved", "integrated", "parked", "cancelled"
@@ -50,7 +50,9 @@ TRANSITIONS: dict[PacketState, frozenset[PacketState]] = {
     "cancelled": frozenset(),
 }
 
-Classification = Literal["passed", "content", "environmental", "empty_diff", "coder_error", "timeout"]
+Classification = Literal[
+    "passed", "content", "environmental", "empty_diff", "coder_error", "timeout", "budget"
+]
 Verdict = Literal["approve", "reject", "request_changes"]
 VERDICTS: tuple[Verdict, ...] = ("approve", "reject", "request_changes")
 PACKET_ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
@@ -82,6 +84,18 @@ class CoderChoice(Wire):
     reason: str
 
 
+class BudgetState(Wire):
+    """A budget as a hop ended: its limit, what was spent against it (this packet's runs, or every
+    run of the orchestration), and whether that is past it (with the reason, as runs say it)."""
+
+    scope: Literal["packet", "orchestration"]
+    limit: Budget
+    spent: Usage | None = None  # null: no run reported any usage
+    seconds: float = 0.0  # the runs' time, what a `seconds` limit counts
+    exceeded: bool = False
+    reason: str | None = None  # "budget exceeded: 51,200 of 50,000 tokens"
+
+
 class PlanReceipt(Wire):
     """The dossier: what the planner (or a plan directory) decided, validated."""
 
@@ -91,6 +105,8 @@ class PlanReceipt(Wire):
     source: Literal["planner", "plan_dir"]
     planner: CoderChoice | None = None
     notes: list[str] = Field(default_factory=list)
+    usage: Usage | None = None  # the planner's runs; null: a plan directory, or none reported
+    budgets: list[BudgetState] = Field(default_factory=list)
 
 
 class VerificationResult(Wire):
@@ -134,6 +150,8 @@ class ImplementationReceipt(Wire):
     coder_errors: list[str] = Field(default_factory=list)
     started_at: float | None = None
     ended_at: float | None = None
+    usage: Usage | None = None  # the coder's runs of this hop (null: none reported)
+    budgets: list[BudgetState] = Field(default_factory=list)  # the packet's and the run's, if given
 
 
 class ReviewEvidence(Input):
@@ -160,6 +178,8 @@ class ReviewReceipt(Wire):
     round: int = 1
     started_at: float | None = None
     ended_at: float | None = None
+    usage: Usage | None = None  # the reviewer's runs of this round (null: none reported)
+    budgets: list[BudgetState] = Field(default_factory=list)
 
 
 class IntegrationReceipt(Wire):
@@ -171,6 +191,9 @@ class IntegrationReceipt(Wire):
     commit: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    # Always null: peerd merges and checks with its own git, no model spends anything here.
+    usage: Usage | None = None
+    budgets: list[BudgetState] = Field(default_factory=list)  # the run's, as it ended
 
 
 class DeliveryReceipt(Wire):

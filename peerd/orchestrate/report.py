@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from peerd.core.usage import Usage, describe
+
 TERMINAL = ("completed", "failed", "cancelled")
 Info = Mapping[str, Any]
 
@@ -57,6 +59,20 @@ def succeeded(info: Info) -> bool:
     return verification is None or bool(verification.get("passed"))
 
 
+def spent(usage: Any) -> str:
+    """A receipt's or a sum's usage for people; null is "not reported" (unknown, not zero)."""
+    return describe(Usage.from_json(usage)) if isinstance(usage, Mapping) else "not reported"
+
+
+def limits(budget: Any) -> str:
+    if not isinstance(budget, Mapping):
+        return "none"
+    parts = [f"{budget['tokens']:,} tokens" if budget.get("tokens") is not None else ""]
+    parts.append(f"${budget['usd']:,.4f}" if budget.get("usd") is not None else "")
+    parts.append(f"{budget['seconds']:,g} seconds" if budget.get("seconds") is not None else "")
+    return ", ".join(p for p in parts if p) or "none"
+
+
 def _indent(text: str, pad: str) -> list[str]:
     return [pad + line if line else "" for line in text.rstrip("\n").splitlines()] or [pad + "(no output)"]
 
@@ -90,6 +106,7 @@ def _attempt(r: Mapping[str, Any], pad: str, shown: set[str]) -> list[str]:
     times = span(r.get("startedAt"), r.get("endedAt"))
     lines = [f"{pad}attempt {r['attempt']}{hop} by {who(r.get('coder'))}" + (f", {times}" if times else "")]
     inner = pad + "  "
+    lines.append(f"{inner}usage: {spent(r.get('usage'))}")
     if r.get("filesChanged"):
         lines.append(f"{inner}changed: {', '.join(r['filesChanged'])}")
     if r.get("recoveredPaths"):
@@ -114,9 +131,12 @@ def _attempt(r: Mapping[str, Any], pad: str, shown: set[str]) -> list[str]:
         lines.append(f"{inner}the coder's run reported:")
         lines += [f"{inner}  - {line}" for line in reported]
     verification = r.get("verification") or {}
-    if verification.get("classification") in ("empty_diff", "coder_error", "environmental") and not r.get(
-        "commit"
-    ):
+    if verification.get("classification") in (
+        "empty_diff",
+        "coder_error",
+        "environmental",
+        "budget",
+    ) and not r.get("commit"):
         lines.append(f"{inner}outcome {verification['classification']}: {verification.get('outputTail', '')}")
         if verification.get("evidence"):
             lines.append(f"{inner}  evidence: {verification['evidence']}")
@@ -133,6 +153,7 @@ def _review(r: Mapping[str, Any], pad: str) -> list[str]:
         f"{pad}review round {r.get('round', 1)} by {who(r.get('reviewer'))}"
         + (f", {times}" if times else ""),
         f"{pad}  verdict {r['verdict']}: {r.get('summary', '')}",
+        f"{pad}  usage: {spent(r.get('usage'))}",
     ]
     for e in r.get("evidence") or []:
         lines.append(f"{pad}    - {e['file']}{':' + str(e['line']) if e.get('line') else ''}: {e['reason']}")
@@ -149,6 +170,9 @@ def _packet(info: Info, packet: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"  reviewer: {who(reviewer)}" + (f" - {reviewer['reason']}" if reviewer.get("reason") else "")
         )
+    lines.append(f"  usage: {spent(packet.get('usage'))} (every run of this packet)")
+    if info.get("packetBudget"):
+        lines.append(f"  budget: {limits(info['packetBudget'])}")
     events = [(r, "impl") for r in receipts(info, "implementation", pid)] + [
         (r, "review") for r in receipts(info, "review", pid)
     ]
@@ -203,6 +227,13 @@ def render(info: Info) -> str:
     if info.get("includeDirty"):
         base += " (your working state when the run started, --include-dirty)"
     out.append(base)
+    out.append(f"usage: {spent(info.get('usage'))} (every run: the planner's and each packet's)")
+    if (plan := last(info, "plan")) and plan.get("source") == "planner":
+        out.append(f"  planner: {spent(plan.get('usage') or info.get('plannerUsage'))}")
+    if info.get("budget") or info.get("packetBudget"):
+        out.append(
+            f"budget: {limits(info.get('budget'))} for the run, {limits(info.get('packetBudget'))} per packet"
+        )
     for line in (last(info, "resolution") or {}).get("log", []):
         out.append(f"  choice: {line}")
     for line in (last(info, "resolution") or {}).get("warnings", []):
@@ -233,6 +264,7 @@ def render(info: Info) -> str:
             f"integration branch {integration['branch']}: merged {merged}" + (f", {times}" if times else ""),
         ]
         out += _full_check(integration, bool(info.get("verify")))
+        out.append("integration usage: none (peerd's own git and the full check; no model)")
     delivery = last(info, "delivery")
     if delivery is not None:
         out += _delivery(delivery)

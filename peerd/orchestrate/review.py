@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from peerd.orchestrate import gitops
+from peerd.orchestrate import gitops, spend
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, ReceiptMissing, Settings
 from peerd.orchestrate.implement import record_impl
@@ -132,12 +132,14 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
             if scripted
             else reviewer_prompt(spec, diff, verification)
         )
+        key = f"{packet.packet_id}:review:{round_n}"
         launched = await ctx.launch(
-            run, reviewer, prompt, key=f"{packet.packet_id}:review:{round_n}", runtime_mode="read-only",
-            base=packet.commit_sha, role="reviewer", packet_id=packet.packet_id,
+            run, reviewer, prompt, key=key, runtime_mode="read-only", base=packet.commit_sha,
+            role="reviewer", packet_id=packet.packet_id, budget=await spend.budget_for(ctx, run, packet.packet_id, key),
         )  # fmt: skip
         thread_id, review_run = launched.thread_id, launched.run_id
         memo.update(review_thread=thread_id, review_run=review_run, review_round=round_n, review_env=env)
+        memo["review_runs"] = [review_run]
         memo.setdefault("review_started", ctx.clock())
         await ctx.set(run.id, packet.packet_id, retries=memo)
     assert isinstance(review_run, str)  # noqa: S101
@@ -145,6 +147,10 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     verdict, errors = None, ["no reply"]
     for ask in (1, 2):
         status = await ctx.wait(run.id, thread_id, review_run, env)
+        await spend.record_run(ctx, run.id, packet.packet_id, thread_id, review_run, env, "reviewer")
+        if (why := await spend.check(ctx, run, packet.packet_id)) is not None:
+            await spend.stop_over_budget(ctx, run.id, packet, why)
+            return
         outcome = await ctx.outcome(run.id, thread_id, review_run, env)
         if status != "completed":
             # The reviewer's run itself failed: say so, with what it reported; asking it again for
@@ -168,10 +174,11 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         if scripted:
             script = json.dumps({"steps": [{"reply": scripted_review(spec, round_n)}]})
             again = f"```peerd-script\n{script}\n```\n\n{again}"
-        review_run = await ctx.send(
-            run.id, thread_id, env, again, key=f"{packet.packet_id}:review:{round_n}:again"
-        )
+        key = f"{packet.packet_id}:review:{round_n}:again"
+        budget = await spend.budget_for(ctx, run, packet.packet_id, key)
+        review_run = await ctx.send(run.id, thread_id, env, again, key=key, budget=budget)
         memo["review_run"] = review_run
+        memo["review_runs"] = [*(memo.get("review_runs") or []), review_run]
         await ctx.set(run.id, packet.packet_id, retries=memo)
     if verdict is None:
         await ctx.park(
@@ -191,6 +198,7 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         round=round_n,
         started_at=memo.get("review_started"),
         ended_at=ctx.clock(),
+        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("review_runs") or [review_run]),
     )
     await ostore.add_receipt(ctx.db, run.id, packet.packet_id, "review", receipt.wire(), now=ctx.clock())
     memo["review_started"] = None

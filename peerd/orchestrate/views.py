@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from peerd.orchestrate import spend
 from peerd.orchestrate import store as ostore
 from peerd.store.db import Database
 
@@ -13,10 +14,16 @@ def _reviewer(run: ostore.RunRow, packet: ostore.PacketRow) -> Any:
     return reviewers.get(packet.packet_id)
 
 
+def _usage(found: spend.Spend) -> dict[str, Any] | None:
+    return None if found.usage is None else found.usage.to_json()
+
+
 async def describe(db: Database, run_id: str) -> dict[str, Any]:
     run = await ostore.get(db, run_id)
     request = run.request
     flags = request.get("flags") or {}
+    receipts = await ostore.receipts(db, run.id)
+    planner = [r for r in receipts if r["kind"] == spend.RUN and r["packetId"] is None]
     return {
         "id": run.id,
         "projectId": run.project_id,
@@ -34,6 +41,11 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
         "push": request.get("push"),
         "pr": bool(request.get("pr")),
         "serializeOverlaps": bool(flags.get("serializeOverlaps")),
+        # What its runs spent (null: none reported any): all of them, and the planner's alone.
+        "usage": _usage(spend.whole_spend(receipts)),
+        "plannerUsage": _usage(spend.spend_of(r["body"] for r in planner)),
+        "budget": request.get("budget"),
+        "packetBudget": request.get("packetBudget"),
         "packets": [
             {
                 "id": p.packet_id,
@@ -55,8 +67,9 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
                     k: v for k, v in p.retries.items() if isinstance(v, int) and not isinstance(v, bool)
                 },
                 "stopOwed": [thread for thread, _ in p.retries.get("stop_owed") or []],
+                "usage": _usage(spend.packet_spend(receipts, p.packet_id)),
             }
             for p in run.packets
         ],
-        "receipts": await ostore.receipts(db, run.id),
+        "receipts": receipts,
     }
