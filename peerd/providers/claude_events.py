@@ -71,6 +71,16 @@ class ClaudeEvents:
                 return text
         return self._last_text
 
+    @property
+    def succeeded(self) -> bool:
+        """Whether the turn's `result` said success (tools may still have been denied)."""
+        return self._succeeded()
+
+    @property
+    def permission_denials(self) -> list[Mapping[str, Any]]:
+        """The `result`'s `permission_denials` ({tool_name, tool_use_id, tool_input} each)."""
+        return [as_mapping(d) for d in as_list(as_mapping(self._result).get("permission_denials"))]
+
     def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced | UsageReported]:
         kind = line.get("type")
         events: list[SessionStarted | ItemProduced | UsageReported] = []

@@ -241,6 +241,15 @@ def claude_argv(
         # owner asked for full access on a machine where peerd runs as root.
         env["IS_SANDBOX"] = "1"
         notices.append("peerd runs as root: Claude Code's full access was allowed with IS_SANDBOX=1.")
+    argv += claude_binding_flags(spec, binding, scratch)
+    argv += config.args
+    return Launch(argv, env, spec.cwd, spec.prompt.encode("utf-8"), scratch, notices)
+
+
+def claude_binding_flags(spec: RunSpec, binding: ToolBinding | None, scratch: Path) -> list[str]:
+    """peerd's MCP tools for this run (allowed without asking: peerd checks them itself) and the
+    session to start or resume; the same on the headless and the asking path (`claude_stdio`)."""
+    argv: list[str] = []
     if binding is not None:
         server: dict[str, object]
         if binding.url:  # the daemon's MCP endpoint; the token only in this 0600 file
@@ -256,8 +265,7 @@ def claude_argv(
         argv += ["--resume", spec.resume_session]
     else:
         argv += ["--session-id", str(uuid.uuid4())]
-    argv += config.args
-    return Launch(argv, env, spec.cwd, spec.prompt.encode("utf-8"), scratch, notices)
+    return argv
 
 
 def gemini_argv(
