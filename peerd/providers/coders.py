@@ -28,7 +28,6 @@ from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import (
     MCP_SERVER_NAME,
     MCP_TOOL_TIMEOUT_S,
-    TOKEN_ENV,
     Launch,
     StreamParser,
     ToolBinding,
@@ -41,6 +40,7 @@ from peerd.providers.cli import (
     start_cli,
     write_private,
 )
+from peerd.providers.codex_appserver import codex_mcp_flags
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.duplex import start_duplex
 from peerd.providers.gemini_events import GeminiEvents
@@ -175,19 +175,6 @@ def writable_ancestor(path: Path) -> Path | None:
 # --- argv ----------------------------------------------------------------------------------------
 
 
-def _toml(value: object) -> str:
-    """A TOML value for `codex -c key=value` (JSON strings are valid TOML basic strings)."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(str(value))
-
-
 def codex_argv(
     binary: str, spec: RunSpec, config: ProviderConfig, binding: ToolBinding | None, scratch: Path
 ) -> Launch:
@@ -199,24 +186,8 @@ def codex_argv(
     if model := spec.model or config.model:
         argv += ["-m", model]
     argv += access.flags
-    env: dict[str, str] = {}
-    if binding is not None:
-        server: dict[str, object]
-        if binding.url:
-            # The daemon's MCP endpoint; Codex sends the token it reads from TOKEN_ENV as a bearer.
-            server = {"url": binding.url, "bearer_token_env_var": TOKEN_ENV}
-            env[TOKEN_ENV] = binding.token
-        else:
-            server = {"command": binding.command, "args": binding.args, "env": binding.env}
-        server.update(
-            {
-                # `codex exec` runs with approval "never": without this every peerd tool call fails.
-                "default_tools_approval_mode": "approve",
-                "tool_timeout_sec": MCP_TOOL_TIMEOUT_S,
-                "required": True,  # the first model request waits until peerd's tools are listed
-            }
-        )
-        argv += ["-c", f"mcp_servers.{MCP_SERVER_NAME}={_toml(server)}"]
+    mcp, env = codex_mcp_flags(binding)  # the same on the asking path (codex app-server)
+    argv += mcp
     argv += config.args
     if spec.resume_session:
         argv += ["resume", spec.resume_session]  # shared options go before `resume`

@@ -1,0 +1,210 @@
+"""Codex at approval-required asks a person (codex app-server), driven for real against the fake model.
+
+Each test starts the pinned Codex CLI through peerd's provider with an in-test gate, so what the
+person decided is exactly what Codex did: the command ran or not, the file was written or not, and
+the model's next request (`fake.requests`) shows what the model was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
+from peerd.config import ProviderConfig
+from peerd.providers.base import (
+    ItemProduced,
+    ProviderEvent,
+    RunFinished,
+    RunSpec,
+    SessionStarted,
+    UsageReported,
+)
+from peerd.providers.coders import CoderProvider
+from peerd.providers.codex_appserver import CODEX_ASKS
+from tests.fakemodel import FakeModel
+from tests.helpers import make_repo
+from tests.realcli import fake_marker, offline_settings, secure_dir
+
+RUN_IDS = itertools.count(1)
+RAN = "shell-ran.txt"
+SHELL = f"python3 -c \"open('{RAN}', 'w').write('x')\"; echo RAN-OK"
+ADD_NOTES = "*** Begin Patch\n*** Add File: NOTES.md\n+edited by the agent\n*** End Patch\n"
+SCRIPTS: dict[str, dict[str, Any]] = {
+    "shell": {
+        "steps": [
+            {"tool_call": {"name": "exec_command", "arguments": {"cmd": SHELL}}},
+            {"text": "Saw: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "edit": {
+        "steps": [
+            {"tool_call": {"name": "apply_patch", "arguments": {"input": ADD_NOTES}}},
+            {"text": "Patch: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "reply": {"steps": [{"text": "Hello again."}]},
+}
+
+
+class Gate:
+    """A person in a test: allows or denies after `delay` seconds; remembers each question."""
+
+    def __init__(self, allow: bool, message: str = "", delay: float = 0.0) -> None:
+        self.allow, self.message, self.delay = allow, message, delay
+        self.asked: list[ApprovalAsk] = []
+
+    async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
+        self.asked.append(ask)
+        await asyncio.sleep(self.delay)
+        return ApprovalAnswer(self.allow, self.message)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeModel]:
+    with FakeModel(SCRIPTS, log_path=tmp_path / "model.jsonl") as model:
+        yield model
+
+
+@pytest.fixture
+def codex(tmp_path: Path, fake: FakeModel) -> Iterator[ProviderConfig]:
+    with secure_dir() as home:
+        yield offline_settings(home / "clis", fake).providers["codex"]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
+
+
+def run_spec(tmp_path: Path, repo: Path, gate: Gate, prompt: str, resume: str | None = None) -> RunSpec:
+    return RunSpec(
+        thread_id="t1",
+        run_id=f"r{next(RUN_IDS)}",
+        prompt=prompt,
+        cwd=repo,
+        model=None,
+        runtime_mode="approval-required",
+        interaction_mode="default",
+        resume_session=resume,
+        state_dir=tmp_path / "state",
+        approvals=gate,
+    )
+
+
+async def run_codex(config: ProviderConfig, spec: RunSpec) -> list[ProviderEvent]:
+    run = await CoderProvider("codex", "codex", config).start(spec)
+    return await asyncio.wait_for(collect(run.events()), 30)
+
+
+async def collect(events: AsyncIterator[ProviderEvent]) -> list[ProviderEvent]:
+    return [event async for event in events]
+
+
+def items(events: list[ProviderEvent], kind: str) -> list[ItemProduced]:
+    return [e for e in events if isinstance(e, ItemProduced) and e.kind == kind]
+
+
+def last_input(fake: FakeModel) -> str:
+    """The input items of the model's last request, as JSON text."""
+    return json.dumps(fake.requests[-1]["body"]["input"][-3:])
+
+
+async def test_an_approved_command_runs_and_the_model_sees_its_output(
+    tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
+) -> None:
+    gate = Gate(allow=True, delay=0.3)
+    events = await run_codex(codex, run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it."))
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    [ask] = gate.asked
+    assert ask.kind == "command" and ask.tool == "exec_command"
+    # The whole command line Codex runs (its shell wrapper included); the summary shows the model's.
+    assert ask.detail["command"].startswith("/bin/bash -lc ") and "echo RAN-OK" in ask.detail["command"]
+    assert ask.detail["cwd"] == str(repo) and ask.summary == f"run `{SHELL}` in {repo}"
+    assert (repo / RAN).exists()
+    assert "RAN-OK" in items(events, "assistant_message")[-1].text
+    [command] = items(events, "command")
+    assert command.data["exit_code"] == 0 and command.data["status"] == "completed"
+    assert events[0] == ItemProduced("notice", CODEX_ASKS)
+    [session] = [e for e in events if isinstance(e, SessionStarted)]
+    usage = [e.usage for e in events if isinstance(e, UsageReported)]
+    assert usage[-1].input_tokens == 20 and usage[-1].output_tokens == 10  # two model requests
+    assert session.session_id
+
+
+async def test_a_denied_command_does_not_run_and_the_model_reads_the_reason(
+    tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
+) -> None:
+    gate = Gate(allow=False, message="not on this machine (REASON-7)")
+    events = await run_codex(codex, run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it."))
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    assert len(gate.asked) == 1 and not (repo / RAN).exists()
+    seen = last_input(fake)
+    assert "rejected by user" in seen and "not on this machine (REASON-7)" in seen, seen
+    [command] = items(events, "command")
+    assert command.text.endswith("(declined)")
+
+
+async def test_a_file_change_is_asked_with_its_diff_and_written_only_when_approved(
+    tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
+) -> None:
+    denied = Gate(allow=False, message="keep the notes as they are")
+    events = await run_codex(codex, run_spec(tmp_path, repo, denied, f"{fake_marker('edit')} Write it."))
+    [ask] = denied.asked
+    assert ask.kind == "file_change" and ask.tool == "apply_patch"
+    assert ask.detail["changes"] == [
+        {"path": str(repo / "NOTES.md"), "kind": "add", "diff": "edited by the agent\n"}
+    ]
+    assert ask.summary == f"change {repo / 'NOTES.md'}"
+    assert not (repo / "NOTES.md").exists()
+    assert "keep the notes as they are" in last_input(fake)
+    assert events[-1] == RunFinished("completed", exit_code=0)
+
+    allowed = Gate(allow=True)
+    events = await run_codex(codex, run_spec(tmp_path, repo, allowed, f"{fake_marker('edit')} Write it."))
+    assert (repo / "NOTES.md").read_text() == "edited by the agent\n"
+    [change] = items(events, "file_change")
+    assert change.text == str(repo / "NOTES.md") and change.data["status"] == "completed"
+
+
+async def test_an_interrupt_while_a_person_decides_ends_the_run_promptly(
+    tmp_path: Path, repo: Path, codex: ProviderConfig
+) -> None:
+    gate = Gate(allow=True, delay=600)
+    run = await CoderProvider("codex", "codex", codex).start(
+        run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it.")
+    )
+    consumer = asyncio.create_task(collect(run.events()))
+    for _ in range(400):
+        if gate.asked:
+            break
+        await asyncio.sleep(0.05)
+    assert gate.asked
+    await run.interrupt()
+    events = await asyncio.wait_for(consumer, 10)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "interrupted", events
+    assert not (repo / RAN).exists()
+
+
+async def test_the_next_run_resumes_the_codex_session(
+    tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
+) -> None:
+    gate = Gate(allow=True)
+    first = await run_codex(codex, run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it."))
+    [session] = [e for e in first if isinstance(e, SessionStarted)]
+    second = await run_codex(
+        codex, run_spec(tmp_path, repo, gate, "And now say hello.", resume=session.session_id)
+    )
+    assert second[-1] == RunFinished("completed", exit_code=0), second
+    assert [e for e in second if isinstance(e, SessionStarted)] == [session]
+    assert fake.requests[-1]["script"] == "shell"  # the marker is in the resumed history
+    usage = [e.usage for e in second if isinstance(e, UsageReported)]
+    assert usage[-1].input_tokens == 10  # this run's own request, not the thread's total
