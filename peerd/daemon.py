@@ -28,6 +28,7 @@ from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
+from peerd.api.approvals import add_approval_routes
 from peerd.api.gitwire import add_git_routes
 from peerd.api.listener import start_tcp
 from peerd.api.local import local_app
@@ -36,6 +37,7 @@ from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import agent_app
 from peerd.approvals import wiring as approvals_wiring
+from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.service import ApprovalService
 from peerd.boot import (
     DEFAULT_LISTEN,
@@ -232,6 +234,8 @@ class Daemon:
         local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
         add_git_routes(local)
         add_orchestration_routes(local, self.orchestrations)
+        desk = ApprovalDesk(self.approvals, db, forwarder)
+        add_approval_routes(local, desk)
         self.mcp.attach(ops, link_service)
         add_mcp_route(local, self.mcp, "owner")
         self.console = Console(
@@ -247,7 +251,9 @@ class Daemon:
         add_mcp_route(agent, self.mcp, "agent")
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
-            await self._serve_tcp(network_app(ops, desc, signing_key=identity.private_key), identity)
+            network = network_app(ops, desc, signing_key=identity.private_key)
+            add_approval_routes(network, desk)  # a link's own work's approvals
+            await self._serve_tcp(network, identity)
         await self.console.start()  # a client of the owner socket; a busy port is logged, not fatal
         self.approvals.start()  # deadlines passed while this daemon was down deny at once
         await self.runs.kick_all()

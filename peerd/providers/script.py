@@ -7,6 +7,7 @@ the real process handling without a model. The wire format is documented in `scr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -15,18 +16,22 @@ from typing import Any, get_args
 
 import structlog
 
+from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk, AskKind
 from peerd.core.usage import Usage
+from peerd.providers.asking import asks_person
 from peerd.providers.base import (
     FinishStatus,
     ItemKind,
     ItemProduced,
     ProviderEvent,
+    ProviderRun,
     RunFinished,
     RunSpec,
     SessionStarted,
     UsageReported,
 )
-from peerd.providers.cli import TOOL_ENV_KEYS
+from peerd.providers.cli import TOOL_ENV_KEYS, Launch
+from peerd.providers.duplex import AskPerson, DuplexOutput, DuplexRun, EndInput, Send
 from peerd.providers.stream_common import as_count, as_float
 from peerd.runtime import sandbox, sandbox_profile
 from peerd.runtime.process import ProviderProcess
@@ -90,17 +95,25 @@ class ScriptRun:
                 self._process.send_signal(signal.SIGKILL)
 
     def _finish(self, result: Mapping[str, Any] | None, exit_code: int) -> RunFinished:
-        if result is not None:
-            status = result["status"]
-            if status == "failed":
-                error = str(result.get("error") or "the scripted coder reported a failure")
-                return RunFinished("failed", error=error, exit_code=exit_code)
-            # A run that completed before the interrupt took effect did complete.
-            return RunFinished(status, exit_code=exit_code)
-        if self._interrupted:
-            return RunFinished("interrupted", exit_code=exit_code)
-        tail = self._process.stderr_tail().strip()[-ERROR_TAIL_CHARS:]
-        return RunFinished("failed", error=tail or f"exited with code {exit_code}", exit_code=exit_code)
+        return _finish(
+            result, exit_code, interrupted=self._interrupted, stderr_tail=self._process.stderr_tail()
+        )
+
+
+def _finish(
+    result: Mapping[str, Any] | None, exit_code: int, *, interrupted: bool, stderr_tail: str
+) -> RunFinished:
+    if result is not None:
+        status = result["status"]
+        if status == "failed":
+            error = str(result.get("error") or "the scripted coder reported a failure")
+            return RunFinished("failed", error=error, exit_code=exit_code)
+        # A run that completed before the interrupt took effect did complete.
+        return RunFinished(status, exit_code=exit_code)
+    if interrupted:
+        return RunFinished("interrupted", exit_code=exit_code)
+    tail = stderr_tail.strip()[-ERROR_TAIL_CHARS:]
+    return RunFinished("failed", error=tail or f"exited with code {exit_code}", exit_code=exit_code)
 
 
 def _map_event(line: Mapping[str, Any]) -> SessionStarted | ItemProduced | UsageReported | None:
@@ -127,6 +140,55 @@ def _map_event(line: Mapping[str, Any]) -> SessionStarted | ItemProduced | Usage
     return None
 
 
+class ScriptDriver:
+    """The scripted coder's asking mode (`--ask`) as a pure duplex driver: the prompt as the first
+    line, each `ask` line to the gate, each answer back as a line."""
+
+    def __init__(self, prompt: str) -> None:
+        self.prompt = prompt
+        self.result: Mapping[str, Any] | None = None
+        self.interrupted = False
+
+    def opening(self) -> list[DuplexOutput]:
+        return [Send({"type": "prompt", "text": self.prompt})]
+
+    def feed(self, line: Mapping[str, Any]) -> list[DuplexOutput]:
+        if self.result is not None:
+            return []
+        kind = line.get("type")
+        if kind == "result" and line.get("status") in _FINISH_STATUSES:
+            self.result = line
+            return [EndInput()]
+        if kind == "ask" and isinstance(line.get("key"), str):
+            detail = line.get("detail")
+            ask_kind: AskKind = "command" if line.get("kind") == "command" else "tool"
+            if line.get("kind") == "file_change":
+                ask_kind = "file_change"
+            return [
+                AskPerson(
+                    ApprovalAsk(
+                        key=line["key"],
+                        kind=ask_kind,
+                        tool=str(line.get("tool") or "step"),
+                        summary=str(line.get("summary") or line.get("tool") or "a step"),
+                        detail=detail if isinstance(detail, dict) else {},
+                    )
+                )
+            ]
+        event = _map_event(line)
+        return [] if event is None else [event]
+
+    def answered(self, key: str, answer: ApprovalAnswer) -> list[DuplexOutput]:
+        return [Send({"type": "answer", "key": key, "allow": answer.allow, "message": answer.message})]
+
+    def interrupting(self) -> list[DuplexOutput]:
+        self.interrupted = True
+        return []
+
+    def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:
+        return _finish(self.result, exit_code, interrupted=interrupted, stderr_tail=stderr_tail)
+
+
 class ScriptProvider:
     """The built-in scripted coder (`peerd.providers.script_agent`), run as a subprocess."""
 
@@ -139,7 +201,7 @@ class ScriptProvider:
         self._grace_int = grace_int
         self._grace_term = grace_term
 
-    async def start(self, spec: RunSpec) -> ScriptRun:
+    async def start(self, spec: RunSpec) -> ProviderRun:
         state_dir = spec.state_dir
         if spec.confinement is not None:
             # Confined, a run may write only its own thread's sessions (and has no network: it
@@ -152,13 +214,32 @@ class ScriptProvider:
             argv += ["--model", spec.model]
         if spec.resume_session:
             argv += ["--resume", spec.resume_session]
+        asking = asks_person(spec) and spec.approvals is not None
+        if asking:
+            argv.append("--ask")
         env = {key: value for key, value in os.environ.items() if key not in TOOL_ENV_KEYS}
         env.update(spec.tool_env)
         if spec.confinement is not None:
-            confinement = spec.confinement.plus(
-                Mount(sandbox_profile.real(state_dir), writable=True), share_net=False
-            )
+            base = spec.confinement
+            if asking:  # each write and command passes a person first
+                base = dataclasses.replace(base, worktree_writable=True)
+            confinement = base.plus(Mount(sandbox_profile.real(state_dir), writable=True), share_net=False)
             argv, env = sandbox.wrap(confinement, argv, env)
+        if asking and spec.approvals is not None:
+            scratch = spec.state_dir / "runs" / spec.run_id
+            scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+            launch = Launch(argv, env, spec.cwd, None, scratch)
+            process = await ProviderProcess.spawn(argv, cwd=spec.cwd, env=env, stdin_data=None, duplex=True)
+            log.debug("script run started (asking)", run_id=spec.run_id, pid=process.pid)
+            return DuplexRun(
+                process,
+                ScriptDriver(spec.prompt),
+                launch,
+                spec.approvals,
+                cli="script",
+                grace_int=self._grace_int,
+                grace_term=self._grace_term,
+            )
         process = await ProviderProcess.spawn(
             argv, cwd=spec.cwd, env=env, stdin_data=spec.prompt.encode("utf-8")
         )

@@ -52,6 +52,17 @@ auto-accept-edits < auto < full-access (the default); write/edit need auto-accep
 needs auto; interaction mode "plan" allows none of them. A denied step fails the run. Paths must
 stay inside the worktree unless the mode is full-access.
 
+Asking (`--ask`, at approval-required): like a real CLI's host protocol, the prompt comes as the
+first stdin line, `{"type": "prompt", "text": "..."}`, and before each write, edit and run the
+agent asks and waits for the answer on stdin:
+
+    {"type": "ask", "key": "s<step>", "kind": "command"|"file_change", "tool": "run"|"write"|"edit",
+     "summary": "...", "detail": {...}}
+    <- {"type": "answer", "key": "s<step>", "allow": true|false, "message": "..."}
+
+Allowed, the step runs; denied, a notice item carries the message (what a model would see) and
+the run goes on (a step with "check" fails the run instead).
+
 Tools: POST /v1/tools/<name> over the Unix socket in $PEERD_SOCKET, with
 "Authorization: Bearer $PEERD_RUN_TOKEN" and the arguments as the JSON body; the answer is
 {"result": {...}} on 2xx, else {"code", "message"}.
@@ -97,6 +108,11 @@ def emit_item(kind: str, text: str, data: dict[str, Any] | None = None) -> None:
     if data is not None:
         event["data"] = data
     emit(event)
+
+
+def read_line() -> str:
+    """One line of the host's input, as UTF-8 (what peerd sends), whatever the locale."""
+    return sys.stdin.buffer.readline().decode("utf-8", errors="replace")
 
 
 def log(message: str) -> None:
@@ -200,22 +216,40 @@ def substitute(value: Any, variables: dict[str, str]) -> Any:
     return value
 
 
+class Denied(Exception):
+    """The person said no: the step is skipped (the message was reported)."""
+
+
 class Agent:
     def __init__(
-        self, cwd: Path, runtime_mode: str, interaction_mode: str, variables: dict[str, str] | None = None
+        self,
+        cwd: Path,
+        runtime_mode: str,
+        interaction_mode: str,
+        variables: dict[str, str] | None = None,
+        *,
+        asking: bool = False,
     ) -> None:
         self.cwd = cwd
         self.runtime_mode = runtime_mode
         self.interaction_mode = interaction_mode
         self.variables: dict[str, str] = variables if variables is not None else {}
         self.usage: dict[str, float] = {}
+        self.asking = asking and runtime_mode == "approval-required" and interaction_mode != "plan"
+        self.step_index = 0
 
     def run_steps(self, steps: list[Any]) -> None:
-        for raw in steps:
+        for index, raw in enumerate(steps):
+            self.step_index = index
             step = substitute(raw, self.variables)
             action = next((key for key in step if key in ACTIONS), None)
             if action is not None:
-                getattr(self, f"step_{action}")(step[action], bool(step.get("check", False)))
+                check = bool(step.get("check", False))
+                try:
+                    getattr(self, f"step_{action}")(step[action], check)
+                except Denied as exc:
+                    if check:
+                        raise RunFailed(str(exc)) from exc
             if "usage" in step:
                 self.add_usage(step["usage"])
 
@@ -230,7 +264,28 @@ class Agent:
         event["cost_usd"] = self.usage.get("cost_usd")
         emit(event)
 
-    def allow(self, what: str, needed: str) -> None:
+    def ask(self, kind: str, tool: str, summary: str, detail: dict[str, Any]) -> None:
+        """Ask the host and wait for its answer; raises Denied when refused."""
+        key = f"s{self.step_index}"
+        emit({"type": "ask", "key": key, "kind": kind, "tool": tool, "summary": summary, "detail": detail})
+        while True:
+            line = read_line()
+            if not line:
+                raise RunFailed("The host closed the conversation before answering.")
+            answer = json.loads(line)
+            if isinstance(answer, dict) and answer.get("type") == "answer" and answer.get("key") == key:
+                break
+        if not answer.get("allow"):
+            message = str(answer.get("message") or "Not allowed.")
+            emit_item("notice", message)
+            raise Denied(message)
+
+    def allow(
+        self, what: str, needed: str, *, kind: str = "tool", summary: str = "", detail: Any = None
+    ) -> None:
+        if self.asking and self.interaction_mode != "plan":
+            self.ask(kind, what, summary or what, dict(detail or {}))
+            return
         if self.interaction_mode == "plan":
             raise RunFailed(
                 f"Denied by interaction mode plan: {what} is not allowed, plan mode makes no changes."
@@ -253,15 +308,39 @@ class Agent:
         emit_item("assistant_message", str(spec["text"]) * int(spec["times"]))
 
     def step_write(self, spec: Any, _check: bool) -> None:
-        self.allow("write", "auto-accept-edits")
         path = self.resolve(spec.get("path"))
+        content = str(spec.get("content", ""))
+        change = {
+            "path": str(spec.get("path")),
+            "kind": "add" if not path.exists() else "update",
+            "content": content,
+        }
+        self.allow(
+            "write",
+            "auto-accept-edits",
+            kind="file_change",
+            summary=f"write {spec.get('path')}",
+            detail={"changes": [change]},
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(str(spec.get("content", "")), encoding="utf-8")
         emit_item("file_change", spec["path"], {"action": "write", "path": spec["path"]})
 
     def step_edit(self, spec: Any, _check: bool) -> None:
-        self.allow("edit", "auto-accept-edits")
         path = self.resolve(spec.get("path"))
+        change = {
+            "path": str(spec.get("path")),
+            "kind": "update",
+            "old": str(spec.get("old", "")),
+            "new": str(spec.get("new", "")),
+        }
+        self.allow(
+            "edit",
+            "auto-accept-edits",
+            kind="file_change",
+            summary=f"edit {spec.get('path')}",
+            detail={"changes": [change]},
+        )
         try:
             content = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -278,7 +357,13 @@ class Agent:
             cmd, check = str(spec.get("cmd", "")), bool(spec.get("check", check))
         else:
             cmd = str(spec)
-        self.allow("run", "auto")
+        self.allow(
+            "run",
+            "auto",
+            kind="command",
+            summary=f"run `{cmd}` in {self.cwd}",
+            detail={"command": cmd, "cwd": str(self.cwd)},
+        )
         exit_code, output = run_command(cmd, self.cwd)
         emit_item("command", cmd, {"exit_code": exit_code, "output": output})
         if check and exit_code != 0:
@@ -394,10 +479,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model")
     parser.add_argument("--runtime-mode", choices=RUNTIME_MODES, default="full-access")
     parser.add_argument("--interaction-mode", default="default")
+    parser.add_argument(
+        "--ask", action="store_true", help="ask the host before guarded steps (stdin stays open)"
+    )
     args = parser.parse_args(argv)
 
-    # Bytes, not the locale's text encoding: peerd always sends UTF-8.
-    prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    if args.ask:
+        first = json.loads(read_line() or "{}")
+        prompt = str(first.get("text", "")) if isinstance(first, dict) else ""
+    else:
+        # Bytes, not the locale's text encoding: peerd always sends UTF-8.
+        prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     cwd = Path.cwd()
     state_dir: Path = args.state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -424,7 +516,9 @@ def main(argv: list[str] | None = None) -> int:
             variables = dict(session.get("vars") or {})
             variables["prompt"] = prompt
             try:
-                Agent(cwd, args.runtime_mode, args.interaction_mode, variables).run_steps(steps)
+                Agent(cwd, args.runtime_mode, args.interaction_mode, variables, asking=args.ask).run_steps(
+                    steps
+                )
             finally:
                 variables.pop("prompt", None)
                 session["vars"] = variables

@@ -1,0 +1,134 @@
+"""Approvals on one machine, with real daemons and the scripted coder asking before each guarded
+step at approval-required (its host protocol is the same shape as the real CLIs')."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.api.localclient import LocalClient
+from peerd.config import ApprovalsConfig, Config
+from peerd.errors import PeerdError
+from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+from tests.integration.test_delegation import runs_script
+
+Json = dict[str, Any]
+
+
+async def launch(client: LocalClient, project: Json, prompt: str) -> Json:
+    body = {"projectId": project["id"], "prompt": prompt, "runtimeMode": "approval-required", "inPlace": True}
+    result: Json = await client.call("POST", "/v1/threads", body=body)
+    return result
+
+
+async def pending(client: LocalClient, count: int = 1, *, seconds: float = 15) -> list[Json]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        page = await client.call("GET", "/v1/approvals")
+        if len(page["items"]) >= count:
+            return list(page["items"])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {count} pending approvals after {seconds} s")
+
+
+async def items(client: LocalClient, thread_id: str) -> list[Json]:
+    page = await client.call("GET", f"/v1/threads/{thread_id}/items")
+    return list(page["items"])
+
+
+async def test_approve_runs_the_command_and_deny_tells_the_coder_why(
+    client: LocalClient, project: Json, repo: Path
+) -> None:
+    launched = await launch(
+        client,
+        project,
+        script(
+            {"run": "echo yes > approved.txt"},
+            {"run": "echo no > denied.txt"},
+            {"reply": "done"},
+        ),
+    )
+    (first,) = await pending(client)
+    assert first["kind"] == "command" and first["detail"]["command"] == "echo yes > approved.txt"
+    assert first["threadId"] == launched["threadId"] and first["runId"] == launched["runId"]
+    assert first["onBox"] is False and first["deadlineAt"] > first["createdAt"]
+    assert not (repo / "approved.txt").exists()  # nothing runs before the decision
+    decided = await client.call("POST", f"/v1/approvals/{first['id']}/decision", body={"decision": "approve"})
+    assert decided["status"] == "approved" and decided["decidedBy"] == "owner"
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 15
+    second = None
+    while second is None and loop.time() < end:
+        page = await client.call("GET", "/v1/approvals")
+        second = next((a for a in page["items"] if a["id"] != first["id"]), None)
+        await asyncio.sleep(0.05)
+    assert second is not None and second["detail"]["command"] == "echo no > denied.txt"
+    await client.call(
+        "POST", f"/v1/approvals/{second['id']}/decision", body={"decision": "deny", "reason": "not that one"}
+    )
+    await wait_terminal(client, launched["threadId"], launched["runId"], total=15)
+    thread = await client.call("GET", f"/v1/threads/{launched['threadId']}")
+    assert thread["latestRun"]["status"] == "completed"
+    assert (repo / "approved.txt").read_text() == "yes\n"
+    assert not (repo / "denied.txt").exists()
+    texts = [i["text"] for i in await items(client, launched["threadId"])]
+    assert any("not that one" in t for t in texts)  # what the coder was told
+    # The first decision stands.
+    with pytest.raises(PeerdError) as late:
+        await client.call("POST", f"/v1/approvals/{first['id']}/decision", body={"decision": "deny"})
+    assert late.value.code == "approval_decided"
+    everything = await client.call("GET", "/v1/approvals", params={"all": "true"})
+    assert {a["status"] for a in everything["items"]} == {"approved", "denied"}
+
+
+async def test_the_deadline_denies_and_the_coder_is_told(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    settings = Config(approvals=ApprovalsConfig(deadline_minutes=0.01))  # 0.6 s
+    async with (
+        running_daemon(tmp_path / "home", settings=settings) as daemon,
+        client_for(daemon.paths.home) as c,
+    ):
+        project = await c.call("POST", "/v1/projects", body={"path": str(repo)})
+        launched = await launch(c, project, script({"run": "touch late.txt"}, {"reply": "after"}))
+        await wait_terminal(c, launched["threadId"], launched["runId"], total=15)
+        assert not (repo / "late.txt").exists()
+        texts = [i["text"] for i in await items(c, launched["threadId"])]
+        assert any("before its deadline" in t for t in texts)
+        (record,) = (await c.call("GET", "/v1/approvals", params={"all": "true"}))["items"]
+        assert record["status"] == "expired" and record["decidedBy"] == "deadline"
+
+
+async def test_a_restart_while_pending_lands_the_decision_once(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    # Like a model: the first run asks; the run after the restart asks the same again, then ends.
+    ask = {"run": "echo once >> ran.txt"}
+    steps = runs_script([ask], [ask, {"reply": "finished"}])
+    async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
+        project = await c.call("POST", "/v1/projects", body={"path": str(repo)})
+        launched = await launch(c, project, steps)
+        (asked,) = await pending(c)
+    # The daemon stopped while the question waited: it is still pending after the restart.
+    async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
+        (still,) = await pending(c)
+        assert still["id"] == asked["id"]
+        await c.call("POST", f"/v1/approvals/{asked['id']}/decision", body={"decision": "approve"})
+        thread_id = launched["threadId"]
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while loop.time() < end:
+            thread = await c.call("GET", f"/v1/threads/{thread_id}")
+            run = thread["latestRun"]
+            if run["id"] != launched["runId"] and run["status"] in ("completed", "failed", "interrupted"):
+                break
+            await asyncio.sleep(0.1)
+        assert run["status"] == "completed", run
+        assert (repo / "ran.txt").read_text() == "once\n"  # the decision landed once
+        record = await c.call("GET", f"/v1/approvals/{asked['id']}")
+        assert record["status"] == "approved"
+        assert (await c.call("GET", "/v1/approvals"))["items"] == []
