@@ -1,0 +1,196 @@
+"""The real Claude Code (pinned 2.1.332) at approval-required with a gate: it asks over its stdio
+permission protocol, peerd's gate answers, and the model sees the outcome. Offline against the fake
+model; the provider is started directly (no daemon), with a small in-test gate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
+from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
+from peerd.providers.coders import CoderProvider
+from tests.fakemodel import FakeModel
+from tests.realcli import fake_marker, offline_settings
+
+SHELL = "python3 -c \"open('shell-ran.txt', 'w').write('yes')\" && echo SHELL-OUTPUT-42"
+SCRIPTS: dict[str, dict[str, Any]] = {
+    "shell": {
+        "steps": [
+            {
+                "tool_call": {
+                    "name": "Bash",
+                    "arguments": {"command": SHELL, "description": "harmless, trust me"},
+                }
+            },
+            {"text": "Shell said: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "write": {
+        "steps": [
+            {
+                "tool_call": {
+                    "name": "Write",
+                    "arguments": {"file_path": "{cwd}/NOTES.md", "content": "written by the agent\n"},
+                }
+            },
+            {"text": "Write said: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "reply": {"steps": [{"text": "Hello again."}]},
+}
+
+
+class Gate:
+    """Answers each question with `allow` (and `reason`), after `hold` is set when given."""
+
+    def __init__(self, allow: bool, reason: str = "", hold: asyncio.Event | None = None) -> None:
+        self.allow, self.reason, self.hold = allow, reason, hold
+        self.asked: list[ApprovalAsk] = []
+
+    async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
+        self.asked.append(ask)
+        if self.hold is not None:
+            await self.hold.wait()
+        return ApprovalAnswer(self.allow, self.reason)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeModel]:
+    with FakeModel(SCRIPTS, log_path=tmp_path / "model-requests.jsonl") as model:
+        yield model
+
+
+@pytest.fixture
+def provider(tmp_path: Path, fake: FakeModel) -> CoderProvider:
+    config = offline_settings(tmp_path / "clis", fake).providers["claude"]
+    return CoderProvider("claude", "claude", config)
+
+
+def spec_for(
+    tmp_path: Path, gate: Gate, prompt: str, *, resume: str | None = None, run: str = "r1"
+) -> RunSpec:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return RunSpec(
+        thread_id="t1",
+        run_id=run,
+        prompt=prompt,
+        cwd=work,
+        model=None,
+        runtime_mode="approval-required",
+        interaction_mode="default",
+        resume_session=resume,
+        state_dir=tmp_path / "state",
+        approvals=gate,
+    )
+
+
+async def run_to_end(provider: CoderProvider, spec: RunSpec) -> list[ProviderEvent]:
+    run = await provider.start(spec)
+    return [event async for event in run.events()]
+
+
+def replies(events: list[ProviderEvent]) -> list[str]:
+    return [e.text for e in events if isinstance(e, ItemProduced) and e.kind == "assistant_message"]
+
+
+def model_saw(fake: FakeModel, text: str) -> bool:
+    """Whether a request to the model after the first carried `text` (a tool result it read)."""
+    return any(text in json.dumps(r["body"]) for r in fake.requests[1:])
+
+
+async def test_an_approved_command_runs_and_the_model_sees_its_output(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    gate = Gate(allow=True)
+    spec = spec_for(tmp_path, gate, f"{fake_marker('shell')} Run it.")
+    events = await run_to_end(provider, spec)
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    (ask,) = gate.asked
+    assert (ask.kind, ask.tool) == ("command", "Bash")
+    assert ask.detail == {"command": SHELL, "cwd": str(spec.cwd)}
+    assert "trust me" not in ask.summary and "SHELL-OUTPUT-42" in ask.summary
+    assert (spec.cwd / "shell-ran.txt").read_text() == "yes"
+    assert replies(events)[-1] == "Shell said: SHELL-OUTPUT-42"
+    commands = [e for e in events if isinstance(e, ItemProduced) and e.kind == "command"]
+    assert commands and commands[0].data["command"] == SHELL and commands[0].data["status"] == "completed"
+    assert any(isinstance(e, SessionStarted) for e in events)
+
+
+async def test_a_denied_command_does_not_run_and_the_model_reads_the_reason(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    gate = Gate(allow=False, reason="DENIED-BY-ALICE: not on Fridays")
+    spec = spec_for(tmp_path, gate, f"{fake_marker('shell')} Run it.")
+    events = await run_to_end(provider, spec)
+    assert len(gate.asked) == 1
+    assert not (spec.cwd / "shell-ran.txt").exists()
+    assert model_saw(fake, "DENIED-BY-ALICE: not on Fridays")
+    assert replies(events)[-1] == "Shell said: DENIED-BY-ALICE: not on Fridays"
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "failed"
+    assert finished.error is not None and "Bash (DENIED-BY-ALICE: not on Fridays)" in finished.error
+
+
+@pytest.mark.parametrize("allow", [True, False])
+async def test_a_file_write_is_asked_with_its_diff(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel, allow: bool
+) -> None:
+    gate = Gate(allow=allow, reason="no notes please")
+    spec = spec_for(tmp_path, gate, f"{fake_marker('write')} Write notes.")
+    (spec.cwd / "NOTES.md").write_text("old notes\n")
+    events = await run_to_end(provider, spec)
+    (ask,) = gate.asked
+    assert (ask.kind, ask.tool, ask.summary) == ("file_change", "Write", "change NOTES.md")
+    (change,) = ask.detail["changes"]
+    assert change["path"] == str(spec.cwd / "NOTES.md") and change["kind"] == "update"
+    assert "-old notes" in change["diff"] and "+written by the agent" in change["diff"]
+    written = (spec.cwd / "NOTES.md").read_text()
+    if allow:
+        assert written == "written by the agent\n"
+        assert events[-1] == RunFinished("completed", exit_code=0)
+    else:
+        assert written == "old notes\n"
+        assert replies(events)[-1] == "Write said: no notes please"
+
+
+async def test_an_interrupt_while_a_person_decides_ends_the_run_promptly(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    gate = Gate(allow=True, hold=asyncio.Event())  # never decides
+    spec = spec_for(tmp_path, gate, f"{fake_marker('shell')} Run it.")
+    run = await provider.start(spec)
+    seen: list[ProviderEvent] = []
+
+    async def consume() -> None:
+        seen.extend([event async for event in run.events()])
+
+    consumer = asyncio.create_task(consume())
+    async with asyncio.timeout(30):
+        while not gate.asked:
+            await asyncio.sleep(0.05)
+    await run.interrupt()
+    await asyncio.wait_for(consumer, 10)
+    assert isinstance(seen[-1], RunFinished) and seen[-1].status == "interrupted", seen
+    assert not (spec.cwd / "shell-ran.txt").exists()
+
+
+async def test_the_threads_next_run_resumes_the_claude_session(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    gate = Gate(allow=True)
+    first = await run_to_end(provider, spec_for(tmp_path, gate, f"{fake_marker('shell')} Run it."))
+    (session,) = [e.session_id for e in first if isinstance(e, SessionStarted)]
+    spec = spec_for(tmp_path, gate, "And now?", resume=session, run="r2")
+    second = await run_to_end(provider, spec)
+    assert second[-1] == RunFinished("completed", exit_code=0), second
+    assert [e.session_id for e in second if isinstance(e, SessionStarted)] == [session]
+    assert "SHELL-OUTPUT-42" in json.dumps(fake.requests[-1]["body"])  # the earlier turn is in its history
