@@ -1,6 +1,7 @@
 """The real Claude Code (pinned 2.1.332) at approval-required with a gate: it asks over its stdio
 permission protocol, peerd's gate answers, and the model sees the outcome. Offline against the fake
-model; the provider is started directly (no daemon), with a small in-test gate."""
+model; the provider is started directly with a small in-test gate, and once in a real daemon whose
+approval is decided through the API."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from peerd.api.localclient import LocalClient
 from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
 from peerd.providers.coders import CoderProvider
 from tests.fakemodel import FakeModel
-from tests.realcli import fake_marker, offline_settings
+from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
+from tests.realcli import fake_marker, offline_settings, secure_dir
 
 SHELL = "python3 -c \"open('shell-ran.txt', 'w').write('yes')\" && echo SHELL-OUTPUT-42"
 SCRIPTS: dict[str, dict[str, Any]] = {
@@ -44,7 +47,14 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         ],
         "fallback_text": "side request",
     },
-    "reply": {"steps": [{"text": "Hello again."}]},
+    "tools_then_shell": {
+        "steps": [
+            {"tool_call": {"server": "peerd", "tool": "project_list", "arguments": {}}},
+            {"tool_call": {"name": "Bash", "arguments": {"command": SHELL, "description": "run"}}},
+            {"text": "Shell said: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
 }
 
 
@@ -194,3 +204,52 @@ async def test_the_threads_next_run_resumes_the_claude_session(
     assert second[-1] == RunFinished("completed", exit_code=0), second
     assert [e.session_id for e in second if isinstance(e, SessionStarted)] == [session]
     assert "SHELL-OUTPUT-42" in json.dumps(fake.requests[-1]["body"])  # the earlier turn is in its history
+
+
+async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_the_api(
+    tmp_path: Path, fake: FakeModel
+) -> None:
+    """peerd's own MCP tool is used without asking; the shell command waits for the API's decision."""
+    settings = offline_settings(tmp_path / "clis", fake)
+    repo = make_repo(tmp_path / "repo")
+    with secure_dir() as home:
+        async with running_daemon(home, settings=settings) as daemon, client_for(daemon.paths.home) as client:
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            body = {
+                "projectId": project["id"],
+                "prompt": f"{fake_marker('tools_then_shell')} Look, then run it.",
+                "provider": "claude",
+                "runtimeMode": "approval-required",
+                "inPlace": True,
+            }
+            launched = await client.call("POST", "/v1/threads", body=body)
+            (approval,) = await pending_approvals(client)
+            assert approval["kind"] == "command" and approval["tool"] == "Bash"
+            assert approval["detail"] == {"command": SHELL, "cwd": str(repo)}
+            assert not (repo / "shell-ran.txt").exists()
+            await client.call(
+                "POST", f"/v1/approvals/{approval['id']}/decision", body={"decision": "approve"}
+            )
+            done = await wait_terminal(client, launched["threadId"], launched["runId"], total=60)
+            page = await client.call(
+                "GET", f"/v1/threads/{launched['threadId']}/items", params={"limit": 100}
+            )
+            items = page["items"]
+            assert done["status"] == "completed", [(i["kind"], i["text"][:200]) for i in items]
+            assert (repo / "shell-ran.txt").read_text() == "yes"
+            assert any(i["kind"] == "tool_call" and "project_list" in i["text"] for i in items)
+            assert [i["text"] for i in items if i["kind"] == "assistant_message"][
+                -1
+            ] == "Shell said: SHELL-OUTPUT-42"
+            assert (await client.call("GET", "/v1/approvals"))["items"] == []
+
+
+async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list[dict[str, Any]]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        page = await client.call("GET", "/v1/approvals")
+        if page["items"]:
+            return list(page["items"])
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no pending approval after {seconds} s")
