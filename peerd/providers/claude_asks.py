@@ -53,41 +53,62 @@ FileReader = Callable[[str], OnDisk]
 
 
 def worktree_reader(root: Path, *, limit: int = MAX_READ_BYTES) -> FileReader:
-    """A reader of the files below `root` only (symlinks resolved first), for the diffs a person sees.
+    """A reader of the regular files below `root` only, for the diffs a person sees.
 
     A path outside the worktree is never read, nor is its existence told: the person deciding may
-    be on another machine, and the model names the path."""
-    base = root.resolve()
+    be on another machine, and the model names the path. The path is walked one directory at a
+    time without following symlinks (a symlink anywhere in it is "not shown"), so a run that swaps
+    a directory for a symlink meanwhile cannot point the reader elsewhere."""
+    roots = [str(root), str(root.resolve())]
 
     def read(path: str) -> OnDisk:
-        try:
-            target = (base / path).resolve()
-        except (OSError, RuntimeError, ValueError):
-            return OnDisk("hidden")
-        if target != base and base not in target.parents:
+        parts = _below(path, roots)
+        if not parts:
             return OnDisk("hidden")
         try:
-            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            return _read_below(roots[-1], parts, limit)
         except FileNotFoundError:
             return OnDisk("missing")
         except (OSError, ValueError):
             return OnDisk("hidden")
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return OnDisk("hidden")
-            data = os.read(fd, limit + 1)
-        except OSError:
-            return OnDisk("hidden")
-        finally:
-            os.close(fd)
-        if len(data) > limit:
-            return OnDisk("hidden")
-        try:
-            return OnDisk("file", data.decode("utf-8"))
-        except UnicodeDecodeError:
-            return OnDisk("hidden")
 
     return read
+
+
+def _below(path: str, roots: list[str]) -> list[str]:
+    """The path's parts below one of `roots` (lexically, `..` resolved), or [] when outside."""
+    for base in roots:
+        parts = list(Path(os.path.relpath(os.path.normpath(Path(base) / path), base)).parts)
+        if parts and parts != ["."] and parts[0] != "..":
+            return parts
+    return []
+
+
+def _read_below(base: str, parts: list[str], limit: int) -> OnDisk:
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(base, flags | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
+            return OnDisk("hidden")  # not opened at all: a FIFO or a device could block or act
+        file = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        if not stat.S_ISREG(os.fstat(file).st_mode):
+            return OnDisk("hidden")
+        data = os.read(file, limit + 1)
+    finally:
+        os.close(file)
+    if len(data) > limit:
+        return OnDisk("hidden")
+    try:
+        return OnDisk("file", data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return OnDisk("hidden")
 
 
 def printable(text: str) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -343,24 +344,40 @@ def test_interrupt_uses_the_protocol_and_a_cancelled_question_is_not_answered() 
 
 def test_the_worktree_reader_reads_only_regular_files_inside_the_worktree(tmp_path: Path) -> None:
     root = tmp_path / "wt"
-    root.mkdir()
+    (root / "sub").mkdir(parents=True)
     (root / "a.txt").write_text("inside\n")
+    (root / "sub" / "b.txt").write_text("nested\n")
+    (root / "..dots").write_text("dots\n")
     (tmp_path / "secret.txt").write_text("outside\n")
+    (tmp_path / "away").mkdir()
+    (tmp_path / "away" / "c.txt").write_text("away\n")
     (root / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (root / "linkdir").symlink_to(tmp_path / "away")
     (root / "big.txt").write_text("x" * 100)
+    (root / "bin.dat").write_bytes(b"\xff\xfe\x00")
+    os.mkfifo(root / "fifo")  # opening it for reading would block
     read = worktree_reader(root, limit=50)
     assert read(str(root / "a.txt")) == OnDisk("file", "inside\n")
     assert read("a.txt") == OnDisk("file", "inside\n")
+    assert read(str(root / "sub" / "b.txt")) == OnDisk("file", "nested\n")
+    assert read(str(root / "sub" / ".." / "a.txt")) == OnDisk("file", "inside\n")
+    assert read(str(root / "..dots")) == OnDisk("file", "dots\n")
     assert read(str(root / "new.txt")) == OnDisk("missing")
-    for hidden in (
+    assert read(str(root / "newdir" / "new.txt")) == OnDisk("missing")
+    hidden = [
         tmp_path / "secret.txt",
-        root / "link.txt",
         root / ".." / "secret.txt",
         tmp_path / "nope",
+        root / "link.txt",
+        root / "linkdir" / "c.txt",
         root / "big.txt",
+        root / "bin.dat",
+        root / "fifo",
+        root / "sub",
         root,
-    ):
-        assert read(str(hidden)) == OnDisk("hidden"), hidden
+    ]
+    for path in hidden:
+        assert read(str(path)) == OnDisk("hidden"), path
 
 
 def test_a_write_outside_the_worktree_does_not_show_or_tell_what_is_there(tmp_path: Path) -> None:
