@@ -32,6 +32,11 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     allow_unconfined = false           # true: without bubblewrap, still run a link's runs above
                                        # read-only, with only the coder's own sandbox
 
+    [prices."gpt-5.1-codex"]           # dollars per million tokens, for CLIs that report no cost
+    input_per_mtok = 1.25              # (Codex, Gemini CLI): their runs' cost is then an estimate
+    cached_input_per_mtok = 0.125      # optional: as input_per_mtok when not given
+    output_per_mtok = 10.0             # the key: a model, or a provider name for any of its runs
+
     [console]                          # the browser console (docs/user/console.md)
     enabled = true                     # false: no console listener
     listen = "127.0.0.1:7434"          # off loopback only with tls_cert and tls_key
@@ -49,6 +54,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from peerd.core.usage import Price
 from peerd.errors import PeerdError
 from peerd.paths import config_file
 
@@ -100,6 +106,21 @@ class LinksConfig(_Strict):
         return provider in self.providers
 
 
+class PriceConfig(_Strict):
+    """One model's price (`[prices."MODEL"]`), dollars per million tokens (peerd/core/usage.py)."""
+
+    input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+    output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    def price(self) -> Price:
+        return Price(
+            input_per_mtok=self.input_per_mtok,
+            output_per_mtok=self.output_per_mtok,
+            cached_input_per_mtok=self.cached_input_per_mtok,
+        )
+
+
 class ConsoleConfig(_Strict):
     """The browser console the daemon serves (`[console]`; peerd/console/)."""
 
@@ -147,7 +168,16 @@ class Config(_Strict):
     links: LinksConfig = Field(default_factory=LinksConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    # What models cost, for CLIs that report no cost: model (or provider) name -> price.
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)
+
+    def price_table(self) -> dict[str, Price]:
+        return {name: entry.price() for name, entry in self.prices.items()}
+
+    def default_models(self) -> dict[str, str]:
+        """Each provider's configured model (what a thread that names none runs)."""
+        return {name: entry.model for name, entry in self.providers.items() if entry.model}
 
     def provider_kind(self, name: str) -> ProviderKind:
         entry = self.providers.get(name)

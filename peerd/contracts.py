@@ -169,6 +169,8 @@ class Usage(Wire):
     cost_usd: float | None = Field(default=None, ge=0)  # the CLI's own figure, null when it gives none
     provider_ms: int | None = Field(default=None, ge=0)  # the CLI's own duration
     wall_ms: int | None = Field(default=None, ge=0)  # started -> last report (or end), by peerd
+    # costUsd is peerd's estimate from the owner's price table ([prices]), not the CLI's own figure.
+    cost_estimated: bool = False
 
 
 class Budget(Input):

@@ -71,6 +71,7 @@ from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
 from peerd.store import projects, provider_approvals, receipts, threads
 from peerd.store.db import Database
+from peerd.store.threads import usage as usage_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.follower import FollowerPool
 from peerd.tasks.watch import client_key
@@ -140,6 +141,8 @@ class Daemon:
             self._take_lock()
             self.db = await self._open_store()
         db = self.db
+        # [prices]: what a run whose CLI reports no cost is estimated to cost (store/threads/usage.py)
+        usage_store.use_prices(db, self.config.settings.price_table(), self.config.settings.default_models())
         try:
             identity = load_or_create_identity(self.paths.home)
         except OSError as exc:

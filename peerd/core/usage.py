@@ -9,7 +9,10 @@ Every CLI counts tokens its own way; `Usage` is one meaning for all of them:
   from its output; they are added here);
 - `reasoning_tokens`: of those, the model's private reasoning;
 - `total_tokens`: input + output, what a token budget counts;
-- `cost_usd`: the CLI's own figure (Claude Code's `total_cost_usd`), None when it gives none;
+- `cost_usd`: the CLI's own figure (Claude Code's `total_cost_usd`), None when it gives none; or,
+  for a CLI that reports no cost (Codex, Gemini CLI), an estimate from the owner's price table
+  (`[prices]` in config.toml, `estimate`), then `cost_estimated` is true. A CLI's own cost always
+  wins over the table;
 - `provider_ms`: the CLI's own duration of the run, None when it gives none.
 
 A provider reports the run's usage *so far* (a snapshot, never a delta); the run manager keeps the
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -33,6 +36,7 @@ class Usage:
     cost_usd: float | None = None
     provider_ms: int | None = None
     wall_ms: int | None = None  # set by the run manager: started -> this report (or the end)
+    cost_estimated: bool = False  # cost_usd is peerd's estimate from the price table, not the CLI's
 
     @property
     def total_tokens(self) -> int:
@@ -48,6 +52,8 @@ class Usage:
             cost_usd=_add(self.cost_usd, other.cost_usd),
             provider_ms=_add(self.provider_ms, other.provider_ms),
             wall_ms=_add(self.wall_ms, other.wall_ms),
+            # a sum with any estimated part is an estimate
+            cost_estimated=self.cost_estimated or other.cost_estimated,
         )
 
     def with_wall(self, wall_ms: int) -> Usage:
@@ -63,6 +69,7 @@ class Usage:
             "costUsd": self.cost_usd,
             "providerMs": self.provider_ms,
             "wallMs": self.wall_ms,
+            "costEstimated": self.cost_estimated,
         }
 
     @classmethod
@@ -76,6 +83,7 @@ class Usage:
             cost_usd=_float(data.get("costUsd")),
             provider_ms=_int(data.get("providerMs")),
             wall_ms=_int(data.get("wallMs")),
+            cost_estimated=data.get("costEstimated") is True,
         )
 
 
@@ -88,12 +96,48 @@ def total(usages: Iterable[Usage]) -> Usage | None:
 
 
 @dataclass(frozen=True)
+class Price:
+    """What a model costs, in dollars per million tokens (`[prices."MODEL"]` in config.toml).
+    Cached input reads cost `cached_input_per_mtok` (None: as the rest of the input); reasoning is
+    part of the output and costs what the output does."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+
+
+def estimate(usage: Usage, price: Price | None) -> Usage:
+    """`usage` with its cost estimated from `price` when the CLI gave none (its own always wins)."""
+    if price is None or usage.cost_usd is not None:
+        return usage
+    cached = min(usage.cached_tokens, usage.input_tokens)
+    cached_rate = price.input_per_mtok if price.cached_input_per_mtok is None else price.cached_input_per_mtok
+    dollars = (
+        (usage.input_tokens - cached) * price.input_per_mtok
+        + cached * cached_rate
+        + usage.output_tokens * price.output_per_mtok
+    ) / 1_000_000
+    return replace(usage, cost_usd=round(dollars, 8), cost_estimated=True)
+
+
+def price_for(prices: Mapping[str, Price], model: str | None, provider: str) -> Price | None:
+    """The price of a run: its model's entry (the thread's model, else the provider's configured
+    one, as the caller resolved it), else an entry named after the provider; None: not priced."""
+    if model is not None and model in prices:
+        return prices[model]
+    return prices.get(provider)
+
+
+@dataclass(frozen=True)
 class Budget:
     """A run's stop rule: any limit passed stops it. None: no limit of that kind."""
 
     tokens: int | None = None
     usd: float | None = None
     seconds: float | None = None
+    # The run's price (not stored with the budget): a `usd` limit then counts an estimated cost
+    # for a CLI that reports none, as the stored usage does.
+    price: Price | None = field(default=None, compare=False)
 
     @property
     def empty(self) -> bool:
@@ -115,8 +159,10 @@ def exceeded(budget: Budget, usage: Usage | None, wall_s: float) -> str | None:
     Passing means more than the limit: a run that lands exactly on it is within it."""
     if budget.tokens is not None and usage is not None and usage.total_tokens > budget.tokens:
         return f"budget exceeded: {usage.total_tokens:,} of {budget.tokens:,} tokens"
-    if budget.usd is not None and usage is not None and (usage.cost_usd or 0.0) > budget.usd:
-        return f"budget exceeded: ${usage.cost_usd:,.4f} of ${budget.usd:,.4f}"
+    priced = None if usage is None else estimate(usage, budget.price)
+    if budget.usd is not None and priced is not None and (priced.cost_usd or 0.0) > budget.usd:
+        about = "~" if priced.cost_estimated else ""
+        return f"budget exceeded: {about}${priced.cost_usd or 0.0:,.4f} of ${budget.usd:,.4f}"
     if budget.seconds is not None and wall_s > budget.seconds:
         return f"budget exceeded: {wall_s:,.1f} of {budget.seconds:,g} seconds"
     return None
@@ -179,7 +225,9 @@ def describe(usage: Usage | None) -> str:
         f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in, {usage.cached_tokens:,} cached; "
         f"{usage.output_tokens:,} out, {usage.reasoning_tokens:,} reasoning)"
     ]
-    if usage.cost_usd is not None:
+    if usage.cost_usd is not None and usage.cost_estimated:
+        parts.append(f"~${usage.cost_usd:,.4f} (estimate)")
+    elif usage.cost_usd is not None:
         parts.append(f"${usage.cost_usd:,.4f}")
     if usage.wall_ms is not None:
         parts.append(f"{usage.wall_ms / 1000:,.1f} s")

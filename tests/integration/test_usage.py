@@ -69,6 +69,7 @@ async def test_a_runs_usage_is_stored_exactly_and_summed_per_thread(
         "totalTokens": 1750,
         "costUsd": 0.25,
         "providerMs": None,
+        "costEstimated": False,  # the CLI's own cost (here, the script's)
     }
     assert isinstance(usage["wallMs"], int) and usage["wallMs"] >= 0
     # A follow-up with no usage of its own: the thread's sum is the first run's.

@@ -143,3 +143,59 @@ def test_sums_keep_unknown_apart_from_zero() -> None:
     assert Usage.from_json(summed.to_json()) == summed if summed else False
     assert describe(None) == "unknown"
     assert describe(b) == "7 tokens (3 in, 0 cached; 4 out, 0 reasoning), $0.5000, provider 0.0 s"
+
+
+# --- the price table (`[prices]`): estimates for CLIs that report no cost ------------------------
+
+
+def test_an_estimate_prices_cached_input_apart_and_a_clis_own_cost_wins() -> None:
+    from peerd.core.usage import Price, estimate, price_for  # noqa: PLC0415
+
+    price = Price(input_per_mtok=1.25, cached_input_per_mtok=0.125, output_per_mtok=10.0)
+    usage = Usage(
+        input_tokens=1_000_000, cached_tokens=200_000, output_tokens=100_000, reasoning_tokens=40_000
+    )
+    priced = estimate(usage, price)
+    assert priced.cost_usd == pytest.approx(2.025) and priced.cost_estimated
+    assert estimate(Usage(input_tokens=10, cost_usd=0.5), price) == Usage(input_tokens=10, cost_usd=0.5)
+    assert estimate(usage, None) == usage
+    no_cache_rate = estimate(Usage(input_tokens=1_000_000, cached_tokens=1_000_000), Price(2.0, 1.0))
+    assert no_cache_rate.cost_usd == pytest.approx(2.0)  # cached input costs as input without a rate
+    table = {"gpt-x": price, "codex": Price(1.0, 1.0)}
+    assert price_for(table, "gpt-x", "codex") is price
+    assert price_for(table, "other", "codex") == Price(1.0, 1.0) and price_for(table, None, "gemini") is None
+
+
+def test_an_estimate_is_marked_in_sums_lines_and_budgets() -> None:
+    from peerd.core.usage import Price, estimate  # noqa: PLC0415
+
+    guess = estimate(Usage(input_tokens=1000), Price(input_per_mtok=12.0, output_per_mtok=0.0))
+    assert describe(guess).endswith("~$0.0120 (estimate)")
+    assert total([guess, Usage(cost_usd=1.0)]) == Usage(
+        input_tokens=1000, cost_usd=1.012, cost_estimated=True
+    )
+    assert Usage.from_json(guess.to_json()) == guess and guess.to_json()["costEstimated"] is True
+    priced = Budget(usd=0.01, price=Price(input_per_mtok=12.0, output_per_mtok=0.0))
+    assert exceeded(priced, Usage(input_tokens=1000), 0.0) == "budget exceeded: ~$0.0120 of $0.0100"
+    assert exceeded(Budget(usd=0.01), Usage(input_tokens=1000), 0.0) is None  # no price: no cost
+    assert exceeded(priced, Usage(input_tokens=1000, cost_usd=0.001), 0.0) is None  # the CLI's own wins
+
+
+def test_the_price_table_in_config_toml(tmp_path: Any) -> None:
+    from peerd.config import ConfigInvalid, load  # noqa: PLC0415
+    from peerd.core.usage import Price  # noqa: PLC0415
+
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[providers.codex]\nmodel = "gpt-5.1-codex"\n\n'
+        '[prices."gpt-5.1-codex"]\ninput_per_mtok = 1.25\ncached_input_per_mtok = 0.125\noutput_per_mtok = 10.0\n'
+    )
+    config = load(path)
+    assert config.price_table() == {"gpt-5.1-codex": Price(1.25, 10.0, 0.125)}
+    assert config.default_models() == {"codex": "gpt-5.1-codex"}
+    path.write_text("[prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n")
+    with pytest.raises(ConfigInvalid):
+        load(path)
+    path.write_text("[prices.m]\ninput_per_mtok = 1\n")  # the output price is required
+    with pytest.raises(ConfigInvalid):
+        load(path)

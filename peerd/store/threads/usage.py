@@ -1,16 +1,64 @@
 """What runs spent and the budgets that stop them: the `usage` and `budget` columns of `runs`
-(migration 10), stored as `peerd.core.usage` JSON."""
+(migration 10), stored as `peerd.core.usage` JSON.
+
+A run whose CLI reports no cost gets an estimate from the owner's price table (`[prices]` in
+config.toml, given to this store by the daemon with `use_prices`) when its usage is stored: the
+price of the thread's model, else of the provider's configured model, else of an entry named after
+the provider. So everything that reads stored usage (thread and task sums, the per-link dollar
+ceiling, an orchestration's budgets) counts it, marked `costEstimated`; a run's `usd` budget is
+given the same price (`run_budget`), so it stops the run on the estimate as usage arrives."""
 
 from __future__ import annotations
 
 import json
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiosqlite
 
 from peerd import contracts as c
-from peerd.core.usage import Budget, Usage, total
+from peerd.core.usage import Budget, Price, Usage, estimate, price_for, total
 from peerd.store.db import Database
+
+
+@dataclass
+class _Prices:
+    table: dict[str, Price]
+    models: dict[str, str]  # provider -> its configured model
+    runs: dict[str, Price | None] = field(default_factory=dict)  # run id -> its price, once looked up
+
+
+# One price table per daemon (its store): two daemons in one process never share one.
+_PRICES: weakref.WeakKeyDictionary[Database, _Prices] = weakref.WeakKeyDictionary()
+_RUNS_KEPT = 512
+
+
+def use_prices(db: Database, table: Mapping[str, Price], models: Mapping[str, str]) -> None:
+    """The owner's price table for runs stored in `db`; an empty table estimates nothing."""
+    _PRICES[db] = _Prices(dict(table), dict(models))
+
+
+async def run_price(db: Database, run_id: str) -> Price | None:
+    """The price of one run's model (None: not priced, or no table)."""
+    prices = _PRICES.get(db)
+    if prices is None or not prices.table:
+        return None
+    if run_id in prices.runs:
+        return prices.runs[run_id]
+    row = await db.fetchone(
+        "SELECT t.provider, t.model FROM runs r JOIN threads t ON t.id = r.thread_id WHERE r.id = ?",
+        (run_id,),
+    )
+    found = None
+    if row is not None:
+        model = row["model"] or prices.models.get(row["provider"])
+        found = price_for(prices.table, model, row["provider"])
+    if len(prices.runs) >= _RUNS_KEPT:
+        prices.runs.clear()
+    prices.runs[run_id] = found
+    return found
 
 
 def usage_of(column: str | None) -> c.Usage | None:
@@ -25,7 +73,9 @@ def wire_usage(usage: Usage | None) -> c.Usage | None:
 
 
 async def set_run_usage(db: Database, run_id: str, usage: Usage) -> None:
-    """The run's usage so far (a snapshot: it replaces the last one)."""
+    """The run's usage so far (a snapshot: it replaces the last one), its cost estimated from the
+    price table when the CLI gave none."""
+    usage = estimate(usage, await run_price(db, run_id))
     async with db.write() as tx:
         await tx.execute("UPDATE runs SET usage = ? WHERE id = ?", (json.dumps(usage.to_json()), run_id))
 
@@ -37,8 +87,12 @@ async def set_run_budget(db: Database, run_id: str, budget: Budget | None) -> No
 
 
 async def run_budget(db: Database, run_id: str) -> Budget | None:
+    """The run's budget, with the run's price (a `usd` limit counts an estimated cost)."""
     column = await db.scalar("SELECT budget FROM runs WHERE id = ?", (run_id,))
-    return Budget.from_json(json.loads(column)) if isinstance(column, str) and column else None
+    if not isinstance(column, str) or not column:
+        return None
+    budget = Budget.from_json(json.loads(column))
+    return replace(budget, price=await run_price(db, run_id)) if budget.usd is not None else budget
 
 
 async def thread_usage(db: Database, thread_id: str) -> Usage | None:
