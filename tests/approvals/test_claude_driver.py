@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
+from peerd.config import ProviderConfig
+from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 from peerd.providers.claude_asks import OnDisk, worktree_reader
-from peerd.providers.claude_stdio import ClaudeStdioDriver
+from peerd.providers.claude_stdio import ClaudeStdioDriver, duplex_launch
+from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.duplex import AskPerson, EndInput, Send
 
 CWD = "/tmp/h11/work"
@@ -395,3 +399,53 @@ def test_a_write_outside_the_worktree_does_not_show_or_tell_what_is_there(tmp_pa
     ]
     assert "the secret" not in change["diff"] and "+new" in change["diff"] and change["kind"] == "update"
     assert "not shown" in change["diff"]
+
+
+def test_the_asking_launch_attaches_peerds_tools_as_the_headless_one(tmp_path: Path) -> None:
+    token = "secret-token-value"
+    tool_env = {
+        "PEERD_RUN_TOKEN": token,
+        "PEERD_SOCKET": str(tmp_path / "s"),
+        "PEERD_MCP_URL": "http://127.0.0.1:9/mcp",
+    }
+    spec = RunSpec(
+        "t1",
+        "r1",
+        "the task",
+        tmp_path,
+        None,
+        "approval-required",
+        "default",
+        None,
+        tmp_path / "state",
+        tool_env,
+    )
+    scratch = scratch_dir(spec)
+    config = ProviderConfig(model="claude-sonnet-5", model_retries=2, args=["--max-turns", "9"])
+    launch, _ = duplex_launch("claude", spec, config, bind_tools(spec, scratch), scratch)
+    argv = launch.argv
+    assert argv[:7] == [
+        "claude",
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ]
+    assert argv[argv.index("--permission-mode") + 1] == "default"
+    assert argv[argv.index("--permission-prompt-tool") + 1] == "stdio"
+    assert argv[argv.index("--model") + 1] == "claude-sonnet-5"
+    assert argv[argv.index("--allowedTools") + 1] == "mcp__peerd__*" and "--strict-mcp-config" in argv
+    assert "--session-id" in argv and argv[-2:] == ["--max-turns", "9"]
+    assert launch.stdin is None and launch.env == {"CLAUDE_CODE_MAX_RETRIES": "2"}
+    assert all(token not in arg for arg in argv)
+    path = Path(argv[argv.index("--mcp-config") + 1])
+    assert path.stat().st_mode & 0o077 == 0
+    assert json.loads(path.read_text())["mcpServers"]["peerd"]["headers"] == {
+        "Authorization": f"Bearer {token}"
+    }
+    resumed = dataclasses.replace(spec, resume_session="sess-1")
+    launch, _ = duplex_launch("claude", resumed, ProviderConfig(), None, scratch)
+    assert launch.argv[launch.argv.index("--resume") + 1] == "sess-1" and "--session-id" not in launch.argv
+    assert "--mcp-config" not in launch.argv

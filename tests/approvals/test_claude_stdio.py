@@ -6,6 +6,7 @@ approval is decided through the API."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from peerd.api.localclient import LocalClient
 from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
 from peerd.providers.coders import CoderProvider
+from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, secure_dir
@@ -253,3 +255,21 @@ async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list
             return list(page["items"])
         await asyncio.sleep(0.1)
     raise AssertionError(f"no pending approval after {seconds} s")
+
+
+async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    """A link's run is confined; on the asking path its worktree is writable, as a person approves
+    each write (read-only otherwise at approval-required)."""
+    gate = Gate(allow=True)
+    spec = spec_for(tmp_path, gate, f"{fake_marker('shell')} Run it.")
+    work = spec.cwd.resolve()
+    confined = Confinement(
+        cwd=work, worktree=work, worktree_writable=False, tmp=(Path("/tmp"),), by_link=True
+    )
+    events = await run_to_end(provider, dataclasses.replace(spec, confinement=confined))
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    assert any(isinstance(e, ItemProduced) and "inside peerd's sandbox" in e.text for e in events)
+    assert len(gate.asked) == 1
+    assert (work / "shell-ran.txt").read_text() == "yes"
