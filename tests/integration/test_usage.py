@@ -351,3 +351,44 @@ async def test_a_retried_launch_at_the_ceiling_reaches_its_first_thread(tmp_path
         with pytest.raises(PeerdError) as refused:
             await pair.lc.call("POST", "/v1/threads", body={**body, "clientRequestId": "another"})
         assert refused.value.code == "capability_denied"
+
+
+async def test_a_link_started_runs_own_delegation_counts_against_the_links_ceiling(tmp_path: Path) -> None:
+    """On the box, a run a link started delegates a local task: the child is launched as the link
+    (tasks/delegation.py `_launch_local`), so with `links.max_runs` reached by the parent's own run
+    the child's launch is refused and the task fails with the sentence naming the limit."""
+    settings = Config(links=LinksConfig(max_runs=1))
+    async with two_daemons(tmp_path, settings=settings) as pair:
+        there = await pair.bc.call(
+            "POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))}
+        )
+        await pair.link("auto")
+        delegated = {"task": script({"reply": "child ran"}), "mode": "async", "clientRequestId": "c1"}
+        prompt = script(
+            {"tool": {"name": "delegate_task", "arguments": delegated, "check": True}},
+            {"reply": "DELEGATED ${status}: ${result}"},
+        )
+        body = {"environmentId": pair.box_id, "projectId": there["id"], "prompt": prompt}
+        launched = await pair.lc.call("POST", "/v1/threads", body=body)
+        final = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=30)
+        assert final["status"] == "completed", final
+        [task] = (await pair.bc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+        assert task["status"] == "failed" and task["childThreadId"] is None
+        why = (
+            "The child thread could not start: This machine's owner lets a linked machine start at most 1 "
+            "runs a day (links.max_runs in its config.toml); 1 started in the last 24 hours. Try later, or ask them."
+        )
+        assert task["result"] == why
+        replies = [
+            i["text"]
+            for i in await items_of(pair.bc, launched["threadId"])
+            if i["kind"] == "assistant_message"
+        ]
+        assert replies[-1] == f"DELEGATED failed: {why}"
+        # the box's owner delegating from their own run is not limited
+        own = await pair.bc.call("POST", "/v1/threads", body={"projectId": there["id"], "prompt": prompt})
+        assert (await wait_terminal(pair.bc, own["threadId"], own["runId"], total=30))[
+            "status"
+        ] == "completed"
+        [mine] = (await pair.bc.call("GET", "/v1/tasks", params={"threadId": own["threadId"]}))["items"]
+        assert mine["childThreadId"] is not None
