@@ -43,6 +43,10 @@ class Lazy:
 
 
 COMMANDS: dict[str, Lazy] = {
+    "approval": Lazy(
+        "peerd.cli.approvals:approval",
+        "Approvals: actions of runs at approval-required that wait for a person's yes or no.",
+    ),
     "backup": Lazy(
         "peerd.cli.store:backup",
         "Write a consistent copy of this environment's store to FILE (a new file, mode 0600).",
