@@ -8,6 +8,7 @@ the model's next request (`fake.requests`) shows what the model was told.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from peerd.api.localclient import LocalClient
 from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.config import ProviderConfig
 from peerd.providers.base import (
@@ -27,9 +29,10 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.providers.coders import CoderProvider
-from peerd.providers.codex_appserver import CODEX_ASKS
+from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED
+from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
-from tests.helpers import make_repo
+from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, secure_dir
 
 RUN_IDS = itertools.count(1)
@@ -51,7 +54,14 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         ],
         "fallback_text": "side request",
     },
-    "reply": {"steps": [{"text": "Hello again."}]},
+    "tools_then_shell": {
+        "steps": [
+            {"tool_call": {"server": "peerd", "tool": "project_list", "arguments": {}}},
+            {"tool_call": {"name": "exec_command", "arguments": {"cmd": SHELL}}},
+            {"text": "Saw: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
 }
 
 
@@ -208,3 +218,72 @@ async def test_the_next_run_resumes_the_codex_session(
     assert fake.requests[-1]["script"] == "shell"  # the marker is in the resumed history
     usage = [e.usage for e in second if isinstance(e, UsageReported)]
     assert usage[-1].input_tokens == 10  # this run's own request, not the thread's total
+
+
+async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
+    tmp_path: Path, repo: Path, codex: ProviderConfig
+) -> None:
+    """A link's run is confined: Codex's own sandbox is off (danger-full-access), peerd's confines
+    it, and every command still asks."""
+    gate = Gate(allow=True)
+    work = repo.resolve()
+    confined = Confinement(
+        cwd=work, worktree=work, worktree_writable=False, tmp=(Path("/tmp"),), by_link=True
+    )
+    spec = dataclasses.replace(
+        run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it."), confinement=confined
+    )
+    events = await run_codex(codex, spec)
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    assert ItemProduced("notice", CODEX_CONFINED) in events
+    assert len(gate.asked) == 1 and (work / RAN).read_text() == "x"
+
+
+async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_the_api(
+    tmp_path: Path, fake: FakeModel
+) -> None:
+    """peerd's own MCP tool is used without asking; the shell command waits for the API's decision."""
+    repo = make_repo(tmp_path / "repo")
+    with secure_dir() as home:
+        settings = offline_settings(home / "clis", fake)
+        async with (
+            running_daemon(home / "peerd", settings=settings) as daemon,
+            client_for(daemon.paths.home) as client,
+        ):
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            body = {
+                "projectId": project["id"],
+                "prompt": f"{fake_marker('tools_then_shell')} Look, then run it.",
+                "provider": "codex",
+                "runtimeMode": "approval-required",
+                "inPlace": True,
+            }
+            launched = await client.call("POST", "/v1/threads", body=body)
+            (approval,) = await pending_approvals(client)
+            assert approval["kind"] == "command" and approval["tool"] == "exec_command"
+            assert approval["detail"]["cwd"] == str(repo) and "echo RAN-OK" in approval["detail"]["command"]
+            assert not (repo / RAN).exists()
+            await client.call(
+                "POST", f"/v1/approvals/{approval['id']}/decision", body={"decision": "approve"}
+            )
+            done = await wait_terminal(client, launched["threadId"], launched["runId"], total=60)
+            page = await client.call(
+                "GET", f"/v1/threads/{launched['threadId']}/items", params={"limit": 100}
+            )
+            found = page["items"]
+            assert done["status"] == "completed", [(i["kind"], i["text"][:200]) for i in found]
+            assert (repo / RAN).read_text() == "x"
+            assert any(i["kind"] == "tool_call" and "project_list" in i["text"] for i in found)
+            assert "RAN-OK" in [i["text"] for i in found if i["kind"] == "assistant_message"][-1]
+            assert (await client.call("GET", "/v1/approvals"))["items"] == []
+
+
+async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list[dict[str, Any]]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        page = await client.call("GET", "/v1/approvals")
+        if page["items"]:
+            return list(page["items"])
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no pending approval after {seconds} s")
