@@ -71,7 +71,7 @@ class ApprovalService:
         *,
         clock: Callable[[], float],
         deadline_s: float = rules.DEFAULT_DEADLINE_S,
-        link_policy: Callable[[str], LinkPolicy] = lambda _client: "ask",
+        link_policy: Callable[[str, str | None], LinkPolicy] = lambda _client, _label: "ask",
         notifier: Notifier | None = None,
         continue_thread: Continue | None = None,
     ) -> None:
@@ -120,7 +120,7 @@ class ApprovalService:
             self._changed(inherited)
             return inherited.answer()
         if context.link_origin is not None and not rules.ask_waits(
-            self.link_policy(context.link_origin), context.link_origin
+            self.link_policy(context.link_origin, context.link_label), context.link_origin
         ):
             return ApprovalAnswer(False, rules.LINK_DENIES)
         still = next((a for a in owed if a.pending and a.id not in self._waiting), None)

@@ -27,7 +27,6 @@ def build(
     environment: str,
     kick: Callable[[str], Awaitable[None]],
     clock: Callable[[], float] = time.time,
-    link_label: Callable[[str], str | None] = lambda _client: None,
 ) -> ApprovalService:
     async def continue_thread(thread_id: str, prompt: str) -> bool:
         queued = await queue_continuation(db, thread_id, prompt, now=clock())
@@ -40,7 +39,7 @@ def build(
         feed,
         clock=clock,
         deadline_s=settings.deadline_minutes * 60.0,
-        link_policy=lambda client_id: settings.policy_for(client_id, link_label(client_id)),
+        link_policy=settings.policy_for,
         notifier=Notifier(
             environment=environment, desktop=settings.desktop, webhook_url=settings.webhook_url
         ),

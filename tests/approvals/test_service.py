@@ -113,7 +113,7 @@ async def test_who_may_decide_a_links_question(db: Database) -> None:
 
 
 async def test_a_link_whose_policy_is_deny_is_answered_at_once(db: Database) -> None:
-    s = service(db, link_policy=lambda client: "deny")
+    s = service(db, link_policy=lambda client, label: "deny")
     answer = await asyncio.wait_for(s.ask(LINKED, ASK), 5)
     assert not answer.allow and "policy is deny" in answer.message
     assert await approvals_store.pending(db) == []

@@ -1,0 +1,160 @@
+"""Approvals across a link, real daemons on loopback: a box's run that a laptop started asks; the
+laptop sees it ("on box") and decides over the link; the box's owner may decide too, the first
+decision wins; a link sees only its own work's approvals; a read-only link can watch, not decide;
+a link whose policy is deny is answered at once; a revoked link decides nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from peerd.approvals import store as approvals_store
+from peerd.approvals.rules import Approval
+from peerd.config import ApprovalsConfig, Config
+from peerd.errors import PeerdError
+from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+
+Json = dict[str, Any]
+
+
+async def set_up(tmp_path: Path, pair: Pair, access: str = "approval-required") -> Json:
+    repo = make_repo(tmp_path / "box-repo")
+    await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
+    await pair.link(access)
+    projects = await pair.lc.call("GET", "/v1/projects", params={"environmentId": pair.box_id})
+    return dict(projects["items"][0])
+
+
+async def launch_on_box(pair: Pair, project: Json, prompt: str) -> Json:
+    body = {"projectId": project["id"], "prompt": prompt, "environmentId": pair.box_id}
+    launched: Json = await pair.lc.call("POST", "/v1/threads", body=body)
+    return launched
+
+
+async def wait_pending(client: Any, count: int = 1, seconds: float = 15) -> list[Json]:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        page = await client.call("GET", "/v1/approvals")
+        if len(page["items"]) >= count:
+            return list(page["items"])
+        await asyncio.sleep(0.05)
+    raise AssertionError("no pending approval arrived")
+
+
+async def test_the_laptop_sees_the_boxs_approval_and_decides_it_over_the_link(tmp_path: Path) -> None:
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair)
+        launched = await launch_on_box(
+            pair, project, script({"run": "echo hi > from-laptop.txt"}, {"reply": "ok"})
+        )
+        (seen,) = await wait_pending(pair.lc)
+        assert seen["onBox"] is True and seen["environmentId"] == pair.box_id
+        assert seen["environmentLabel"] == "box" and seen["detail"]["command"] == "echo hi > from-laptop.txt"
+        (there,) = await wait_pending(pair.bc)  # the box's owner sees it too, and which link asks
+        assert there["id"] == seen["id"] and there["linkLabel"] == "laptop" and there["onBox"] is False
+        body = {"decision": "approve", "decisionId": "dec-1"}
+        decided = await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body=body)
+        assert decided["status"] == "approved" and decided["onBox"] is True
+        assert decided["decidedBy"].startswith("link:")
+        # The same decision again (a retry) is answered as the first, even after it left the mirror.
+        again = await pair.remote("POST", f"/v1/approvals/{seen['id']}/decision", body=body)
+        assert again["status"] == "approved"
+        await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
+        box_thread = await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}")
+        assert box_thread["latestRun"]["status"] == "completed"
+        # The box's owner comes second: the first decision stands.
+        with pytest.raises(PeerdError) as late:
+            await pair.bc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "deny"})
+        assert late.value.code == "approval_decided"
+
+
+async def test_the_boxs_owner_decides_first_and_the_laptops_decision_is_refused(tmp_path: Path) -> None:
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair)
+        await launch_on_box(pair, project, script({"run": "touch nope.txt"}, {"reply": "ok"}))
+        (seen,) = await wait_pending(pair.lc)
+        await pair.bc.call(
+            "POST",
+            f"/v1/approvals/{seen['id']}/decision",
+            body={"decision": "deny", "reason": "owner says no"},
+        )
+        with pytest.raises(PeerdError) as late:
+            await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "approve"})
+        assert late.value.code == "approval_decided"
+        assert not (tmp_path / "box-repo" / "nope.txt").exists()
+
+
+async def test_a_link_sees_only_its_own_works_approvals_and_read_only_cannot_decide(tmp_path: Path) -> None:
+    async with two_daemons(tmp_path) as pair:
+        await set_up(tmp_path, pair, access="read-only")
+        assert pair.laptop.identity is not None
+        client_id = (await pair.bc.call("GET", "/v1/clients"))["items"][0]["id"]
+        now = time.time()
+        box_db = pair.box.db
+        assert box_db is not None
+
+        def record(approval_id: str, origin: str | None) -> Approval:
+            return Approval(
+                id=approval_id, run_id="run_x", thread_id="thr_x", ask_key="k", kind="command", tool="Bash",
+                summary="run `ls`", detail={"command": "ls"}, digest="d", created_at=now,
+                deadline_at=now + 600, link_origin=origin,
+            )  # fmt: skip
+
+        await approvals_store.insert(box_db, record("ap_mine", client_id))
+        await approvals_store.insert(box_db, record("ap_owners", None))
+        await approvals_store.insert(box_db, record("ap_other", "cli_someone_else"))
+        seen = await pair.remote("GET", "/v1/approvals")
+        assert [a["id"] for a in seen["items"]] == ["ap_mine"]
+        with pytest.raises(PeerdError) as hidden:
+            await pair.remote("GET", "/v1/approvals/ap_owners")
+        assert hidden.value.code == "approval_not_found"
+        # The laptop's own client refuses to send a change over a read-only link ...
+        with pytest.raises(PeerdError) as not_sent:
+            await pair.remote("POST", "/v1/approvals/ap_mine/decision", body={"decision": "approve"})
+        assert not_sent.value.code == "capability_denied"
+        # ... and a hostile laptop that sends it anyway, with the link's own token, is refused by the box.
+        assert pair.laptop.peers is not None
+        _, token = await pair.laptop.peers.access_token(pair.box_id)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession() as raw:
+            for approval_id, code in (
+                ("ap_mine", "approval_not_allowed"),
+                ("ap_other", "approval_not_found"),
+            ):
+                url = f"{pair.box_url}/v1/approvals/{approval_id}/decision"
+                async with raw.post(url, json={"decision": "approve"}, headers=headers, ssl=False) as answer:
+                    assert (await answer.json())["code"] == code
+        stored = await approvals_store.get(box_db, "ap_mine")
+        assert stored is not None and stored.pending
+
+
+async def test_a_link_whose_policy_is_deny_gets_an_answer_at_once(tmp_path: Path) -> None:
+    settings = Config(approvals=ApprovalsConfig(links={"laptop": "deny"}))
+    async with two_daemons(tmp_path, settings=settings) as pair:
+        project = await set_up(tmp_path, pair)
+        launched = await launch_on_box(pair, project, script({"run": "touch x.txt"}, {"reply": "after"}))
+        await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
+        items = await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}/items")
+        assert any("policy is deny" in i["text"] for i in items["items"])
+        assert (await pair.bc.call("GET", "/v1/approvals"))["items"] == []
+        assert not (tmp_path / "box-repo" / "x.txt").exists()
+
+
+async def test_a_revoked_link_decides_nothing(tmp_path: Path) -> None:
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair)
+        await launch_on_box(pair, project, script({"run": "touch y.txt"}, {"reply": "ok"}))
+        (seen,) = await wait_pending(pair.lc)
+        client_id = (await pair.bc.call("GET", "/v1/clients"))["items"][0]["id"]
+        await pair.bc.call("POST", f"/v1/clients/{client_id}/revoke", body={})
+        with pytest.raises(PeerdError) as refused:
+            await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "approve"})
+        assert refused.value.code in ("capability_denied", "link_revoked")  # the token is no longer accepted
+        stored = await pair.bc.call("GET", f"/v1/approvals/{seen['id']}")
+        assert stored["status"] in ("pending", "cancelled")
+        assert not (tmp_path / "box-repo" / "y.txt").exists()
