@@ -189,7 +189,9 @@ def duplex_launch(
     if model := spec.model or config.model:
         argv += ["--model", model]
     argv += ["--permission-mode", "default", "--permission-prompt-tool", "stdio"]
-    env: dict[str, str] = {}
+    # Each command starts in the run's directory (else a `cd` Claude lets through unasked would
+    # move the next ones), so the directory a person is shown is where the command runs.
+    env = {"CLAUDE_BASH_MAINTAIN_PROJECT_WORKING_DIR": "1"}
     if "CLAUDE_CODE_MAX_RETRIES" not in config.env:  # the owner's own setting wins
         env["CLAUDE_CODE_MAX_RETRIES"] = str(config.model_retries)
     argv += claude_binding_flags(spec, binding, scratch)

@@ -438,7 +438,10 @@ def test_the_asking_launch_attaches_peerds_tools_as_the_headless_one(tmp_path: P
     assert argv[argv.index("--model") + 1] == "claude-sonnet-5"
     assert argv[argv.index("--allowedTools") + 1] == "mcp__peerd__*" and "--strict-mcp-config" in argv
     assert "--session-id" in argv and argv[-2:] == ["--max-turns", "9"]
-    assert launch.stdin is None and launch.env == {"CLAUDE_CODE_MAX_RETRIES": "2"}
+    assert launch.stdin is None and launch.env == {
+        "CLAUDE_CODE_MAX_RETRIES": "2",
+        "CLAUDE_BASH_MAINTAIN_PROJECT_WORKING_DIR": "1",
+    }
     assert all(token not in arg for arg in argv)
     path = Path(argv[argv.index("--mcp-config") + 1])
     assert path.stat().st_mode & 0o077 == 0

@@ -49,6 +49,14 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         ],
         "fallback_text": "side request",
     },
+    "cd_then_shell": {
+        "steps": [
+            {"tool_call": {"name": "Bash", "arguments": {"command": "cd sub", "description": "go"}}},
+            {"tool_call": {"name": "Bash", "arguments": {"command": SHELL, "description": "run"}}},
+            {"text": "Shell said: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
     "tools_then_shell": {
         "steps": [
             {"tool_call": {"server": "peerd", "tool": "project_list", "arguments": {}}},
@@ -273,3 +281,17 @@ async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
     assert any(isinstance(e, ItemProduced) and "inside peerd's sandbox" in e.text for e in events)
     assert len(gate.asked) == 1
     assert (work / "shell-ran.txt").read_text() == "yes"
+
+
+async def test_a_command_runs_in_the_directory_the_person_was_shown(
+    tmp_path: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    """A `cd` Claude lets through unasked does not move the next command away from the shown cwd."""
+    gate = Gate(allow=True)
+    spec = spec_for(tmp_path, gate, f"{fake_marker('cd_then_shell')} Run it.")
+    (spec.cwd / "sub").mkdir()
+    events = await run_to_end(provider, spec)
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    shell = [a for a in gate.asked if a.detail.get("command") == SHELL]
+    assert shell and shell[0].detail["cwd"] == str(spec.cwd)
+    assert (spec.cwd / "shell-ran.txt").exists() and not (spec.cwd / "sub" / "shell-ran.txt").exists()
