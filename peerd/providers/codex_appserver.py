@@ -48,12 +48,12 @@ CODEX_CONFINED = (
 )
 
 
-def _toml(value: object) -> str:
+def toml_value(value: object) -> str:
     """A TOML value for `codex -c key=value` (JSON strings are valid TOML basic strings)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -82,7 +82,7 @@ def codex_mcp_flags(binding: ToolBinding | None) -> tuple[list[str], dict[str, s
             "required": True,  # the first model request waits until peerd's tools are listed
         }
     )
-    return ["-c", f"mcp_servers.{MCP_SERVER_NAME}={_toml(server)}"], env
+    return ["-c", f"mcp_servers.{MCP_SERVER_NAME}={toml_value(server)}"], env
 
 
 def app_server_args(args: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,11 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.providers.coders import CoderProvider
-from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED
+from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED, toml_value
 from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.realcli import fake_marker, offline_settings, secure_dir
+from tests.realcli import REPO, fake_marker, offline_settings, secure_dir
 
 RUN_IDS = itertools.count(1)
 RAN = "shell-ran.txt"
@@ -51,6 +52,13 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         "steps": [
             {"tool_call": {"name": "apply_patch", "arguments": {"input": ADD_NOTES}}},
             {"text": "Patch: {tool_result}"},
+        ],
+        "fallback_text": "side request",
+    },
+    "echo": {
+        "steps": [
+            {"tool_call": {"server": "echo", "tool": "echo", "arguments": {"text": "hello"}}},
+            {"text": "Echo: {tool_result}"},
         ],
         "fallback_text": "side request",
     },
@@ -218,6 +226,27 @@ async def test_the_next_run_resumes_the_codex_session(
     assert fake.requests[-1]["script"] == "shell"  # the marker is in the resumed history
     usage = [e.usage for e in second if isinstance(e, UsageReported)]
     assert usage[-1].input_tokens == 10  # this run's own request, not the thread's total
+
+
+@pytest.mark.parametrize("allow", [True, False])
+async def test_another_mcp_servers_tool_is_asked_with_its_arguments(
+    tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel, allow: bool
+) -> None:
+    calls = tmp_path / "echo-calls.jsonl"
+    echo = {"command": sys.executable, "args": [str(REPO / "tests" / "echo_mcp.py")],
+            "env": {"ECHO_MCP_LOG": str(calls)}, "required": True}  # fmt: skip
+    config = codex.model_copy(update={"args": [*codex.args, "-c", f"mcp_servers.echo={toml_value(echo)}"]})
+    gate = Gate(allow=allow, message="no echoes today")
+    events = await run_codex(config, run_spec(tmp_path, repo, gate, f"{fake_marker('echo')} Echo it."))
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    [ask] = gate.asked
+    assert ask.kind == "mcp_tool" and ask.tool == "echo.echo"
+    assert ask.detail == {"server": "echo", "tool": "echo", "arguments": {"text": "hello"}}
+    reply = items(events, "assistant_message")[-1].text
+    if allow:
+        assert calls.read_text().count("\n") == 1 and "echo: hello" in reply
+    else:
+        assert not calls.exists() and "no echoes today" in last_input(fake)
 
 
 async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
