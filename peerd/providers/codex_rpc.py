@@ -168,10 +168,12 @@ class CodexAppServerDriver:
             return []  # steer / interrupt: a late one may find the turn over, which is fine
         if "error" in line or "result" not in line:
             message = as_str(error.get("message")).strip() or "no reason given"
-            step = _FAILED_STEP[rpc_id]
             if rpc_id == _THREAD and self._resume:
-                step = f"Codex could not resume its session {self._resume}"
-            return self._fail(f"{step}: {message}")
+                return self._fail(
+                    f"Codex could not resume its session {self._resume}: {message}. Its sessions live "
+                    "in CODEX_HOME, which must stay the same for every run of a thread."
+                )
+            return self._fail(f"{_FAILED_STEP[rpc_id]}: {message}")
         if rpc_id == _INIT:
             method = "thread/resume" if self._resume else "thread/start"
             params = dict(self._thread_params)

@@ -310,9 +310,10 @@ def test_a_failed_turn_and_a_session_that_cannot_resume_fail_with_codexs_words()
     error = {"id": 2, "error": {"code": -32600, "message": "no rollout found for thread id no-such-thread"}}
     assert driver.feed(error) == [EndInput()]
     finished = driver.finish(exit_code=0, stderr_tail="", interrupted=False)
-    assert finished.error == (
-        "Codex could not resume its session no-such-thread: no rollout found for thread id no-such-thread"
+    assert finished.error is not None and finished.error.startswith(
+        "Codex could not resume its session no-such-thread: no rollout found for thread id no-such-thread. "
     )
+    assert "CODEX_HOME" in finished.error
 
 
 def test_model_attempts_past_model_retries_give_up() -> None:
