@@ -452,3 +452,25 @@ def test_the_asking_launch_attaches_peerds_tools_as_the_headless_one(tmp_path: P
     launch, _ = duplex_launch("claude", resumed, ProviderConfig(), None, scratch)
     assert launch.argv[launch.argv.index("--resume") + 1] == "sess-1" and "--session-id" not in launch.argv
     assert "--mcp-config" not in launch.argv
+
+
+def test_a_read_outside_the_worktree_is_asked_as_a_tool_with_its_input() -> None:
+    """Recorded: `Read /etc/hostname` (outside the working directory) is asked; inside it is not."""
+    request = {
+        "subtype": "can_use_tool",
+        "tool_name": "Read",
+        "display_name": "Read",
+        "input": {"file_path": "/etc/hostname"},
+        "description": "/etc/hostname",
+        "permission_suggestions": [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Read", "ruleContent": "//etc/**"}],
+                "behavior": "allow",
+            }
+        ],
+        "tool_use_id": "toolu_fake_fff2",
+    }
+    ask = asked(driver().feed({"type": "control_request", "request_id": "r9", "request": request}))
+    assert (ask.kind, ask.tool, ask.detail) == ("tool", "Read", {"input": {"file_path": "/etc/hostname"}})
+    assert ask.summary == 'use Read with {"file_path": "/etc/hostname"}'
