@@ -55,6 +55,7 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         ],
         "fallback_text": "side request",
     },
+    "reply": {"steps": [{"text": "Hello again."}]},
     "echo": {
         "steps": [
             {"tool_call": {"server": "echo", "tool": "echo", "arguments": {"text": "hello"}}},
@@ -226,6 +227,25 @@ async def test_the_next_run_resumes_the_codex_session(
     assert fake.requests[-1]["script"] == "shell"  # the marker is in the resumed history
     usage = [e.usage for e in second if isinstance(e, UsageReported)]
     assert usage[-1].input_tokens == 10  # this run's own request, not the thread's total
+
+
+async def test_a_session_codex_exec_started_goes_on_under_app_server(
+    tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
+) -> None:
+    """A thread's runs may change level: an `auto` run (codex exec) then an asking one resumes it."""
+    headless = dataclasses.replace(
+        run_spec(tmp_path, repo, Gate(allow=True), f"{fake_marker('reply')} Hi."),
+        runtime_mode="auto",
+        approvals=None,
+    )
+    first = await run_codex(codex, headless)
+    [session] = [e for e in first if isinstance(e, SessionStarted)]
+    gate = Gate(allow=True)
+    second = await run_codex(codex, run_spec(tmp_path, repo, gate, "Again.", resume=session.session_id))
+    assert second[-1] == RunFinished("completed", exit_code=0), second
+    assert ItemProduced("notice", CODEX_ASKS) in second
+    assert [e for e in second if isinstance(e, SessionStarted)] == [session]
+    assert "Hello again." in json.dumps(fake.requests[-1]["body"]["input"])  # the first run's reply
 
 
 @pytest.mark.parametrize("allow", [True, False])
