@@ -12,7 +12,8 @@ linked machine goes through the API's `environmentId` forwarding, as `peerd --en
     pages.py      Environment and Connections (pair with QR, link, revoke)
     threads.py    Threads across the fleet, a thread page, send / interrupt / stop / launch
     stream.py     a thread's items as server-sent events (Last-Event-ID resume)
-    work.py       Tasks, Approvals, Orchestrations
+    work.py       Tasks, Orchestrations
+    approvals.py  Approvals here and on linked boxes: approve / deny (a reason), who decided, live
     graph.py      pure: an orchestration's packets laid out as an SVG dependency graph
     templates/    the pages; static/ htmx (vendored), console.css, console.js
 

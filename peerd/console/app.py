@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from peerd.console import pages, stream, threads, work
+from peerd.console import approvals, pages, stream, threads, work
 from peerd.console.owner import Owner
 from peerd.console.server import (
     CONSOLE,
@@ -65,7 +65,7 @@ def build_app(console: Console) -> web.Application:
     app.router.add_post(root + "/login", login)
     app.router.add_post(root + "/logout", logout)
     app.router.add_get(root + "/static/{name}", static)
-    for module in (pages, threads, stream, work):
+    for module in (pages, threads, stream, work, approvals):
         for method, path, handler in module.ROUTES:
             app.router.add_route(method, root + path, handler)
     return app

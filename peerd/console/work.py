@@ -1,5 +1,5 @@
-"""Tasks (every delegated task, where it runs, its result, cancel), Approvals (ready for the
-approvals feature), Orchestrations (packets as a dependency graph, receipts, the report, cancel)."""
+"""Tasks (every delegated task, where it runs, its result, cancel) and Orchestrations (packets as a
+dependency graph, receipts, the report, cancel). Approvals are `peerd.console.approvals`."""
 
 from __future__ import annotations
 
@@ -94,37 +94,6 @@ async def task_cancel(request: web.Request) -> web.StreamResponse:
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
     raise back(request, "/tasks")
-
-
-# --- Approvals ----------------------------------------------------------------------------------
-
-
-async def approvals(request: web.Request) -> web.StreamResponse:
-    """Pending approvals once the daemon has them (`GET /v1/approvals`); until then, what this is."""
-    items: list[dict[str, Any]] = []
-    available = True
-    try:
-        data = await owner(request).call("GET", "/v1/approvals")
-        items = [x for x in data.get("items", []) if isinstance(x, dict)]
-    except PeerdError as exc:
-        if exc.code not in ("not_found", "method_not_allowed"):
-            raise
-        available = False
-    return page(request, "approvals.html", title="Approvals", items=items, available=available)
-
-
-async def approval_decide(request: web.Request) -> web.StreamResponse:
-    decision = request.match_info["decision"]
-    if decision not in ("approve", "deny"):
-        raise web.HTTPNotFound()
-    try:
-        await owner(request).call(
-            "POST", f"/v1/approvals/{path_segment(request.match_info['id'])}/{decision}", body={}
-        )
-        notice(request, "Approved." if decision == "approve" else "Denied.")
-    except PeerdError as exc:
-        notice(request, shown_error(exc), level="error")
-    raise back(request, "/approvals")
 
 
 # --- Orchestrations -----------------------------------------------------------------------------
@@ -224,8 +193,6 @@ ROUTES = (
     ("GET", "/tasks", task_list),
     ("GET", "/tasks/{id}/cancel", task_cancel_confirm),
     ("POST", "/tasks/{id}/cancel", task_cancel),
-    ("GET", "/approvals", approvals),
-    ("POST", "/approvals/{id}/{decision}", approval_decide),
     ("GET", "/orchestrations", orchestration_list),
     ("GET", "/orchestrations/{id}", orchestration_page),
     ("GET", "/orchestrations/{id}/live", orchestration_live),

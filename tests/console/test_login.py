@@ -55,7 +55,7 @@ async def test_login_with_the_token_url_once_and_a_wrong_one_fails(browser: Any,
     await page.keyboard.press("Enter")
     assert await page.evaluate("document.activeElement.id") == "main"
     await page.goto(base + "/approvals")
-    assert "no approvals yet" in await page.inner_text("main")
+    assert "Nothing waits for your answer" in await page.inner_text("main")
     await shot(page, "approvals")
     # the same token again, in another browser: refused
     other = await (await browser.new_context()).new_page()

@@ -1,0 +1,123 @@
+"""The Approvals page in the browser: a run at approval-required asks (the scripted coder before each
+`run` step), the question appears on an open page by itself, approve and deny (with a reason)
+decide it through the console's forms (CSRF and all), and a decided one says who decided."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.approvals.test_local import launch
+from tests.console.conftest import console_settings, console_url, shot, signed_in
+from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+
+pytestmark = pytest.mark.browser
+WAIT_MS = 30_000
+
+
+async def pending(client: Any, *, seconds: float = 20) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        items = (await client.call("GET", "/v1/approvals"))["items"]
+        if items:
+            return dict(items[0])
+        await asyncio.sleep(0.05)
+    raise AssertionError("no pending approval")
+
+
+async def test_a_pending_approval_appears_live_and_the_buttons_decide_it(
+    browser: Any, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    async with (
+        running_daemon(tmp_path / "home", settings=console_settings()) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        page = await signed_in(browser, daemon)
+        base = console_url(daemon)
+        await page.goto(base + "/approvals")
+        assert "Nothing waits for your answer" in await page.inner_text("main")
+        # The page is open before the run asks: the question appears by itself.
+        launched = await launch(
+            client,
+            project,
+            script({"run": "echo yes > approved.txt"}, {"run": "echo no > denied.txt"}, {"reply": "done"}),
+        )
+        first = await pending(client)
+        card = page.locator(f'li.approval[data-approval="{first["id"]}"]')
+        await card.wait_for(timeout=WAIT_MS)
+        text = await card.inner_text()
+        assert "run `echo yes > approved.txt`" in text and "echo yes > approved.txt" in text
+        assert str(repo) in text and "here" in text
+        await shot(page, "approvals")
+        async with page.expect_navigation():
+            await card.get_by_role("button", name="Approve", exact=True).click()
+        assert "Approved." in await page.inner_text(".notices")
+        decided = await client.call("GET", f"/v1/approvals/{first['id']}")
+        assert decided["status"] == "approved" and decided["decidedBy"] == "owner"
+        row = page.locator(f'tr.decided[data-approval="{first["id"]}"]')
+        assert "approved" in await row.inner_text() and "the owner" in await row.inner_text()
+
+        # The second question (after a reload, or live): deny it with a reason.
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        second = None
+        while second is None and loop.time() < end:
+            items = (await client.call("GET", "/v1/approvals"))["items"]
+            second = next((a for a in items if a["id"] != first["id"]), None)
+            await asyncio.sleep(0.05)
+        assert second is not None
+        card = page.locator(f'li.approval[data-approval="{second["id"]}"]')
+        await card.wait_for(timeout=WAIT_MS)
+        await card.get_by_label("Reason (the model is told)").fill("not that file")
+        await card.get_by_role("button", name="Deny").click()
+        await page.wait_for_url(base + "/approvals")
+        denied = await client.call("GET", f"/v1/approvals/{second['id']}")
+        assert denied["status"] == "denied" and denied["reason"] == "not that file"
+        await wait_terminal(client, launched["threadId"], launched["runId"], total=30)
+        assert (repo / "approved.txt").exists() and not (repo / "denied.txt").exists()
+        row = page.locator(f'tr.decided[data-approval="{second["id"]}"]')
+        await row.wait_for(timeout=WAIT_MS)
+        assert "not that file" in await row.inner_text()
+        await shot(page, "approvals-decided")
+
+
+async def test_a_decision_needs_the_sessions_csrf_token_and_the_consoles_origin(
+    browser: Any, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    async with (
+        running_daemon(tmp_path / "home", settings=console_settings()) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        await launch(client, project, script({"run": "echo hi"}, {"reply": "done"}))
+        asked = await pending(client)
+        page = await signed_in(browser, daemon)
+        base = console_url(daemon)
+        await page.goto(base + "/approvals")
+        form = page.locator(f"form[action$='/approvals/{asked['id']}/approve']")
+        csrf = await form.locator("input[name=csrf]").get_attribute("value")
+        [cookie] = await page.context.cookies()
+        assert daemon.console is not None and daemon.console.site is not None and csrf
+        right = {"Origin": daemon.console.site.base_url}
+        url = f"{base}/approvals/{asked['id']}/approve"
+        async with aiohttp.ClientSession(cookies={cookie["name"]: cookie["value"]}) as http:
+
+            async def post(headers: dict[str, str], data: dict[str, str]) -> int:
+                async with http.post(url, data=data, headers=headers, allow_redirects=False) as resp:
+                    return resp.status
+
+            assert await post(right, {"scope": "once"}) == 403
+            assert await post(right, {"scope": "once", "csrf": "wrong"}) == 403
+            assert await post({"Origin": "http://127.0.0.1:1"}, {"scope": "once", "csrf": csrf}) == 403
+            assert (await client.call("GET", f"/v1/approvals/{asked['id']}"))["status"] == "pending"
+            assert await post(right, {"scope": "run", "csrf": csrf}) == 303
+        decided = await client.call("GET", f"/v1/approvals/{asked['id']}")
+        assert decided["status"] == "approved" and decided["scope"] == "run"
