@@ -513,6 +513,12 @@ class RemoteChild(Wire):
     label: str
 
 
+class TaskApproval(Wire):
+    approval_id: str
+    summary: str
+    environment_id: str | None = None  # null: on this machine; else the box it waits on
+
+
 class TaskInfo(Wire):
     task_id: str
     status: TaskStatus
@@ -528,6 +534,9 @@ class TaskInfo(Wire):
     # What the task spent: its child's runs and, recursively, the tasks they delegated (not the
     # parent's own runs); in task show and task_status. Null: unknown (none reported, or on a box).
     usage: Usage | None = None
+    # The child waits for a person to approve an action (peerd/approvals/): its parent agent is
+    # never asked; the person who owns the work is. Null: nothing waits.
+    awaiting_approval: TaskApproval | None = None
     created_at: float
     ended_at: float | None = None
     hint: str | None = None  # agent tools: what to do when the wait ended first

@@ -226,3 +226,21 @@ async def forget_mirrored(db: Database, environment_id: str, approval_id: str) -
 
 def with_delivery(approval: Approval, now: float) -> Approval:
     return replace(approval, delivered_at=now)
+
+
+async def waiting_on_thread(db: Database, thread_id: str) -> Approval | None:
+    """The oldest question of the thread still waiting for a person."""
+    row = await db.fetchone(
+        f"SELECT {_COLUMNS} FROM approvals WHERE thread_id = ? AND status = 'pending'"  # noqa: S608
+        " ORDER BY created_at LIMIT 1",
+        (thread_id,),
+    )
+    return None if row is None else _row(row)
+
+
+async def mirrored_on_thread(db: Database, environment_id: str, thread_id: str) -> dict[str, Any] | None:
+    """A linked box's pending approval for that box thread, as its feed last brought it."""
+    for _, body, _ in await mirrored(db, environment_id):
+        if body.get("threadId") == thread_id and body.get("status") == "pending":
+            return body
+    return None

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import structlog
 
 from peerd import contracts as c
+from peerd.approvals import store as approvals_store
 from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
@@ -301,7 +302,21 @@ class Delegation:
             usage = wire_usage(await task_usage(self.db, info.child_thread_id))
         else:  # as its box sent it with the result
             usage = wire_usage(await remote_task_usage(self.db, task.id))
-        return info.model_copy(update={"usage": usage})
+        return info.model_copy(update={"usage": usage, "awaiting_approval": await self._awaiting(task)})
+
+    async def _awaiting(self, task: TaskRow) -> c.TaskApproval | None:
+        """What the child waits for a person to approve, here or on its box (as the feed brought it)."""
+        if task.terminal or task.child_thread_id is None:
+            return None
+        if task.target_env is None:
+            found = await approvals_store.waiting_on_thread(self.db, task.child_thread_id)
+            return None if found is None else c.TaskApproval(approval_id=found.id, summary=found.summary)
+        body = await approvals_store.mirrored_on_thread(self.db, task.target_env, task.child_thread_id)
+        if body is None:
+            return None
+        return c.TaskApproval(
+            approval_id=str(body["id"]), summary=str(body["summary"]), environment_id=task.target_env
+        )
 
     async def _wait(self, task_id: str, seconds: float) -> c.TaskInfo:
         """Until the task ends, or return `waitTimedOut` before the caller's own tool-call limit and

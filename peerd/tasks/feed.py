@@ -22,6 +22,10 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
+from peerd.approvals import store as approvals_store
+from peerd.approvals.desk import pending_hash
+from peerd.approvals.service import link_key as approvals_key
+from peerd.approvals.wire import ApprovalView
 from peerd.contracts import Usage
 from peerd.errors import CapabilityDenied, InvalidRequest
 from peerd.operations import Caller
@@ -46,6 +50,7 @@ class _Link:
     listener: Listener
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     revoked: bool = False
+    approvals_sent: str | None = None  # the pending approvals' hash last answered to this link
 
 
 class FeedHub:
@@ -69,7 +74,9 @@ class FeedHub:
             link = self._links.get(client_id)
             if link is None:
                 state = LinkFeed(self.epoch, await feedstore.subscription(self.db, client_id), cap=self.cap)
-                listener = self.feed.listen({*state.by_thread, client_key(client_id)})
+                listener = self.feed.listen(
+                    {*state.by_thread, client_key(client_id), approvals_key(client_id)}
+                )
                 link = _Link(client_id, state, listener)
                 self._links[client_id] = link
         return link
@@ -110,14 +117,22 @@ class FeedHub:
                 await self._look(link)
                 reports, resynced = link.state.since(req.cursor)
                 cursor = link.state.cursor
+                asking = [
+                    ApprovalView.of(a)
+                    for a in await approvals_store.pending(self.db, link_origin=link.client_id)
+                ]
+                asking = [a.model_copy(update={"link_label": None}) for a in asking]
+                asked = pending_hash(asking)
+                news, link.approvals_sent = asked != link.approvals_sent, asked
             remaining = deadline - loop.time()
-            if reports or resynced or remaining <= 0 or link.revoked or self.feed.closed:
+            if reports or resynced or news or remaining <= 0 or link.revoked or self.feed.closed:
                 return FeedChanges(
                     cursor=cursor,
                     runs=[_wire(r) for r in reports],
                     resynced=resynced,
-                    timed_out=not reports,
+                    timed_out=not reports and not news,
                     set_hash=link.state.set.hex if resynced else None,
+                    approvals=asking,
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.listener.event.wait(), remaining)
@@ -127,6 +142,7 @@ class FeedHub:
         changed = link.listener.take()
         if client_key(link.client_id) in changed:
             link.revoked = True
+        changed.discard(approvals_key(link.client_id))  # read on every answer: nothing to look at
         state = link.state
         state.changed(changed)
         dirty = state.take_dirty()

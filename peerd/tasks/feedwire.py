@@ -7,7 +7,8 @@ link's follower; the box answers from the authenticated link). Rules: `peerd.tas
                  -> {cursor, runs: [FeedRun], resynced, setHash?, timedOut}
                     (as soon as a followed run settles or is gone; `runs` holds only those, after
                     the cursor; `resynced` when the cursor was not continued: then every report kept
-                    is in `runs`, answered at once, with the box's `setHash`)
+                    is in `runs`, answered at once, with the box's `setHash`; `approvals`: the
+                    link's work's pending approvals, and a change of them answers at once too)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from peerd.approvals.wire import ApprovalView
 from peerd.contracts import LONG_POLL_MAX_S, Input, RunStatus, Usage, Wire
 from peerd.tasks.subscription import CURSOR_PATTERN, MAX_FOLLOWED_RUNS
 
@@ -62,3 +64,6 @@ class FeedChanges(Wire):
     resynced: bool
     timed_out: bool
     set_hash: str | None = None
+    # The link's work's pending approvals on the box, in every answer (an older box: absent); a
+    # change of that set answers a poll early (peerd/approvals/).
+    approvals: list[ApprovalView] | None = None

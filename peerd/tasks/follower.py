@@ -22,11 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
+from peerd.approvals import store as approvals_store
+from peerd.approvals.service import ANY_KEY as APPROVALS_CHANGED
 from peerd.errors import PeerdError
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
@@ -132,6 +135,7 @@ class Follower:
         self._loaded = False  # the link's open tasks were read once
         self._reload = True  # read them all again (the link changed here)
         self._touched: set[str] = set()  # tasks to read again
+        self._mirroring: set[asyncio.Future[None]] = set()  # writes of the box's pending approvals
         self.requests = 0  # polls sent: idle traffic is measured by this
         self.syncs = 0  # subscription requests sent
 
@@ -400,6 +404,8 @@ class Follower:
         try:
             data = poll.result()
             answer = FeedChanges.model_validate(data)
+            if answer.approvals is not None:
+                self._mirror_approvals(answer)
         except PeerdError as exc:
             if is_store_fault(exc):
                 self.machine.poll_deadline = None
@@ -423,6 +429,21 @@ class Follower:
             for r in answer.runs
         )
         return self.machine.polled(now, PollAnswer(answer.cursor, reports, answer.resynced, answer.set_hash))
+
+    def _mirror_approvals(self, answer: FeedChanges) -> None:
+        """Keep what the box says its pending approvals for our work are (`peerd approval list`
+        shows them, marked on box); the poll is answered whatever becomes of this write."""
+        bodies = [a.model_dump(mode="json", by_alias=True) for a in answer.approvals or []]
+        db, feed, env_id = self.pool.db, self.pool.delegation.feed, self.env_id
+
+        async def write() -> None:
+            with contextlib.suppress(PeerdError):
+                await approvals_store.mirror(db, env_id, bodies, now=time.time())
+                feed.changed(APPROVALS_CHANGED)
+
+        task = asyncio.ensure_future(write())
+        self._mirroring.add(task)
+        task.add_done_callback(self._mirroring.discard)
 
     async def _drop_poll(self) -> None:
         """Abandon the poll in flight; the box cancels the abandoned long-poll."""

@@ -18,6 +18,7 @@ from peerd.approvals.rules import Approval
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+from tests.integration.test_delegation import delegate, runs_script
 
 Json = dict[str, Any]
 
@@ -158,3 +159,46 @@ async def test_a_revoked_link_decides_nothing(tmp_path: Path) -> None:
         stored = await pair.bc.call("GET", f"/v1/approvals/{seen['id']}")
         assert stored["status"] in ("pending", "cancelled")
         assert not (tmp_path / "box-repo" / "y.txt").exists()
+
+
+async def test_a_delegated_childs_approval_comes_with_the_followers_watch(tmp_path: Path) -> None:
+    """A laptop agent delegates to the box; the box child asks. The parent agent is not asked: the
+    laptop's follower brings the question with its watch (no `approval list` needed), the task
+    shows it as awaiting approval, and the person's decision on the laptop lets the child go on."""
+    async with two_daemons(tmp_path, laptop_watch_chunk_s=5.0) as pair:
+        await set_up(tmp_path, pair)
+        make_repo(tmp_path / "laptop-repo")
+        here = await pair.lc.call("POST", "/v1/projects", body={"path": str(tmp_path / "laptop-repo")})
+        box_project = (await pair.lc.call("GET", "/v1/projects", params={"environmentId": pair.box_id}))[
+            "items"
+        ][0]
+        child = script({"run": "echo child > child.txt"}, {"reply": "CHILD DONE"})
+        target = {"environmentId": pair.box_id, "projectId": box_project["id"]}
+        parent = runs_script(
+            [delegate(task=child, target=target, clientRequestId="t1"), {"reply": "delegated ${taskId}"}],
+            [{"reply": "woken"}],
+        )
+        launched = await pair.lc.call("POST", "/v1/threads", body={"projectId": here["id"], "prompt": parent})
+        assert pair.laptop.db is not None
+        end = time.monotonic() + 20
+        mirrored: list[Any] = []
+        while time.monotonic() < end and not mirrored:
+            mirrored = await approvals_store.mirrored(pair.laptop.db, pair.box_id)
+            await asyncio.sleep(0.1)
+        assert mirrored, "the follower's watch did not bring the box's approval"
+        _, body, _ = mirrored[0]
+        assert body["detail"]["command"] == "echo child > child.txt"
+        (task,) = (await pair.lc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+        shown = await pair.lc.call("GET", f"/v1/tasks/{task['taskId']}")
+        assert shown["awaitingApproval"]["approvalId"] == body["id"]
+        assert shown["awaitingApproval"]["environmentId"] == pair.box_id
+        await pair.lc.call("POST", f"/v1/approvals/{body['id']}/decision", body={"decision": "approve"})
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            shown = await pair.lc.call("GET", f"/v1/tasks/{task['taskId']}")
+            if shown["status"] in ("completed", "failed", "cancelled"):
+                break
+            await asyncio.sleep(0.1)
+        assert shown["status"] == "completed" and shown["awaitingApproval"] is None, shown
+        box_child = await pair.bc.call("GET", f"/v1/threads/{shown['remoteChild']['threadId']}")
+        assert (Path(box_child["worktreePath"]) / "child.txt").read_text() == "child\n"
