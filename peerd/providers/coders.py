@@ -43,6 +43,10 @@ from peerd.providers.cli import (
 from peerd.providers.codex_appserver import codex_mcp_flags
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.duplex import start_duplex
+from peerd.providers.gemini_acp import (
+    gemini_tool_settings,
+    writable_ancestor,  # noqa: F401  # tests/realcli.py imports it here
+)
 from peerd.providers.gemini_events import GeminiEvents
 from peerd.runtime.sandbox import Mount
 from peerd.runtime.sandbox_profile import real
@@ -161,17 +165,6 @@ def gemini_access(runtime: str, interaction: str) -> AccessFlags:
     return AccessFlags(["--approval-mode", "yolo"], [])
 
 
-def writable_ancestor(path: Path) -> Path | None:
-    """The nearest directory above `path` that group or others may write, if any."""
-    for parent in path.parents:
-        try:
-            if parent.stat().st_mode & 0o022:
-                return parent
-        except OSError:
-            return parent
-    return None
-
-
 # --- argv ----------------------------------------------------------------------------------------
 
 
@@ -255,28 +248,10 @@ def gemini_argv(
     argv += access.flags
     # One process (no self-relaunch as a child) so a signal reaches the CLI itself.
     env = {"GEMINI_CLI_NO_RELAUNCH": "1"}
-    if binding is not None:
-        server: dict[str, object]
-        if binding.url:  # the daemon's MCP endpoint (streamable HTTP); the token only in this 0600 file
-            server = {"httpUrl": binding.url, "headers": binding.bearer()}
-        else:
-            server = {"command": binding.command, "args": binding.args, "env": binding.env}
-        server["trust"] = True  # headless calls to an untrusted server are refused
-        server["timeout"] = MCP_TOOL_TIMEOUT_S * 1000
-        settings = {
-            "mcpServers": {MCP_SERVER_NAME: server},
-            # Attempts per model request, the first included (Gemini retries for minutes otherwise).
-            "general": {"maxAttempts": config.model_retries + 1},
-        }
-        path = write_private(scratch / "gemini-settings.json", json.dumps(settings))
-        env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)
-        argv += ["--allowed-mcp-server-names", MCP_SERVER_NAME]
-        if (unsafe := writable_ancestor(path)) is not None:
-            notices.append(
-                f"Gemini CLI ignores settings files below a directory others can write ({unsafe}), so "
-                "peerd's tools are not available to this run. Keep peerd's home (PEERD_HOME) in a "
-                "directory only you can write."
-            )
+    tools, tool_env, tool_notices = gemini_tool_settings(config, binding, scratch)  # as in ACP mode
+    argv += tools
+    env.update(tool_env)
+    notices += tool_notices
     if spec.resume_session:
         argv += ["--resume", spec.resume_session]
     argv += config.args

@@ -60,7 +60,12 @@ class AskPerson:
 
 @dataclass(frozen=True)
 class EndInput:
-    """Close the CLI's stdin (the CLI ends once its input ends and its work is done)."""
+    """Close the CLI's stdin (the CLI ends once its input ends and its work is done).
+
+    `linger_s`: a CLI that may stay up after its input ends (Gemini CLI with an MCP server
+    connected) is ended with signals if it is still running that many seconds later."""
+
+    linger_s: float | None = None
 
 
 DuplexOutput = SessionStarted | ItemProduced | UsageReported | Send | AskPerson | EndInput
@@ -111,6 +116,7 @@ class DuplexRun(CliRun):
         self._inbox: asyncio.Queue[object] = asyncio.Queue()
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._write_lock = asyncio.Lock()
+        self._linger: asyncio.Task[None] | None = None
 
     async def interrupt(self) -> None:
         self._interrupted = True
@@ -131,6 +137,10 @@ class DuplexRun(CliRun):
         finally:
             await self._inbox.put(_EOF)
 
+    async def _end_lingering(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        await self._stop_given_up()
+
     async def _ask(self, ask: ApprovalAsk) -> None:
         answer = await self._gate.ask(ask)
         await self._inbox.put((ask.key, answer))
@@ -142,6 +152,8 @@ class DuplexRun(CliRun):
             elif isinstance(output, EndInput):
                 async with self._write_lock:
                     await self._process.close_stdin()
+                if output.linger_s is not None and self._linger is None:
+                    self._linger = asyncio.create_task(self._end_lingering(output.linger_s))
             elif isinstance(output, AskPerson):
                 key = output.ask.key
                 if key not in self._asking:
@@ -197,7 +209,7 @@ class DuplexRun(CliRun):
                     interrupted=self._interrupted,
                 )
         finally:
-            for task in [*self._asking.values(), reader, limit, stopper]:
+            for task in [*self._asking.values(), reader, limit, stopper, self._linger]:
                 if task is not None:
                     task.cancel()
             if not finished:
