@@ -197,6 +197,18 @@ class Run(Wire):
     usage: Usage | None = None  # null: unknown (the provider reported none)
 
 
+class RunUsage(Wire):
+    """One run's usage as `thread show` lists them (its newest `RUN_USAGE_SHOWN`)."""
+
+    id: str
+    number: int
+    status: RunStatus
+    usage: Usage | None = None  # null: unknown (the provider reported none)
+
+
+RUN_USAGE_SHOWN = 50
+
+
 class Thread(Wire):
     id: str
     project_id: str
@@ -223,6 +235,8 @@ class Thread(Wire):
     started_by: str | None = None
     # The sum of its runs' usage, in `thread show` only (null there when no run reported any).
     usage: Usage | None = None
+    # Each run's usage, oldest first (its newest RUN_USAGE_SHOWN runs), in `thread show` only.
+    run_usage: list[RunUsage] | None = None
 
 
 class DelegatedFrom(Wire):

@@ -392,7 +392,11 @@ class Operations:
                 await self._forward(caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}")
             )
         thread = await threads.get_thread(self.db, thread_id)
-        return thread.model_copy(update={"usage": await usage_store.thread_total(self.db, thread_id)})
+        spent = {
+            "usage": await usage_store.thread_total(self.db, thread_id),
+            "run_usage": await usage_store.run_usages(self.db, thread_id),
+        }
+        return thread.model_copy(update=spent)
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:

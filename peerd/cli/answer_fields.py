@@ -113,6 +113,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "lastError",
         "waitTimedOut",
         "usage",
+        "awaitingApproval",
         "createdAt",
         "endedAt",
         "hint",
@@ -144,6 +145,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "delegated_from",
         "startedBy",
         "usage",
+        "runUsage",
     ),
     "GET /v1/threads/{id}/bundle": (
         "tip",
@@ -261,6 +263,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "lastError",
         "waitTimedOut",
         "usage",
+        "awaitingApproval",
         "createdAt",
         "endedAt",
         "hint",

@@ -51,6 +51,23 @@ SYMBOLS = {
 _env: jinja2.Environment | None = None
 
 
+def limits(budget: Any) -> str:
+    from peerd.orchestrate.report import limits as words  # noqa: PLC0415
+
+    return words(budget)
+
+
+def spent(value: Any) -> str:
+    """A usage (the contract's model, or its JSON) in one line; null is "not reported": unknown,
+    not zero. An estimated cost reads "~$0.0120 (estimate)"."""
+    from peerd.core.usage import Usage, describe  # noqa: PLC0415
+
+    if value is None:
+        return "not reported"
+    data = value.wire() if hasattr(value, "wire") else value
+    return describe(Usage.from_json(data)) if isinstance(data, dict) else "not reported"
+
+
 def _environment() -> jinja2.Environment:
     global _env  # noqa: PLW0603  # one environment per process, built when first needed
     if _env is None:
@@ -69,6 +86,8 @@ def _environment() -> jinja2.Environment:
         env.filters["short"] = lambda value, n=12: (
             str(value) if value is None or len(str(value)) <= n else str(value)[:n] + "…"
         )
+        env.filters["usage"] = spent  # a run's, thread's, task's or hop's usage in one line
+        env.globals["limits"] = limits  # a budget in words ("50,000 tokens, $2.0000"; "none")
         env.globals["symbol"] = lambda status: SYMBOLS.get(str(status), "•")
         env.globals["nav"] = NAV
         _env = env

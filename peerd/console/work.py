@@ -3,6 +3,7 @@ dependency graph, receipts, the report, cancel). Approvals are `peerd.console.ap
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -21,6 +22,7 @@ TASK_STATES = ("pending", "running", "completed", "failed", "cancelled", "interr
 TASK_PAGE = 50
 ORC_TERMINAL = ("completed", "failed", "cancelled")
 LIVE_WAIT_S = 25.0
+USAGE_READS = 8  # task shows in flight at once, for the Usage column
 
 
 # --- Tasks --------------------------------------------------------------------------------------
@@ -38,6 +40,7 @@ async def task_list(request: web.Request) -> web.StreamResponse:
     }
     envs = await api.envs()
     found = await api.tasks(params)
+    spent = await _usages(api, [task.task_id for task in found.items])
     rows = []
     for task in found.items:
         remote = task.remote_child
@@ -51,6 +54,7 @@ async def task_list(request: web.Request) -> web.StreamResponse:
                 "where": remote.label if remote is not None else api.here.label,
                 "child_href": thread_href(where, child) if where is not None and child else None,
                 "parent_href": thread_href(api.here, task.parent_thread_id),
+                "usage": spent.get(task.task_id),
             }
         )
     more = None
@@ -70,6 +74,22 @@ async def task_list(request: web.Request) -> web.StreamResponse:
         env_filter=env_filter,
         more=more,
     )
+
+
+async def _usages(api: Any, task_ids: list[str]) -> dict[str, Any]:
+    """Each task's usage (only `task show` has it: its child's runs and their delegations),
+    a few at a time; a task that cannot be read now shows none."""
+    gate = asyncio.Semaphore(USAGE_READS)
+
+    async def one(task_id: str) -> Any:
+        async with gate:
+            try:
+                return (await api.task(task_id)).usage
+            except PeerdError:
+                return None
+
+    found = await asyncio.gather(*(one(t) for t in task_ids))
+    return dict(zip(task_ids, found, strict=True))
 
 
 async def task_cancel_confirm(request: web.Request) -> web.StreamResponse:
@@ -136,6 +156,17 @@ async def _context(request: web.Request, info: dict[str, Any]) -> dict[str, Any]
     receipts = [
         {**r, "pretty": json.dumps(r.get("body"), indent=2, sort_keys=True)} for r in info.get("receipts", [])
     ]
+    hops = [
+        {
+            "packet": r.get("packetId"),
+            "what": _hop_name(r["kind"], r.get("body") or {}),
+            "usage": (r.get("body") or {}).get("usage"),
+            # peerd's own work: a plan directory, the integration (git and the check), no model
+            "free": r.get("kind") == "integration" or (r.get("body") or {}).get("source") == "plan_dir",
+        }
+        for r in info.get("receipts", [])
+        if r.get("kind") in ("plan", "implementation", "review", "integration")
+    ]
     return {
         "info": info,
         "packets": packets,
@@ -143,10 +174,23 @@ async def _context(request: web.Request, info: dict[str, Any]) -> dict[str, Any]
         "node_w": NODE_W,
         "node_h": NODE_H,
         "receipts": receipts,
+        "hops": hops,
         "resolution": last_receipt(info, "resolution"),
         "integration": last_receipt(info, "integration"),
         "terminal": info.get("status") in ORC_TERMINAL,
     }
+
+
+def _hop_name(kind: str, body: dict[str, Any]) -> str:
+    """A receipt as a hop: "plan", "attempt 2 (fix)", "review round 1", "integration (no model)"."""
+    if kind == "implementation":
+        hop = body.get("hop")
+        return f"attempt {body.get('attempt', 1)}" + (f" ({hop})" if hop and hop != "implement" else "")
+    if kind == "review":
+        return f"review round {body.get('round', 1)}"
+    if kind == "integration":
+        return "integration (peerd's git, no model)"
+    return "plan" + (" (a plan directory, no model)" if body.get("source") == "plan_dir" else "")
 
 
 async def orchestration_page(request: web.Request) -> web.StreamResponse:

@@ -101,6 +101,18 @@ async def thread_usage(db: Database, thread_id: str) -> Usage | None:
     return total(Usage.from_json(json.loads(row["usage"])) for row in rows)
 
 
+async def run_usages(db: Database, thread_id: str) -> list[c.RunUsage]:
+    """Each of the thread's newest runs with its usage, oldest first (`c.RUN_USAGE_SHOWN` of them)."""
+    rows = await db.fetchall(
+        "SELECT id, number, status, usage FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT ?",
+        (thread_id, c.RUN_USAGE_SHOWN),
+    )
+    return [
+        c.RunUsage(id=r["id"], number=r["number"], status=r["status"], usage=usage_of(r["usage"]))
+        for r in reversed(rows)
+    ]
+
+
 async def thread_total(db: Database, thread_id: str) -> c.Usage | None:
     """`thread_usage` as the contract's model."""
     return wire_usage(await thread_usage(db, thread_id))
