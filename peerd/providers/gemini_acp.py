@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -72,6 +73,7 @@ from peerd.providers.cli import MCP_SERVER_NAME, MCP_TOOL_TIMEOUT_S, Launch, Too
 from peerd.providers.duplex import DuplexDriver
 from peerd.providers.gemini_acp_driver import GeminiAcpDriver
 
+_SESSION_PREFIX = re.compile(r"[0-9A-Za-z-]{8}")
 GEMINI_ASKS = (
     "Gemini CLI asks before each shell command, each file write and each call of an MCP tool other "
     "than peerd's (ACP mode, --acp); peerd asks a person and answers. Gemini CLI cannot pass a "
@@ -132,8 +134,8 @@ def spare_same_minute_session(gemini_dir: Path, session_id: str, now: datetime) 
     0.61.0's `session/load` (whose throwaway recording is named with the minute it starts in)
     cannot append to them. Returns the new paths."""
     short = session_id[:8]
-    if not short or "/" in short or not (gemini_dir / "tmp").is_dir():
-        return []
+    if not _SESSION_PREFIX.fullmatch(short) or not (gemini_dir / "tmp").is_dir():
+        return []  # not a session id Gemini made (a UUID): no glob of other files
     minute = now.astimezone(UTC).replace(second=0, microsecond=0)
     stamp = minute.strftime("%Y-%m-%dT%H-%M")
     moved = []

@@ -328,3 +328,14 @@ def test_a_session_file_of_this_minute_is_moved_out_of_the_loads_way(tmp_path: P
     ]
     assert not mine.exists() and taken.exists() and older.exists()
     assert spare_same_minute_session(tmp_path, SID, now) == []  # nothing of this minute left
+
+
+def test_only_a_session_id_gemini_made_names_the_files_moved(tmp_path: Path) -> None:
+    chats = tmp_path / "tmp" / "repo" / "chats"
+    chats.mkdir(parents=True)
+    now = datetime(2026, 12, 1, 15, 33, 20, tzinfo=UTC)
+    other = chats / "session-2026-12-01T15-33-aaaaaaaa.jsonl"
+    other.write_text("{}")
+    for hostile in ("*", "aaaa*", "[a]aaaaaaa", "../../x", ""):
+        assert spare_same_minute_session(tmp_path, hostile, now) == []
+    assert other.exists()
