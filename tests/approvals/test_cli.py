@@ -13,8 +13,9 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
+from tests.approvals.test_links import launch_on_box, set_up, wait_pending
 from tests.approvals.test_local import launch
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
 from tests.integration.test_cli import ok, peerd
 
 Json = dict[str, Any]
@@ -160,3 +161,21 @@ async def test_watch_prints_a_new_one_and_its_decision_and_ends_on_ctrl_c(tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_a_boxs_approval_is_listed_on_box_and_decided_from_the_laptop(tmp_path: Path) -> None:
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair)
+        launched = await launch_on_box(pair, project, script({"run": "echo hi > there.txt"}, {"reply": "ok"}))
+        (seen,) = await wait_pending(pair.lc)
+        home = pair.laptop.paths.home
+        row = ok(await peerd(home, "approval", "list")).splitlines()[1]
+        assert seen["id"] in row and "on box" in row and "run `echo hi > there.txt`" in row
+        shown = ok(await peerd(home, "approval", "show", seen["id"]))
+        assert "where     on box" in shown and "command  echo hi > there.txt" in shown
+        denied = ok(await peerd(home, "approval", "deny", seen["id"], "--reason", "not there"))
+        assert denied.strip().endswith(f"({seen['id']} on box)")
+        await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
+        record = await pair.bc.call("GET", f"/v1/approvals/{seen['id']}")
+        assert record["status"] == "denied" and record["reason"] == "not there"
+        assert record["decidedBy"].startswith("link:")
