@@ -248,11 +248,20 @@ def render(info: Info) -> str:
         review = last(info, "review", packet["id"]) or {}
         v = impl.get("verification") or {}
         check = "passed" if v.get("passed") else (v.get("classification") or "-")
+        used = packet.get("usage")
+        tokens = f"{used['totalTokens']:,}" if isinstance(used, Mapping) else "-"
         rows.append(
-            [packet["id"], packet["state"], who(packet.get("coder")), check, review.get("verdict", "-")]
+            [
+                packet["id"],
+                packet["state"],
+                who(packet.get("coder")),
+                check,
+                review.get("verdict", "-"),
+                tokens,
+            ]
         )
     if rows:
-        out += ["", *_table(["packet", "outcome", "implementer", "verification", "review"], rows)]
+        out += ["", *_table(["packet", "outcome", "implementer", "verification", "review", "tokens"], rows)]
     for packet in info["packets"]:
         out += ["", *_packet(info, packet)]
     integration = last(info, "integration")

@@ -57,6 +57,10 @@ async def test_codex_implements_and_claude_reviews(tmp_path: Path) -> None:
     assert impl["verification"]["passed"]
     review = receipts_of(done, "review", "fix-add")[-1]
     assert review["reviewer"]["backend"] == "claude" and review["verdict"] == "approve"
+    # each hop's usage, as each real CLI reported it: Codex without a cost, Claude Code with its own
+    assert impl["usage"]["totalTokens"] > 0 and impl["usage"]["costUsd"] is None
+    assert review["usage"]["totalTokens"] > 0 and review["usage"]["costUsd"] > 0
+    assert fix["usage"]["totalTokens"] == impl["usage"]["totalTokens"] + review["usage"]["totalTokens"]
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
     assert receipts_of(done, "integration")[-1]["verification"]["passed"]
 
