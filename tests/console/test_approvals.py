@@ -11,9 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.approvals.test_links import launch_on_box, set_up, wait_pending
 from tests.approvals.test_local import launch
 from tests.console.conftest import console_settings, console_url, shot, signed_in
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
 
 pytestmark = pytest.mark.browser
 WAIT_MS = 30_000
@@ -121,3 +122,27 @@ async def test_a_decision_needs_the_sessions_csrf_token_and_the_consoles_origin(
             assert await post(right, {"scope": "run", "csrf": csrf}) == 303
         decided = await client.call("GET", f"/v1/approvals/{asked['id']}")
         assert decided["status"] == "approved" and decided["scope"] == "run"
+
+
+async def test_a_boxs_approval_shows_on_the_laptops_page_and_is_decided_over_the_link(
+    browser: Any, tmp_path: Path
+) -> None:
+    async with two_daemons(tmp_path, settings=console_settings()) as pair:
+        project = await set_up(tmp_path, pair)
+        launched = await launch_on_box(pair, project, script({"run": "echo hi > there.txt"}, {"reply": "ok"}))
+        (seen,) = await wait_pending(pair.lc)
+        page = await signed_in(browser, pair.laptop)
+        base = console_url(pair.laptop)
+        await page.goto(base + "/approvals")
+        card = page.locator(f'li.approval[data-approval="{seen["id"]}"]')
+        assert "on box" in await card.inner_text()
+        thread = card.get_by_role("link", name=launched["threadId"])
+        assert pair.laptop.console is not None
+        root = pair.laptop.console.root  # the thread on the box, opened through the link
+        assert await thread.get_attribute("href") == f"{root}/threads/{pair.box_id}/{launched['threadId']}"
+        async with page.expect_navigation():
+            await card.get_by_role("button", name="Approve", exact=True).click()
+        assert "Approved." in await page.inner_text(".notices")
+        await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
+        record = await pair.bc.call("GET", f"/v1/approvals/{seen['id']}")
+        assert record["status"] == "approved" and record["decidedBy"].startswith("link:")
