@@ -3,15 +3,19 @@ against the fake model; long ids and texts shortened)."""
 
 from __future__ import annotations
 
+import json
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from peerd.approvals.gate import ApprovalAnswer
+from peerd.config import ProviderConfig
 from peerd.core.usage import Usage
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
+from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
+from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
-from peerd.providers.gemini_acp import spare_same_minute_session
+from peerd.providers.gemini_acp import duplex_launch, spare_same_minute_session
 from peerd.providers.gemini_acp_driver import GeminiAcpDriver
 
 CWD = "/w/repo"
@@ -339,3 +343,33 @@ def test_only_a_session_id_gemini_made_names_the_files_moved(tmp_path: Path) -> 
     for hostile in ("*", "aaaa*", "[a]aaaaaaa", "../../x", ""):
         assert spare_same_minute_session(tmp_path, hostile, now) == []
     assert other.exists()
+
+
+def test_the_launch_keeps_peerds_tools_as_on_the_headless_path_and_the_token_out_of_argv(
+    tmp_path: Path,
+) -> None:
+    url = "http://127.0.0.1:4242/mcp"
+    tool_env = {
+        "PEERD_SOCKET": "/run/peerd.sock",
+        "PEERD_RUN_TOKEN": "secret-token-value",
+        "PEERD_MCP_URL": url,
+    }
+    s = RunSpec("t1", "r1", "fix it", tmp_path / "wt", "gemini-2.5-flash", "approval-required", "default", None,
+                tmp_path / "state", tool_env)  # fmt: skip
+    scratch = scratch_dir(s)
+    built = duplex_launch(
+        "gemini", s, ProviderConfig(model_retries=2, args=["--x"]), bind_tools(s, scratch), scratch
+    )
+    assert built is not None
+    launch, _ = built
+    assert launch.argv == ["gemini", "--acp", "--skip-trust", "-m", "gemini-2.5-flash", "--approval-mode", "default",
+                           "--allowed-mcp-server-names", "peerd", "--x"]  # fmt: skip
+    assert launch.stdin is None and launch.skip_sigint
+    assert not any("secret-token-value" in part for part in [*launch.argv, *launch.env.values()])
+    settings_path = Path(launch.env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"])
+    assert stat.S_IMODE(settings_path.stat().st_mode) == 0o600
+    settings = json.loads(settings_path.read_text())
+    server = settings["mcpServers"]["peerd"]
+    assert server["httpUrl"] == url and server["trust"] is True
+    assert server["headers"] == {"Authorization": "Bearer secret-token-value"}
+    assert settings["general"] == {"maxAttempts": 3}
