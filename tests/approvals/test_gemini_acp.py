@@ -6,6 +6,7 @@ in a real daemon whose approval is decided through the API."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.providers.coders import CoderProvider
+from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, secure_dir
@@ -242,6 +244,24 @@ async def test_a_session_that_cannot_be_loaded_starts_a_new_one_with_a_notice(
     assert any(gone in n.text and "new session" in n.text for n in items(events, "notice"))
     (session,) = [e.session_id for e in events if isinstance(e, SessionStarted)]
     assert session != gone
+
+
+async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
+    tmp_path: Path, state: Path, provider: CoderProvider, fake: FakeModel
+) -> None:
+    """A link's run is confined; on the asking path its worktree is writable, as a person approves
+    each write (read-only otherwise at approval-required)."""
+    gate = Gate(allow=True)
+    spec = spec_for(tmp_path, state, gate, f"{fake_marker('shell')} Run it.")
+    work = spec.cwd.resolve()
+    confined = Confinement(
+        cwd=work, worktree=work, worktree_writable=False, tmp=(Path("/tmp"),), by_link=True
+    )
+    events = await run_to_end(provider, dataclasses.replace(spec, confinement=confined))
+    assert events[-1] == RunFinished("completed", exit_code=0), events
+    assert any("inside peerd's sandbox" in n.text for n in items(events, "notice"))
+    assert len(gate.asked) == 1
+    assert (work / "shell-ran.txt").read_text() == "yes"
 
 
 async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_the_api(
