@@ -44,6 +44,9 @@ LINGER_S = 1.0
 # `Tool "X" was canceled by the user.`); at most this many follow-ups per run.
 MAX_FOLLOW_UPS = 3
 DENIED_PREFIX = "denied by a person"
+FOLLOW_UP_NOTICE = (
+    "Gemini CLI passes no reason with a denial: peerd gave the model the reasons in a follow-up turn."
+)
 _CWD_RE = re.compile(r"^\[(?:current working directory|in) ([^\]]*)\]")
 _STOP_REASONS: Mapping[str, str] = {
     "max_turn_requests": "Gemini CLI stopped the turn: its turn limit was reached or it detected a loop.",
@@ -243,13 +246,13 @@ class GeminiAcpDriver:
         self._session = session_id
         return list(self._parse({"type": "init", "session_id": session_id}))
 
-    def _prompt_turn(self, prompt: list[Mapping[str, Any]]) -> list[DuplexOutput]:
+    def _prompt_turn(self, prompt: Sequence[Mapping[str, Any]]) -> list[DuplexOutput]:
         if self._session is None or self._ended:
             return []
         self._prompts += 1
         number = self._prompts
         self._turn = _Turn(number)
-        params = {"sessionId": self._session, "prompt": prompt}
+        params = {"sessionId": self._session, "prompt": [dict(part) for part in prompt]}
         return [_request(f"prompt-{number}", "session/prompt", params)]
 
     def _turn_ended(self, message: Mapping[str, Any]) -> list[DuplexOutput]:
@@ -274,7 +277,9 @@ class GeminiAcpDriver:
         told = stop == "end_turn" and turn is not None and turn.denials and not self._cancelling
         if told and turn is not None and self._follow_ups < MAX_FOLLOW_UPS:
             self._follow_ups += 1
-            return [*outputs, *self._prompt_turn([{"type": "text", "text": follow_up_text(turn.denials)}])]
+            notice = ItemProduced("notice", FOLLOW_UP_NOTICE, {"denials": list(turn.denials)})
+            prompt = [{"type": "text", "text": follow_up_text(turn.denials)}]
+            return [*outputs, notice, *self._prompt_turn(prompt)]
         self._ended = True
         return [*outputs, EndInput(linger_s=LINGER_S)]
 

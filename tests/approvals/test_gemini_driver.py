@@ -164,7 +164,10 @@ def test_a_denial_selects_reject_and_its_reason_reaches_the_model_in_a_follow_up
     assert item.kind == "command" and item.data["status"] == "failed"
     assert "denied by a person: not on Fridays" in item.text
     d.feed(text_chunk('Tool "run_shell_command" was canceled by the user.'))
-    (follow_up,) = sent(d.feed(prompt_done()))
+    outputs = d.feed(prompt_done())
+    (notice,) = [e for e in events(outputs) if isinstance(e, ItemProduced) and e.kind == "notice"]
+    assert notice.data["denials"] == [f"run `{COMMAND}` in {CWD}: not on Fridays"]
+    (follow_up,) = sent(outputs)
     assert follow_up["method"] == "session/prompt" and follow_up["id"] == "prompt-2"
     text = follow_up["params"]["prompt"][0]["text"]
     assert f"run `{COMMAND}` in {CWD}: not on Fridays" in text
