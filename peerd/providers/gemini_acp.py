@@ -24,8 +24,8 @@ the pure driver is `peerd.providers.gemini_acp_driver`.
   empties the session ("No previous sessions found for this project.", the conversation lost). So a
   file of that session named with the current minute is renamed to an earlier minute before the
   launch (`spare_same_minute_session`); the CLI finds sessions by the id inside, not by file name.
-  No `authenticate`: `session/new`
-  authenticates with the user's configured auth (`security.auth.selectedType`, `GEMINI_API_KEY`).
+  No `authenticate`: `session/new` authenticates with the user's configured auth
+  (`security.auth.selectedType`, `GEMINI_API_KEY`); without any it answers -32000 with why.
 - `session/prompt` {sessionId, prompt: [{type: text, text}]} -> {stopReason: end_turn | cancelled |
   max_turn_requests | max_tokens | refusal, _meta: {quota: {token_count: {input_tokens,
   output_tokens}, model_usage: [...]}}} ends the turn; then stdin is closed. 0.61.0 stays up while
@@ -34,7 +34,9 @@ the pure driver is `peerd.providers.gemini_acp_driver`.
 - `session/update` {sessionId, update: {sessionUpdate: ...}}: `agent_message_chunk` {content: {type:
   text, text}}, `agent_thought_chunk`, `tool_call` {toolCallId: "<tool>__<call id>", status:
   in_progress, title, content, locations, kind} for a tool run without asking, `tool_call_update`
-  {status: completed | failed, content}, `available_commands_update`; in a loaded history also
+  {status: completed | failed, content: a shell command's is empty (its output goes to the model
+  only), a file write's its diff, an MCP tool's its text}, `available_commands_update`; in a loaded
+  history also
   `user_message_chunk` and finished `tool_call`s.
 - The CLI asks with the request `session/request_permission` {sessionId, toolCall: {toolCallId,
   status: pending, title, content, locations, kind}, options: [{optionId, name, kind}]}: options
