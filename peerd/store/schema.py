@@ -331,4 +331,28 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (environment_id, id)
         ) WITHOUT ROWID""",
     ],
+    # 15: placement (peerd/placement/): on a laptop, each linked box's last capacity report (its
+    # JSON `Capacity`, as `GET /v1/link` or the change feed brought it, and when) or why it could
+    # not be read; and each `auto` choice (a task's or a launch's, keyed by its request so a retry
+    # reuses it) with the environment chosen and the reason, shown by task show and thread show.
+    [
+        """CREATE TABLE link_capacity (
+            environment_id TEXT PRIMARY KEY,
+            body TEXT,
+            seen_at REAL,
+            error TEXT,
+            error_at REAL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE placements (
+            key TEXT PRIMARY KEY,
+            environment_id TEXT,
+            project_id TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            task_id TEXT,
+            thread_id TEXT,
+            created_at REAL NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX placements_task ON placements(task_id) WHERE task_id IS NOT NULL",
+        "CREATE INDEX placements_thread ON placements(thread_id) WHERE thread_id IS NOT NULL",
+    ],
 ]
