@@ -355,4 +355,37 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX placements_task ON placements(task_id) WHERE task_id IS NOT NULL",
         "CREATE INDEX placements_thread ON placements(thread_id) WHERE thread_id IS NOT NULL",
     ],
+    # 16: thread handoff (peerd/handoff/): on the machine a thread moves from, each move with its
+    # state (waiting -> moving -> moved, or cancelled / failed), recorded before anything leaves, and
+    # what each step settled (the snapshot commit, the branch there, the thread there) so a resume
+    # after a crash repeats the same steps; on both machines the pointers between the two copies.
+    [
+        """CREATE TABLE moves (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL,
+            environment_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            message TEXT,
+            interrupt INTEGER NOT NULL DEFAULT 0,
+            started_by TEXT NOT NULL,
+            request_key TEXT,
+            held_before INTEGER NOT NULL DEFAULT 0,
+            remote_project TEXT,
+            base_commit TEXT,
+            snapshot TEXT,
+            there_branch TEXT,
+            kept_ref TEXT,
+            prompt TEXT,
+            there_thread_id TEXT,
+            there_run_id TEXT,
+            error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        "CREATE UNIQUE INDEX moves_open ON moves(thread_id) WHERE state IN ('waiting', 'moving', 'moved')",
+        "CREATE UNIQUE INDEX moves_request ON moves(request_key) WHERE request_key IS NOT NULL",
+        "CREATE INDEX moves_unfinished ON moves(state) WHERE state IN ('waiting', 'moving')",
+        "ALTER TABLE threads ADD COLUMN moved_to TEXT",
+        "ALTER TABLE threads ADD COLUMN moved_from TEXT",
+    ],
 ]
