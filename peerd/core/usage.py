@@ -56,6 +56,20 @@ class Usage:
             cost_estimated=self.cost_estimated or other.cost_estimated,
         )
 
+    def since(self, before: Usage) -> Usage:
+        """What was spent after `before`, from two running totals (never below zero); a cost or
+        duration `before` does not know stays as it is."""
+        return Usage(
+            input_tokens=max(0, self.input_tokens - before.input_tokens),
+            output_tokens=max(0, self.output_tokens - before.output_tokens),
+            cached_tokens=max(0, self.cached_tokens - before.cached_tokens),
+            reasoning_tokens=max(0, self.reasoning_tokens - before.reasoning_tokens),
+            cost_usd=_less(self.cost_usd, before.cost_usd),
+            provider_ms=_less(self.provider_ms, before.provider_ms),
+            wall_ms=self.wall_ms,
+            cost_estimated=self.cost_estimated,
+        )
+
     def with_wall(self, wall_ms: int) -> Usage:
         return replace(self, wall_ms=wall_ms)
 
@@ -234,6 +248,12 @@ def describe(usage: Usage | None) -> str:
     if usage.provider_ms is not None:
         parts.append(f"provider {usage.provider_ms / 1000:,.1f} s")
     return ", ".join(parts)
+
+
+def _less(a: float | int | None, b: float | int | None) -> Any:
+    if a is None or b is None:
+        return a
+    return max(a - b, 0)
 
 
 def _add(a: float | int | None, b: float | int | None) -> Any:

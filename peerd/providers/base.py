@@ -46,6 +46,9 @@ class RunSpec:
     # Who decides a guarded action (access level approval-required): a CLI with a protocol for
     # asking its host (see `peerd.providers.duplex`) asks this gate; None: nobody can be asked.
     approvals: ApprovalGate | None = None
+    # What the thread's earlier runs spent in the session this run resumes: a CLI that reports the
+    # session's running total (Codex) reports this run's part as the total less this.
+    usage_before: Usage | None = None
 
 
 @dataclass(frozen=True)

@@ -316,7 +316,7 @@ class CoderProvider:
         if self.kind == "codex":
             launch, parser = (
                 codex_argv(binary, spec, self.config, binding, scratch),
-                CodexEvents(model_retries=self.config.model_retries),
+                CodexEvents(model_retries=self.config.model_retries, usage_before=spec.usage_before),
             )
         elif self.kind == "claude":
             launch, parser = claude_argv(binary, spec, self.config, binding, scratch), ClaudeEvents()

@@ -4,8 +4,10 @@ Only `item.completed` makes items: `item.started`/`item.updated` are progress of
 would duplicate it. Top-level `error` events are not fatal (Codex emits "Reconnecting... k/N" ones while
 it retries), so they make no item; the last one is kept to explain a failed turn. Success is
 `turn.completed`, failure `turn.failed`; see `peerd.providers.stream_common.finish_run`.
-`turn.completed` carries the turn's `usage` (cached input is part of `input_tokens`, reasoning part
-of `output_tokens`; no cost, no duration): the run's usage is the sum over its turns.
+`turn.completed` carries `usage` (cached input is part of `input_tokens`, reasoning part of
+`output_tokens`; no cost, no duration): the session's running total (codex 0.171.0: a resumed
+session's first turn reports the earlier runs' tokens too), so the run's usage is the last total
+less what the session had spent before the run (`usage_before`, from peerd's own record).
 
 Retries are bounded here, not by Codex's config: its built-in providers' `request_max_retries` /
 `stream_max_retries` cannot be set per run, and against a model server that keeps failing they
@@ -48,7 +50,7 @@ EXIT_NAMES: Mapping[int, str] = {1: "fatal error", 2: "usage error"}
 class CodexEvents:
     """Parser state for one `codex exec --json` run."""
 
-    def __init__(self, *, model_retries: int | None = None) -> None:
+    def __init__(self, *, model_retries: int | None = None, usage_before: Usage | None = None) -> None:
         self._model_retries = model_retries
         self._failed_attempts = 0  # top-level errors since the last progress
         self._give_up: str | None = None
@@ -59,6 +61,7 @@ class CodexEvents:
         self._failure: str | None = None
         self._last_error: str | None = None
         self._usage: Usage | None = None
+        self._usage_before = usage_before
 
     @property
     def give_up_reason(self) -> str | None:
@@ -88,8 +91,8 @@ class CodexEvents:
         elif kind == "turn.completed":
             self._succeeded, self._failed = True, False
             if isinstance(usage := line.get("usage"), Mapping):
-                turn = _usage(usage)
-                self._usage = turn if self._usage is None else self._usage.plus(turn)
+                total = _usage(usage)
+                self._usage = total if self._usage_before is None else total.since(self._usage_before)
                 return [UsageReported(self._usage)]
         elif kind == "turn.failed":
             self._succeeded, self._failed = False, True

@@ -240,7 +240,7 @@ class CodexAppServerDriver:
         if self._turn_id is None or as_str(params.get("turnId")) != self._turn_id:
             self._baseline = total  # an earlier turn's total (a resumed thread replays it)
             return []
-        return [UsageReported(_minus(total, self._baseline))]
+        return [UsageReported(total.since(self._baseline))]
 
     def _question(self, rpc_id: object, method: str, params: Mapping[str, Any]) -> list[DuplexOutput]:
         key = str(rpc_id)
@@ -377,15 +377,6 @@ def _breakdown(total: Mapping[str, Any]) -> Usage:
         output_tokens=as_count(total.get("outputTokens")) or 0,
         cached_tokens=as_count(total.get("cachedInputTokens")) or 0,
         reasoning_tokens=as_count(total.get("reasoningOutputTokens")) or 0,
-    )
-
-
-def _minus(total: Usage, before: Usage) -> Usage:
-    return Usage(
-        input_tokens=max(0, total.input_tokens - before.input_tokens),
-        output_tokens=max(0, total.output_tokens - before.output_tokens),
-        cached_tokens=max(0, total.cached_tokens - before.cached_tokens),
-        reasoning_tokens=max(0, total.reasoning_tokens - before.reasoning_tokens),
     )
 
 

@@ -48,6 +48,7 @@ from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
 from peerd.store import projects
 from peerd.store import threads as store
 from peerd.store.db import Database
+from peerd.store.threads import usage as usage_store
 
 log = structlog.get_logger(__name__)
 
@@ -287,6 +288,10 @@ class RunManager:
             tool_env=tool_env,
             confinement=confinement,
             approvals=gate,
+            # What this session spent before (a CLI that reports its session's running total).
+            usage_before=await usage_store.thread_usage(self._db, thread.id)
+            if current.provider_session
+            else None,
         )
         spec.state_dir.mkdir(parents=True, exist_ok=True)
         meter = await RunMeter.open(

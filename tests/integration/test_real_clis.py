@@ -256,6 +256,26 @@ async def test_the_usage_the_cli_reports_is_stored_exactly(
 
 
 @pytest.mark.parametrize("cli", CLIS)
+async def test_a_follow_up_runs_usage_is_its_own_not_the_sessions(
+    cli: str, cli_client: LocalClient, cli_project: dict[str, Any]
+) -> None:
+    """A resumed session's CLI may report the session's running total (Codex does): each run
+    stores only what it spent, so the thread's sum counts every model request once."""
+    launched = await launch(cli_client, cli_project, cli, f"{fake_marker('reply')} Say hello.")
+    thread_id = launched["threadId"]
+    assert (await wait_terminal(cli_client, thread_id, launched["runId"], total=90))["status"] == "completed"
+    sent = await cli_client.call(
+        "POST", f"/v1/threads/{thread_id}/runs", body={"text": f"{fake_marker('reply')} Again."}
+    )
+    done = await wait_terminal(cli_client, thread_id, sent["runId"], total=90)
+    assert done["status"] == "completed", await items_of(cli_client, thread_id)
+    thread = await cli_client.call("GET", f"/v1/threads/{thread_id}")
+    usage = thread["latestRun"]["usage"]
+    assert {k: usage[k] for k in EXPECTED_USAGE[cli]} == EXPECTED_USAGE[cli]
+    assert thread["usage"]["totalTokens"] == 2 * EXPECTED_USAGE[cli]["totalTokens"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
 async def test_the_model_reads_peerds_tool_errors_and_hints(
     cli: str, cli_client: LocalClient, cli_project: dict[str, Any]
 ) -> None:

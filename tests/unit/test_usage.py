@@ -89,13 +89,18 @@ def test_claude_without_usage_reports_none() -> None:
     assert usages(ClaudeEvents().feed(bare)) == []
 
 
-def test_codex_sums_its_turns_and_reports_the_total_so_far() -> None:
+def test_codex_reports_its_sessions_running_total_less_what_the_session_spent_before() -> None:
+    """`turn.completed` carries the session's running total (a resumed session's first turn counts
+    the earlier runs too, codex 0.171.0): the run's usage is the last total less `usage_before`."""
+    one = Usage(input_tokens=10, output_tokens=5, cached_tokens=3, reasoning_tokens=2)
+    two = {**CODEX_TURN, "usage": {k: 2 * v for k, v in CODEX_TURN["usage"].items()}}
     parser = CodexEvents()
-    first = usages(parser.feed(CODEX_TURN))
-    second = usages(parser.feed(CODEX_TURN))
-    assert first == [Usage(input_tokens=10, output_tokens=5, cached_tokens=3, reasoning_tokens=2)]
-    assert second == [Usage(input_tokens=20, output_tokens=10, cached_tokens=6, reasoning_tokens=4)]
-    assert second[0].cost_usd is None and second[0].provider_ms is None
+    assert usages(parser.feed(CODEX_TURN)) == [one]
+    assert usages(parser.feed(two)) == [one.plus(one)]  # a running total: not added again
+    resumed = CodexEvents(usage_before=one)
+    assert usages(resumed.feed(two)) == [one]
+    assert usages(CodexEvents(usage_before=one.plus(one)).feed(CODEX_TURN)) == [Usage()]  # never below 0
+    assert usages(resumed.feed(two))[0].cost_usd is None
 
 
 def test_gemini_adds_its_thoughts_to_the_output() -> None:
