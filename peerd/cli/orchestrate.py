@@ -132,6 +132,13 @@ def _project_here(client: LocalClient) -> str:
     help="Park a packet past tokens=N,usd=X,seconds=S (its runs, every hop).",
 )
 @click.option(
+    "--access",
+    type=click.Choice(["approval-required", "auto-accept-edits", "auto", "full-access"]),
+    default="auto",
+    show_default=True,
+    help="The implementers' access level; approval-required: you approve each command and edit.",
+)
+@click.option(
     "--detach", is_flag=True, help="Start it and return; follow with `peerd orchestrate status RUN`."
 )
 @json_option
@@ -157,6 +164,7 @@ def orchestrate_run(
     ready: bool,
     budget: str | None,
     packet_budget: str | None,
+    access: str,
     detach: bool,
     as_json: bool,
 ) -> None:
@@ -180,6 +188,7 @@ def orchestrate_run(
         "ready": ready,
         "budget": _limits(budget, "--budget"),
         "packetBudget": _limits(packet_budget, "--packet-budget"),
+        "access": access,
     }
     if ready and not pr:
         fail("--ready is for --pr: add --pr, or drop --ready.", EXIT_USAGE)
@@ -305,6 +314,10 @@ def orchestrate_status(ctx: click.Context, run_id: str, follow: bool, as_json: b
             click.echo(
                 f"  {packet['id']:<20} {packet['state']:<12} {(packet.get('coder') or {}).get('spec', '')}"
             )
+            if waiting := packet.get("awaitingApproval"):
+                click.echo(
+                    f"    waiting for your approval: {waiting['summary']} (peerd approval show {waiting['approvalId']})"
+                )
     render_report(info)
 
 

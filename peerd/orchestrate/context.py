@@ -64,6 +64,7 @@ class Settings:
     user_branch: str | None = None  # the branch the user's checkout was on at the start
     budget: Budget | None = None  # --budget: the whole orchestration's (every run, the planner's too)
     packet_budget: Budget | None = None  # --packet-budget: each packet's (its runs, every hop)
+    access: str = "auto"  # --access: the implementers' runtime mode (reviewers stay read-only)
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> Settings:
@@ -84,6 +85,7 @@ class Settings:
             user_branch=request.get("userBranch"),
             budget=_budget(request.get("budget")),
             packet_budget=_budget(request.get("packetBudget")),
+            access=str(request.get("access") or "auto"),
         )
 
 

@@ -117,7 +117,7 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             coder,
             prompt,
             key=key,
-            runtime_mode="auto",
+            runtime_mode=settings.access,
             base=str(memo["base"]),
             role="implementer",
             packet_id=packet.packet_id,

@@ -317,6 +317,7 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
             packet.get("attempt"),
             coder.get("spec"),
             tuple(sorted(retries.items())),
+            (packet.get("awaitingApproval") or {}).get("approvalId"),
         )
         if seen.get(packet["id"]) == key:
             continue
@@ -332,5 +333,7 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
             line += f" - re-dispatched: {coder.get('reason', '')}"
         if retries:
             line += "  [retries: " + ", ".join(f"{k} {v}/1" for k, v in sorted(retries.items())) + "]"
+        if waiting := packet.get("awaitingApproval"):
+            line += f" - waiting for your approval: {waiting['summary']} (peerd approval show {waiting['approvalId']})"
         lines.append(line.rstrip())
     return lines

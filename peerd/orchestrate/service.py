@@ -8,7 +8,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -51,6 +51,9 @@ class OrchestrateRequest(c.Input):
     # Stop rules: the whole orchestration's (every run, the planner's too) and each packet's.
     budget: c.Budget | None = None
     packet_budget: c.Budget | None = None
+    # The implementers' access level (reviewers and the planner stay read-only): approval-required
+    # makes a person approve each of their commands and edits (peerd/approvals/).
+    access: Literal["approval-required", "auto-accept-edits", "auto", "full-access"] = "auto"
 
 
 async def _branch_of(repo: Path) -> str | None:
@@ -201,6 +204,7 @@ class Orchestrations:
             "ready": req.ready,
             "budget": None if req.budget is None else req.budget.rule().to_json(),
             "packetBudget": None if req.packet_budget is None else req.packet_budget.rule().to_json(),
+            "access": req.access,
             **request_flags,
         }
         if plan is not None:

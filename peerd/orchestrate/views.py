@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from peerd.approvals import store as approvals_store
 from peerd.orchestrate import spend
 from peerd.orchestrate import store as ostore
 from peerd.store.db import Database
@@ -18,6 +19,20 @@ def _usage(found: spend.Spend) -> dict[str, Any] | None:
     return None if found.usage is None else found.usage.to_json()
 
 
+async def _awaiting(db: Database, packet: ostore.PacketRow) -> dict[str, Any] | None:
+    """The question the packet's coder waits on a person for (here, or on its box as the feed
+    brought it); None when nothing waits."""
+    if packet.thread_id is None or packet.state in ("merged", "parked", "failed", "cancelled"):
+        return None
+    if packet.environment is None:
+        found = await approvals_store.waiting_on_thread(db, packet.thread_id)
+        return None if found is None else {"approvalId": found.id, "summary": found.summary}
+    body = await approvals_store.mirrored_on_thread(db, packet.environment, packet.thread_id)
+    if body is None:
+        return None
+    return {"approvalId": body["id"], "summary": body["summary"], "environmentId": packet.environment}
+
+
 async def describe(db: Database, run_id: str) -> dict[str, Any]:
     run = await ostore.get(db, run_id)
     request = run.request
@@ -25,6 +40,7 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
     receipts = await ostore.receipts(db, run.id)
     planner = [r for r in receipts if r["kind"] == spend.RUN and r["packetId"] is None]
     return {
+        "access": request.get("access") or "auto",
         "id": run.id,
         "projectId": run.project_id,
         "task": run.task,
@@ -68,6 +84,7 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
                 },
                 "stopOwed": [thread for thread, _ in p.retries.get("stop_owed") or []],
                 "usage": _usage(spend.packet_spend(receipts, p.packet_id)),
+                "awaitingApproval": await _awaiting(db, p),
             }
             for p in run.packets
         ],

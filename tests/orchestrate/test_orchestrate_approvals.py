@@ -1,0 +1,39 @@
+"""`peerd orchestrate --access approval-required`: each implementer's edit waits for a person; the
+orchestration shows the packet waiting with the question, and the approval lets it go on to
+verification, review and integration."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from tests.helpers import client_for, running_daemon
+from tests.orchestrate.support import finished, packet, packets_of, project_repo, settings, start, steps
+from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+
+
+async def test_an_implementers_edit_waits_for_a_person_and_goes_on_when_approved(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    async with (
+        running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        plan = [packet("fix-add", "Fix.\n\n" + steps(FIX_ADD, {"reply": "fixed"}), ["calc.py"], CHECK_ADD)]
+        info = await start(client, project, plan=plan, coders=["script"], access="approval-required")
+        assert info["access"] == "approval-required"
+        end = time.monotonic() + 30
+        pending: list[dict[str, object]] = []
+        while not pending and time.monotonic() < end:
+            pending = (await client.call("GET", "/v1/approvals"))["items"]
+            await asyncio.sleep(0.1)
+        (question,) = pending
+        assert question["kind"] == "file_change" and "calc.py" in str(question["summary"])
+        shown = await client.call("GET", f"/v1/orchestrations/{info['id']}")
+        waiting = packets_of(shown)["fix-add"]["awaitingApproval"]
+        assert waiting == {"approvalId": question["id"], "summary": question["summary"]}
+        await client.call("POST", f"/v1/approvals/{question['id']}/decision", body={"decision": "approve"})
+        done = await finished(client, info["id"])
+    assert done["status"] == "completed", done
+    assert packets_of(done)["fix-add"]["awaitingApproval"] is None
