@@ -13,7 +13,7 @@ from peerd.api.localclient import LocalClient
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import runs_script
+from tests.integration.test_delegation import delegate, runs_script
 
 Json = dict[str, Any]
 
@@ -132,3 +132,35 @@ async def test_a_restart_while_pending_lands_the_decision_once(tmp_path: Path) -
         record = await c.call("GET", f"/v1/approvals/{asked['id']}")
         assert record["status"] == "approved"
         assert (await c.call("GET", "/v1/approvals"))["items"] == []
+
+
+async def test_a_local_childs_question_goes_to_the_person_and_shows_on_its_task(
+    client: LocalClient, project: Json
+) -> None:
+    """A delegated child's question is never put to its parent agent: the task says it waits for
+    a person's approval, and the person's decision lets the child go on."""
+    child = script({"run": "echo child > child.txt"}, {"reply": "CHILD DONE"})
+    parent = runs_script(
+        [delegate(task=child, runtimeMode="approval-required", clientRequestId="c1"), {"reply": "sent"}],
+        [{"reply": "woken"}],
+    )
+    launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": parent})
+    (question,) = await pending(client)
+    (task,) = (await client.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+    shown = await client.call("GET", f"/v1/tasks/{task['taskId']}")
+    assert shown["awaitingApproval"] == {
+        "approvalId": question["id"],
+        "summary": question["summary"],
+        "environmentId": None,
+    }
+    assert question["parentTaskId"] == task["taskId"] and question["parentThreadId"] == launched["threadId"]
+    await client.call("POST", f"/v1/approvals/{question['id']}/decision", body={"decision": "approve"})
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20
+    while loop.time() < end:
+        shown = await client.call("GET", f"/v1/tasks/{task['taskId']}")
+        if shown["status"] == "completed":
+            break
+        await asyncio.sleep(0.1)
+    assert shown["status"] == "completed" and shown["awaitingApproval"] is None
+    assert "CHILD DONE" in (shown["result"] or "")
