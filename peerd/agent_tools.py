@@ -211,6 +211,10 @@ PARAMS: dict[str, dict[str, str]] = {
     "delegate_task": {
         "title": "A short name for the task, shown in task lists.",
         "target": "Where it runs; leave it out for this project with this thread's provider and model.",
+        "target.environmentId": (
+            'A linked environment (id or label), or "auto": peerd picks the least loaded machine that '
+            "has this repository and the provider; the task says where and why (placement)."
+        ),
         "target.projectId": "The project there; default: the one with this thread's repository.",
         "target.provider": "codex, claude, gemini or another provider configured there; default: this thread's.",
         "target.model": "Default: this thread's model when the provider is the same.",

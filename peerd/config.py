@@ -43,6 +43,10 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     public_url = "https://box.tailnet.ts.net"   # where people open it (`tailscale serve`), if not here
     tls_cert = "/etc/peerd/console.crt"         # PEM certificate and key: the console serves HTTPS
     tls_key = "/etc/peerd/console.key"
+
+    [placement]                        # what this machine tells its links for `auto` (fleet.md)
+    max_runs = 4                       # runs at once before `auto` passes it by (live < max_runs)
+    preference = "normal"              # or "prefer", "less", "manual-only" (never chosen by auto)
 """
 
 from __future__ import annotations
@@ -155,6 +159,13 @@ class ApprovalsConfig(_Strict):
         return self.link_policy
 
 
+class PlacementConfig(_Strict):
+    """How `auto` sees this machine (`[placement]`; peerd/placement/, docs/user/fleet.md)."""
+
+    max_runs: int = Field(default=4, ge=0, le=100_000)
+    preference: Literal["prefer", "normal", "less", "manual-only"] = "normal"
+
+
 class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
@@ -168,6 +179,7 @@ class Config(_Strict):
     links: LinksConfig = Field(default_factory=LinksConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
     # What models cost, for CLIs that report no cost: model (or provider) name -> price.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

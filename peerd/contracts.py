@@ -237,6 +237,8 @@ class Thread(Wire):
     usage: Usage | None = None
     # Each run's usage, oldest first (its newest RUN_USAGE_SHOWN runs), in `thread show` only.
     run_usage: list[RunUsage] | None = None
+    # Why `auto` placed it where it runs (peerd/placement/), as the machine that chose recorded it.
+    placement: str | None = None
 
 
 class DelegatedFrom(Wire):
@@ -278,6 +280,8 @@ class ThreadLaunchResult(Wire):
     interaction_mode: InteractionMode
     worktree_path: str
     replayed: bool = False
+    # environmentId "auto": where peerd placed it and why (peerd/placement/); null otherwise.
+    placement: Placed | None = None
 
 
 class ThreadList(Input):
@@ -485,6 +489,7 @@ class LinkSelf(Wire):
     client_id: str
     label: str
     access: RuntimeMode
+    capacity: Capacity | None = None  # what the box has room for (an older box: absent)
 
 
 class UnlinkResult(Wire):
@@ -551,6 +556,8 @@ class TaskInfo(Wire):
     # The child waits for a person to approve an action (peerd/approvals/): its parent agent is
     # never asked; the person who owns the work is. Null: nothing waits.
     awaiting_approval: TaskApproval | None = None
+    # target.environmentId "auto": where peerd placed the task and why (peerd/placement/).
+    placement: str | None = None
     created_at: float
     ended_at: float | None = None
     hint: str | None = None  # agent tools: what to do when the wait ended first
@@ -642,3 +649,60 @@ class ProviderApproveResult(Wire):
     name: str
     command: str
     approved: bool
+
+
+# --- placement (peerd/placement/) ----------------------------------------------------------------
+
+Preference = Literal["prefer", "normal", "less", "manual-only"]
+PROVIDER_NAME = Annotated[str, Field(min_length=1, max_length=64)]
+MAX_REPORTED_PROJECTS = 500
+
+
+class ProjectKey(Wire):
+    """A project as a capacity report names it: enough to match a repository there."""
+
+    id: str = Field(min_length=1, max_length=64)
+    name: Annotated[str, Field(max_length=200), AfterValidator(clean_label)] = ""
+    repository_key: str | None = Field(default=None, max_length=1000)
+
+
+class Capacity(Wire):
+    """What an environment has room for, as it reports it to its links (`[placement]`)."""
+
+    live_runs: int = Field(ge=0, le=MAX_SQL_INT)
+    max_runs: int = Field(ge=0, le=100_000)
+    load: float | None = Field(default=None, ge=0, le=1e6)  # the 1-minute load average
+    cpus: int = Field(default=1, ge=1, le=100_000)
+    mem_available: int | None = Field(default=None, ge=0, le=MAX_SQL_INT)  # bytes (MemAvailable)
+    mem_total: int | None = Field(default=None, ge=0, le=MAX_SQL_INT)
+    providers: list[PROVIDER_NAME] = Field(default_factory=list, max_length=64)  # installed ones
+    projects: list[ProjectKey] = Field(default_factory=list, max_length=MAX_REPORTED_PROJECTS)
+    preference: Preference = "normal"
+
+
+class Placed(Wire):
+    """Where `auto` put a launch or task, and why (each candidate with its reason)."""
+
+    environment_id: str | None  # null: here
+    label: str
+    project_id: str
+    reason: str
+
+
+class FleetRead(Input):
+    offline: bool = False  # true: what is cached, without asking any box
+
+
+class FleetEnvironment(Wire):
+    env_id: str
+    label: str
+    here: bool
+    status: Literal["here", "reachable", "unreachable", "expired", "revoked"]
+    access: RuntimeMode | None = None  # the link's level (null: this environment)
+    capacity: Capacity | None = None
+    age_s: float | None = None  # how old `capacity` is, in seconds
+    error: str | None = None  # why it could not be read (then `capacity` is the last one, if any)
+
+
+class Fleet(Wire):
+    environments: list[FleetEnvironment]

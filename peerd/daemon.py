@@ -27,6 +27,7 @@ from aiohttp import web
 from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
+from peerd.api import placement as placement_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.gitwire import add_git_routes
@@ -239,6 +240,17 @@ class Daemon:
         add_orchestration_routes(local, self.orchestrations)
         desk = ApprovalDesk(self.approvals, db, forwarder)
         add_approval_routes(local, desk)
+        placement_routes.attach(  # capacity reports and `auto` (peerd/placement/); GET /v1/fleet
+            local,
+            self.config.settings.placement,
+            env_id=identity.env_id,
+            label=self.config.label or identity.env_id,
+            home=self.paths.home,
+            providers=providers,
+            peers=self.peers,
+            links=link_service,
+            followers=self.followers,
+        )
         self.mcp.attach(ops, link_service)
         add_mcp_route(local, self.mcp, "owner")
         self.console = Console(

@@ -172,6 +172,7 @@ HTTP_STATUS: dict[str, int] = {
     "worktree_dirty": 409,
     "checkout_dirty": 409,
     "project_exists": 409,
+    "no_placement": 409,
     "capability_denied": 403,
     "parent_not_active": 403,
     "link_revoked": 403,

@@ -36,6 +36,7 @@ from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked
 from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
+    from peerd.placement.service import Placement
     from peerd.tasks.delegation import Delegation
 from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.runtime import git
@@ -128,6 +129,7 @@ class Operations:
         # Told when a thread is stopped (its delegated tasks are stopped with it).
         self.on_stop: Callable[[str, str | None], Awaitable[None]] | None = None
         self.delegation: Delegation | None = None  # set by the daemon; agent tools reach tasks through it
+        self.placement: Placement | None = None  # set by the daemon: `auto` (peerd/placement/)
         self.db = db
         self.feed = feed
         self.runs = runs
@@ -255,6 +257,8 @@ class Operations:
     # --- threads ----------------------------------------------------------------------------
 
     async def thread_launch(self, caller: Caller, req: c.ThreadLaunch) -> c.ThreadLaunchResult:
+        if req.environment_id == "auto" and self.placement is not None:
+            return await self._launch_placed(caller, req, self.placement)
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
             cap = await self._cap_of(caller)
             if cap is not None:  # explicit modes are checked here first; omitted ones are the box's call
@@ -353,6 +357,22 @@ class Operations:
             replayed=replayed,
         )
 
+    async def _launch_placed(
+        self, caller: Caller, req: c.ThreadLaunch, placement: Placement
+    ) -> c.ThreadLaunchResult:
+        """environmentId "auto": placed here or on a linked box (peerd/placement/); the choice is
+        kept under the request's key first, so a retry lands where the first try went."""
+        project = await projects.get(self.db, req.project_id)
+        key = None if req.client_request_id is None else f"launch:{caller.namespace}:{req.client_request_id}"
+        placed = await placement.for_project(
+            project, req.provider, req.runtime_mode, via_link=caller.link is not None, key=key
+        )
+        env = placed.environment_id
+        update = {"environment_id": env, "project_id": placed.project_id}
+        launched = await self.thread_launch(caller, req.model_copy(update=update))
+        await placement.kept(key, placed, thread_id=launched.thread_id)
+        return launched.model_copy(update={"placement": placed})
+
     def _ceiling_for(self, caller: Caller) -> threads.Admit | None:
         """A link's new run must fit under the owner's per-link ceilings (peerd/core/usage.py),
         checked in the run's own transaction, after a retry of it was answered."""
@@ -388,14 +408,18 @@ class Operations:
         self, caller: Caller, thread_id: str, environment_id: str | None = None
     ) -> c.Thread:
         if (env := await self.remote_target(caller, environment_id)) is not None:
-            return c.Thread.model_validate(
+            there = c.Thread.model_validate(
                 await self._forward(caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}")
             )
+            placed = None if self.placement is None else await self.placement.reason_for_thread(thread_id)
+            return there if placed is None else there.model_copy(update={"placement": placed})
         thread = await threads.get_thread(self.db, thread_id)
-        spent = {
+        spent: dict[str, Any] = {
             "usage": await usage_store.thread_total(self.db, thread_id),
             "run_usage": await usage_store.run_usages(self.db, thread_id),
         }
+        if self.placement is not None:  # why `auto` put it here (the remote path: on the box's)
+            spent["placement"] = await self.placement.reason_for_thread(thread_id)
         return thread.model_copy(update=spent)
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:

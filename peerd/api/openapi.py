@@ -29,7 +29,7 @@ from pydantic.json_schema import models_json_schema
 
 from peerd import __version__
 from peerd import contracts as c
-from peerd.api import approvals, gitwire, mcp_http, oauth, orchestrate, owner_routes, remote, tools
+from peerd.api import approvals, gitwire, mcp_http, oauth, orchestrate, owner_routes, placement, remote, tools
 from peerd.api.routes import Example, Route, View
 from peerd.core.constants import INTERACTION_MODES, RUNTIME_MODES
 from peerd.errors import HTTP_STATUS
@@ -52,7 +52,14 @@ LISTENERS: tuple[Listener, ...] = (
         "http://localhost",
         "The owner socket, `<home>/peerd.sock`: a 0600 Unix socket (HTTP/1.1 over it). Reaching it is the "
         "credential (`ownerSocket`); processes peerd started for runs are refused.",
-        (*owner_routes.ROUTES, *gitwire.ROUTES, *orchestrate.ROUTES, *approvals.ROUTES, mcp_http.MCP_ROUTE),
+        (
+            *owner_routes.ROUTES,
+            *gitwire.ROUTES,
+            *orchestrate.ROUTES,
+            *approvals.ROUTES,
+            *placement.ROUTES,
+            mcp_http.MCP_ROUTE,
+        ),
     ),
     Listener(
         "network",

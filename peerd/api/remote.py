@@ -5,7 +5,9 @@ and the expiry, and then that the client is still active, so a revocation takes 
 very next request, access tokens included. The caller's access level and the narrower of its
 mode cap and the `X-Peerd-Mode-Limit` header it sends are enforced in `peerd.operations`.
 
-`GET /v1/link` answers the link as the box sees it (the laptop's live status check). Links may read
+`GET /v1/link` answers the link as the box sees it (the laptop's live status check), with this
+box's capacity report for placement (peerd/placement/: live runs, max_runs, load, memory, providers,
+projects by repository key, preference). Links may read
 projects and threads, launch threads (capped), and send to or interrupt the
 threads they started. Projects, archiving, pairing and clients stay local.
 """
@@ -82,7 +84,17 @@ async def link_self(request: web.Request) -> web.Response:
     if link is None:  # the auth middleware sets a link caller on every /v1 request
         raise CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
     desc = request.app[DESCRIPTOR]
-    return ok(c.LinkSelf(env_id=desc.env_id, client_id=link.client_id, label=link.label, access=link.access))
+    placement = request.app[OPERATIONS].placement  # what this box has room for (peerd/placement/)
+    capacity = None if placement is None else await placement.local_capacity()
+    return ok(
+        c.LinkSelf(
+            env_id=desc.env_id,
+            client_id=link.client_id,
+            label=link.label,
+            access=link.access,
+            capacity=capacity,
+        )
+    )
 
 
 def _unauthorized(err: PeerdError) -> web.Response:

@@ -72,6 +72,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "expiresAt",
         "live",
     ),
+    "GET /v1/fleet": ("environments",),
     "GET /v1/pair": ("items",),
     "GET /v1/projects": (
         "items",
@@ -114,6 +115,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "waitTimedOut",
         "usage",
         "awaitingApproval",
+        "placement",
         "createdAt",
         "endedAt",
         "hint",
@@ -146,6 +148,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "startedBy",
         "usage",
         "runUsage",
+        "placement",
     ),
     "GET /v1/threads/{id}/bundle": (
         "tip",
@@ -264,6 +267,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "waitTimedOut",
         "usage",
         "awaitingApproval",
+        "placement",
         "createdAt",
         "endedAt",
         "hint",
@@ -279,6 +283,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "interactionMode",
         "worktreePath",
         "replayed",
+        "placement",
     ),
     "POST /v1/threads/{id}/archive": (
         "threadId",

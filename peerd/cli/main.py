@@ -64,6 +64,10 @@ COMMANDS: dict[str, Lazy] = {
     "environment": Lazy(
         "peerd.cli.links:environment", "Linked environments (the machines this one may act on)."
     ),
+    "fleet": Lazy(
+        "peerd.cli.fleet:fleet",
+        "Every environment with its status, runs, load, memory, providers, projects and preference.",
+    ),
     "link": Lazy(
         "peerd.cli.links:link",
         "Link to another machine with the pairing code it printed (`-` reads the code from stdin).",

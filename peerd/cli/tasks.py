@@ -160,6 +160,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
             ("child", _where(t)),
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
+            ("placement", t.get("placement")),
             ("usage", describe(None if t.get("usage") is None else Usage.from_json(t["usage"]))),
             ("created", when(t["createdAt"])),
             ("ended", when(t["endedAt"])),

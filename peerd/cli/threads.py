@@ -134,7 +134,7 @@ def thread_launch(
     budget: str | None,
     as_json: JsonOutput | None,
 ) -> None:
-    """Launch a thread in a project with a first message."""
+    """Launch a thread in a project with a first message (`--env auto`: peerd picks the machine)."""
     if (prompt is None) == (prompt_file is None):
         raise click.UsageError("Give exactly one of --prompt and --prompt-file.")
     text = prompt_file.read() if prompt_file is not None else prompt
@@ -157,6 +157,8 @@ def thread_launch(
         launched: dict[str, Any] = client.call(
             "POST", "/v1/threads", body={k: v for k, v in body.items() if v is not None}
         )
+        if launched.get("placement"):  # --env auto: the rest goes where it was placed
+            client.environment_id = launched["placement"]["environmentId"]
         if wait_s is not None:
             launched["wait"] = wait_for_run(client, launched["threadId"], launched["runId"], wait_s)
         return launched
@@ -168,6 +170,8 @@ def thread_launch(
         note = " (an earlier launch with this key)" if data["replayed"] else ""
         click.echo(one_line(f"thread {data['threadId']} run {data['runId']} {data['status']}{note}"))
         click.echo(one_line(f"worktree {data['worktreePath']}"))
+        if data.get("placement"):
+            click.echo(one_line(f"placed on {data['placement']['reason']}"))
         if "wait" in data:
             click.echo(one_line(f"run {data['wait']['runId']} {data['wait']['status']}{_why(data['wait'])}"))
     if "wait" in data and not data["wait"]["terminal"]:
@@ -251,6 +255,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("run usage", _usage(run.get("usage")) if run else None),
             ("thread usage", _usage(t.get("usage"))),
             ("updated", when(t["updatedAt"])),
+            ("placement", t.get("placement")),
             *_lineage(t),
         ]
     )

@@ -16,7 +16,7 @@ import asyncio
 import math
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -142,6 +142,8 @@ class LinkService:
         self.on_unlink: Callable[[str], None] | None = None
         # Box side: told when a client is revoked, so that client's long-polls can end at once.
         self.on_client_revoked: Callable[[str], None] | None = None
+        # A box's `GET /v1/link` answer (its capacity report: peerd/placement/), set by the daemon.
+        self.on_link_answer: Callable[[str, object], Awaitable[None]] | None = None
         self._background: set[asyncio.Future[None]] = set()  # live checks that outlived a listing
 
     # --- box side ----------------------------------------------------------------------------
@@ -359,7 +361,9 @@ class LinkService:
 
     async def _check_one(self, row: LinkRow) -> None:
         try:
-            await self.peers.call(row.env_id, "GET", "/v1/link")
+            answer = await self.peers.call(row.env_id, "GET", "/v1/link")
+            if self.on_link_answer is not None:
+                await self.on_link_answer(row.env_id, answer)
         except PinMismatch as exc:
             await links.record_outcome(
                 self.db, row.env_id, status="unreachable", error=str(exc), reached_at=None

@@ -122,8 +122,21 @@ class Delegation:
             ModeCap(parent.runtime_mode, parent.interaction_mode), req.runtime_mode, req.interaction_mode
         )
         target = req.target or c.DelegateTarget()
-        env = await self.ops.remote_target(caller, target.environment_id)
         key = req.client_request_id or uuid.uuid4().hex
+        placed, placed_key = None, f"task:{caller.namespace}:{key}"
+        if target.environment_id == "auto" and self.ops.placement is not None:
+            # Placed first (peerd/placement/), the choice kept under the task's key: a retry of
+            # this call reaches the same task, wherever the first try chose.
+            project = await projects.get(self.db, parent.project_id)
+            provider_asked = target.provider or parent.provider
+            placed = await self.ops.placement.for_project(
+                project, provider_asked, req.runtime_mode, via_link=caller.link is not None, key=placed_key
+            )
+            there = placed.environment_id
+            target = target.model_copy(
+                update={"environment_id": there, "project_id": None if there is None else placed.project_id}
+            )
+        env = await self.ops.remote_target(caller, target.environment_id)
         digest = request_hash(
             # How long to wait is not part of what is asked: a retry may wait differently.
             "delegate_task",
@@ -182,9 +195,13 @@ class Delegation:
                 task = await self.launch_remote(task, raise_terminal=True)
             if self.followers is not None:
                 self.followers.notify(env, task.id)
+        if placed is not None and self.ops.placement is not None:
+            await self.ops.placement.kept(placed_key, placed, task_id=task.id)
         if req.mode == "wait":
-            return await self._wait(task.id, _seconds(req.timeout_ms))
-        return task.info()
+            info = await self._wait(task.id, _seconds(req.timeout_ms))
+        else:
+            info = task.info()
+        return info if placed is None else info.model_copy(update={"placement": placed.reason})
 
     async def _launch_local(self, task: TaskRow) -> TaskRow:
         launch = _launch_of(task)
@@ -302,7 +319,10 @@ class Delegation:
             usage = wire_usage(await task_usage(self.db, info.child_thread_id))
         else:  # as its box sent it with the result
             usage = wire_usage(await remote_task_usage(self.db, task.id))
-        return info.model_copy(update={"usage": usage, "awaiting_approval": await self._awaiting(task)})
+        placed = None if self.ops.placement is None else await self.ops.placement.reason_for_task(task.id)
+        return info.model_copy(
+            update={"usage": usage, "awaiting_approval": await self._awaiting(task), "placement": placed}
+        )
 
     async def _awaiting(self, task: TaskRow) -> c.TaskApproval | None:
         """What the child waits for a person to approve, here or on its box (as the feed brought it)."""

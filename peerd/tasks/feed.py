@@ -20,13 +20,14 @@ import asyncio
 import contextlib
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from peerd.approvals import store as approvals_store
 from peerd.approvals.desk import pending_hash
 from peerd.approvals.service import link_key as approvals_key
 from peerd.approvals.wire import ApprovalView
-from peerd.contracts import Usage
+from peerd.contracts import Capacity, Usage
 from peerd.errors import CapabilityDenied, InvalidRequest
 from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed, Listener
@@ -62,6 +63,8 @@ class FeedHub:
         self._links: dict[str, _Link] = {}
         self._loading = asyncio.Lock()
         self.looks = 0  # threads looked at (the benchmark reads it: O(changes), not O(followed))
+        # This box's capacity report, sent with every answer (set by the daemon; peerd/placement/).
+        self.capacity: Callable[[], Awaitable[Capacity]] | None = None
 
     async def _link(self, caller: Caller) -> _Link:
         if caller.link is None:
@@ -133,6 +136,7 @@ class FeedHub:
                     timed_out=not reports and not news,
                     set_hash=link.state.set.hex if resynced else None,
                     approvals=asking,
+                    capacity=None if self.capacity is None else await self.capacity(),
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.listener.event.wait(), remaining)

@@ -8,7 +8,8 @@ link's follower; the box answers from the authenticated link). Rules: `peerd.tas
                     (as soon as a followed run settles or is gone; `runs` holds only those, after
                     the cursor; `resynced` when the cursor was not continued: then every report kept
                     is in `runs`, answered at once, with the box's `setHash`; `approvals`: the
-                    link's work's pending approvals, and a change of them answers at once too)
+                    link's work's pending approvals, and a change of them answers at once too;
+                    `capacity`: the box's capacity report, for placement)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated
 from pydantic import Field
 
 from peerd.approvals.wire import ApprovalView
-from peerd.contracts import LONG_POLL_MAX_S, Input, RunStatus, Usage, Wire
+from peerd.contracts import LONG_POLL_MAX_S, Capacity, Input, RunStatus, Usage, Wire
 from peerd.tasks.subscription import CURSOR_PATTERN, MAX_FOLLOWED_RUNS
 
 SUBSCRIPTION_PATH = "/v1/feed/subscription"
@@ -67,3 +68,5 @@ class FeedChanges(Wire):
     # The link's work's pending approvals on the box, in every answer (an older box: absent); a
     # change of that set answers a poll early (peerd/approvals/).
     approvals: list[ApprovalView] | None = None
+    # What the box has room for (peerd/placement/), in every answer; an older box: absent.
+    capacity: Capacity | None = None

@@ -23,13 +23,14 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
 
 from peerd.approvals import store as approvals_store
 from peerd.approvals.service import ANY_KEY as APPROVALS_CHANGED
+from peerd.contracts import Capacity
 from peerd.errors import PeerdError
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
@@ -86,6 +87,8 @@ class FollowerPool:
         self._followers: dict[str, Follower] = {}
         self._closing = False
         delegation.followers = self
+        # A box's capacity report, as each feed answer brings it (set by the daemon; placement).
+        self.on_capacity: Callable[[str, Capacity], Coroutine[Any, Any, None]] | None = None
         delegation.forwarder.peers.on_answer = self.answered  # any answer from a box ends its backoff
 
     def notify(self, env_id: str, task_id: str | None = None) -> None:
@@ -406,6 +409,8 @@ class Follower:
             answer = FeedChanges.model_validate(data)
             if answer.approvals is not None:
                 self._mirror_approvals(answer)
+            if answer.capacity is not None and self.pool.on_capacity is not None:
+                self._background(self.pool.on_capacity(self.env_id, answer.capacity))
         except PeerdError as exc:
             if is_store_fault(exc):
                 self.machine.poll_deadline = None
@@ -441,7 +446,16 @@ class Follower:
                 await approvals_store.mirror(db, env_id, bodies, now=time.time())
                 feed.changed(APPROVALS_CHANGED)
 
-        task = asyncio.ensure_future(write())
+        self._background(write())
+
+    def _background(self, write: Coroutine[Any, Any, None]) -> None:
+        """A write the poll's answer is not held up by (its store faults are the write's own)."""
+
+        async def guarded() -> None:
+            with contextlib.suppress(PeerdError):
+                await write
+
+        task = asyncio.ensure_future(guarded())
         self._mirroring.add(task)
         task.add_done_callback(self._mirroring.discard)
 
