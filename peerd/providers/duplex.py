@@ -94,6 +94,7 @@ class DuplexDriver(Protocol):
 
 
 _EOF = object()
+POLITE_GRACE_S = 3.0  # how long a CLI asked to stop in its own protocol has before signals
 
 
 class DuplexRun(CliRun):
@@ -120,9 +121,16 @@ class DuplexRun(CliRun):
 
     async def interrupt(self) -> None:
         self._interrupted = True
+        polite = False
         for output in self._driver.interrupting():
             if isinstance(output, Send):
                 await self._write(output.message)
+                polite = True
+        if polite:
+            # The CLI was asked in its own protocol: it ends its turn and exits once its input
+            # ends; signals follow only if it has not within the grace.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._process.wait()), POLITE_GRACE_S)
         await super().interrupt()
 
     async def _write(self, message: Mapping[str, Any]) -> None:
