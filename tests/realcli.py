@@ -23,6 +23,8 @@ import pytest
 
 from peerd.config import Config, ProviderConfig
 from peerd.providers.coders import writable_ancestor
+from peerd.runtime import sandbox_profile
+from peerd.runtime.sandbox import Mount
 from tests.fakemodel import FakeModel
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,6 +196,15 @@ def signal_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def sandbox_binds() -> tuple[Mount, ...]:
+    """What the run manager's profile binds for every confined run (peerd's Python and the
+    directories `PEERD_SANDBOX_READABLE` names), for tests that build a `Confinement` themselves."""
+    return (
+        *(Mount(p) for p in sandbox_profile.python_dirs()),
+        *(Mount(p, optional=True) for p in sandbox_profile.extra_readable()),
+    )
 
 
 def fake_marker(name: str) -> str:

@@ -34,7 +34,7 @@ from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED, toml_val
 from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.realcli import REPO, fake_marker, offline_settings, secure_dir
+from tests.realcli import REPO, fake_marker, offline_settings, sandbox_binds, secure_dir
 
 RUN_IDS = itertools.count(1)
 RAN = "shell-ran.txt"
@@ -277,7 +277,12 @@ async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
     gate = Gate(allow=True)
     work = repo.resolve()
     confined = Confinement(
-        cwd=work, worktree=work, worktree_writable=False, tmp=(Path("/tmp"),), by_link=True
+        cwd=work,
+        worktree=work,
+        worktree_writable=False,
+        tmp=(Path("/tmp"),),
+        binds=sandbox_binds(),  # peerd's Python (a clone under /tmp too), as the run manager binds it
+        by_link=True,
     )
     spec = dataclasses.replace(
         run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it."), confinement=confined

@@ -28,7 +28,7 @@ from peerd.providers.coders import CoderProvider
 from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.realcli import fake_marker, offline_settings, secure_dir
+from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir
 
 SHELL = "python3 -c \"open('shell-ran.txt', 'w').write('yes')\" && echo SHELL-OUTPUT-42"
 REASON = "DENIED-BY-ALICE: not on Fridays"
@@ -255,7 +255,12 @@ async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
     spec = spec_for(tmp_path, state, gate, f"{fake_marker('shell')} Run it.")
     work = spec.cwd.resolve()
     confined = Confinement(
-        cwd=work, worktree=work, worktree_writable=False, tmp=(Path("/tmp"),), by_link=True
+        cwd=work,
+        worktree=work,
+        worktree_writable=False,
+        tmp=(Path("/tmp"),),
+        binds=sandbox_binds(),  # peerd's Python (a clone under /tmp too), as the run manager binds it
+        by_link=True,
     )
     events = await run_to_end(provider, dataclasses.replace(spec, confinement=confined))
     assert events[-1] == RunFinished("completed", exit_code=0), events
