@@ -136,7 +136,9 @@ def model_saw(fake: FakeModel, text: str) -> bool:
 async def test_approve_deny_and_deadline_from_the_laptop(cli: str, tmp_path: Path, fake: FakeModel) -> None:
     repo = make_repo(tmp_path / "repo")
     with secure_dir() as box_home, secure_dir() as laptop_home:
-        async with linked(tmp_path, fake, box_home, laptop_home, deadline_min=0.25) as pair:
+        async with linked(
+            tmp_path, fake, box_home, laptop_home, deadline_min=0.12
+        ) as pair:  # 7 s: the third question expires
             launched = await on_box(pair, repo, cli, "three")
             seen: set[str] = set()
             first = await next_question(pair.lc, seen)
