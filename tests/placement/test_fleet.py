@@ -21,6 +21,7 @@ from peerd.config import Config, PlacementConfig, ProviderConfig
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
 from peerd.placement import capacity
+from peerd.placement.service import Placement
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
 from tests.integration.test_delegation import delegate, runs_script
 
@@ -60,6 +61,11 @@ class Fleet:
         identity = self.daemons[label].identity
         assert identity is not None
         return identity.env_id
+
+    def placement(self, label: str) -> Placement:
+        followers = self.daemons[label].followers
+        assert followers is not None and followers.delegation.ops.placement is not None
+        return followers.delegation.ops.placement
 
     async def launch(self, **body: Any) -> dict[str, Any]:
         base = {"projectId": self.projects["laptop"]["id"], "prompt": script({"reply": "hi"})}
@@ -143,7 +149,14 @@ async def test_auto_picks_the_least_loaded_weighted_by_preference_and_says_why(t
         assert shown["placement"] == reason
 
         # A retry with the same key lands where the first try went, however the loads changed.
-        capacity.OVERRIDES[str(f.daemons["box"].paths.home)] = readers(dataclasses.replace(BOX, load=80.0))
+        box_placement = f.placement("box")
+        box_placement.readers = readers(dataclasses.replace(BOX, load=80.0))
+        box_placement._own = None  # its report now, not the one it kept for a second
+        laptop_db = f.daemons["laptop"].db
+        assert laptop_db is not None
+        async with laptop_db.write() as tx:  # stale: the laptop reads every box again
+            await tx.execute("DELETE FROM link_capacity")
+        assert (await f.launch())["placement"]["label"] == "studio"  # a new launch goes elsewhere now
         again = await f.launch(clientRequestId="one")
         assert (again["threadId"], again["placement"]["environmentId"]) == (
             launched["threadId"],
@@ -159,7 +172,7 @@ async def test_auto_picks_the_least_loaded_weighted_by_preference_and_says_why(t
                 "--prompt", script({"reply": "hi"}), "--wait", "30",
             )
         )  # fmt: skip
-        assert "placed on box: " in out and "run_" in out and "completed" in out, out
+        assert "placed on studio: " in out and "run_" in out and "completed" in out, out
         shown_cli = ok(await peerd(home, "thread", "show", launched["threadId"], "--env", "box"))
         assert any(
             line.split()[:1] == ["placement"] and line.endswith(reason) for line in shown_cli.splitlines()
