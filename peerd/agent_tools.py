@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import Field
 
 from peerd import contracts as c
+from peerd.handoff.wire import MAX_MOVE_MESSAGE_CHARS, MoveAnswer
 from peerd.tasks.rules import WAIT_CAP_S
 
 # Wait-style tools return before MCP clients give up on a call, and say how to keep waiting.
@@ -51,6 +52,15 @@ class ThreadInterruptTool(c.ThreadInterrupt):
 
 class EnvironmentListTool(c.Input):
     pass
+
+
+class ThreadMoveTool(c.Input):
+    """`thread_move`: the calling agent's own thread (no thread id: an agent moves only its own)."""
+
+    to: str | None = Field(default=None, min_length=1, max_length=200)
+    message: str | None = Field(default=None, min_length=1, max_length=MAX_MOVE_MESSAGE_CHARS)
+    dry_run: bool = False
+    client_request_id: str | None = c.ClientRequestId
 
 
 class EnvironmentListResult(c.Wire):
@@ -177,6 +187,13 @@ _THREAD_INTERRUPT = """\
 Interrupt a thread's live run; with stop=true also hold its queue so nothing else starts. Not for
 your own thread: end your turn instead."""
 
+_THREAD_MOVE = """\
+Move your own thread to a linked machine (`to`: its environmentId or label; see environment_list):
+your branch's commits, uncommitted edits and new files and the last messages of this conversation
+go there, and the thread continues there with the same provider and model. The move starts once
+this turn ends, so end your turn after calling it; `message` is what the thread there does next.
+dryRun=true lists the machines that can take it, each with its reason when not."""
+
 _PROJECT_LIST = (
     "List the projects (git repositories) peerd knows here, or on a linked machine with environmentId."
 )
@@ -197,6 +214,7 @@ CATALOGUE: tuple[ToolSpec, ...] = (
     ToolSpec(
         "thread_interrupt", _THREAD_INTERRUPT, ThreadInterruptTool, c.ThreadInterruptResult, read_only=False
     ),
+    ToolSpec("thread_move", _THREAD_MOVE, ThreadMoveTool, MoveAnswer, read_only=False),
     ToolSpec("project_list", _PROJECT_LIST, c.ProjectList, c.Page[c.Project], read_only=True),
     ToolSpec(
         "environment_list", _ENVIRONMENT_LIST, EnvironmentListTool, EnvironmentListResult, read_only=True

@@ -32,7 +32,8 @@ RunStatus = Literal["queued", "starting", "running", "completed", "failed", "can
 ItemKind = Literal[
     "user_message", "assistant_message", "command", "file_change", "tool_call", "error", "notice"
 ]
-ThreadStatus = Literal["active", "archived"]
+# "moved": the thread moved to a linked environment (`movedTo` names the copy there; peerd/handoff/).
+ThreadStatus = Literal["active", "archived", "moved"]
 
 MAX_PROMPT_CHARS = 120_000
 MAX_TITLE_CHARS = 512
@@ -237,8 +238,19 @@ class Thread(Wire):
     usage: Usage | None = None
     # Each run's usage, oldest first (its newest RUN_USAGE_SHOWN runs), in `thread show` only.
     run_usage: list[RunUsage] | None = None
+    # A move (peerd/handoff/): the copy this thread became there (status "moved"), and on that copy
+    # where it came from (what the moving machine's link said, like delegatedFrom).
+    moved_to: MovedRef | None = None
+    moved_from: MovedRef | None = None
     # Why `auto` placed it where it runs (peerd/placement/), as the machine that chose recorded it.
     placement: str | None = None
+
+
+class MovedRef(Wire):
+    """One copy of a moved thread: the environment and the thread there."""
+
+    environment_id: str = Field(max_length=64)
+    thread_id: str = Field(max_length=64)
 
 
 class DelegatedFrom(Wire):

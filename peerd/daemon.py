@@ -31,6 +31,7 @@ from peerd.api import placement as placement_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.gitwire import add_git_routes
+from peerd.api.handoff import add_box_routes, add_handoff_routes
 from peerd.api.listener import start_tcp
 from peerd.api.local import local_app
 from peerd.api.mcp_http import McpService, add_mcp_route, start_tcp_listener
@@ -56,6 +57,7 @@ from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
+from peerd.handoff.service import HandoffService
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
 from peerd.orchestrate.service import Orchestrations
@@ -115,6 +117,7 @@ class Daemon:
         self.feed = ChangeFeed()
         self.providers: dict[str, Provider] = {}
         self.orchestrations: Orchestrations | None = None
+        self.handoff: HandoffService | None = None
         self.approvals: ApprovalService | None = None
         self.mcp = McpService()  # agent tools over MCP: /mcp on both sockets and a loopback port
         self.console: Console | None = None  # the browser console (peerd/console/), its own listener
@@ -217,6 +220,9 @@ class Daemon:
         )
         link_service.on_unlink = self.followers.notify
         link_service.on_client_revoked = lambda client_id: self.feed.changed(client_key(client_id))
+        # Thread moves (peerd/handoff/): driven from here; a thread with a move takes no new sends.
+        self.handoff = HandoffService(ops, link_service, env_id=identity.env_id, label=self.config.label)
+        ops.before_send = self.handoff.guard_send
         engine = Engine(
             db,
             self.feed,
@@ -237,6 +243,7 @@ class Daemon:
         )
         local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
         add_git_routes(local)
+        add_handoff_routes(local, self.handoff)
         add_orchestration_routes(local, self.orchestrations)
         desk = ApprovalDesk(self.approvals, db, forwarder)
         add_approval_routes(local, desk)
@@ -268,6 +275,7 @@ class Daemon:
         if self.config.listen:
             network = network_app(ops, desc, signing_key=identity.private_key)
             add_approval_routes(network, desk)  # a link's own work's approvals
+            add_box_routes(network)  # the side of a move a link calls
             await self._serve_tcp(network, identity)
         await self.console.start()  # a client of the owner socket; a busy port is logged, not fatal
         self.approvals.start()  # deadlines passed while this daemon was down deny at once
@@ -275,6 +283,7 @@ class Daemon:
         await delegation.recover()
         await self.followers.start()  # every open remote task and owed stop is followed again
         await engine.recover()  # every open orchestration continues where it was
+        await self.handoff.start()  # every unfinished move resumes (to one live copy)
         self.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
         log.info(
             "daemon.ready",
@@ -480,6 +489,8 @@ class Daemon:
             await self.followers.close()
         if self.orchestrations is not None:
             await self.orchestrations.engine.close()  # recorded state is resumed at the next start
+        if self.handoff is not None:
+            await self.handoff.close()  # recorded steps resume at the next start
         if self.approvals is not None:
             await self.approvals.stop()  # pending approvals stay pending: the restart finds them
         if self.runs is not None:

@@ -129,6 +129,9 @@ class Operations:
         # Told when a thread is stopped (its delegated tasks are stopped with it).
         self.on_stop: Callable[[str, str | None], Awaitable[None]] | None = None
         self.delegation: Delegation | None = None  # set by the daemon; agent tools reach tasks through it
+        # Asked before a send queues a run (set by the daemon): a thread with a move takes none
+        # (peerd/handoff/service.py:HandoffService.guard_send).
+        self.before_send: Callable[[str], Awaitable[None]] | None = None
         self.placement: Placement | None = None  # set by the daemon: `auto` (peerd/placement/)
         self.db = db
         self.feed = feed
@@ -460,6 +463,8 @@ class Operations:
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
         )
+        if self.before_send is not None:
+            await self.before_send(thread_id)
         body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         key = threads.Idempotency(caller.namespace, req.client_request_id, request_hash("thread_send", body))
         result, replayed = await threads.send(

@@ -202,6 +202,24 @@ ORCHESTRATION = {
 }
 CONFIG: dict[str, Any] = {"label": "laptop", "listen": "0.0.0.0:7433", "tls": True, "advertise": []}
 
+# A thread's move (peerd/handoff/), as `thread_move` and `POST /v1/threads/{id}/move` answer it.
+MOVE: dict[str, Any] = {
+    "moveId": "mov_5b1e0c7d9a2f4e6b8c1d",
+    "threadId": THR,
+    "environmentId": BOX,
+    "state": "waiting",
+    "startedBy": f"run:{RUN}",
+    "message": "Carry on with the refund tests.",
+    "snapshot": None,
+    "branchThere": None,
+    "keptRef": None,
+    "movedTo": None,
+    "error": None,
+    "createdAt": T0,
+    "updatedAt": T0,
+    "replayed": False,
+}
+
 # The agent tools (`POST /v1/tools/{name}`): what an agent sends and the `result` it gets.
 TOOLS: dict[str, Any] = {
     "delegate_task": (
@@ -215,6 +233,10 @@ TOOLS: dict[str, Any] = {
     "thread_wait": ({"threadId": THR, "timeout": 30}, WAITED),
     "thread_send": ({"threadId": THR, "text": "Also run the linter."}, SENT),
     "thread_interrupt": ({"threadId": THR, "stop": True}, INTERRUPTED),
+    "thread_move": (
+        {"to": "box", "message": "Carry on with the refund tests."},
+        {"move": MOVE, "candidates": None},
+    ),
     "project_list": ({}, {"items": [PROJECT], "nextCursor": None}),
     "environment_list": ({}, {"items": [LINK]}),
 }

@@ -29,7 +29,18 @@ from pydantic.json_schema import models_json_schema
 
 from peerd import __version__
 from peerd import contracts as c
-from peerd.api import approvals, gitwire, mcp_http, oauth, orchestrate, owner_routes, placement, remote, tools
+from peerd.api import (
+    approvals,
+    gitwire,
+    handoff,
+    mcp_http,
+    oauth,
+    orchestrate,
+    owner_routes,
+    placement,
+    remote,
+    tools,
+)
 from peerd.api.routes import Example, Route, View
 from peerd.core.constants import INTERACTION_MODES, RUNTIME_MODES
 from peerd.errors import HTTP_STATUS
@@ -58,6 +69,7 @@ LISTENERS: tuple[Listener, ...] = (
             *orchestrate.ROUTES,
             *approvals.ROUTES,
             *placement.ROUTES,
+            *handoff.ROUTES,
             mcp_http.MCP_ROUTE,
         ),
     ),
@@ -66,7 +78,7 @@ LISTENERS: tuple[Listener, ...] = (
         "https://{host}:{port}",
         "The network listener (`--listen`): TLS with the box's self-signed certificate, which linked "
         "machines pin. `/v1/*` takes a link's access token (`linkBearer`, from `/oauth/token`).",
-        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES),
+        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES, *handoff.BOX_ROUTES),
     ),
     Listener(
         "agent",

@@ -92,6 +92,16 @@ async def _thread_interrupt(
     return await ops.thread_interrupt(caller, req.thread_id, _fields(req, c.ThreadInterrupt))
 
 
+async def _thread_move(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadMoveTool) -> c.Wire:
+    from peerd.handoff.service import service_for  # noqa: PLC0415  # the tool's own feature
+    from peerd.handoff.wire import ThreadMove  # noqa: PLC0415
+
+    if caller.thread_id is None:
+        raise InvalidRequest("thread_move moves the calling agent's own thread; use `peerd thread move`.")
+    move = ThreadMove.model_validate(req.model_dump(by_alias=True, exclude_unset=True))
+    return await service_for(ops).move(caller, caller.thread_id, move)
+
+
 async def _project_list(ops: Operations, _: LinkService, caller: Caller, req: c.ProjectList) -> c.Wire:
     return await ops.project_list(caller, req)
 
@@ -117,6 +127,7 @@ TOOLS: dict[str, Tool] = {
     "thread_wait": _thread_wait,
     "thread_send": _thread_send,
     "thread_interrupt": _thread_interrupt,
+    "thread_move": _thread_move,
     "project_list": _project_list,
     "environment_list": _environment_list,
 }
@@ -203,6 +214,10 @@ _TOOL_ERRORS = (
     "branch_taken",
     "conflict",
     "git_error",
+    "thread_busy",
+    "thread_moved",
+    "thread_moving",
+    "move_refused",
     *FORWARDING,
 )
 TOOLS_ROUTE = Route(

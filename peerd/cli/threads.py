@@ -18,6 +18,8 @@ from peerd.cli.common import (
     with_client,
     yes_option,
 )
+from peerd.cli.handoff import lineage as move_lineage
+from peerd.cli.handoff import thread_move
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
@@ -257,6 +259,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("updated", when(t["updatedAt"])),
             ("placement", t.get("placement")),
             *_lineage(t),
+            *move_lineage(t),
         ]
     )
     click.echo("")
@@ -455,3 +458,6 @@ def thread_events(
         [[e["seq"], ago(e["createdAt"]), e["type"], event_summary(e)] for e in data["events"]],
     )
     click.echo(f"next cursor: {data['nextCursor']}")
+
+
+thread.add_command(thread_move)  # `peerd thread move` (peerd/cli/handoff.py)

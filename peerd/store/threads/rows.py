@@ -103,6 +103,8 @@ def thread_from_row(row: aiosqlite.Row, latest: Run | None) -> Thread:
         delegated_from=json.loads(row["delegated_from"]) if row["delegated_from"] else None,
         started_by=row["started_by"],
         base_commit=row["base_commit"],
+        moved_to=json.loads(row["moved_to"]) if row["moved_to"] else None,
+        moved_from=json.loads(row["moved_from"]) if row["moved_from"] else None,
     )
 
 

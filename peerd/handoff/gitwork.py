@@ -1,0 +1,145 @@
+"""The git side of a move: the snapshot commit here, the branch landing there.
+
+**The snapshot** (`snapshot`, on the machine the thread leaves): the thread's commits past its
+base, plus its uncommitted edits and untracked (not ignored) files committed on top by peerd, as
+one commit whose parent is the worktree's HEAD. It is built with a temporary index (a copy of the
+worktree's), so the worktree, its index and its branch here are not changed: a move that is
+cancelled or fails leaves the thread exactly as it was. The commit is kept under
+`refs/peerd/moving/<move id>` so git never collects it while the move is open, and is recorded
+with the move before it is sent (a resumed move sends the same commit). It travels as a bundle
+with the orchestration's transport (`GitTransport.send_base`: the box's ref tips, then
+`snapshot --not <tips>`).
+
+**The landing** (`land`, on the machine the thread arrives at, asked by the link): the branch of
+the thread's name there only moves to a descendant of itself (`machine.landing`). Absent: the
+thread there is launched on it. The same commit: nothing. An ancestor of the moved work, not
+checked out in any worktree: fast-forwarded. Diverged (or checked out): left exactly as it is,
+and the moved work is kept under `refs/peerd/moved/<move id>`. In every case but "absent" the
+thread there takes a branch of its own (`peerd/<thread>`, a launch never takes an existing
+branch). The branch name must be under `peerd/` or `orchestrate/` (the wire model says so), and a
+branch another thread here owns (not one the calling link started) is never moved, only kept
+beside: a link never moves the owner's own branches. A kept ref is created, never replaced.
+
+Every command goes through peerd's one git runner (`peerd.runtime.gitrun`: a fixed environment,
+no hooks, filters or external programs from repository config), in the recorded git dir of a
+worktree an agent wrote, never its own `.git` file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from peerd.errors import Conflict, InvalidRequest
+from peerd.handoff.machine import landing
+from peerd.handoff.wire import BranchLanded
+from peerd.orchestrate.bundles import has_commit
+from peerd.orchestrate.gitbase import _commit_config, head
+from peerd.runtime import git
+from peerd.runtime.gitrun import GitLocation, _git, _git_raw
+
+AUTHOR = "peerd handoff <handoff@peerd.invalid>"
+
+
+def moving_ref(move_id: str) -> str:
+    return f"refs/peerd/moving/{move_id}"
+
+
+def kept_ref(move_id: str) -> str:
+    return f"refs/peerd/moved/{move_id}"
+
+
+async def snapshot(worktree: GitLocation, *, move_id: str, message: str) -> tuple[str, bool]:
+    """The commit that carries the thread's work (see the module docstring), kept under
+    `moving_ref(move_id)`: (commit, whether peerd made a commit for uncommitted work)."""
+    parent = await head(worktree)
+    with tempfile.TemporaryDirectory(prefix="peerd-move-") as scratch:
+        index = Path(scratch) / "index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        real = worktree.git_dir / "index"
+        if real.is_file():
+            shutil.copyfile(real, index)
+        else:
+            await _git(worktree, "read-tree", parent, env=env)
+        listed = await _git_raw(
+            worktree, "ls-files", "-z", "--modified", "--deleted", "--others", "--exclude-standard", env=env
+        )
+        paths = dict.fromkeys(p.rstrip(b"/") for p in listed.stdout.split(b"\0") if p)
+        if paths:
+            stdin = b"".join(p + b"\0" for p in paths)
+            await _git_raw(
+                worktree,
+                "update-index",
+                "--add",
+                "--remove",
+                "--replace",
+                "-z",
+                "--stdin",
+                stdin=stdin,
+                env=env,
+            )
+        tree = (await _git(worktree, "write-tree", env=env)).stdout.strip()
+    before = (await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")).stdout
+    made = tree != before.strip()
+    commit = parent
+    if made:
+        created = await _git(
+            worktree,
+            *_commit_config(AUTHOR),
+            "commit-tree",
+            "--no-gpg-sign",
+            "-p",
+            parent,
+            "-m",
+            message,
+            tree,
+        )
+        commit = created.stdout.strip()
+    await _git(worktree, "update-ref", "-m", "peerd: move", moving_ref(move_id), commit)
+    return commit, made
+
+
+async def drop_moving_ref(worktree_repo: Path, move_id: str) -> None:
+    """Forget the snapshot's keep-alive ref once the move ended (the commit stays while reachable)."""
+    await _git(await git.checkout_location(worktree_repo), "update-ref", "-d", moving_ref(move_id), ok=(0, 1))
+
+
+async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move: bool) -> BranchLanded:
+    """The box's side: what becomes of its branch named `branch` now that `tip` (already received
+    with the bundle) arrives (see the module docstring). `may_move` False (the branch is another
+    thread's here, not the calling link's): it is never moved, only kept beside."""
+    repo = await git.checkout_location(checkout)
+    if not await has_commit(repo, tip):
+        raise InvalidRequest(
+            f"Commit {tip} is not here: send its bundle first (POST /v1/projects/{{id}}/bundle)."
+        )
+    ref = f"refs/heads/{branch}"
+    found = await _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", ok=(0, 1))
+    there = found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else None
+    ancestor = checked_out = False
+    if there is not None and there != tip:
+        is_ancestor = await _git(repo, "merge-base", "--is-ancestor", there, tip, ok=(0, 1))
+        ancestor = is_ancestor.returncode == 0
+        where = await _git(repo, "for-each-ref", "--format=%(worktreepath)", ref)
+        checked_out = bool(where.stdout.strip())
+    outcome = landing(
+        tip_there=there, incoming=tip, ancestor=ancestor, checked_out=checked_out or not may_move
+    )
+    if outcome == "absent":
+        return BranchLanded(outcome=outcome, branch=branch)
+    if outcome == "fast-forward":
+        assert there is not None  # noqa: S101  # landing() says so
+        # The old value makes it atomic: a tip that moved meanwhile is not overwritten.
+        await _git(repo, "update-ref", "-m", f"peerd: move {move_id}", ref, tip, there)
+        return BranchLanded(outcome=outcome, branch=None)
+    if outcome == "same":
+        return BranchLanded(outcome=outcome, branch=None)
+    keep = kept_ref(move_id)
+    current = await _git(repo, "rev-parse", "--verify", "--quiet", keep, ok=(0, 1))
+    if current.returncode == 0 and current.stdout.strip() != tip:
+        raise Conflict(f"{keep} holds another commit here; a move's kept work is never overwritten.")
+    if current.returncode != 0:
+        # Created only (the empty old value): a ref of another move is never replaced.
+        await _git(repo, "update-ref", "-m", f"peerd: move {move_id}", keep, tip, "")
+    return BranchLanded(outcome=outcome, branch=None, kept_ref=keep)

@@ -1,0 +1,433 @@
+"""`HandoffService`: moving a thread to a linked environment, driven from the machine it leaves.
+
+`move` checks, records the move (`waiting`) and starts its driver; the driver waits for the
+thread's runs to end, passes the commit point, then does the steps `machine.next_step` names, each
+recorded when done, with transient failures retried (1 s doubling to 60 s). `start` resumes every
+unfinished move after a restart (a crash included), so a move always ends with one live copy: the
+thread here (`cancelled`, `failed`) or the thread there (`moved`). `guard_send` is the rule for a
+message to a thread with a move (`machine.on_message`), asked by `Operations.thread_send`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiosqlite
+import structlog
+
+from peerd import contracts as c
+from peerd.core.access import ModeCap, cap_for
+from peerd.core.runs import is_live
+from peerd.core.text import path_segment
+from peerd.errors import InvalidRequest, PeerdError
+from peerd.handoff import gitwork, machine
+from peerd.handoff import store as moves
+from peerd.handoff.boxside import candidate
+from peerd.handoff.wire import (
+    BranchLanded,
+    MoveAnswer,
+    MoveInfo,
+    MoveRefused,
+    TakeAnswer,
+    ThreadBusy,
+    ThreadMove,
+    ThreadMoved,
+    ThreadMoving,
+)
+from peerd.operations import Caller, Operations, started_by
+from peerd.orchestrate.transport import GitTransport
+from peerd.peer.links import LinkService
+from peerd.runtime import git
+from peerd.store import links as link_store
+from peerd.store import projects, threads
+
+log = structlog.get_logger(__name__)
+
+# Tests set it to stop a move between two steps (the name of the next one) as a crash would.
+FaultPoint = Callable[[str], Awaitable[None]]
+
+# The daemon's service by its Operations (the agent tool `thread_move` reaches it from `ops`).
+_SERVICES: weakref.WeakKeyDictionary[Operations, HandoffService] = weakref.WeakKeyDictionary()
+
+
+def service_for(ops: Operations) -> HandoffService:
+    found = _SERVICES.get(ops)
+    if found is None:
+        raise InvalidRequest("Thread moves are not available in this daemon.")
+    return found
+
+
+class HandoffService:
+    def __init__(self, ops: Operations, link_service: LinkService, *, env_id: str, label: str) -> None:
+        self.ops = ops
+        self.db = ops.db
+        self.links = link_service
+        self.env_id = env_id
+        self.label = label
+        self.transport = GitTransport(ops)
+        self.fault: FaultPoint | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
+        _SERVICES[ops] = self
+
+    # --- life ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for row in await moves.unfinished(self.db):
+            self._drive(str(row["id"]))
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _drive(self, move_id: str) -> None:
+        if self._closed or move_id in self._tasks:
+            return
+        task = asyncio.create_task(self._run(move_id), name=f"peerd.move.{move_id}")
+        self._tasks[move_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(move_id, None))
+
+    # --- the request -------------------------------------------------------------------------------
+
+    async def move(self, caller: Caller, thread_id: str, req: ThreadMove) -> MoveAnswer:
+        if caller.link is not None:
+            raise MoveRefused(
+                "Work that came in through a link cannot move threads: the machine that started it owns it."
+            )
+        if caller.thread_id is not None and caller.thread_id != thread_id:
+            raise MoveRefused("An agent moves only its own thread (thread_move takes no thread id).")
+        thread = await threads.get_thread(self.db, thread_id)
+        if thread.link_origin is not None:
+            raise MoveRefused(
+                f"Thread {thread.id} was started here through the link {thread.link_label!r}: the machine "
+                "that started it owns it, so it moves only from there."
+            )
+        if req.dry_run:
+            return MoveAnswer(candidates=await self.candidates(thread))
+        if req.to is None:
+            raise InvalidRequest("Name the environment to move the thread to (--to ENV), or ask --dry-run.")
+        env = await self.ops.remote_target(caller, req.to)
+        if env is None:
+            raise MoveRefused(
+                f"{req.to!r} is this environment; name a linked one (`peerd environment list`)."
+            )
+        request_key = (
+            None if req.client_request_id is None else f"{caller.namespace}\n{req.client_request_id}"
+        )
+        existing = await moves.current(self.db, thread_id)
+        if existing is not None and existing["environment_id"] == env:
+            self._drive(str(existing["id"])) if existing["state"] in machine.OPEN else None
+            return MoveAnswer(move=moves.info(existing, replayed=True))
+        self._check_movable(caller, thread, interrupt=req.interrupt)
+        project = await self.ops.project_show(caller, thread.project_id)
+        seen = await self._preflight(env, thread, project)
+        row, replayed = await moves.record(
+            self.db,
+            thread_id=thread_id,
+            environment_id=env,
+            message=req.message,
+            interrupt=req.interrupt,
+            started_by=started_by(caller),
+            request_key=request_key,
+            now=self.ops.clock(),
+        )
+        move_id = str(row["id"])
+        if not replayed:
+            await moves.set_fields(self.db, move_id, remote_project=seen.project_id, now=self.ops.clock())
+            self.ops.feed.changed(thread_id)
+            live = thread.latest_run is not None and is_live(thread.latest_run.status)
+            if req.interrupt and live and caller.run_id is None:
+                reason = f"Interrupted to move the thread to {env}."
+                await self.ops.thread_interrupt(Caller.local(), thread_id, c.ThreadInterrupt(reason=reason))
+        self._drive(move_id)
+        return MoveAnswer(move=moves.info(await moves.get(self.db, move_id), replayed=replayed))
+
+    @staticmethod
+    def _check_movable(caller: Caller, thread: c.Thread, *, interrupt: bool) -> None:
+        if thread.status == "moved":
+            raise ThreadMoved(
+                f"Thread {thread.id} was moved already; `peerd thread show {thread.id}` says where."
+            )
+        if thread.status != "active":
+            raise MoveRefused(f"Thread {thread.id} is {thread.status}; only an active thread moves.")
+        if thread.in_place or not thread.branch:
+            raise MoveRefused(
+                f"Thread {thread.id} works in the project's checkout itself; only a worktree moves."
+            )
+        live = thread.latest_run is not None and is_live(thread.latest_run.status)
+        own_run = (
+            caller.run_id is not None
+            and thread.latest_run is not None
+            and caller.run_id == thread.latest_run.id
+        )
+        if live and not own_run and not interrupt:
+            raise ThreadBusy(
+                f"Thread {thread.id} has a live run ({thread.latest_run.id if thread.latest_run else ''}); "
+                "wait for it to end, or move with --interrupt to stop it first."
+            )
+
+    async def _preflight(self, env: str, thread: c.Thread, project: c.Project) -> TakeAnswer:
+        """Before anything is recorded: the environment there can take the thread (the repository's
+        key and the provider's name are all it is told)."""
+        link = await link_store.get(self.db, env)
+        if link is not None and link.access == "read-only":
+            raise MoveRefused(
+                f"The link to {link.label!r} is read-only: a move needs one that allows writes."
+            )
+        if project.repository_key is None:
+            raise MoveRefused(
+                f"Project {project.id} has no origin remote, so no project there can be matched to it."
+            )
+        body = {"repositoryKey": project.repository_key, "provider": thread.provider}
+        seen = TakeAnswer.model_validate(
+            await self.ops.forward_raw(env, "POST", "/v1/handoff/check", body=body)
+        )
+        if seen.project_id is None:
+            raise MoveRefused(
+                f"{env} has no project with repository {project.repository_key}; add a clone there."
+            )
+        if not seen.provider_installed or not seen.provider_allowed:
+            from peerd.operations import ProviderUnavailable  # noqa: PLC0415
+
+            why = "is not installed" if not seen.provider_installed else "may not be used by links"
+            raise ProviderUnavailable(
+                f"Provider {thread.provider!r} {why} there; installed there: {', '.join(seen.providers) or 'none'}. "
+                "A thread moves with its own provider."
+            )
+        return seen
+
+    async def candidates(self, thread: c.Thread) -> list[c.Wire]:
+        project = await self.ops.project_show(Caller.local(), thread.project_id)
+        rows = sorted(await self.links.environment_list(probe=False), key=lambda link: link.label)
+        if project.repository_key is None:
+            reason = f"project {project.id} has no origin remote to match"
+            from peerd.handoff.wire import Candidate  # noqa: PLC0415
+
+            return [
+                Candidate(environment_id=r.env_id, label=r.label, fits=False, reason=reason) for r in rows
+            ]
+        found = await asyncio.gather(
+            *(candidate(self.ops, r, key=project.repository_key, provider=thread.provider) for r in rows)
+        )
+        return list(found)
+
+    async def show(self, move_id: str, *, wait_s: float = 0.0) -> MoveInfo:
+        """The move; with `wait_s`, a long-poll until it ends (moved, cancelled or failed)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            row = await moves.get(self.db, move_id)
+            changed = self.ops.feed.watch(str(row["thread_id"]))
+            row = await moves.get(self.db, move_id)
+            remaining = deadline - loop.time()
+            if row["state"] not in machine.OPEN or remaining <= 0 or self.ops.feed.closed:
+                return moves.info(row)
+            await self.ops.feed.wait(changed, remaining)
+
+    async def guard_send(self, thread_id: str) -> None:
+        """A message to a thread with a move: cancels it before the commit point, else refused."""
+        row = await moves.current(self.db, thread_id)
+        reaction = machine.on_message(None if row is None else row["state"])
+        if reaction == "cancel":
+            reason = "A message to the thread before the move committed kept it here."
+            if (
+                await moves.cancel_waiting(self.db, thread_id, reason=reason, now=self.ops.clock())
+                is not None
+            ):
+                self.ops.feed.changed(thread_id)
+                return
+            row = await moves.current(self.db, thread_id)  # it passed its commit point meanwhile
+            reaction = machine.on_message(None if row is None else row["state"])
+        if row is None or reaction == "allow":
+            return
+        where = f"{row['environment_id']}"
+        if reaction == "refuse_moved":
+            raise ThreadMoved(
+                f"Thread {thread_id} was moved to {where} as thread {row['there_thread_id']}: send there "
+                f"(`peerd thread send {row['there_thread_id']} --env {where} ...`)."
+            )
+        there = f" as thread {row['there_thread_id']}" if row["there_thread_id"] else ""
+        raise ThreadMoving(
+            f"Thread {thread_id} is being moved to {where}{there} (move {row['id']}) and takes no new runs "
+            "here; send to the thread there once the move ends (`peerd thread show` names it)."
+        )
+
+    # --- the driver ---------------------------------------------------------------------------------
+
+    async def _run(self, move_id: str) -> None:
+        attempt = 0
+        while not self._closed:
+            try:
+                if await self._advance(move_id):
+                    return
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except PeerdError as exc:
+                row = await moves.get(self.db, move_id)
+                progress = _progress(row)
+                if not machine.is_transient(exc.code) and machine.may_fail(progress):
+                    log.warning("move.failed", move_id=move_id, code=exc.code)
+                    await self._fail(row, f"{exc.code}: {exc.message}")
+                    return
+                log.info("move.retry", move_id=move_id, code=exc.code, attempt=attempt)
+                await asyncio.sleep(machine.retry_delay(attempt))
+                attempt += 1
+            except Exception as exc:
+                log.exception("move.error", move_id=move_id)
+                row = await moves.get(self.db, move_id)
+                if machine.may_fail(_progress(row)):
+                    await self._fail(row, f"internal_error: {type(exc).__name__}")
+                    return
+                await asyncio.sleep(machine.retry_delay(attempt))
+                attempt += 1
+
+    async def _fail(self, row: aiosqlite.Row, error: str) -> None:
+        await moves.fail(self.db, row["id"], error=error, now=self.ops.clock())
+        self.ops.feed.changed(row["thread_id"])
+        await self.ops.runs.kick(row["thread_id"])  # its queue is as it was before the commit point
+
+    async def _fault(self, step: str) -> None:
+        if self.fault is not None:
+            await self.fault(step)
+
+    async def _advance(self, move_id: str) -> bool:
+        """One step of the move; True when it has ended."""
+        row = await moves.get(self.db, move_id)
+        thread_id = str(row["thread_id"])
+        if row["state"] not in machine.OPEN:
+            return True
+        if row["state"] == "waiting":
+            changed = self.ops.feed.watch(thread_id)
+            outcome = await moves.commit_point(self.db, move_id, now=self.ops.clock())
+            if outcome == "busy":
+                await self.ops.feed.wait(changed, 30.0)
+                return False
+            self.ops.feed.changed(thread_id)
+            return outcome == "gone"
+        step = machine.next_step(_progress(row))
+        await self._fault(step)
+        thread = await threads.get_thread(self.db, thread_id)
+        project = await projects.get(self.db, thread.project_id)
+        env = str(row["environment_id"])
+        now = self.ops.clock
+        if step == "snapshot":
+            where = await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
+            text = f"peerd: the uncommitted work of thread {thread_id}, moved to {env}"
+            commit, _ = await gitwork.snapshot(where, move_id=move_id, message=text)
+            await moves.set_fields(
+                self.db, move_id, snapshot=commit, base_commit=thread.base_commit, now=now()
+            )
+        elif step == "send":
+            if row["remote_project"] is None:
+                seen = await self._preflight(
+                    env, thread, await self.ops.project_show(Caller.local(), project.id)
+                )
+                await moves.set_fields(self.db, move_id, remote_project=seen.project_id, now=now())
+                row = await moves.get(self.db, move_id)
+            await self.transport.send_base(env, row["remote_project"], Path(project.path), row["snapshot"])
+            landed = BranchLanded.model_validate(
+                await self.ops.forward_raw(
+                    env,
+                    "POST",
+                    f"/v1/projects/{path_segment(row['remote_project'])}/moved-branch",
+                    body={"moveId": move_id, "branch": thread.branch, "tip": row["snapshot"]},
+                )
+            )
+            await self._fault("record-landing")
+            await moves.set_fields(
+                self.db, move_id, there_branch=landed.branch or "", kept_ref=landed.kept_ref, now=now()
+            )
+        elif step == "launch":
+            await self._launch(row, thread)
+        else:  # lineage, then the end
+            body = {"environmentId": self.env_id, "threadId": thread_id}
+            try:
+                path = f"/v1/threads/{path_segment(row['there_thread_id'])}/moved-from"
+                await self.ops.forward_raw(env, "POST", path, body=body)
+            except PeerdError as exc:
+                if machine.is_transient(exc.code):
+                    raise
+                log.warning("move.lineage_refused", move_id=move_id, code=exc.code)
+            await moves.finish(self.db, move_id, now=now())
+            self.ops.feed.changed(thread_id)
+            with contextlib.suppress(PeerdError):
+                await gitwork.drop_moving_ref(Path(project.path), move_id)
+            log.info("move.moved", move_id=move_id, thread_id=thread_id, there=row["there_thread_id"])
+            return True
+        return False
+
+    async def _launch(self, move: aiosqlite.Row, thread: c.Thread) -> None:
+        move_id: str = move["id"]
+        env: str = move["environment_id"]
+        prompt = move["prompt"]
+        if prompt is None:  # recorded before the launch, so a retried launch is the same request
+            prompt = await self._prompt(thread, move["snapshot"], move["message"])
+            await moves.set_fields(self.db, move_id, prompt=prompt, now=self.ops.clock())
+        link = await link_store.get(self.db, env)
+        cap = cap_for(
+            link.access if link else "read-only", ModeCap(thread.runtime_mode, thread.interaction_mode)
+        )
+        launch = c.ThreadLaunch(
+            project_id=move["remote_project"],
+            prompt=prompt,
+            provider=thread.provider,
+            model=thread.model,
+            title=thread.title,
+            runtime_mode=cap.runtime,
+            interaction_mode=cap.interaction,
+            branch=move["there_branch"] or None,
+            base_commit=move["snapshot"],
+            client_request_id=f"move:{move_id}",
+            environment_id=env,
+        )
+        launched = await self.ops.thread_launch(Caller.local(), launch)
+        await self._fault("record-launch")
+        await moves.set_fields(
+            self.db,
+            move_id,
+            there_thread_id=launched.thread_id,
+            there_run_id=launched.run_id,
+            now=self.ops.clock(),
+        )
+
+    async def _prompt(self, thread: c.Thread, snapshot: str, message: str | None) -> str:
+        said: list[machine.Message] = []
+        after: int | None = None
+        while True:
+            rows = await threads.read_items(
+                self.db, thread.id, after_position=after, limit=c.PAGE_LIMIT, run_id=None
+            )
+            for r in rows[: c.PAGE_LIMIT]:
+                if r["kind"] in ("user_message", "assistant_message"):
+                    role = "user" if r["kind"] == "user_message" else "assistant"
+                    said.append(machine.Message("user" if role == "user" else "assistant", str(r["text"])))
+                    del said[: -machine.TRANSCRIPT_MESSAGES]
+            if len(rows) <= c.PAGE_LIMIT:
+                break
+            after = int(rows[c.PAGE_LIMIT - 1]["position"])
+        return machine.continuation(
+            origin_label=self.label or self.env_id,
+            origin_env=self.env_id,
+            thread_id=thread.id,
+            title=thread.title,
+            branch=thread.branch,
+            snapshot=snapshot,
+            messages=said,
+            message=message,
+        )[: c.MAX_PROMPT_CHARS]
+
+
+def _progress(move: aiosqlite.Row) -> machine.Progress:
+    return machine.Progress(
+        snapshot=move["snapshot"],
+        landed=move["there_branch"] is not None,
+        there_thread_id=move["there_thread_id"],
+    )

@@ -1,0 +1,235 @@
+"""The `moves` table (migration 16) and the thread writes a move makes: each change one
+transaction, a thread change with its event row (as every thread change in `peerd.store.threads`).
+
+On the machine a thread moves from: one row per move, recorded `waiting` before anything leaves;
+at most one open-or-done move per thread (`moves_open`); a client request id names one move
+(`moves_request`). The commit point holds the thread's queue in the same transaction that makes the
+move `moving`; `finish` ends the thread here `moved` with its pointer (`threads.moved_to`) in the
+same transaction that ends the move. On the machine a thread moved to: `threads.moved_from`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any, Literal
+
+import aiosqlite
+
+from peerd.errors import Conflict, NotFound
+from peerd.handoff.wire import MovedRef, MoveInfo
+from peerd.store.db import Database
+from peerd.store.ids import new_id
+from peerd.store.threads.rows import add_event, fetch_one
+
+Commit = Literal["committed", "busy", "gone"]
+_FIELDS = frozenset(
+    {"remote_project", "base_commit", "snapshot", "there_branch", "kept_ref", "prompt", "there_thread_id",
+     "there_run_id", "error"}
+)  # fmt: skip
+
+
+class MoveNotFound(NotFound):
+    code = "move_not_found"
+
+
+def info(row: aiosqlite.Row, *, replayed: bool = False) -> MoveInfo:
+    moved_to = None
+    if row["state"] == "moved" and row["there_thread_id"]:
+        moved_to = MovedRef(environment_id=row["environment_id"], thread_id=row["there_thread_id"])
+    branch = row["there_branch"] or None  # "" records "one of its own" (decided, not yet known)
+    return MoveInfo(
+        move_id=row["id"],
+        thread_id=row["thread_id"],
+        environment_id=row["environment_id"],
+        state=row["state"],
+        started_by=row["started_by"],
+        message=row["message"],
+        snapshot=row["snapshot"],
+        branch_there=branch,
+        kept_ref=row["kept_ref"],
+        moved_to=moved_to,
+        error=row["error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        replayed=replayed,
+    )
+
+
+async def get(db: Database, move_id: str) -> aiosqlite.Row:
+    row = await db.fetchone("SELECT * FROM moves WHERE id = ?", (move_id,))
+    if row is None:
+        raise MoveNotFound(f"Move {move_id} was not found here; `peerd thread show` names a thread's move.")
+    return row
+
+
+async def current(db: Database, thread_id: str) -> aiosqlite.Row | None:
+    """The thread's open or done move (at most one), else None."""
+    return await db.fetchone(
+        "SELECT * FROM moves WHERE thread_id = ? AND state IN ('waiting', 'moving', 'moved')", (thread_id,)
+    )
+
+
+async def unfinished(db: Database) -> list[aiosqlite.Row]:
+    return await db.fetchall("SELECT * FROM moves WHERE state IN ('waiting', 'moving') ORDER BY created_at")
+
+
+async def record(
+    db: Database,
+    *,
+    thread_id: str,
+    environment_id: str,
+    message: str | None,
+    interrupt: bool,
+    started_by: str,
+    request_key: str | None,
+    now: float,
+) -> tuple[aiosqlite.Row, bool]:
+    """A new `waiting` move, or the one this request (or this thread's open move to the same
+    environment) already made: (row, replayed). Another environment while one is open: conflict."""
+    async with db.write() as tx:
+        if request_key is not None:
+            found = await fetch_one(tx, "SELECT * FROM moves WHERE request_key = ?", (request_key,))
+            if found is not None:
+                return found, True
+        open_ = await fetch_one(
+            tx,
+            "SELECT * FROM moves WHERE thread_id = ? AND state IN ('waiting', 'moving', 'moved')",
+            (thread_id,),
+        )
+        if open_ is not None:
+            if open_["environment_id"] == environment_id:
+                return open_, True
+            raise Conflict(
+                f"Thread {thread_id} already has move {open_['id']} to {open_['environment_id']} "
+                f"({open_['state']}); a thread moves to one place."
+            )
+        move_id = new_id("mov")
+        try:
+            await tx.execute(
+                "INSERT INTO moves (id, thread_id, environment_id, state, message, interrupt, started_by,"
+                " request_key, created_at, updated_at) VALUES (?, ?, ?, 'waiting', ?, ?, ?, ?, ?, ?)",
+                (
+                    move_id,
+                    thread_id,
+                    environment_id,
+                    message,
+                    int(interrupt),
+                    started_by,
+                    request_key,
+                    now,
+                    now,
+                ),
+            )
+        except sqlite3.IntegrityError as exc:  # the unique indexes: a concurrent twin won
+            raise Conflict(f"Thread {thread_id} is being moved by another request; retry to see it.") from exc
+        await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": "waiting"}, now)
+        row = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
+    assert row is not None  # noqa: S101  # written in this transaction
+    return row, False
+
+
+async def cancel_waiting(db: Database, thread_id: str, *, reason: str, now: float) -> str | None:
+    """Cancel the thread's move if it has not passed its commit point; the move's id, else None."""
+    async with db.write() as tx:
+        row = await fetch_one(
+            tx, "SELECT id FROM moves WHERE thread_id = ? AND state = 'waiting'", (thread_id,)
+        )
+        if row is None:
+            return None
+        await tx.execute(
+            "UPDATE moves SET state = 'cancelled', error = ?, updated_at = ? WHERE id = ?",
+            (reason, now, row["id"]),
+        )
+        await add_event(tx, thread_id, "move.updated", {"moveId": row["id"], "state": "cancelled"}, now)
+    return str(row["id"])
+
+
+async def commit_point(db: Database, move_id: str, *, now: float) -> Commit:
+    """`waiting` -> `moving` when the thread has no live or queued run, holding its queue in the
+    same transaction (so nothing starts here and no send slips in between): 'committed'; 'busy'
+    when a run is live or queued; 'gone' when the move is no longer waiting (cancelled)."""
+    from peerd.handoff.machine import may_commit  # noqa: PLC0415  # pure rules, no cycle at load
+
+    async with db.write() as tx:
+        move = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
+        if move is None or move["state"] != "waiting":
+            return "committed" if move is not None and move["state"] in ("moving", "moved") else "gone"
+        thread_id = move["thread_id"]
+        live = await fetch_one(
+            tx,
+            "SELECT coalesce(sum(status IN ('starting', 'running')), 0) AS live,"
+            " coalesce(sum(status = 'queued'), 0) AS queued FROM runs WHERE thread_id = ?",
+            (thread_id,),
+        )
+        thread = await fetch_one(tx, "SELECT queue_held FROM threads WHERE id = ?", (thread_id,))
+        if thread is None:
+            return "gone"
+        if not may_commit(live_run=bool(live and live["live"]), queued_run=bool(live and live["queued"])):
+            return "busy"
+        await tx.execute(
+            "UPDATE moves SET state = 'moving', held_before = ?, updated_at = ? WHERE id = ?",
+            (int(thread["queue_held"]), now, move_id),
+        )
+        await tx.execute("UPDATE threads SET queue_held = 1, updated_at = ? WHERE id = ?", (now, thread_id))
+        await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": "moving"}, now)
+        await add_event(tx, thread_id, "thread.updated", {"queueHeld": True}, now)
+    return "committed"
+
+
+async def set_fields(db: Database, move_id: str, *, now: float, **values: Any) -> None:
+    unknown = set(values) - _FIELDS
+    if unknown:
+        raise ValueError(f"not a move field: {sorted(unknown)}")
+    columns = ", ".join(f"{name} = ?" for name in values)
+    async with db.write() as tx:
+        await tx.execute(
+            f"UPDATE moves SET {columns}, updated_at = ? WHERE id = ?",  # noqa: S608  # names checked above
+            (*values.values(), now, move_id),
+        )
+
+
+async def fail(db: Database, move_id: str, *, error: str, now: float) -> None:
+    """A final refusal before a thread there exists: the move fails, the thread here is released
+    (its queue as it was before the commit point)."""
+    async with db.write() as tx:
+        move = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
+        if move is None or move["state"] not in ("waiting", "moving"):
+            return
+        await tx.execute(
+            "UPDATE moves SET state = 'failed', error = ?, updated_at = ? WHERE id = ?", (error, now, move_id)
+        )
+        if move["state"] == "moving":
+            await tx.execute(
+                "UPDATE threads SET queue_held = ?, updated_at = ? WHERE id = ?",
+                (move["held_before"], now, move["thread_id"]),
+            )
+        await add_event(tx, move["thread_id"], "move.updated", {"moveId": move_id, "state": "failed"}, now)
+
+
+async def finish(db: Database, move_id: str, *, now: float) -> None:
+    """The move is done: the thread here ends `moved`, pointing at the thread there."""
+    async with db.write() as tx:
+        move = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
+        if move is None or move["state"] != "moving" or not move["there_thread_id"]:
+            return
+        pointer = MovedRef(environment_id=move["environment_id"], thread_id=move["there_thread_id"])
+        await tx.execute("UPDATE moves SET state = 'moved', updated_at = ? WHERE id = ?", (now, move_id))
+        await tx.execute(
+            "UPDATE threads SET status = 'moved', queue_held = 1, moved_to = ?, updated_at = ? WHERE id = ?",
+            (json.dumps(pointer.wire()), now, move["thread_id"]),
+        )
+        await add_event(tx, move["thread_id"], "move.updated", {"moveId": move_id, "state": "moved"}, now)
+        await add_event(
+            tx, move["thread_id"], "thread.updated", {"status": "moved", "movedTo": pointer.wire()}, now
+        )
+
+
+async def set_moved_from(db: Database, thread_id: str, ref: MovedRef, *, now: float) -> None:
+    """On the machine a thread moved to: where it came from (idempotent)."""
+    async with db.write() as tx:
+        await tx.execute(
+            "UPDATE threads SET moved_from = ?, updated_at = ? WHERE id = ?",
+            (json.dumps(ref.wire()), now, thread_id),
+        )
+        await add_event(tx, thread_id, "thread.updated", {"movedFrom": ref.wire()}, now)
