@@ -21,7 +21,13 @@ from typing import Any
 from peerd.approvals import store as approvals_store
 from peerd.approvals.rules import OWNER, Decision
 from peerd.approvals.service import ANY_KEY, ApprovalService, link_key
-from peerd.approvals.wire import ApprovalDecisionBody, ApprovalListQuery, ApprovalPage, ApprovalView
+from peerd.approvals.wire import (
+    MAX_MIRRORED,
+    ApprovalDecisionBody,
+    ApprovalListQuery,
+    ApprovalPage,
+    ApprovalView,
+)
 from peerd.core.text import path_segment
 from peerd.errors import ApprovalNotFound, PeerdError
 from peerd.operations import LinkContext
@@ -98,7 +104,10 @@ class ApprovalDesk:
         try:
             async with asyncio.timeout(BOX_TIMEOUT_S):
                 data = await forwarder.call(env_id, "GET", PATH)
-            views = [_on_box(ApprovalView.model_validate(v), env_id, label) for v in data.get("items", [])]
+            found = data.get("items", [])
+            if not isinstance(found, list) or len(found) > MAX_MIRRORED:
+                raise ValueError("a box's answer with more approvals than are taken from it")
+            views = [_on_box(ApprovalView.model_validate(v), env_id, label) for v in found]
         except (PeerdError, TimeoutError, ValueError):
             views = [
                 _on_box(ApprovalView.model_validate(b), env_id, label)

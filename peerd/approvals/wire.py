@@ -21,17 +21,21 @@ from peerd.approvals.rules import Approval as Record
 from peerd.contracts import LONG_POLL_MAX_S, Input, Wire
 
 PENDING_HASH = r"^[0-9a-f]{16}$"
+# At most this many of a box's pending approvals are taken from it (a box sending more is refused:
+# its answer is not taken at all), and at most this long a text of each.
+MAX_MIRRORED = 500
+MAX_TEXT = 20_000
 
 
 class ApprovalView(Wire):
-    id: str
+    id: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     status: Literal["pending", "approved", "denied", "expired", "cancelled"]
     kind: Literal["command", "file_change", "mcp_tool", "tool"]
-    tool: str
-    summary: str
+    tool: str = Field(max_length=200)
+    summary: str = Field(max_length=MAX_TEXT)
     detail: dict[str, Any] = Field(default_factory=dict)
-    thread_id: str
-    run_id: str
+    thread_id: str = Field(max_length=64)
+    run_id: str = Field(max_length=64)
     environment_id: str | None = None  # null: this machine; else the linked box it waits on
     environment_label: str | None = None
     on_box: bool = False

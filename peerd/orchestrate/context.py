@@ -44,6 +44,11 @@ class ReceiptMissing(PeerdError):
     code = "receipt_missing"
 
 
+def _access(value: Any) -> c.RuntimeMode:
+    """The recorded --access (an older run recorded none: auto, as it ran)."""
+    return value if value in ("approval-required", "auto-accept-edits", "auto", "full-access") else "auto"
+
+
 @dataclass(frozen=True)
 class Settings:
     """What one orchestration was asked to do, as recorded with it."""
@@ -64,7 +69,7 @@ class Settings:
     user_branch: str | None = None  # the branch the user's checkout was on at the start
     budget: Budget | None = None  # --budget: the whole orchestration's (every run, the planner's too)
     packet_budget: Budget | None = None  # --packet-budget: each packet's (its runs, every hop)
-    access: str = "auto"  # --access: the implementers' runtime mode (reviewers stay read-only)
+    access: c.RuntimeMode = "auto"  # --access: the implementers' runtime mode (reviewers stay read-only)
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> Settings:
@@ -85,7 +90,7 @@ class Settings:
             user_branch=request.get("userBranch"),
             budget=_budget(request.get("budget")),
             packet_budget=_budget(request.get("packetBudget")),
-            access=str(request.get("access") or "auto"),
+            access=_access(request.get("access")),
         )
 
 

@@ -18,7 +18,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from peerd.approvals.wire import ApprovalView
+from peerd.approvals.wire import MAX_MIRRORED, ApprovalView
 from peerd.contracts import LONG_POLL_MAX_S, Capacity, Input, RunStatus, Usage, Wire
 from peerd.tasks.subscription import CURSOR_PATTERN, MAX_FOLLOWED_RUNS
 
@@ -67,6 +67,6 @@ class FeedChanges(Wire):
     set_hash: str | None = None
     # The link's work's pending approvals on the box, in every answer (an older box: absent); a
     # change of that set answers a poll early (peerd/approvals/).
-    approvals: list[ApprovalView] | None = None
+    approvals: list[ApprovalView] | None = Field(default=None, max_length=MAX_MIRRORED)
     # What the box has room for (peerd/placement/), in every answer; an older box: absent.
     capacity: Capacity | None = None
