@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from peerd.approvals import store as approvals_store
 from peerd.approvals.desk import pending_hash
 from peerd.approvals.service import link_key as approvals_key
-from peerd.approvals.wire import ApprovalView
+from peerd.approvals.wire import MAX_MIRRORED, ApprovalView
 from peerd.contracts import Capacity, Usage
 from peerd.errors import CapabilityDenied, InvalidRequest
 from peerd.operations import Caller
@@ -120,11 +120,11 @@ class FeedHub:
                 await self._look(link)
                 reports, resynced = link.state.since(req.cursor)
                 cursor = link.state.cursor
+                waiting = await approvals_store.pending(self.db, link_origin=link.client_id)
+                # The oldest ones, as many as the laptop takes from one answer; who asks is the link.
                 asking = [
-                    ApprovalView.of(a)
-                    for a in await approvals_store.pending(self.db, link_origin=link.client_id)
+                    ApprovalView.of(a).model_copy(update={"link_label": None}) for a in waiting[:MAX_MIRRORED]
                 ]
-                asking = [a.model_copy(update={"link_label": None}) for a in asking]
                 asked = pending_hash(asking)
                 news, link.approvals_sent = asked != link.approvals_sent, asked
             remaining = deadline - loop.time()
