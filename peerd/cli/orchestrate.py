@@ -101,7 +101,10 @@ def _project_here(client: LocalClient) -> str:
     "--reviewer", default=None, help="Reviewer coder spec (default: another backend than the implementer)."
 )
 @click.option(
-    "--on", "environments", multiple=True, help="Place coders on this linked environment (repeatable)."
+    "--on",
+    "environments",
+    multiple=True,
+    help="Place coders on this linked environment (repeatable; auto: chosen per hop by capacity).",
 )
 @click.option("--non-interactive", is_flag=True, help="Never ask; choose by the documented order and log it.")
 @click.option("--allow-command", "allow", multiple=True, help="Run this custom command coder (repeatable).")

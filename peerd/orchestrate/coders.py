@@ -2,7 +2,9 @@
 
 A coder spec is `[<environment>/]<backend>[:<model>]`: `codex`, `claude:opus`, `box/codex:gpt-5.5`,
 `"gemini:Gemini 3.1 Pro (High)"` (everything after the first colon is the model, spaces and colons
-included). Backends are peerd's providers: `script`, `codex`, `claude`, `gemini`, or a custom command.
+included). The environment `auto` (`auto/codex`, or `--on auto`) lets placement choose here or a
+linked box for each hop as it starts (peerd/placement/orchestrate.py). Backends are peerd's
+providers: `script`, `codex`, `claude`, `gemini`, or a custom command.
 
 The project's `.peerd/orchestrate.toml` (all keys optional; unknown keys are refused):
 
@@ -42,6 +44,7 @@ __all__ = ["CoderSpec", "CustomCoder", "OrchestrateConfig", "Resolution"]  # re-
 
 PROJECT_CONFIG = PurePosixPath(".peerd/orchestrate.toml")
 PROBE_ORDER: tuple[str, ...] = ("codex", "claude", "gemini")
+AUTO = "auto"  # an environment placement chooses per hop (docs/user/fleet.md)
 BUILTIN_BACKENDS = frozenset({*BUILTIN_KINDS, "script"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _EXAMPLES = 'e.g. codex, claude:opus, box/codex:gpt-5.5, "gemini:Gemini 3.1 Pro (High)"'
@@ -74,7 +77,7 @@ def split_spec(text: str) -> CoderSpec:
 
 def parse_coder_spec(text: str, *, known_environments: Collection[str]) -> CoderSpec:
     spec = split_spec(text)
-    if spec.environment is not None and spec.environment not in known_environments:
+    if spec.environment not in (None, AUTO) and spec.environment not in known_environments:
         known = ", ".join(sorted(known_environments)) or "none linked yet (`peerd link`)"
         raise InvalidRequest(
             f"Coder spec {text!r}: no linked environment named {spec.environment!r} (known: {known}). "
@@ -163,7 +166,7 @@ def resolve_coders(
     log: list[str] = []
     skipped: list[str] = []
     for env in on:
-        if env not in known_environments:
+        if env != AUTO and env not in known_environments:
             known = ", ".join(sorted(known_environments)) or "none linked yet (`peerd link`)"
             raise InvalidRequest(f"--on {env}: no linked environment named so (known: {known}).")
     source = config.source or str(PROJECT_CONFIG)

@@ -46,6 +46,7 @@ from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     planner_prompt,
 )
+from peerd.placement.orchestrate import place_coder
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database
@@ -173,7 +174,7 @@ class Engine:
 
     async def _plan(self, run: ostore.RunRow) -> bool:
         settings = Settings.from_request(run.request)
-        planner = settings.planner
+        planner = await place_coder(self.ctx, run, settings.planner, "plan", runtime_mode="read-only")
         errors: list[str] | None = None
         thread_id: str | None = None
         planner_runs: list[str] = []

@@ -29,6 +29,7 @@ from peerd.orchestrate.models import (
     VerificationResult,
 )
 from peerd.orchestrate.prompts import implementer_prompt, tail
+from peerd.placement.orchestrate import place_coder
 from peerd.runtime import git
 from peerd.store import projects
 
@@ -53,6 +54,7 @@ async def start_packet(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     coder = (
         settings.assignment.get(packet.packet_id) or settings.coders[packet.position % len(settings.coders)]
     )
+    coder = await place_coder(ctx, run, coder, f"{packet.packet_id}:implement", runtime_mode=settings.access)
     base = await base_for(ctx, run, packet)
     await ctx.set(
         run.id,
@@ -331,6 +333,7 @@ async def redispatch_or_park(
         await ctx.park(run.id, packet.packet_id, f"{detail} (no other coder to re-dispatch to)")
         return
     nxt = others[0].model_copy(update={"reason": f"re-dispatched after {why} from {current.spec}"})
+    nxt = await place_coder(ctx, run, nxt, f"{packet.packet_id}:redispatch", runtime_mode=settings.access)
     memo.update(redispatch=int(memo.get("redispatch", 0)) + 1, previous_failure=detail)
     if packet.thread_id is not None and current.environment is None:
         # The first coder's worktree goes (its branch stays, for a look); the next coder

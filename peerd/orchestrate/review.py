@@ -14,6 +14,7 @@ from peerd.orchestrate.implement import record_impl
 from peerd.orchestrate.models import CoderChoice, PacketSpec, ReviewReceipt, VerificationResult
 from peerd.orchestrate.prompts import reviewer_prompt, scripted_review, scripted_reviewer_prompt, tail
 from peerd.orchestrate.verdicts import parse_review_reply, verification_result
+from peerd.placement.orchestrate import place_coder
 from peerd.runtime import git, gitrun
 from peerd.store import projects
 
@@ -112,6 +113,7 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     spec = PacketSpec.model_validate(packet.spec)
     memo = dict(packet.retries)
     reviewer = settings.reviewers.get(packet.packet_id) or settings.coders[-1]
+    reviewer = await place_coder(ctx, run, reviewer, f"{packet.packet_id}:review", runtime_mode="read-only")
     project = await projects.get(ctx.db, run.project_id)
     assert packet.commit_sha is not None  # noqa: S101
     base = str(memo.get("base", run.base_commit))

@@ -1,0 +1,61 @@
+"""`--on auto` and `auto/<backend>` coder specs in `peerd orchestrate`: each hop is placed as it
+starts, and the report says where and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from peerd.config import PlacementConfig
+from peerd.errors import InvalidRequest
+from peerd.orchestrate.coders import parse_coder_spec
+from peerd.orchestrate.report import render
+from peerd.placement import capacity
+from tests.helpers import git, two_daemons
+from tests.orchestrate.support import finished, packet, packets_of, project_repo, settings, start, steps
+from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+
+GIB = 2**30
+
+
+def test_auto_is_an_environment_of_a_coder_spec() -> None:
+    spec = parse_coder_spec("auto/codex:gpt-5.5", known_environments=[])
+    assert (spec.environment, spec.backend, spec.model) == ("auto", "codex", "gpt-5.5")
+    with pytest.raises(InvalidRequest):
+        parse_coder_spec("studio/codex", known_environments=["box"])
+
+
+async def test_on_auto_places_each_packet_and_the_report_says_why(tmp_path: Path) -> None:
+    origin = tmp_path / "origin.git"
+    seed = project_repo(tmp_path / "seed")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    homes = {"laptop": tmp_path / "laptop", "box": tmp_path / "box"}
+    capacity.OVERRIDES[str(homes["laptop"])] = capacity.Readers(
+        load=lambda: (3.8, 4), memory=lambda: (GIB, 16 * GIB)
+    )
+    capacity.OVERRIDES[str(homes["box"])] = capacity.Readers(
+        load=lambda: (0.2, 8), memory=lambda: (24 * GIB, 32 * GIB)
+    )
+    config = settings(tmp_path).model_copy(
+        update={"placement": PlacementConfig(max_runs=8, preference="prefer")}
+    )
+    try:
+        async with two_daemons(tmp_path, settings=config) as pair:
+            for side, client in (("laptop", pair.lc), ("box", pair.bc)):
+                git(tmp_path, "clone", "-q", str(origin), str(tmp_path / f"{side}-repo"))
+                await client.call("POST", "/v1/projects", body={"path": str(tmp_path / f"{side}-repo")})
+            await pair.link("auto")
+            project = (await pair.lc.call("GET", "/v1/projects"))["items"][0]
+            plan = [packet("fix", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD)]
+            info = await start(pair.lc, project, plan=plan, coders=["script"], on=["auto"])
+            done = await finished(pair.lc, info["id"])
+    finally:
+        for home in homes.values():
+            capacity.OVERRIDES.pop(str(home), None)
+    assert done["status"] == "completed", done
+    fix = packets_of(done)["fix"]
+    assert fix["environment"] == "box" and fix["state"] == "integrated"
+    reason = fix["coder"]["reason"]
+    assert "placed by auto: box: 0 of 8 runs, load 0.2, 24.0 GiB free, prefers; laptop: " in reason, reason
+    assert "placed by auto: box: " in render(done)
