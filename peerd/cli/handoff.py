@@ -99,7 +99,9 @@ def _print_move(move: dict[str, Any]) -> None:
         ]
     )
     if move["state"] in _OPEN:
-        click.echo(one_line(f"the move goes on in the daemon: peerd thread show {move['threadId']}"))
+        click.echo(
+            one_line("the move goes on in the daemon; run the same command again to wait for it (same move)")
+        )
 
 
 def lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:

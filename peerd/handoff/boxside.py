@@ -1,11 +1,11 @@
-"""The side of a move a link calls on the machine a thread moves to, and the dry run's view of the
-linked environments (which asks each of them that same question).
+"""The side of a move a link calls on the machine a thread moves to.
 
     POST /v1/handoff/check {repositoryKey, provider}   the project with that repository here, whether
                                                        the provider is installed and a link may use it
     POST /v1/projects/{id}/moved-branch {moveId, branch, tip}   the branch landing (gitwork.land)
     POST /v1/threads/{id}/moved-from {environmentId, threadId}  the lineage, on a thread the link started
 
+The dry run's view of each linked environment asks its `/v1/handoff/check` (`preflight.py`).
 The launch itself is the link's ordinary launch (`POST /v1/threads`, capped by the link, keyed by
 the move id). A landing needs write access; the lineage is the link's own claim on a thread it
 started (the fence), shown as such.
@@ -17,13 +17,12 @@ from pathlib import Path
 
 from peerd import contracts as c
 from peerd.core.access import require_write
-from peerd.errors import CapabilityDenied, PeerdError
+from peerd.errors import CapabilityDenied
 from peerd.handoff import gitwork
 from peerd.handoff import store as moves
 from peerd.handoff.wire import (
     BranchLanded,
     BranchLanding,
-    Candidate,
     MovedFrom,
     MovedRef,
     TakeAnswer,
@@ -76,36 +75,3 @@ async def moved_from(ops: Operations, caller: Caller, thread_id: str, req: Moved
     await moves.set_moved_from(ops.db, thread_id, ref, now=ops.clock())
     ops.feed.changed(thread_id)
     return await threads.get_thread(ops.db, thread_id)
-
-
-async def candidate(ops: Operations, link: c.LinkInfo, *, key: str, provider: str) -> Candidate:
-    """One linked environment as a dry run sees it: whether it can take the thread, and why not."""
-    base = {"environment_id": link.env_id, "label": link.label}
-    if link.status in ("revoked", "expired"):
-        return Candidate(**base, fits=False, reason=f"the link is {link.status}: link again")
-    if link.access == "read-only":
-        return Candidate(**base, fits=False, reason="the link is read-only: it allows no writes there")
-    try:
-        data = await ops.forward_raw(
-            link.env_id, "POST", "/v1/handoff/check", body={"repositoryKey": key, "provider": provider}
-        )
-        seen = TakeAnswer.model_validate(data)
-    except PeerdError as exc:
-        return Candidate(**base, fits=False, reason=f"not reachable ({exc.code}): {exc.message}")
-    if seen.project_id is None:
-        return Candidate(**base, fits=False, reason=f"no project with repository {key} there")
-    if not seen.provider_installed:
-        there = ", ".join(seen.providers) or "none"
-        return Candidate(**base, fits=False, reason=f"provider {provider} is not installed there (installed: {there})",
-                         project_id=seen.project_id)  # fmt: skip
-    if not seen.provider_allowed:
-        return Candidate(**base, fits=False, reason=f"its owner does not let links use provider {provider}",
-                         project_id=seen.project_id)  # fmt: skip
-    if seen.access == "read-only":
-        return Candidate(**base, fits=False, reason="the link is read-only there", project_id=seen.project_id)
-    return Candidate(
-        **base,
-        fits=True,
-        reason=f"project {seen.project_id}, {provider}, up to {seen.access}",
-        project_id=seen.project_id,
-    )

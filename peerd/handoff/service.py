@@ -26,9 +26,10 @@ from peerd.core.text import path_segment
 from peerd.errors import InvalidRequest, PeerdError
 from peerd.handoff import gitwork, machine
 from peerd.handoff import store as moves
-from peerd.handoff.boxside import candidate
+from peerd.handoff.preflight import candidates, preflight
 from peerd.handoff.wire import (
     BranchLanded,
+    Candidate,
     MoveAnswer,
     MoveInfo,
     MoveRefused,
@@ -174,49 +175,10 @@ class HandoffService:
             )
 
     async def _preflight(self, env: str, thread: c.Thread, project: c.Project) -> TakeAnswer:
-        """Before anything is recorded: the environment there can take the thread (the repository's
-        key and the provider's name are all it is told)."""
-        link = await link_store.get(self.db, env)
-        if link is not None and link.access == "read-only":
-            raise MoveRefused(
-                f"The link to {link.label!r} is read-only: a move needs one that allows writes."
-            )
-        if project.repository_key is None:
-            raise MoveRefused(
-                f"Project {project.id} has no origin remote, so no project there can be matched to it."
-            )
-        body = {"repositoryKey": project.repository_key, "provider": thread.provider}
-        seen = TakeAnswer.model_validate(
-            await self.ops.forward_raw(env, "POST", "/v1/handoff/check", body=body)
-        )
-        if seen.project_id is None:
-            raise MoveRefused(
-                f"{env} has no project with repository {project.repository_key}; add a clone there."
-            )
-        if not seen.provider_installed or not seen.provider_allowed:
-            from peerd.operations import ProviderUnavailable  # noqa: PLC0415
+        return await preflight(self.ops, env, thread, project)
 
-            why = "is not installed" if not seen.provider_installed else "may not be used by links"
-            raise ProviderUnavailable(
-                f"Provider {thread.provider!r} {why} there; installed there: {', '.join(seen.providers) or 'none'}. "
-                "A thread moves with its own provider."
-            )
-        return seen
-
-    async def candidates(self, thread: c.Thread) -> list[c.Wire]:
-        project = await self.ops.project_show(Caller.local(), thread.project_id)
-        rows = sorted(await self.links.environment_list(probe=False), key=lambda link: link.label)
-        if project.repository_key is None:
-            reason = f"project {project.id} has no origin remote to match"
-            from peerd.handoff.wire import Candidate  # noqa: PLC0415
-
-            return [
-                Candidate(environment_id=r.env_id, label=r.label, fits=False, reason=reason) for r in rows
-            ]
-        found = await asyncio.gather(
-            *(candidate(self.ops, r, key=project.repository_key, provider=thread.provider) for r in rows)
-        )
-        return list(found)
+    async def candidates(self, thread: c.Thread) -> list[Candidate]:
+        return await candidates(self.ops, self.links, thread)
 
     async def show(self, move_id: str, *, wait_s: float = 0.0) -> MoveInfo:
         """The move; with `wait_s`, a long-poll until it ends (moved, cancelled or failed)."""
@@ -399,20 +361,7 @@ class HandoffService:
         )
 
     async def _prompt(self, thread: c.Thread, snapshot: str, message: str | None) -> str:
-        said: list[machine.Message] = []
-        after: int | None = None
-        while True:
-            rows = await threads.read_items(
-                self.db, thread.id, after_position=after, limit=c.PAGE_LIMIT, run_id=None
-            )
-            for r in rows[: c.PAGE_LIMIT]:
-                if r["kind"] in ("user_message", "assistant_message"):
-                    role = "user" if r["kind"] == "user_message" else "assistant"
-                    said.append(machine.Message("user" if role == "user" else "assistant", str(r["text"])))
-                    del said[: -machine.TRANSCRIPT_MESSAGES]
-            if len(rows) <= c.PAGE_LIMIT:
-                break
-            after = int(rows[c.PAGE_LIMIT - 1]["position"])
+        said = await moves.last_messages(self.db, thread.id, machine.TRANSCRIPT_MESSAGES)
         return machine.continuation(
             origin_label=self.label or self.env_id,
             origin_env=self.env_id,

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import aiosqlite
 
 from peerd.errors import Conflict, NotFound
+from peerd.handoff.machine import Message, may_commit
 from peerd.handoff.wire import MovedRef, MoveInfo
 from peerd.store.db import Database
 from peerd.store.ids import new_id
@@ -148,9 +149,8 @@ async def cancel_waiting(db: Database, thread_id: str, *, reason: str, now: floa
 async def commit_point(db: Database, move_id: str, *, now: float) -> Commit:
     """`waiting` -> `moving` when the thread has no live or queued run, holding its queue in the
     same transaction (so nothing starts here and no send slips in between): 'committed'; 'busy'
-    when a run is live or queued; 'gone' when the move is no longer waiting (cancelled)."""
-    from peerd.handoff.machine import may_commit  # noqa: PLC0415  # pure rules, no cycle at load
-
+    when a run is live or queued; 'gone' when the move is no longer waiting (cancelled), or is
+    cancelled now because a message (a user run) reached the thread after the move was asked."""
     async with db.write() as tx:
         move = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
         if move is None or move["state"] != "waiting":
@@ -164,6 +164,19 @@ async def commit_point(db: Database, move_id: str, *, now: float) -> Commit:
         )
         thread = await fetch_one(tx, "SELECT queue_held FROM threads WHERE id = ?", (thread_id,))
         if thread is None:
+            return "gone"
+        said = await fetch_one(
+            tx,
+            "SELECT count(*) AS n FROM runs WHERE thread_id = ? AND origin = 'user' AND created_at > ?",
+            (thread_id, move["created_at"]),
+        )
+        if said is not None and said["n"]:  # a message reached it after the request: it stays here
+            reason = "A message to the thread before the move committed kept it here."
+            await tx.execute(
+                "UPDATE moves SET state = 'cancelled', error = ?, updated_at = ? WHERE id = ?",
+                (reason, now, move_id),
+            )
+            await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": "cancelled"}, now)
             return "gone"
         if not may_commit(live_run=bool(live and live["live"]), queued_run=bool(live and live["queued"])):
             return "busy"
@@ -233,3 +246,17 @@ async def set_moved_from(db: Database, thread_id: str, ref: MovedRef, *, now: fl
             (json.dumps(ref.wire()), now, thread_id),
         )
         await add_event(tx, thread_id, "thread.updated", {"movedFrom": ref.wire()}, now)
+
+
+async def last_messages(db: Database, thread_id: str, count: int) -> list[Message]:
+    """The thread's last `count` user and assistant messages, oldest first (one indexed read
+    backwards from the newest item)."""
+    rows = await db.fetchall(
+        "SELECT kind, text FROM items WHERE thread_id = ? AND kind IN ('user_message', 'assistant_message')"
+        " ORDER BY position DESC LIMIT ?",
+        (thread_id, count),
+    )
+    return [
+        Message("user" if r["kind"] == "user_message" else "assistant", str(r["text"]))
+        for r in reversed(rows)
+    ]
