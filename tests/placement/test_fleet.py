@@ -83,8 +83,11 @@ def readers(spec: Box) -> capacity.Readers:
 
 
 @asynccontextmanager
-async def fleet(tmp_path: Path, *specs: Box) -> AsyncIterator[Fleet]:
-    """The laptop (the first spec) linked to each other one, with a clone of one origin each."""
+async def fleet(
+    tmp_path: Path, *specs: Box, links: tuple[tuple[str, str], ...] | None = None
+) -> AsyncIterator[Fleet]:
+    """The laptop (the first spec) linked to each other one (or these `links`, from -> to), with a
+    clone of one origin each."""
     homes = {spec.label: tmp_path / spec.label for spec in specs}
     for spec in specs:
         capacity.OVERRIDES[str(homes[spec.label])] = readers(spec)
@@ -106,12 +109,11 @@ async def fleet(tmp_path: Path, *specs: Box) -> AsyncIterator[Fleet]:
                     projects[spec.label] = await clients[spec.label].call(
                         "POST", "/v1/projects", body={"path": str(repo)}
                     )
-            laptop = specs[0].label
-            for spec in specs[1:]:
-                code = await clients[spec.label].call("POST", "/v1/pair", body={"access": spec.access})
-                await clients[laptop].call(
-                    "POST", "/v1/links", body={"code": code["code"], "access": spec.access}
-                )
+            by_label = {spec.label: spec for spec in specs}
+            for source, target in links or [(specs[0].label, spec.label) for spec in specs[1:]]:
+                access = by_label[target].access
+                code = await clients[target].call("POST", "/v1/pair", body={"access": access})
+                await clients[source].call("POST", "/v1/links", body={"code": code["code"], "access": access})
             yield Fleet(daemons, clients, projects)
     finally:
         for home in homes.values():
@@ -296,3 +298,60 @@ async def test_fleet_lists_every_environment(tmp_path: Path) -> None:
             {"label": "box", "status": "reachable"},
             {"label": "studio", "status": "reachable"},
         ]
+
+
+async def test_an_unreachable_box_is_passed_by_with_its_reason(tmp_path: Path) -> None:
+    preferred = dataclasses.replace(STUDIO, preference="prefer")
+    async with fleet(tmp_path, LAPTOP, BOX, preferred) as f:
+        laptop_db = f.daemons["laptop"].db
+        assert laptop_db is not None
+        await f.lc.call("GET", "/v1/environments")  # the live link check brings each box's report
+        rows = await laptop_db.fetchall("SELECT environment_id FROM link_capacity WHERE body IS NOT NULL")
+        assert {r["environment_id"] for r in rows} == {f.env("box"), f.env("studio")}
+        assert (await f.launch())["placement"]["label"] == "studio"
+
+        await f.daemons["studio"].shutdown()
+        async with laptop_db.write() as tx:  # older than the bound: read again before choosing
+            await tx.execute("UPDATE link_capacity SET seen_at = seen_at - 3600")
+        placed = (await f.launch())["placement"]
+        assert placed["label"] == "box"
+        assert "studio: not reachable: " in placed["reason"], placed["reason"]
+        envs = {e["label"]: e for e in (await f.lc.call("GET", "/v1/fleet"))["environments"]}
+        assert envs["studio"]["status"] == "unreachable" and envs["studio"]["error"].startswith(
+            "not reachable"
+        )
+        assert envs["studio"]["capacity"]["maxRuns"] == 2 and envs["studio"]["ageS"] > 3000  # the last report
+
+
+async def test_auto_in_a_links_work_never_uses_the_boxs_own_links(tmp_path: Path) -> None:
+    """A run the laptop started on box delegates with `auto`: box may not lend its link to studio,
+    however much studio would suit; the task stays on box and says why."""
+    idle = dataclasses.replace(STUDIO, preference="prefer", load=0.0)
+    async with fleet(tmp_path, LAPTOP, BOX, idle, links=(("laptop", "box"), ("box", "studio"))) as f:
+        parent_prompt = runs_script(
+            [
+                delegate(
+                    task=script({"reply": "child"}), target={"environmentId": "auto"}, clientRequestId="t"
+                )
+            ],
+            [{"reply": "woken"}],
+        )
+        launched = await f.lc.call(
+            "POST",
+            "/v1/threads",
+            body={"projectId": f.projects["box"]["id"], "prompt": parent_prompt, "environmentId": "box"},
+        )
+        bc = f.clients["box"]
+        for _ in range(400):
+            found = (await bc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
+            if found:
+                break
+            await asyncio.sleep(0.05)
+        [task] = found
+        shown = await bc.call("GET", f"/v1/tasks/{task['taskId']}")
+        assert shown["remoteChild"] is None and shown["childThreadId"] is not None  # here, on box
+        assert shown["placement"].startswith("box: "), shown["placement"]
+        assert (
+            "studio: work that came in through a link cannot use this environment's links"
+            in shown["placement"]
+        )
