@@ -162,8 +162,13 @@ async def commit_point(db: Database, move_id: str, *, now: float) -> Commit:
             " coalesce(sum(status = 'queued'), 0) AS queued FROM runs WHERE thread_id = ?",
             (thread_id,),
         )
-        thread = await fetch_one(tx, "SELECT queue_held FROM threads WHERE id = ?", (thread_id,))
-        if thread is None:
+        thread = await fetch_one(tx, "SELECT queue_held, status FROM threads WHERE id = ?", (thread_id,))
+        if thread is None or thread["status"] != "active":  # archived (or gone) meanwhile: it stays
+            reason = "The thread was archived before the move committed."
+            await tx.execute(
+                "UPDATE moves SET state = 'cancelled', error = ?, updated_at = ? WHERE id = ?",
+                (reason, now, move_id),
+            )
             return "gone"
         said = await fetch_one(
             tx,
