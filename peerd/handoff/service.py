@@ -225,7 +225,7 @@ class HandoffService:
 
     async def _run(self, move_id: str) -> None:
         attempt = 0
-        while not self._closed:
+        while not self._closed and not self.ops.feed.closed:  # a stopping daemon resumes it at start
             try:
                 if await self._advance(move_id):
                     return
