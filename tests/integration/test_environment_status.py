@@ -109,6 +109,7 @@ async def test_a_box_that_does_not_answer_costs_the_listing_at_most_the_live_che
 async def test_the_box_answers_the_link_as_it_sees_it(proxied: tuple[Pair, FaultProxy]) -> None:
     pair, _ = proxied
     seen = await pair.remote("GET", "/v1/link")
+    assert seen.pop("capacity")["maxRuns"] == 4  # what the box has room for (peerd/placement/)
     assert seen == {
         "envId": pair.box_id,
         "clientId": await client_id(pair),
