@@ -666,14 +666,16 @@ class ProviderApproveResult(Wire):
 # --- placement (peerd/placement/) ----------------------------------------------------------------
 
 Preference = Literal["prefer", "normal", "less", "manual-only"]
-PROVIDER_NAME = Annotated[str, Field(min_length=1, max_length=64)]
+# A box's report is its claim: names and ids are bounded and plain, so a reason built from them
+# is one clean line wherever it is shown.
+PROVIDER_NAME = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 MAX_REPORTED_PROJECTS = 500
 
 
 class ProjectKey(Wire):
     """A project as a capacity report names it: enough to match a repository there."""
 
-    id: str = Field(min_length=1, max_length=64)
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     name: Annotated[str, Field(max_length=200), AfterValidator(clean_label)] = ""
     repository_key: str | None = Field(default=None, max_length=1000)
 

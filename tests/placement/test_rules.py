@@ -154,3 +154,20 @@ def test_an_unreachable_stale_box_is_passed_by_and_a_fresh_report_still_counts()
 def test_standing_reads_like_the_issue() -> None:
     text = standing(cap(live_runs=1, max_runs=8, load=0.4, mem_available=None, preference="prefer"))
     assert text == "1 of 8 runs, load 0.4, prefers"
+
+
+def test_a_boxs_report_is_bounded_and_plain() -> None:
+    """What a box reports is its claim: refused when oversized or odd, names kept to one line."""
+    base = {"liveRuns": 0, "maxRuns": 4}
+    with pytest.raises(ValueError):
+        c.Capacity.model_validate({**base, "providers": [f"p{i}" for i in range(65)]})
+    with pytest.raises(ValueError):
+        c.Capacity.model_validate({**base, "providers": ["co\x1b[2Jdex"]})
+    with pytest.raises(ValueError):
+        c.Capacity.model_validate({**base, "projects": [{"id": "prj\n; x"}]})
+    with pytest.raises(ValueError):
+        c.Capacity.model_validate({**base, "load": float("nan")})
+    shown = c.Capacity.model_validate({**base, "projects": [{"id": "prj_1", "name": "shop\x1b[31m\nrm"}]})
+    assert "\x1b" not in shown.projects[0].name and "\n" not in shown.projects[0].name
+    older = c.LinkSelf.model_validate({"envId": "E", "clientId": "cli_1", "label": "l", "access": "auto"})
+    assert older.capacity is None  # an older box sends none
