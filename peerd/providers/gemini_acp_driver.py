@@ -24,6 +24,7 @@ import difflib
 import json
 import posixpath
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ INIT, NEW, LOAD, HISTORY_DONE = "init", "new", "load", "history"
 # After the last turn stdin is closed; 0.61.0 stays up while an MCP server is connected, so the
 # shell ends it (SIGTERM: the CLI's graceful shutdown, exit 0) if it has not gone by then.
 LINGER_S = 1.0
+_ENDED_BY_US = (-signal.SIGTERM, 128 + signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGKILL)
 # Denials with a reason are told to the model in a follow-up turn (0.61.0 tells the model only
 # `Tool "X" was canceled by the user.`); at most this many follow-ups per run.
 MAX_FOLLOW_UPS = 3
@@ -193,6 +195,10 @@ class GeminiAcpDriver:
         return outputs
 
     def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:
+        if self._ended and not interrupted and exit_code in _ENDED_BY_US:
+            # Its last turn had ended and its input was closed: the shell's SIGTERM to a CLI that
+            # lingered (its own handler then exits 0; under load the signal can come first).
+            exit_code = 0
         return self._events.finish(exit_code=exit_code, stderr_tail=stderr_tail, interrupted=interrupted)
 
     # -- responses to peerd's requests ----------------------------------------------------------

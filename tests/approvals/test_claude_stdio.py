@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
-from peerd.api.localclient import LocalClient
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
 from peerd.providers.coders import CoderProvider
 from peerd.runtime.sandbox import Confinement
+from tests.approvals.support import Gate, model_saw, pending_approvals, replies, run_to_end
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir
@@ -68,20 +67,6 @@ SCRIPTS: dict[str, dict[str, Any]] = {
 }
 
 
-class Gate:
-    """Answers each question with `allow` (and `reason`), after `hold` is set when given."""
-
-    def __init__(self, allow: bool, reason: str = "", hold: asyncio.Event | None = None) -> None:
-        self.allow, self.reason, self.hold = allow, reason, hold
-        self.asked: list[ApprovalAsk] = []
-
-    async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
-        self.asked.append(ask)
-        if self.hold is not None:
-            await self.hold.wait()
-        return ApprovalAnswer(self.allow, self.reason)
-
-
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeModel]:
     with FakeModel(SCRIPTS, log_path=tmp_path / "model-requests.jsonl") as model:
@@ -111,20 +96,6 @@ def spec_for(
         state_dir=tmp_path / "state",
         approvals=gate,
     )
-
-
-async def run_to_end(provider: CoderProvider, spec: RunSpec) -> list[ProviderEvent]:
-    run = await provider.start(spec)
-    return [event async for event in run.events()]
-
-
-def replies(events: list[ProviderEvent]) -> list[str]:
-    return [e.text for e in events if isinstance(e, ItemProduced) and e.kind == "assistant_message"]
-
-
-def model_saw(fake: FakeModel, text: str) -> bool:
-    """Whether a request to the model after the first carried `text` (a tool result it read)."""
-    return any(text in json.dumps(r["body"]) for r in fake.requests[1:])
 
 
 async def test_an_approved_command_runs_and_the_model_sees_its_output(
@@ -252,17 +223,6 @@ async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_th
                 -1
             ] == "Shell said: SHELL-OUTPUT-42"
             assert (await client.call("GET", "/v1/approvals"))["items"] == []
-
-
-async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list[dict[str, Any]]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
-        page = await client.call("GET", "/v1/approvals")
-        if page["items"]:
-            return list(page["items"])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending approval after {seconds} s")
 
 
 async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(

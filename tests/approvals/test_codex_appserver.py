@@ -18,8 +18,6 @@ from typing import Any
 
 import pytest
 
-from peerd.api.localclient import LocalClient
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.config import ProviderConfig
 from peerd.providers.base import (
     ItemProduced,
@@ -32,6 +30,7 @@ from peerd.providers.base import (
 from peerd.providers.coders import CoderProvider
 from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED, toml_value
 from peerd.runtime.sandbox import Confinement
+from tests.approvals.support import Gate, pending_approvals
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import REPO, fake_marker, offline_settings, sandbox_binds, secure_dir
@@ -72,19 +71,6 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         "fallback_text": "side request",
     },
 }
-
-
-class Gate:
-    """A person in a test: allows or denies after `delay` seconds; remembers each question."""
-
-    def __init__(self, allow: bool, message: str = "", delay: float = 0.0) -> None:
-        self.allow, self.message, self.delay = allow, message, delay
-        self.asked: list[ApprovalAsk] = []
-
-    async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
-        self.asked.append(ask)
-        await asyncio.sleep(self.delay)
-        return ApprovalAnswer(self.allow, self.message)
 
 
 @pytest.fixture
@@ -162,7 +148,7 @@ async def test_an_approved_command_runs_and_the_model_sees_its_output(
 async def test_a_denied_command_does_not_run_and_the_model_reads_the_reason(
     tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
 ) -> None:
-    gate = Gate(allow=False, message="not on this machine (REASON-7)")
+    gate = Gate(allow=False, reason="not on this machine (REASON-7)")
     events = await run_codex(codex, run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it."))
     assert events[-1] == RunFinished("completed", exit_code=0), events
     assert len(gate.asked) == 1 and not (repo / RAN).exists()
@@ -175,7 +161,7 @@ async def test_a_denied_command_does_not_run_and_the_model_reads_the_reason(
 async def test_a_file_change_is_asked_with_its_diff_and_written_only_when_approved(
     tmp_path: Path, repo: Path, codex: ProviderConfig, fake: FakeModel
 ) -> None:
-    denied = Gate(allow=False, message="keep the notes as they are")
+    denied = Gate(allow=False, reason="keep the notes as they are")
     events = await run_codex(codex, run_spec(tmp_path, repo, denied, f"{fake_marker('edit')} Write it."))
     [ask] = denied.asked
     assert ask.kind == "file_change" and ask.tool == "apply_patch"
@@ -256,7 +242,7 @@ async def test_another_mcp_servers_tool_is_asked_with_its_arguments(
     echo = {"command": sys.executable, "args": [str(REPO / "tests" / "echo_mcp.py")],
             "env": {"ECHO_MCP_LOG": str(calls)}, "required": True}  # fmt: skip
     config = codex.model_copy(update={"args": [*codex.args, "-c", f"mcp_servers.echo={toml_value(echo)}"]})
-    gate = Gate(allow=allow, message="no echoes today")
+    gate = Gate(allow=allow, reason="no echoes today")
     events = await run_codex(config, run_spec(tmp_path, repo, gate, f"{fake_marker('echo')} Echo it."))
     assert events[-1] == RunFinished("completed", exit_code=0), events
     [ask] = gate.asked
@@ -330,14 +316,3 @@ async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_th
             assert any(i["kind"] == "tool_call" and "project_list" in i["text"] for i in found)
             assert "RAN-OK" in [i["text"] for i in found if i["kind"] == "assistant_message"][-1]
             assert (await client.call("GET", "/v1/approvals"))["items"] == []
-
-
-async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list[dict[str, Any]]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
-        page = await client.call("GET", "/v1/approvals")
-        if page["items"]:
-            return list(page["items"])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending approval after {seconds} s")

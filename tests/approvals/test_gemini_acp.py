@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-from peerd.api.localclient import LocalClient
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.providers.base import (
     ItemProduced,
     ProviderEvent,
@@ -26,6 +24,7 @@ from peerd.providers.base import (
 )
 from peerd.providers.coders import CoderProvider
 from peerd.runtime.sandbox import Confinement
+from tests.approvals.support import Gate, model_saw, pending_approvals, replies, run_to_end
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir
@@ -58,20 +57,6 @@ SCRIPTS: dict[str, dict[str, Any]] = {
         "fallback_text": "side request",
     },
 }
-
-
-class Gate:
-    """Answers each question with `allow` (and `reason`), after `hold` is set when given."""
-
-    def __init__(self, allow: bool, reason: str = "", hold: asyncio.Event | None = None) -> None:
-        self.allow, self.reason, self.hold = allow, reason, hold
-        self.asked: list[ApprovalAsk] = []
-
-    async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
-        self.asked.append(ask)
-        if self.hold is not None:
-            await self.hold.wait()
-        return ApprovalAnswer(self.allow, self.reason)
 
 
 @pytest.fixture
@@ -111,23 +96,8 @@ def spec_for(
     )
 
 
-async def run_to_end(provider: CoderProvider, spec: RunSpec) -> list[ProviderEvent]:
-    run = await provider.start(spec)
-    async with asyncio.timeout(60):
-        return [event async for event in run.events()]
-
-
-def replies(events: list[ProviderEvent]) -> list[str]:
-    return [e.text for e in events if isinstance(e, ItemProduced) and e.kind == "assistant_message"]
-
-
 def items(events: list[ProviderEvent], kind: str) -> list[ItemProduced]:
     return [e for e in events if isinstance(e, ItemProduced) and e.kind == kind]
-
-
-def model_saw(fake: FakeModel, text: str) -> bool:
-    """Whether a request to the model after the first carried `text` (a tool result it read)."""
-    return any(text in json.dumps(r["body"]) for r in fake.requests[1:])
 
 
 async def test_an_approved_command_runs_and_the_model_sees_its_output(
@@ -304,14 +274,3 @@ async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_th
             reply = [i["text"] for i in found if i["kind"] == "assistant_message"][-1]
             assert reply.startswith("Shell said: ") and "SHELL-OUTPUT-42" in reply
             assert (await client.call("GET", "/v1/approvals"))["items"] == []
-
-
-async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list[dict[str, Any]]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
-        page = await client.call("GET", "/v1/approvals")
-        if page["items"]:
-            return list(page["items"])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending approval after {seconds} s")

@@ -153,6 +153,18 @@ def test_an_approval_selects_allow_once_and_the_command_item_follows_its_update(
     assert d.finish(exit_code=0, stderr_tail="", interrupted=False) == RunFinished("completed", exit_code=0)
 
 
+def test_a_cli_the_shell_ends_after_its_last_turn_completed() -> None:
+    """0.61.0 lingers after its input ends; the shell's SIGTERM can land before its own handler
+    (a loaded machine): the run completed all the same. Before the end, the signal is a failure."""
+    d = driver()
+    started(d)
+    assert d.feed(prompt_done())[-1] == EndInput(linger_s=1.0)
+    assert d.finish(exit_code=-15, stderr_tail="", interrupted=False) == RunFinished("completed", exit_code=0)
+    early = driver()
+    started(early)
+    assert early.finish(exit_code=-15, stderr_tail="", interrupted=False).status == "failed"
+
+
 def test_a_denial_selects_reject_and_its_reason_reaches_the_model_in_a_follow_up_turn() -> None:
     d = driver()
     started(d)
