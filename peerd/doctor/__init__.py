@@ -1,0 +1,128 @@
+"""`peerd doctor`: what is wrong with this machine's peerd, and how to fix each thing.
+
+The checks here are pure (one module per area: `files`, `network`, `system`; what they look at
+is `facts`; how they say it, `text`): each takes facts gathered beforehand (file modes and owners, the
+daemon's answers or why there were none, the certificate, `git --version`) and returns a `Check`
+with a status, a one-line detail and, for a problem, the fix. `peerd/cli/doctor.py` gathers the
+facts and prints the checks. Statuses: `ok`; `warn`, a problem that breaks nothing by itself;
+`fail`, a problem to fix (the command exits 1); `skip`, not checked, the detail says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from peerd.doctor.facts import (
+    LABELS,
+    CertFacts,
+    Check,
+    CheckStatus,
+    ConfinementFacts,
+    DaemonFacts,
+    Facts,
+    FileFacts,
+    FileKind,
+)
+from peerd.doctor.files import (
+    check_daemon,
+    check_db_file,
+    check_home,
+    check_identity_dir,
+    check_identity_key,
+    check_socket,
+    check_socket_dir,
+    check_store,
+)
+from peerd.doctor.network import (
+    check_certificate,
+    check_link,
+    check_links,
+    check_listeners,
+    check_provider,
+    check_providers,
+)
+from peerd.doctor.system import check_confinement, check_git
+from peerd.doctor.text import kind_of, parse_git_version
+
+__all__ = [
+    "CertFacts",
+    "Check",
+    "CheckStatus",
+    "ConfinementFacts",
+    "DaemonFacts",
+    "Facts",
+    "FileFacts",
+    "FileKind",
+    "check_certificate",
+    "check_confinement",
+    "check_daemon",
+    "check_git",
+    "check_link",
+    "check_links",
+    "check_listeners",
+    "check_provider",
+    "check_providers",
+    "kind_of",
+    "parse_git_version",
+    "passed",
+    "render",
+    "run_checks",
+    "summary",
+]
+
+# --- all of them -------------------------------------------------------------------------------
+
+
+def run_checks(facts: Facts) -> list[Check]:
+    checks = [check_daemon(facts), check_home(facts)]
+    socket_dir = check_socket_dir(facts)
+    if socket_dir is not None:
+        checks.append(socket_dir)
+    checks.append(check_socket(facts))
+    checks += [check_db_file(facts, f) for f in facts.db_files]
+    store = check_store(facts)
+    if store is not None:
+        checks.append(store)
+    checks += [
+        check_identity_dir(facts),
+        check_identity_key(facts),
+        check_certificate(facts),
+        check_listeners(facts),
+    ]
+    checks += check_links(facts)
+    checks += check_providers(facts)
+    confinement = check_confinement(facts)
+    if confinement is not None:
+        checks.append(confinement)
+    checks.append(check_git(facts))
+    return checks
+
+
+def passed(checks: Sequence[Check]) -> bool:
+    """No check failed; warnings and skips do not fail."""
+    return all(ch.status != "fail" for ch in checks)
+
+
+def summary(checks: Sequence[Check]) -> str:
+    counts = {s: sum(1 for ch in checks if ch.status == s) for s in LABELS}
+    parts = [
+        f"{counts['ok']} ok",
+        f"{counts['warn']} warning{'s' if counts['warn'] != 1 else ''}",
+        f"{counts['fail']} failed",
+        f"{counts['skip']} skipped",
+    ]
+    return ", ".join(parts)
+
+
+def render(checks: Sequence[Check]) -> list[str]:
+    """One line per check (`STATUS  name  detail`), an indented `fix:` line under each problem,
+    then the summary."""
+    width = max((len(ch.name) for ch in checks), default=0)
+    lines = []
+    for ch in checks:
+        lines.append(f"{LABELS[ch.status]:<4}  {ch.name.ljust(width)}  {ch.detail}".rstrip())
+        if ch.fix and ch.status in ("warn", "fail"):
+            lines.append(f"      fix: {ch.fix}")
+    lines.append("")
+    lines.append(summary(checks))
+    return lines

@@ -1,0 +1,77 @@
+"""git and peerd's sandbox on this machine."""
+
+from __future__ import annotations
+
+from peerd.doctor.facts import (
+    GIT_MIN,
+    Check,
+    Facts,
+)
+from peerd.doctor.text import (
+    parse_git_version,
+)
+
+# --- git ---------------------------------------------------------------------------------------
+
+
+def check_git(facts: Facts) -> Check:
+    need = ".".join(map(str, GIT_MIN))
+    if facts.git_version is None:
+        return Check(
+            "git",
+            "fail",
+            f"git does not run: {facts.git_error or 'not found on PATH'}",
+            f"Install git {need} or newer (projects and their worktrees need it), on the daemon's PATH.",
+        )
+    version = parse_git_version(facts.git_version)
+    shown = facts.git_version.strip()
+    if version is None:
+        return Check(
+            "git",
+            "warn",
+            f"cannot read a version in {shown!r}",
+            f"Check that `git --version` works and that git is {need} or newer.",
+        )
+    if version[:2] < GIT_MIN:
+        return Check(
+            "git",
+            "fail",
+            f"{shown} is older than {need}, which peerd's worktrees need",
+            f"Upgrade git to {need} or newer.",
+        )
+    where = f", {facts.git_path}" if facts.git_path else ""
+    return Check("git", "ok", f"{shown}{where}")
+
+
+# --- confinement -------------------------------------------------------------------------------
+
+
+def check_confinement(facts: Facts) -> Check | None:
+    found = facts.confinement
+    if found is None:
+        return None
+    if found.works:
+        return Check(
+            "confinement",
+            "ok",
+            f"{found.detail} peerd confines linked machines' runs, and the owner's below full-access "
+            "(peerd's home, sockets and the checkouts hidden from them).",
+        )
+    install = "Install bubblewrap (Debian and Ubuntu: `sudo apt-get install bubblewrap`)"
+    if found.allow_unconfined:
+        return Check(
+            "confinement",
+            "warn",
+            f"runs are not confined here: {found.detail} links.allow_unconfined = true, so a linked "
+            "machine's runs go on with only the coder CLI's own sandbox (scripted run steps stay "
+            "refused).",
+            f"{install}, or remove allow_unconfined from the [links] table of {facts.config_path}.",
+        )
+    return Check(
+        "confinement",
+        "warn",
+        f"runs are not confined here: {found.detail} A linked machine's runs above read-only are "
+        "refused; the owner's runs use only the coder's own sandbox.",
+        f"{install}; or, to accept the risk, set allow_unconfined = true in the [links] table of "
+        f"{facts.config_path}.",
+    )
