@@ -177,6 +177,10 @@ async def test_a_thread_a_link_started_is_not_moved_from_the_box(tmp_path: Path)
             await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/move", body={"to": "anywhere"})
         assert refused.value.code == "move_refused"
         assert "owns it" in refused.value.message
+        # Not even listed as movable: a dry run (which needs no target) is refused the same way.
+        with pytest.raises(PeerdError) as listed:
+            await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/move", body={"dryRun": True})
+        assert listed.value.code == "move_refused"
 
 
 def contextlib_forwarded(pair: Linked) -> LocalClient:
