@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import math
 import socket
 import time
@@ -57,6 +58,21 @@ KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 15, 5, 3
 REVOKED_MESSAGE = (
     "The linked environment no longer accepts this link. It may have been revoked there; link it again."
 )
+
+
+# A box's answer is read up to this many bytes: a larger one (no answer of peerd's is near it;
+# bundles are at most ~1.9 MB of JSON) is not taken, so a misbehaving box cannot fill this memory.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
+
+async def read_answer(resp: aiohttp.ClientResponse) -> Any:
+    """The answer's JSON, read at most `MAX_ANSWER_BYTES`; ValueError when larger or not JSON."""
+    raw = bytearray()
+    while chunk := await resp.content.read(64 * 1024):  # whatever arrived, at most 64 KiB
+        raw += chunk
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise ValueError(f"an answer over {MAX_ANSWER_BYTES} bytes")
+    return json.loads(raw) if raw else None
 
 
 class PeerUnreachable(PeerdError):
@@ -222,7 +238,7 @@ class PeerClient:
                 ssl=_ssl_for(url, fingerprint),
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
-                body = await resp.json(content_type=None) if resp.status == 200 else None
+                body = await read_answer(resp) if resp.status == 200 else None
         except aiohttp.ServerFingerprintMismatch:
             raise PinMismatch(
                 f"The machine at {url} presented a different certificate than the one pinned for it; "
@@ -326,7 +342,7 @@ class PeerClient:
             async with self.session.post(
                 f"{base}{path}", data=form, ssl=_ssl_for(base, link.fingerprint)
             ) as resp:
-                return resp.status, await resp.json(content_type=None)
+                return resp.status, await read_answer(resp)
         except aiohttp.ServerFingerprintMismatch:
             self._good_url.pop(link.env_id, None)
             raise PinMismatch(
@@ -381,7 +397,7 @@ class PeerClient:
                     ),
                 ) as resp:
                     status = resp.status
-                    data = await resp.json(content_type=None)
+                    data = await read_answer(resp)
             except aiohttp.ServerFingerprintMismatch:
                 self._good_url.pop(env_id, None)
                 raise PinMismatch(

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
@@ -265,3 +266,40 @@ async def test_a_box_answering_a_refresh_with_unusable_tokens_changes_nothing(
     assert (after.refresh_token, after.access_token) == (before.refresh_token, before.access_token)
     listed = await pair.lc.call("GET", "/v1/environments", params={"probe": "false"})
     assert [e["envId"] for e in listed["items"]] == [pair.box_id]
+
+
+async def test_a_box_answer_over_the_size_bound_is_not_taken() -> None:
+    """A box cannot fill the laptop's memory: every answer of a box is read through `read_answer`,
+    which stops at MAX_ANSWER_BYTES (real HTTP on loopback, a body one byte over)."""
+    from peerd.peer.client import MAX_ANSWER_BYTES, read_answer  # noqa: PLC0415
+
+    # A small answer, one of several MiB (read whole, in many chunks), and one a byte over the bound.
+    medium = b'{"pad": "' + b"y" * (3 * 1024 * 1024) + b'"}'
+    sizes = {
+        "/small": b'{"ok": true}',
+        "/medium": medium,
+        "/big": b'{"pad": "' + b"x" * (MAX_ANSWER_BYTES - 10) + b'"}',
+    }
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=sizes[request.path], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{name}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://{host}:{port}/small") as resp:
+                assert await read_answer(resp) == {"ok": True}
+            async with session.get(f"http://{host}:{port}/medium") as resp:
+                assert len((await read_answer(resp))["pad"]) == 3 * 1024 * 1024
+            async with session.get(f"http://{host}:{port}/big") as resp:
+                assert len(sizes["/big"]) == MAX_ANSWER_BYTES + 1
+                with pytest.raises(ValueError, match="over"):
+                    await read_answer(resp)
+    finally:
+        await runner.cleanup()
