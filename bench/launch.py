@@ -116,8 +116,10 @@ class Proc:
             con.close()
 
 
-def start_daemon(home: Path, label: str) -> Proc:
+def start_daemon(home: Path, label: str, start_slots: int | None = None) -> Proc:
     home.mkdir(parents=True)
+    if start_slots is not None:  # else the default (the CPUs, at least 2)
+        (home / "config.toml").write_text(f"[runs]\nstart_slots = {start_slots}\n")
     log = open(home / "daemon.log", "ab")  # noqa: SIM115  # closed after the spawn
     argv = [sys.executable, "-m", "peerd", "--home", str(home), "serve", "--listen", "127.0.0.1:0"]
     proc = subprocess.Popen(
@@ -163,8 +165,8 @@ class Setup:
 
 
 @contextlib.asynccontextmanager
-async def linked(root: Path) -> AsyncIterator[Setup]:
-    box = start_daemon(root / "box", "box")
+async def linked(root: Path, start_slots: int | None = None) -> AsyncIterator[Setup]:
+    box = start_daemon(root / "box", "box", start_slots)
     laptop = start_daemon(root / "laptop", "laptop")
     try:
         await ready(box)
@@ -180,6 +182,26 @@ async def linked(root: Path) -> AsyncIterator[Setup]:
     finally:
         for daemon in (laptop, box):
             stop(daemon)
+
+
+def cpu_s(pid: int) -> tuple[float, float]:
+    """(the process's own CPU seconds, its reaped children's), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def cpu_mark(s: Setup) -> tuple[float, float, float]:
+    laptop, _ = cpu_s(s.laptop.proc.pid)
+    box, runs = cpu_s(s.box.proc.pid)
+    return laptop, box, runs
+
+
+def cpu_per(
+    before: tuple[float, float, float], after: tuple[float, float, float], n: int
+) -> dict[str, float]:
+    names = ("laptop", "box", "box_runs")
+    return {k: round((b - a) * 1000 / n, 2) for k, a, b in zip(names, before, after, strict=True)}
 
 
 def box_busy(s: Setup) -> int:
@@ -214,6 +236,7 @@ class Phase:
     latencies: list[float]
     errors: int = 0
     drain_s: float = 0.0
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # per launch: laptop, box, box's runs
 
     @property
     def per_s(self) -> float:
@@ -368,6 +391,7 @@ def profiled(s: Setup, out: Path | None) -> Any:
                 spy,
                 "record",
                 "--nonblocking",
+                "--gil",  # only samples holding the GIL: where the CPU goes, not the waits
                 "-r",
                 "200",
                 "-f",
@@ -422,6 +446,8 @@ def table(r: Results) -> str:
         lines.append(
             f"   {'c=' + str(launch.concurrency):<26}{launch.count:>5}{launch.per_s:>9.1f}{launch.p(0.5):>9.1f}"
             f"{launch.p(0.95):>9.1f}{read.per_s:>9.1f}{ratio:>8.2f}{launch.errors:>7}"
+            f"   CPU ms/launch: laptop {launch.cpu_ms.get('laptop', 0):.1f}, box {launch.cpu_ms.get('box', 0):.1f},"
+            f" its runs {launch.cpu_ms.get('box_runs', 0):.1f}"
         )
     if r.storm is not None:
         lines.append(
@@ -458,6 +484,7 @@ def figures(r: Results) -> dict[str, Any]:
                 "baseline_reads_per_s": round(read.per_s, 1),
                 "ratio_to_reads": round(launch.per_s / read.per_s, 3) if read.per_s else None,
                 "drain_s": round(launch.drain_s, 2),
+                "cpu_ms_per_launch": launch.cpu_ms,
             }
             for launch, read in r.phases
         ],
@@ -489,41 +516,51 @@ def figures(r: Results) -> dict[str, Any]:
     }
 
 
+async def measure_launches(s: Setup, r: Results, args: argparse.Namespace) -> None:
+    with profiled(s, args.profile):
+        for c, n in ((1, max(10, args.launches // 10)), (10, args.launches // 2), (50, args.launches)):
+            say(f"1. {n} launches at concurrency {c} ...")
+            read = await reads(s, c, max(c * 4, n // 2))
+            mark = cpu_mark(s)
+            launch, _ = await launches(s, f"c={c}", c, [f"l{c}-{i}" for i in range(n)])
+            launch.drain_s = await drained(s)
+            launch.cpu_ms = cpu_per(mark, cpu_mark(s), n)  # the runs' CPU counted once reaped
+            r.phases.append((launch, read))
+        say(f"2. retry storm: {args.storm_keys} keys x 10 ...")
+        before = box_threads(s)
+        keys = [f"storm-{i}" for i in range(args.storm_keys)] * 10
+        random.shuffle(keys)
+        r.storm, seen = await launches(s, "storm", 50, keys)
+        await drained(s)
+        r.storm_keys = args.storm_keys
+        r.duplicates = box_threads(s) - before - args.storm_keys
+        r.split_keys = sum(1 for ids in seen.values() if len(ids) > 1)
+
+
+async def measure_delegates(s: Setup, r: Results, args: argparse.Namespace, root: Path) -> None:
+    say("3b. topping the box's checkout up to 1,000 worktrees ...")
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        r.worktrees = await loop.run_in_executor(ex, top_up_worktrees, s.box_repo, root, args.worktrees)
+    say(f"3b. delegate -> running with {r.worktrees} worktrees ...")
+    r.delegate_loaded = await delegates(s, args.reps)
+
+
 async def main(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="peerd-bench-launch-"))
     r = Results()
+    parts = set(args.parts.split(","))
     try:
         say("starting two daemons (subprocesses) and linking them ...")
-        async with linked(root) as s:
-            say("3a. delegate -> running on a fresh repository ...")
-            r.delegate_fresh = await delegates(s, args.reps)
-            with profiled(s, args.profile):
-                for c, n in (
-                    (1, max(10, args.launches // 10)),
-                    (10, args.launches // 2),
-                    (50, args.launches),
-                ):
-                    say(f"1. {n} launches at concurrency {c} ...")
-                    read = await reads(s, c, max(c * 4, n // 2))
-                    launch, _ = await launches(s, f"c={c}", c, [f"l{c}-{i}" for i in range(n)])
-                    launch.drain_s = await drained(s)
-                    r.phases.append((launch, read))
-                say(f"2. retry storm: {args.storm_keys} keys x 10 ...")
-                before = box_threads(s)
-                keys = [f"storm-{i}" for i in range(args.storm_keys)] * 10
-                random.shuffle(keys)
-                r.storm, seen = await launches(s, "storm", 50, keys)
-                await drained(s)
-                r.storm_keys = args.storm_keys
-                r.duplicates = box_threads(s) - before - args.storm_keys
-                r.split_keys = sum(1 for ids in seen.values() if len(ids) > 1)
+        async with linked(root, args.start_slots) as s:
+            if "delegate" in parts:
+                say("3a. delegate -> running on a fresh repository ...")
+                r.delegate_fresh = await delegates(s, args.reps)
+            if "launches" in parts:
+                await measure_launches(s, r, args)
             r.read_ms = med_ms((await reads(s, 1, 50)).latencies)
-            say("3b. topping the box's checkout up to 1,000 worktrees ...")
-            loop = asyncio.get_running_loop()
-            with concurrent.futures.ThreadPoolExecutor(1) as ex:
-                r.worktrees = await loop.run_in_executor(ex, top_up_worktrees, s.box_repo, root, 1000)
-            say(f"3b. delegate -> running with {r.worktrees} worktrees ...")
-            r.delegate_loaded = await delegates(s, args.reps)
+            if "delegate" in parts:
+                await measure_delegates(s, r, args, root)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -541,6 +578,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--storm-keys", type=int, default=30, help="distinct keys in the retry storm (x10)")
     p.add_argument("--reps", type=int, default=5, help="delegate -> running measurements per setting")
     p.add_argument("--profile", type=Path, default=None, help="py-spy raw profiles of both daemons here")
+    p.add_argument(
+        "--parts", default="launches,delegate", help="what to measure: launches (1-2), delegate (3)"
+    )
+    p.add_argument("--worktrees", type=int, default=1000, help="worktrees in the box's checkout for 3b")
+    p.add_argument(
+        "--start-slots", type=int, default=None, help="the box's [runs] start_slots (default: its default)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--no-save", action="store_true", help="do not write bench/results.json")
     return p.parse_args()

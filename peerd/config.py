@@ -47,6 +47,10 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     [placement]                        # what this machine tells its links for `auto` (fleet.md)
     max_runs = 4                       # runs at once before `auto` passes it by (live < max_runs)
     preference = "normal"              # or "prefer", "less", "manual-only" (never chosen by auto)
+
+    [runs]
+    start_slots = 1                    # runs starting at once (default: half the CPUs, at least 1);
+                                       # a launch is answered at once, its start waits its turn
 """
 
 from __future__ import annotations
@@ -166,6 +170,14 @@ class PlacementConfig(_Strict):
     preference: Literal["prefer", "normal", "less", "manual-only"] = "normal"
 
 
+class RunsConfig(_Strict):
+    """How this machine starts runs (`[runs]`; peerd/runtime/slots.py)."""
+
+    # Runs starting at once (worktree, sandbox, the CLI's own start-up until its first event, 5 s
+    # at most); others wait their turn. Default: half the CPUs peerd may use, at least 1.
+    start_slots: int | None = Field(default=None, ge=1, le=1024)
+
+
 class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
@@ -180,6 +192,7 @@ class Config(_Strict):
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    runs: RunsConfig = Field(default_factory=RunsConfig)
     # What models cost, for CLIs that report no cost: model (or provider) name -> price.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

@@ -191,6 +191,7 @@ class Daemon:
             links=self.config.settings.links,  # what a link's runs may use (runtime/sandbox.py)
             label=self.config.label,  # named in the reason of a run a stop of this daemon cuts
             continue_cut_runs=self.config.settings.continue_cut_runs,
+            start_slots=self.config.settings.runs.start_slots,  # [runs] start_slots
         )
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
@@ -200,7 +201,9 @@ class Daemon:
         forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
         ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder)
         ops.link_may_use = lambda provider: link_may_use(self.config.settings, provider)
-        ops.provider_installed = lambda provider: registry.available(self.providers).get(provider, False)
+        ops.provider_installed = lambda provider: registry.available(
+            {name: p for name, p in self.providers.items() if name == provider}  # that one's PATH search only
+        ).get(provider, False)
         delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id)
         ops.delegation = delegation
         ops.on_stop = delegation.stop_children

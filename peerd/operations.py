@@ -290,12 +290,13 @@ class Operations:
                 raise CapabilityDenied(
                     "Work started through a link gets its own worktree; it cannot work in the checkout itself."
                 )
-        installed = [name for name in self.runs.providers() if self.provider_installed(name)]
-        if req.provider not in self.runs.providers():
-            raise InvalidRequest(
-                f"Unknown provider {req.provider!r}; installed here: {', '.join(installed)}."
-            )
-        if req.provider not in installed:
+        if req.provider not in self.runs.providers() or not self.provider_installed(req.provider):
+            # Only a refusal lists what is installed (one PATH search per provider, not per launch).
+            installed = [name for name in self.runs.providers() if self.provider_installed(name)]
+            if req.provider not in self.runs.providers():
+                raise InvalidRequest(
+                    f"Unknown provider {req.provider!r}; installed here: {', '.join(installed)}."
+                )
             raise ProviderUnavailable(
                 f"Provider {req.provider!r} is not installed here (its binary is not on the daemon's PATH); "
                 f"installed here: {', '.join(installed)}. `peerd provider list` shows what is found."

@@ -2,7 +2,9 @@
 
 One thread runs at most one run at a time; the next queued run starts when the live one ends,
 unless the thread's queue is held (a Stop). Every status change and item is committed before the
-run moves on, so a crash leaves a store that startup recovery can finish.
+run moves on, so a crash leaves a store that startup recovery can finish. At most `start_slots`
+runs start at once (peerd/runtime/slots.py): a launch is answered once its run is `starting`, and
+the worktree, sandbox and process wait for a slot in the run's own task.
 
 A store that cannot be written (disk full, read-only, locked: `storage_unavailable`) does not end
 a run: the write is retried with backoff (`STORE_RETRY_*`) until the store works again, so no run
@@ -45,6 +47,7 @@ from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.meter import RunMeter
 from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
+from peerd.runtime.slots import Slot, StartSlots, default_start_slots
 from peerd.store import projects
 from peerd.store import threads as store
 from peerd.store.db import Database
@@ -99,8 +102,11 @@ class RunManager:
         links: LinksConfig | None = None,
         label: str | None = None,
         continue_cut_runs: bool = True,
+        start_slots: int | None = None,
     ) -> None:
         self._db = db
+        # How many runs may be starting at once (peerd/runtime/slots.py; `[runs] start_slots`).
+        self.start_slots = StartSlots(start_slots or default_start_slots())
         self._label = label  # this environment's name, in the reason of a run a stop cuts
         self._continue_cut_runs = continue_cut_runs
         # peerd's home (hidden from confined runs); by default the one state_dir lies in.
@@ -193,7 +199,10 @@ class RunManager:
     async def _execute(self, thread: Thread, run_id: str, token: str) -> None:
         log.info("run.start", thread_id=thread.id, run_id=run_id, provider=thread.provider)
         try:
-            await self._drive(thread, run_id, token)
+            # The launch was answered when the run was recorded `starting`; its start waits here
+            # for a slot, so a burst of launches never starts a burst of processes at once.
+            async with self.start_slots.slot() as slot:
+                await self._drive(thread, run_id, token, slot)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -210,7 +219,10 @@ class RunManager:
                 if self.on_run_end is not None:
                     self._spawn(self._notify_end(thread.id), f"ended:{thread.id}")
 
-    async def _drive(self, thread: Thread, run_id: str, token: str) -> None:
+    async def _drive(self, thread: Thread, run_id: str, token: str, slot: Slot) -> None:
+        if run_id in self._interrupts:  # asked while it waited for its start slot
+            await self._finish(run_id, "interrupted", reason=self._interrupts[run_id])
+            return
         provider = self._providers.get(thread.provider)
         if provider is None:
             known = ", ".join(self.providers())
@@ -307,6 +319,7 @@ class RunManager:
             await self._finish(run_id, "failed", reason=exc.message)
             return
         self._live[run_id] = provider_run
+        slot.release_after(self.start_slots.hold_max_s)  # a quiet CLI holds its slot no longer
         meter.start_timer()
         await self._write(
             lambda: store.transition_run(
@@ -320,6 +333,7 @@ class RunManager:
         errors_seen: set[str] = set()
         try:
             async for event in provider_run.events():
+                slot.release()  # its CLI has started: the next run may start
                 if isinstance(event, UsageReported):
                     await meter.report(event.usage)
                 else:
