@@ -1,12 +1,13 @@
 """`peerd serve`'s first steps, light enough that `status` answers within a few hundred ms of exec.
 
 Importing the whole daemon (`peerd.daemon`: aiohttp, pydantic contracts, cryptography, the MCP
-bridge, orchestration...) is most of a second. So `serve` first does, with light imports only:
+bridge, orchestration...) is most of a second. So `serve` first does, with the standard library
+only (and click, for the CLI; tests/integration/test_early_start.py keeps it so):
 
 1. take the home lock (another daemon on this home: `already_running`);
-2. read the identity (`key.pem`, `cert.pem`) with `cryptography`'s Ed25519 only: the environment
-   id and the certificate's fingerprint (a home without both, or with anything unusual in them,
-   skips the early answer: the full start makes or mends them as before);
+2. read the identity (`key.pem`, `cert.pem`): the environment id and the certificate's
+   fingerprint, the key's public half computed by peerd/core/ed25519.py (a home without both, or
+   with anything unusual in them, skips the early answer: the full start makes or mends them);
 3. bind the owner socket (0600 from birth) and serve it (`EarlyStart`): `GET /v1/status` is
    answered at once, counted from the store file read-only, with `"state": "starting"` and only
    the owner socket in `listeners`; every other request is *held*, unanswered, until the daemon is built, then handed
@@ -15,7 +16,10 @@ bridge, orchestration...) is most of a second. So `serve` first does, with light
 
 Then, while the loop keeps answering `status`, the store is checked and opened (`store/health.py`:
 never over a damaged or foreign one; its integrity check reads the whole file, which is what grows
-with history) and `peerd.daemon` is imported in a worker thread. Nothing but `status` is served
+with history; its modules are imported in a worker thread too: an import on the loop thread would
+wait for the import lock the daemon's import holds) and, in a worker thread, the config file is
+read and validated and logging set up (the CLI's `settle`; the early `status` has only the
+`label` read with `tomllib`) and `peerd.daemon` is imported. Nothing but `status` is served
 before the store passed its check and is open. `Daemon.start(early=...)` then builds the rest
 over the same lock, store and socket. The answer of a started daemon's `status` has no `state`.
 """
@@ -35,6 +39,7 @@ import signal
 import socket
 import sqlite3
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,12 +47,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from peerd import __version__
 from peerd.api.listener_rules import ListenerLimits
-from peerd.config import Config
+from peerd.core.ed25519 import public_key
 from peerd.core.envid import env_id_from_public_key
 from peerd.errors import InvalidRequest, PeerdError
-from peerd.paths import Paths
+from peerd.paths import Paths, config_file
 
 if TYPE_CHECKING:
+    from peerd.config import Config
     from peerd.store.db import Database
 
 DEFAULT_LISTEN = "127.0.0.1:7433"
@@ -59,6 +65,24 @@ _PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")  # PKCS8 pref
 
 class AlreadyRunning(PeerdError):
     code = "already_running"
+
+
+class BadStart(PeerdError):
+    """The config file or a flag of `peerd serve` is wrong (found by `settle`, after the early
+    start): the message names the code, the file or flag and what is wrong."""
+
+    code = "config_invalid"
+
+
+def light_label(path: Path | None, *, home: Path | None) -> str | None:
+    """`label` from the config file, read with `tomllib` only, for the early `status` (the file
+    is validated later, by `serve`'s `settle`); None when there is none or it cannot be read."""
+    try:
+        raw = tomllib.loads((path or config_file(home=home)).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    label = raw.get("label")
+    return label if isinstance(label, str) and label else None
 
 
 class HomeUnusable(PeerdError):
@@ -76,6 +100,21 @@ def home_unusable(home: Path, exc: OSError) -> HomeUnusable:
     )
 
 
+def _default_settings() -> Config:
+    from peerd.config import Config  # noqa: PLC0415  # pydantic: not before `status` answers
+
+    return Config()
+
+
+@dataclass(frozen=True)
+class EarlyConfig:
+    """What the early start needs before the config file is validated (`serve(settle=...)`)."""
+
+    home: Path
+    label: str
+    new_store: bool = False
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     home: Path
@@ -84,7 +123,7 @@ class DaemonConfig:
     tls: bool = True
     advertise: tuple[str, ...] = ()  # addresses pairing codes carry, when the bound one is not reachable
     watch_chunk_s: float = 50.0  # the follower's long-poll chunk (tests shorten it)
-    settings: Config = field(default_factory=Config)  # the config file (providers, approvals)
+    settings: Config = field(default_factory=_default_settings)  # the config file (providers, approvals)
     listener_limits: ListenerLimits = field(
         default_factory=ListenerLimits
     )  # TCP caps, timeouts (tests lower them)
@@ -137,12 +176,20 @@ async def open_store(paths: Paths, *, new_store: bool) -> Database:
     """Never start over a damaged or foreign store (store/health.py): an existing file must be
     a healthy peerd store; a missing one is made only on a first start (no identity yet) or
     with `--new-store`. Refused: `StoreRefused`, one sentence naming the file and the way out."""
+    identity_exists = (paths.home / "identity" / "key.pem").exists()
+    # Imported and checked in a worker thread: an import on the loop thread would stop `status`
+    # (the early server) until it is done, and it waits for the import lock the thread importing
+    # the daemon holds, so it could take as long as the whole daemon's modules.
+    database = await asyncio.to_thread(_checked_store, paths.db, identity_exists, new_store)
+    return await database.open(paths.db)
+
+
+def _checked_store(db: Path, identity_exists: bool, new_store: bool) -> type[Database]:
     from peerd.store import health  # noqa: PLC0415  # aiosqlite: only once serving
     from peerd.store.db import Database  # noqa: PLC0415
 
-    identity_exists = (paths.home / "identity" / "key.pem").exists()
-    await asyncio.to_thread(health.check, paths.db, identity_exists=identity_exists, new_store=new_store)
-    return await Database.open(paths.db)
+    health.check(db, identity_exists=identity_exists, new_store=new_store)
+    return Database
 
 
 # --- the identity, read lightly ------------------------------------------------------------------
@@ -170,11 +217,7 @@ def light_identity(home: Path) -> tuple[str, str] | None:
         return None
     if key_der is None or cert_der is None or len(key_der) != 48 or not key_der.startswith(_PKCS8_ED25519):
         return None
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat  # noqa: PLC0415
-
-    public = Ed25519PrivateKey.from_private_bytes(key_der[16:]).public_key()
-    raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    raw = public_key(key_der[16:])  # the standard library's: `cryptography` is not imported yet
     if cert_der.count(_SPKI_ED25519 + raw) != 1:
         return None  # a certificate for another key: rebuilt by the full start
     return env_id_from_public_key(raw), "sha256:" + hashlib.sha256(cert_der).hexdigest()
@@ -305,7 +348,7 @@ class EarlyStart:
     read lightly, and the owner socket, served first by `_Held` connections, then (after
     `handoff`) by the daemon's own HTTP server on the very same listening socket."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig | EarlyConfig) -> None:
         self.config = config
         self.paths = Paths(config.home)
         self.lock: IO[str] | None = None
@@ -394,8 +437,15 @@ class EarlyStart:
             task.cancel()
 
 
-async def serve(config: DaemonConfig) -> None:
+async def serve(
+    config: DaemonConfig | EarlyConfig, *, settle: Callable[[], DaemonConfig] | None = None
+) -> None:
     """`peerd serve`: the early steps above, then the whole daemon (`peerd.daemon.serve`).
+
+    With `settle` (the CLI's), `config` is only what the early start needs, and `settle` reads and
+    validates the config file, sets up logging and returns the daemon's config: run in the worker
+    thread that imports the daemon, after `status` answers (on a first start, before the store is
+    made). Its error (a wrong config file or flag) ends the start like any other.
 
     SIGTERM/SIGINT are handled from the first step: one that arrives while the daemon is still
     loading ends the start cleanly (held requests answered `unavailable`, lock and store closed,
@@ -405,13 +455,22 @@ async def serve(config: DaemonConfig) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     early = EarlyStart(config)
+    settled: DaemonConfig | None = config if isinstance(config, DaemonConfig) else None
     try:
         await early.open()
+        if settled is None and not early.bound:  # a first start: nothing is made before the file is read
+            settled = await asyncio.to_thread(_settle, settle)
         started = time.monotonic()
+
+        def load() -> tuple[DaemonConfig, Any]:
+            full = settled if settled is not None else _settle(settle)
+            return full, importlib.import_module("peerd.daemon")
+
         # The store's check and the whole daemon's modules, while the loop answers `status`.
         store = asyncio.ensure_future(early.open_store())
         try:
-            daemon = await asyncio.to_thread(importlib.import_module, "peerd.daemon")
+            full, daemon = await asyncio.to_thread(load)
+            early.config = full  # `status` now says the validated label
         finally:
             await store  # raises StoreRefused for a damaged or foreign store: nothing else is served
         import_s = time.monotonic() - started
@@ -423,7 +482,13 @@ async def serve(config: DaemonConfig) -> None:
     except BaseException as exc:
         await _abandon(early, f"The daemon could not start: {getattr(exc, 'message', exc)}")
         raise
-    await daemon.serve(config, early=early, import_s=import_s, stop=stop)
+    await daemon.serve(full, early=early, import_s=import_s, stop=stop)
+
+
+def _settle(settle: Callable[[], DaemonConfig] | None) -> DaemonConfig:
+    if settle is None:  # pragma: no cover  # `config` is a DaemonConfig whenever settle is None
+        raise PeerdError("peerd serve was started without its config.")
+    return settle()
 
 
 class StartStopped(PeerdError):
@@ -432,7 +497,11 @@ class StartStopped(PeerdError):
 
 async def _abandon(early: EarlyStart, message: str) -> None:
     early.refuse_held(message)
+    bound = early.bound
     await early.close()
+    if bound:  # ours (the lock is held): no stale socket is left for `status` to find
+        with contextlib.suppress(FileNotFoundError):
+            early.paths.socket.unlink()
     if early.db is not None:
         await early.db.close()
     if early.lock is not None:

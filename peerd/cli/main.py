@@ -197,44 +197,57 @@ def serve(
     log_level: str,
 ) -> None:
     """Run the daemon in the foreground until SIGTERM or SIGINT."""
-    # Only `serve` needs the server stack; importing it here keeps every other command quick.
+    # Only `serve` needs the server stack, and only after the owner socket answers `status`
+    # (peerd/boot.py): until then the standard library only. The config file is validated and
+    # logging set up by `settle`, in the thread that imports the daemon.
     import asyncio  # noqa: PLC0415
-    import logging  # noqa: PLC0415
     import socket  # noqa: PLC0415
 
-    from peerd import config as settings_file  # noqa: PLC0415
-    from peerd.boot import DEFAULT_LISTEN, DaemonConfig, parse_listen  # noqa: PLC0415
-    from peerd.boot import serve as run_daemon  # noqa: PLC0415  # status first, then the rest
+    from peerd import boot  # noqa: PLC0415
     from peerd.errors import PeerdError  # noqa: PLC0415
-    from peerd.logs import configure_logging  # noqa: PLC0415
 
-    configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
     try:
         home = cli_context(ctx)
-        named = None if home.given_by == "default" else home.home  # its own config.toml
-        settings = settings_file.load(config_path, required=config_path is not None, home=named)
     except PeerdError as exc:
         fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
-    tls = settings.tls and not no_tls
-    from_file = DEFAULT_LISTEN if settings.listen is None else (settings.listen or None)
-    effective_listen = None if no_listen else (listen or from_file)
-    if effective_listen:
+    named = None if home.given_by == "default" else home.home  # its own config.toml
+
+    def settle() -> boot.DaemonConfig:
+        import logging  # noqa: PLC0415
+
+        from peerd import config as settings_file  # noqa: PLC0415
+        from peerd.logs import configure_logging  # noqa: PLC0415
+
+        configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
         try:
-            parse_listen(effective_listen, tls=tls)
+            settings = settings_file.load(config_path, required=config_path is not None, home=named)
+            tls = settings.tls and not no_tls
+            from_file = boot.DEFAULT_LISTEN if settings.listen is None else (settings.listen or None)
+            effective_listen = None if no_listen else (listen or from_file)
+            if effective_listen:
+                boot.parse_listen(effective_listen, tls=tls)
         except PeerdError as exc:
-            fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
-    config = DaemonConfig(
-        home=cli_context(ctx).home,
-        label=label or settings.label or socket.gethostname(),
-        listen=effective_listen or None,
-        tls=tls,
-        advertise=tuple(a.rstrip("/") for a in (advertise or settings.advertise)),
-        settings=settings,
+            raise boot.BadStart(f"{exc.code}: {exc.message}") from None
+        return boot.DaemonConfig(
+            home=home.home,
+            label=label or settings.label or socket.gethostname(),
+            listen=effective_listen or None,
+            tls=tls,
+            advertise=tuple(a.rstrip("/") for a in (advertise or settings.advertise)),
+            settings=settings,
+            new_store=new_store,
+        )
+
+    early = boot.EarlyConfig(
+        home=home.home,
+        label=label or boot.light_label(config_path, home=named) or socket.gethostname(),
         new_store=new_store,
     )
     try:
-        asyncio.run(run_daemon(config))
+        asyncio.run(boot.serve(early, settle=settle))
     except PeerdError as exc:
+        if isinstance(exc, boot.BadStart):  # the config file or a flag: what is wrong, and where
+            fail(exc.message, EXIT_USAGE)
         if exc.code == "store_refused":  # a damaged, foreign or missing store: the sentence says why
             fail(exc.message, EXIT_USAGE)
         fail(f"{exc.code}: {exc.message}")

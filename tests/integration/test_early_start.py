@@ -189,3 +189,29 @@ def test_status_wait_waits_for_the_whole_daemon_not_its_early_answer(tmp_path: P
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_serve_reaches_the_early_status_with_the_standard_library_only() -> None:
+    """What `peerd serve` imports before its owner socket answers `status`: the CLI (click) and
+    peerd's light modules; pydantic (the config file), structlog and rich (logging), cryptography
+    (the identity) and aiosqlite come after, in the thread that imports the daemon."""
+    code = (
+        "import sys, asyncio, socket, peerd.cli.main, peerd.boot\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    outside = set(done.stdout.split()) - {"click", "peerd", "__main__", "_distutils_hack"}
+    assert {m for m in outside if not m.startswith("__editable__")} == set(), done.stdout
+
+
+def test_a_bad_config_file_found_after_the_early_start_exits_2_and_leaves_no_socket(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    load_or_create_identity(home)  # an identity: the early socket is bound before the file is read
+    (home / "config.toml").write_text('label = "early"\n[runs]\nstart_slots = 0\n')
+    assert boot.light_label(None, home=home) == "early"  # read with tomllib for the early answer
+    argv = [sys.executable, "-m", "peerd", "--home", str(home), "serve", "--no-listen", "--new-store"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "config_invalid" in done.stderr and "runs.start_slots" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not Paths(home).socket.exists()
