@@ -24,6 +24,7 @@ from pathlib import Path
 
 from peerd.core.repo_identity import canonical_repo_key
 from peerd.errors import GitError, InvalidRequest, NotFound
+from peerd.runtime import gitworktree
 from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
     IGNORE_NESTED,
@@ -232,8 +233,10 @@ async def _create_worktree(repo: GitLocation, worktree: Path, branch: str, base:
     is lost.
 
     O(1) in the number of worktrees the repository has: the record of this one path is looked up
-    directly (`find_record`), never by listing every worktree; a new worktree costs two git
-    processes (`cat-file` for the branch and the start commit, then `worktree add`).
+    directly (`find_record`), never by listing every worktree, and a new worktree on a new branch
+    is made without `git worktree add` (which reads every other worktree): two git processes,
+    `update-ref` (the branch, only if it is new, only on a commit) and `read-tree`
+    (peerd/runtime/gitworktree.py); `cat-file` and `worktree add` only when that does not apply.
     """
     _require_branch_name(branch)
     if base is not None:
@@ -249,11 +252,22 @@ async def _create_worktree(repo: GitLocation, worktree: Path, branch: str, base:
                 f"{worktree} is already a worktree of {repo.work_tree} on "
                 f"{'branch ' + record.branch if record.branch else 'a detached HEAD'}, not on {branch}."
             )
-        if worktree.is_dir():
+        if gitworktree.half_made(record.admin):  # a creation that was cut: made again from its branch
+            await asyncio.to_thread(gitworktree.forget_half_made, record.admin, worktree)
+        elif worktree.is_dir():
             return
-        stale = True  # registered, but its directory is gone: git would refuse the path
+        else:
+            stale = True  # registered, but its directory is gone: git would refuse the path
 
     start = base if base is not None else "HEAD"
+    if record is None and gitworktree.direct_add_possible(admin_root.parent, worktree):
+        # The usual case (a new thread's own branch): two git processes. `update-ref` creates the
+        # branch only if it does not exist and only on a commit; anything else is sorted out below.
+        try:
+            await gitworktree.add_direct(repo, admin_root.parent, worktree, branch, f"{start}^{{commit}}")
+            return
+        except GitError:
+            pass
     branch_tip, start_commit = await _resolve(repo, f"refs/heads/{branch}", f"{start}^{{commit}}")
     if branch_tip is not None:
         # Forget worktrees whose directories are gone, or git refuses to check the branch out
@@ -270,6 +284,9 @@ async def _create_worktree(repo: GitLocation, worktree: Path, branch: str, base:
         raise GitError(f"{start!r} is not a commit in {repo.work_tree}.")
     if stale:
         await _git(repo, "worktree", "prune")
+    if gitworktree.direct_add_possible(admin_root.parent, worktree):
+        await gitworktree.add_direct(repo, admin_root.parent, worktree, branch, start_commit)
+        return
     add = ("worktree", "add", "-b", branch, "--", str(worktree), start_commit)
     try:
         await _git(repo, *add)

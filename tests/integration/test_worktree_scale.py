@@ -1,6 +1,7 @@
 """Rules: creating a worktree is O(1) in the number of worktrees the repository has (two git
-processes for a new one, none listing the others), git runs off the event loop thread, and a
-cancelled git call leaves no process behind."""
+processes for a new one, none reading the others: not `git worktree add`), what it makes is the
+worktree git makes (`worktree list`, `prune`, `status`, `remove` agree), git runs off the event
+loop thread, and a cancelled git call leaves no process behind."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ async def test_a_new_worktree_is_two_git_processes_whatever_the_repository_holds
     add_worktrees(repo, tmp_path, 40)
     spy = Spy(monkeypatch)
     await git.create_worktree(repo, tmp_path / "wt" / "thr_1", "peerd/thr_1", None)
-    assert spy.subcommands() == ["cat-file", "worktree"]  # resolve branch + start, then add
-    assert all(argv[:2] != ["worktree", "list"] for argv, _ in spy.calls)
+    # Make the branch (new, on a commit), check the files out: no `worktree` command at all.
+    assert spy.subcommands() == ["update-ref", "read-tree"]
     assert run_git(tmp_path / "wt" / "thr_1", "branch", "--show-current").strip() == "peerd/thr_1"
 
     spy.calls.clear()
@@ -114,3 +115,93 @@ def run_check_ref_format(repo: Path, name: str) -> bool:
         ["git", "check-ref-format", f"refs/heads/{name}"], cwd=repo, capture_output=True, check=False
     )
     return done.returncode == 0
+
+
+def porcelain(repo: Path) -> dict[str, dict[str, str]]:
+    """`git worktree list --porcelain`, by worktree path."""
+    found: dict[str, dict[str, str]] = {}
+    for record in run_git(repo, "worktree", "list", "--porcelain").split("\n\n"):
+        fields = dict(line.partition(" ")[::2] for line in record.splitlines() if line)
+        if "worktree" in fields:
+            found[fields["worktree"]] = fields
+    return found
+
+
+async def test_a_worktree_made_directly_is_the_one_git_worktree_add_makes(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "src").mkdir()
+    (repo / "src" / "a.py").write_text("print('a')\n")
+    run_git(repo, "add", "src")
+    run_git(repo, "commit", "-q", "-m", "src")
+    head = run_git(repo, "rev-parse", "HEAD").strip()
+    ours, theirs = tmp_path / "wt" / "thr_1", tmp_path / "wt" / "by-git"
+    await git.create_worktree(repo, ours, "peerd/thr_1", None)
+    run_git(repo, "worktree", "add", "-q", "-b", "by-git", str(theirs))
+
+    listed = porcelain(repo)
+    assert listed[str(ours)] == {"worktree": str(ours), "HEAD": head, "branch": "refs/heads/peerd/thr_1"}
+    admin, git_made = repo / ".git" / "worktrees" / "thr_1", repo / ".git" / "worktrees" / "by-git"
+    for name in ("gitdir", "commondir", "HEAD"):  # the same files, written the same way
+        expected = (git_made / name).read_text().replace(str(theirs), str(ours))
+        assert (admin / name).read_text() == expected.replace("heads/by-git", "heads/peerd/thr_1"), name
+    assert (ours / ".git").read_text() == f"gitdir: {admin}\n"
+    assert not (admin / "locked").exists()
+    assert (ours / "src" / "a.py").read_text() == "print('a')\n"
+    assert run_git(ours, "status", "--porcelain") == ""  # the index matches the files
+    assert run_git(ours, "branch", "--show-current").strip() == "peerd/thr_1"
+    assert "branch: Created from" in run_git(repo, "reflog", "show", "peerd/thr_1")
+    # git's own bookkeeping agrees: prune keeps it, a commit in it moves its branch, and it is
+    # removed (and pruned once its directory is gone) like any other.
+    run_git(repo, "worktree", "prune")
+    assert str(ours) in porcelain(repo)
+    (ours / "b.txt").write_text("b\n")
+    run_git(ours, "add", "b.txt")
+    run_git(ours, "commit", "-q", "-m", "b")
+    assert run_git(repo, "log", "-1", "--format=%s", "peerd/thr_1").strip() == "b"
+    await git.remove_worktree(repo, ours, delete_branch="peerd/thr_1")
+    assert str(ours) not in porcelain(repo) and not ours.exists() and not admin.exists()
+    await git.create_worktree(repo, ours, "peerd/thr_2", None)
+    subprocess.run(["rm", "-rf", str(ours)], check=True)
+    run_git(repo, "worktree", "prune")
+    assert str(ours) not in porcelain(repo)
+
+
+async def test_a_taken_admin_name_gets_a_number_as_git_gives_it(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    first, second = tmp_path / "a" / "thr_1", tmp_path / "b" / "thr_1"
+    await git.create_worktree(repo, first, "peerd/a", None)
+    await git.create_worktree(repo, second, "peerd/b", None)
+    assert (repo / ".git" / "worktrees" / "thr_11" / "gitdir").read_text() == f"{second}/.git\n"
+    assert porcelain(repo)[str(second)]["branch"] == "refs/heads/peerd/b"
+    await git.create_worktree(repo, second, "peerd/b", None)  # found again by its record: kept
+
+
+async def test_a_creation_cut_midway_is_made_again_from_its_branch(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    wt = tmp_path / "wt" / "thr_1"
+    await git.create_worktree(repo, wt, "peerd/thr_1", None)
+    admin = repo / ".git" / "worktrees" / "thr_1"
+    # What a crash between the admin files and the checkout leaves: `locked`, no files.
+    (admin / "locked").write_text("initializing")
+    (admin / "index").unlink()
+    (wt / "README.md").unlink()
+    await git.create_worktree(repo, wt, "peerd/thr_1", None)
+    assert (wt / "README.md").exists() and run_git(wt, "status", "--porcelain") == ""
+    assert porcelain(repo)[str(wt)]["branch"] == "refs/heads/peerd/thr_1"
+
+
+@pytest.mark.parametrize("why", ["sparse", "worktree-config", "odd-name"])
+async def test_what_git_must_decide_goes_through_git_worktree_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    name = "thr 1" if why == "odd-name" else "thr_1"
+    if why == "sparse":
+        (repo / ".git" / "info").mkdir(exist_ok=True)
+        (repo / ".git" / "info" / "sparse-checkout").write_text("/*\n")
+    elif why == "worktree-config":
+        (repo / ".git" / "config.worktree").write_text("")
+    spy = Spy(monkeypatch)
+    await git.create_worktree(repo, tmp_path / "wt" / name, "peerd/thr_1", None)
+    assert spy.subcommands() == ["cat-file", "worktree"]
+    assert porcelain(repo)[str(tmp_path / "wt" / name)]["branch"] == "refs/heads/peerd/thr_1"
