@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from peerd.contracts import Thread
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
@@ -159,6 +160,40 @@ async def test_runs_start_one_slot_at_a_time_and_kick_never_waits(tmp_path: Path
             await _until(lambda run_id=run_id: not manager.is_executing(run_id))  # type: ignore[misc]
         assert [(await store.run_views(db, t))[0].status for t in ids] == ["completed"] * 3
         assert manager.start_slots.taken == 0
+    finally:
+        await manager.shutdown()
+        await db.close()
+
+
+async def test_a_run_interrupted_while_it_waits_for_a_slot_ends_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    db = await Database.open(tmp_path / "peerd.db")
+    provider = _Provider()
+    manager = RunManager(
+        db, ChangeFeed(), {"script": provider}, state_dir=tmp_path / "state", tool_env={}, start_slots=1
+    )
+    manager.start_slots.hold_max_s = 60.0
+    made: list[str] = []
+    workspace = manager._workspace
+
+    async def recorded(thread: Thread) -> Path:
+        made.append(thread.id)
+        return await workspace(thread)
+
+    manager._workspace = recorded  # type: ignore[method-assign]
+    try:
+        project = await projects.add(db, name="p", path=str(tmp_path), repository_key=None, now=1.0)
+        first, second = [await _launch(db, project.id, tmp_path, n) for n in range(2)]
+        await manager.kick(first)
+        await manager.kick(second)
+        await _until(lambda: first in provider.started and manager.start_slots.waiting == 1)
+        await manager.interrupt(second, stop=False, reason="not now")
+        provider.started[first].queue.put_nowait(RunFinished("completed"))  # its slot is free
+        run = (await store.run_views(db, second))[0]
+        await _until(lambda: not manager.is_executing(run.id))
+        assert (await store.run_views(db, second))[0].status == "interrupted"
+        assert second not in provider.started and made == [first]  # no worktree, no process
     finally:
         await manager.shutdown()
         await db.close()
