@@ -58,9 +58,9 @@ class RunContext:
     parent_thread_id: str | None = None
 
 
-# Queue a run on the thread (a continuation after a restart) when nothing is queued there:
-# (thread id, prompt) -> queued or not.
-Continue = Callable[[str, str], Awaitable[bool]]
+# Queue a run on the thread (a continuation after a restart) when nothing is queued there and the
+# run that asked is still the thread's latest: (thread id, that run's id, prompt) -> queued or not.
+Continue = Callable[[str, str, str], Awaitable[bool]]
 
 
 class ApprovalService:
@@ -220,6 +220,8 @@ class ApprovalService:
         when it asks again; make sure one will."""
         if self.continue_thread is None or self._closing:
             return
+        if approval.status not in ("approved", "denied"):
+            return  # a deadline or a withdrawal: nobody decided, nothing to tell a new run
         if approval.status == "approved":
             note = (
                 f"peerd: while you waited for approval to {approval.summary}, this machine's peerd "
@@ -232,7 +234,7 @@ class ApprovalService:
                 f"restarted. {rules.denial_message(approval)}"
             )
         try:
-            await self.continue_thread(approval.thread_id, note)
+            await self.continue_thread(approval.thread_id, approval.run_id, note)
         except Exception:
             log.warning(
                 "could not queue the continuation for an owed approval", approval=approval.id, exc_info=True

@@ -28,8 +28,8 @@ def build(
     kick: Callable[[str], Awaitable[None]],
     clock: Callable[[], float] = time.time,
 ) -> ApprovalService:
-    async def continue_thread(thread_id: str, prompt: str) -> bool:
-        queued = await queue_continuation(db, thread_id, prompt, now=clock())
+    async def continue_thread(thread_id: str, asked_in: str, prompt: str) -> bool:
+        queued = await queue_continuation(db, thread_id, asked_in, prompt, now=clock())
         if queued:
             await kick(thread_id)
         return queued
@@ -47,9 +47,11 @@ def build(
     )
 
 
-async def queue_continuation(db: Database, thread_id: str, prompt: str, *, now: float) -> bool:
+async def queue_continuation(db: Database, thread_id: str, asked_in: str, prompt: str, *, now: float) -> bool:
     """A run on the thread for an owed decision, unless one is queued or live there already (it
-    will ask again and inherit the decision), or the thread is archived or held by a stop."""
+    will ask again and inherit the decision), the thread went on since the run that asked
+    (`asked_in` is no longer its latest run: the question is stale), or the thread is archived or
+    held by a stop."""
     async with db.write() as tx:
         async with tx.execute("SELECT status, queue_held FROM threads WHERE id = ?", (thread_id,)) as cur:
             thread = await cur.fetchone()
@@ -62,6 +64,12 @@ async def queue_continuation(db: Database, thread_id: str, prompt: str, *, now: 
         ) as cur:
             if await cur.fetchone() is not None:
                 return False
+        async with tx.execute(
+            "SELECT id FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT 1", (thread_id,)
+        ) as cur:
+            latest = await cur.fetchone()
+        if latest is None or latest["id"] != asked_in:
+            return False
         await new_run(tx, thread_id, prompt, now, origin="continue")
         return True
 

@@ -164,3 +164,22 @@ async def test_a_local_childs_question_goes_to_the_person_and_shows_on_its_task(
         await asyncio.sleep(0.1)
     assert shown["status"] == "completed" and shown["awaitingApproval"] is None
     assert "CHILD DONE" in (shown["result"] or "")
+
+
+async def test_a_decision_on_a_question_the_thread_went_past_queues_no_run(tmp_path: Path) -> None:
+    """After a restart the person talks to the thread before deciding: the thread went on, so the
+    old question's decision is recorded but starts nothing."""
+    repo = make_repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
+        project = await c.call("POST", "/v1/projects", body={"path": str(repo)})
+        launched = await launch(c, project, runs_script([{"run": "touch late.txt"}], [{"reply": "moved on"}]))
+        (asked,) = await pending(c)
+    async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
+        sent = await c.call("POST", f"/v1/threads/{launched['threadId']}/runs", body={"text": "Never mind."})
+        await wait_terminal(c, launched["threadId"], sent["runId"], total=15)
+        await c.call("POST", f"/v1/approvals/{asked['id']}/decision", body={"decision": "approve"})
+        await asyncio.sleep(0.5)
+        thread = await c.call("GET", f"/v1/threads/{launched['threadId']}")
+        assert thread["latestRun"]["id"] == sent["runId"]  # nothing new was queued
+        assert not (repo / "late.txt").exists()

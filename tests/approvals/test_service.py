@@ -151,8 +151,9 @@ async def test_standing_grants_for_the_run_and_for_the_command(db: Database) -> 
 async def test_a_decision_owed_across_a_restart_lands_once(db: Database) -> None:
     queued: list[tuple[str, str]] = []
 
-    async def continue_thread(thread_id: str, prompt: str) -> bool:
+    async def continue_thread(thread_id: str, asked_in: str, prompt: str) -> bool:
         queued.append((thread_id, prompt))
+        assert asked_in == "run_1"
         return True
 
     before = service(db)
@@ -203,3 +204,26 @@ async def test_a_run_that_ends_withdraws_its_questions(db: Database) -> None:
     record = await approvals_store.get(db, approval_id)
     assert record is not None and record.status == "cancelled"
     await s.stop()
+
+
+async def test_an_orphaned_question_that_expires_queues_nothing(db: Database) -> None:
+    """Nobody decided it: there is nothing to tell a new run, so no run is queued for it."""
+    queued: list[str] = []
+
+    async def continue_thread(thread_id: str, asked_in: str, prompt: str) -> bool:
+        queued.append(thread_id)
+        return True
+
+    before = service(db)
+    asked = asyncio.create_task(before.ask(RUN, ASK))
+    approval_id = await pending_one(db)
+    asked.cancel()
+    await before.stop()
+    loop = asyncio.get_running_loop()
+    later = ApprovalService(
+        db, ChangeFeed(), clock=lambda: loop.time() + 3600, continue_thread=continue_thread
+    )
+    (expired,) = await later.expire_due()  # an hour on: past its 30-minute deadline
+    assert expired.id == approval_id and expired.status == "expired"
+    assert queued == []
+    await later.stop()
