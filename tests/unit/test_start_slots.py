@@ -157,7 +157,7 @@ async def test_runs_start_one_slot_at_a_time_and_kick_never_waits(tmp_path: Path
             provider.started[thread_id].queue.put_nowait(RunFinished("completed"))
         for thread_id in ids:
             run_id = (await store.run_views(db, thread_id))[0].id
-            await _until(lambda run_id=run_id: not manager.is_executing(run_id))  # type: ignore[misc]
+            await _until(lambda run_id=run_id: not manager.is_executing(run_id))
         assert [(await store.run_views(db, t))[0].status for t in ids] == ["completed"] * 3
         assert manager.start_slots.taken == 0
     finally:
