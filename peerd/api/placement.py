@@ -91,7 +91,7 @@ def attach(
     )
     ops.placement = placement  # `auto` in launches and delegations; the link answer's capacity
     followers.delegation.ender.watcher.hub.capacity = placement.local_capacity  # every feed answer
-    followers.on_capacity = placement.keep  # the laptop keeps what each feed answer brings
+    followers.on_capacity = placement.keep_from_feed  # the laptop keeps what feed answers bring
     links.on_link_answer = placement.link_answered  # and what each live link check brings
     add_placement_routes(app, placement)
     return placement

@@ -36,6 +36,9 @@ log = structlog.get_logger(__name__)
 AUTO = "auto"
 REFRESH_TIMEOUT_S = 3.0
 OWN_TTL_S = 1.0
+# A box's report as the change feed brings it (every answer) is written at most this often per
+# box: a write per answer would queue behind, or ahead of, the wake the same answer carries.
+FEED_KEEP_EVERY_S = 10.0
 OLDER = "reports no capacity (an older peerd)"
 VIA_LINK = "work that came in through a link cannot use this environment's links"
 
@@ -66,6 +69,7 @@ class Placement:
         self.max_age = max_age
         self.refresh_timeout = refresh_timeout
         self._own: tuple[float, c.Capacity] | None = None
+        self._fed: dict[str, float] = {}  # box -> when its feed-borne report was last written
         self._background: set[asyncio.Future[None]] = set()
 
     # --- what this environment reports -------------------------------------------------------
@@ -86,6 +90,15 @@ class Placement:
             await store.failed(self.db, env_id, OLDER, now=self.clock())
         else:
             await store.save(self.db, env_id, capacity, now=self.clock())
+
+    async def keep_from_feed(self, env_id: str, capacity: c.Capacity) -> None:
+        """A report a change-feed answer brought: kept at most every `FEED_KEEP_EVERY_S` per box
+        (the age shown stays well inside the bound past which `auto` reads it again)."""
+        now = self.clock()
+        if now - self._fed.get(env_id, float("-inf")) < FEED_KEEP_EVERY_S:
+            return
+        self._fed[env_id] = now
+        await self.keep(env_id, capacity)
 
     async def link_answered(self, env_id: str, data: object) -> None:
         """A `GET /v1/link` answer from a box: keep its capacity."""

@@ -38,6 +38,9 @@ from peerd.tasks.feedwire import FeedChanges, FeedPoll, FeedRun, FeedSubscribe, 
 from peerd.tasks.rules import settlement
 from peerd.tasks.subscription import INLINE_REPLY_MAX, MAX_FOLLOWED_RUNS, LinkFeed, Report
 
+# A link gets this box's capacity report at most this often (its cache keeps the age).
+CAPACITY_EVERY_S = 10.0
+
 
 def client_key(client_id: str) -> str:
     """The change-feed key a link client's revocation is announced on."""
@@ -52,6 +55,8 @@ class _Link:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     revoked: bool = False
     approvals_sent: str | None = None  # the pending approvals' hash last answered to this link
+    asking: list[ApprovalView] | None = None  # the link's pending approvals as last read (None: read them)
+    capacity_sent: float | None = None  # when this box's report last went to this link
 
 
 class FeedHub:
@@ -120,11 +125,14 @@ class FeedHub:
                 await self._look(link)
                 reports, resynced = link.state.since(req.cursor)
                 cursor = link.state.cursor
-                waiting = await approvals_store.pending(self.db, link_origin=link.client_id)
-                # The oldest ones, as many as the laptop takes from one answer; who asks is the link.
-                asking = [
-                    ApprovalView.of(a).model_copy(update={"link_label": None}) for a in waiting[:MAX_MIRRORED]
-                ]
+                if link.asking is None:  # read again only when they changed (the approvals key)
+                    waiting = await approvals_store.pending(self.db, link_origin=link.client_id)
+                    # The oldest ones, as many as the laptop takes from one answer; who asks is the link.
+                    link.asking = [
+                        ApprovalView.of(a).model_copy(update={"link_label": None})
+                        for a in waiting[:MAX_MIRRORED]
+                    ]
+                asking = link.asking
                 asked = pending_hash(asking)
                 news, link.approvals_sent = asked != link.approvals_sent, asked
             remaining = deadline - loop.time()
@@ -136,17 +144,30 @@ class FeedHub:
                     timed_out=not reports and not news,
                     set_hash=link.state.set.hex if resynced else None,
                     approvals=asking,
-                    capacity=None if self.capacity is None else await self.capacity(),
+                    capacity=await self._capacity_for(link, loop.time()),
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.listener.event.wait(), remaining)
+
+    async def _capacity_for(self, link: _Link, now: float) -> Capacity | None:
+        """This box's report, when the link has not had it for `CAPACITY_EVERY_S` (None: nothing
+        new; the laptop keeps the last one with its age). Not even read otherwise: a wake's
+        answer carries nothing it does not need."""
+        if self.capacity is None or (
+            link.capacity_sent is not None and now - link.capacity_sent < CAPACITY_EVERY_S
+        ):
+            return None
+        link.capacity_sent = now
+        return await self.capacity()
 
     async def _look(self, link: _Link) -> None:
         """Take what changed since the last look and read those threads (under the link's lock)."""
         changed = link.listener.take()
         if client_key(link.client_id) in changed:
             link.revoked = True
-        changed.discard(approvals_key(link.client_id))  # read on every answer: nothing to look at
+        if approvals_key(link.client_id) in changed:
+            changed.discard(approvals_key(link.client_id))  # not a thread: nothing to look at
+            link.asking = None  # read them again for the next answer
         state = link.state
         state.changed(changed)
         dirty = state.take_dirty()

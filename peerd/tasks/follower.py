@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -139,6 +140,7 @@ class Follower:
         self._reload = True  # read them all again (the link changed here)
         self._touched: set[str] = set()  # tasks to read again
         self._mirroring: set[asyncio.Future[None]] = set()  # writes of the box's pending approvals
+        self._mirrored: str | None = None  # what was last written of them
         self.requests = 0  # polls sent: idle traffic is measured by this
         self.syncs = 0  # subscription requests sent
 
@@ -439,12 +441,15 @@ class Follower:
         """Keep what the box says its pending approvals for our work are (`peerd approval list`
         shows them, marked on box); the poll is answered whatever becomes of this write."""
         bodies = [a.model_dump(mode="json", by_alias=True) for a in answer.approvals or []]
+        same = json.dumps(bodies, sort_keys=True)
+        if same == self._mirrored:
+            return  # unchanged (most answers): no write to queue beside the answer's wake
         db, feed, env_id = self.pool.db, self.pool.delegation.feed, self.env_id
 
         async def write() -> None:
-            with contextlib.suppress(PeerdError):
-                await approvals_store.mirror(db, env_id, bodies, now=time.time())
-                feed.changed(APPROVALS_CHANGED)
+            await approvals_store.mirror(db, env_id, bodies, now=time.time())
+            self._mirrored = same
+            feed.changed(APPROVALS_CHANGED)
 
         self._background(write())
 
