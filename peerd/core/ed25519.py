@@ -4,7 +4,9 @@ Used by `peerd serve`'s early start (peerd/boot.py:light_identity) to check that
 certificate is over its key before `cryptography` is imported (importing it is tens of ms of the
 300 ms `status` budget). Only the public key is computed, once, at start-up: nothing is signed or
 verified here (signatures are `cryptography`'s, in peer/identity.py). Checked against
-`cryptography` in tests/unit/test_identity.py.
+`cryptography` in tests/unit/test_ed25519.py. The arithmetic is not constant-time: it runs once per
+daemon start, on this machine, with nothing an observer can repeat or time (a signing or
+verifying path must never use it).
 """
 
 from __future__ import annotations
