@@ -348,7 +348,11 @@ async def test_auto_in_a_links_work_never_uses_the_boxs_own_links(tmp_path: Path
                 break
             await asyncio.sleep(0.05)
         [task] = found
-        shown = await bc.call("GET", f"/v1/tasks/{task['taskId']}")
+        for _ in range(400):  # the task is recorded before its child is launched: wait for the child
+            shown = await bc.call("GET", f"/v1/tasks/{task['taskId']}")
+            if shown["childThreadId"] is not None or shown["remoteChild"] is not None:
+                break
+            await asyncio.sleep(0.05)
         assert shown["remoteChild"] is None and shown["childThreadId"] is not None  # here, on box
         assert shown["placement"].startswith("box: "), shown["placement"]
         assert (
