@@ -157,6 +157,7 @@ class ApprovalService:
         self._changed(approval)
         try:
             while True:
+                decided.clear()  # before the read: a decision landing during it is not missed
                 current = await approvals_store.get(self.db, approval.id)
                 if current is None:
                     return ApprovalAnswer(False, "Not allowed: the question was withdrawn.")
@@ -164,7 +165,6 @@ class ApprovalService:
                     if await approvals_store.delivered(self.db, current.id, now=self.clock()):
                         self._changed(current)
                     return current.answer()
-                decided.clear()
                 await decided.wait()
         finally:
             self._waiting.pop(approval.id, None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +228,27 @@ async def test_an_orphaned_question_that_expires_queues_nothing(db: Database) ->
     assert expired.id == approval_id and expired.status == "expired"
     assert queued == []
     await later.stop()
+
+
+async def test_a_decision_landing_while_the_gate_reads_is_not_missed(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate reads the record, then waits: a decision written between the two must still wake it."""
+    from peerd.approvals import service as service_module  # noqa: PLC0415
+
+    s = service(db)
+    real_get = approvals_store.get
+    decided_in_between = False
+
+    async def get_then_decide(database: Database, approval_id: str) -> Any:
+        nonlocal decided_in_between
+        seen = await real_get(database, approval_id)  # pending, as the gate will see it
+        if seen is not None and seen.pending and not decided_in_between:
+            decided_in_between = True
+            await s.decide(approval_id, Decision("approve", "owner"))
+        return seen
+
+    monkeypatch.setattr(service_module.approvals_store, "get", get_then_decide)
+    answer = await asyncio.wait_for(s.ask(RUN, ASK), 5)
+    assert decided_in_between and answer.allow
+    await s.stop()
