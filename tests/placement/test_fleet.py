@@ -252,6 +252,15 @@ async def test_a_delegated_auto_task_records_its_placement_and_the_feed_brings_c
         assert laptop_db is not None
         async with laptop_db.write() as tx:  # forget what the check read: the feed must bring it
             await tx.execute("DELETE FROM link_capacity")
+        # ... and what each side remembers sending and keeping (a report goes and is written at
+        # most every 10 s per link: the next answer would otherwise carry none).
+        laptop_followers, box_followers = f.daemons["laptop"].followers, f.daemons["box"].followers
+        assert laptop_followers is not None and box_followers is not None
+        placement = laptop_followers.delegation.ops.placement
+        assert placement is not None
+        placement._fed.clear()
+        for link in box_followers.delegation.ender.watcher.hub._links.values():
+            link.capacity_sent = None
         for _ in range(400):
             shown = await f.lc.call("GET", f"/v1/tasks/{task['taskId']}")
             if shown["status"] == "completed":
