@@ -19,7 +19,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -264,28 +264,32 @@ class CliRun:
             if isinstance(self._parser, TextParser):
                 for item in self._parser.final_items():
                     yield item
-            if self._timed_out:
-                yield RunFinished(
-                    "failed",
-                    error=f"{self._cli} ran past its {self._launch.timeout_s:g} s limit and was stopped.",
-                    exit_code=exit_code,
-                )
-            else:
-                yield self._parser.finish(
-                    exit_code=exit_code,
-                    stderr_tail=self._process.stderr_tail(),
-                    interrupted=self._interrupted,
-                )
+            yield self._outcome(exit_code, self._parser.finish)
         finally:
-            if limit is not None:
-                limit.cancel()
-            if stopper is not None:
-                stopper.cancel()
-            if not finished:
-                # The consumer gave up on the run: it must not keep running unobserved.
-                self._process.send_signal(signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                shutil.rmtree(self._launch.scratch)
+            self._end([limit, stopper], finished=finished)
+
+    def _outcome(self, exit_code: int, finish: Callable[..., RunFinished]) -> RunFinished:
+        """How the run ended: past its time limit, else as its parser (or driver) reads it."""
+        if self._timed_out:
+            return RunFinished(
+                "failed",
+                error=f"{self._cli} ran past its {self._launch.timeout_s:g} s limit and was stopped.",
+                exit_code=exit_code,
+            )
+        return finish(
+            exit_code=exit_code, stderr_tail=self._process.stderr_tail(), interrupted=self._interrupted
+        )
+
+    def _end(self, tasks: Sequence[asyncio.Task[None] | None], *, finished: bool) -> None:
+        """The run's helpers stopped, the process gone, the scratch dir (its token) removed."""
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+        if not finished:
+            # The consumer gave up on the run: it must not keep running unobserved.
+            self._process.send_signal(signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self._launch.scratch)
 
     def _feed_text(self, line: str) -> list[SessionStarted | ItemProduced]:
         if isinstance(self._parser, TextParser):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -204,26 +203,9 @@ class DuplexRun(CliRun):
                     stopper = asyncio.create_task(self._stop_given_up())
             exit_code = await self._process.wait()
             finished = True
-            if self._timed_out:
-                yield RunFinished(
-                    "failed",
-                    error=f"{self._cli} ran past its {self._launch.timeout_s:g} s limit and was stopped.",
-                    exit_code=exit_code,
-                )
-            else:
-                yield self._driver.finish(
-                    exit_code=exit_code,
-                    stderr_tail=self._process.stderr_tail(),
-                    interrupted=self._interrupted,
-                )
+            yield self._outcome(exit_code, self._driver.finish)
         finally:
-            for task in [*self._asking.values(), reader, limit, stopper, self._linger]:
-                if task is not None:
-                    task.cancel()
-            if not finished:
-                self._process.send_signal(signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                shutil.rmtree(self._launch.scratch)
+            self._end([*self._asking.values(), reader, limit, stopper, self._linger], finished=finished)
 
 
 class _NoParser:
