@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
 import structlog
 
 from peerd import contracts as c
@@ -43,7 +42,7 @@ from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
 from peerd.store import clients, projects, threads
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
 from peerd.tasks import feedstore
 
@@ -385,7 +384,7 @@ class Operations:
         if link is None or (ceiling.max_runs is None and ceiling.max_usd_per_day is None):
             return None
 
-        async def admit(tx: aiosqlite.Connection) -> None:
+        async def admit(tx: Tx) -> None:
             runs, usd = await usage_store.link_spend_in(tx, link.client_id, self.clock() - DAY_S)
             why = ceiling_refusal(
                 max_runs=ceiling.max_runs, max_usd=ceiling.max_usd_per_day, runs=runs, usd=usd

@@ -19,11 +19,13 @@ async def statements(db: Database, work: Callable[[], Awaitable[object]]) -> lis
 
     for conn in (db._r, db._w):
         await conn.set_trace_callback(trace)
+    db._p.set_trace_callback(trace)
     try:
         await work()
     finally:
         for conn in (db._r, db._w):
             await conn.set_trace_callback(None)
+        db._p.set_trace_callback(None)
     return seen
 
 

@@ -117,7 +117,7 @@ async def delivered(db: Database, approval_id: str, *, now: float) -> bool:
 
 
 async def of_run(db: Database, run_id: str) -> list[Approval]:
-    rows = await db.fetchall(
+    rows = await db.lookup_all(
         f"SELECT {_COLUMNS} FROM approvals WHERE run_id = ? ORDER BY created_at",  # noqa: S608
         (run_id,),
     )

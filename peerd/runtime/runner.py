@@ -31,7 +31,7 @@ from peerd.approvals.gate import ApprovalGate
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
-from peerd.core.runs import SHUTDOWN_REASON, is_live, next_to_start, plan_interrupt
+from peerd.core.runs import SHUTDOWN_REASON, is_live, plan_interrupt
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.paths import Paths
 from peerd.providers.base import (
@@ -156,15 +156,13 @@ class RunManager:
         if self._closing:
             return
         async with self._lock(thread_id):
-            thread = await store.get_thread(self._db, thread_id)
-            views = await store.run_views(self._db, thread_id)
-            run_id = next_to_start(views, queue_held=thread.queue_held, archived=thread.status == "archived")
-            if run_id is None:
-                return
             token = secrets.token_urlsafe(32)
-            await store.transition_run(
-                self._db, run_id, "starting", now=self._clock(), token_hash=token_hash(token)
+            started = await store.start_next(
+                self._db, thread_id, now=self._clock(), token_hash=token_hash(token)
             )
+            if started is None:
+                return
+            thread, run_id = started
             self._feed.changed(thread_id)
             self._tasks[run_id] = asyncio.create_task(
                 self._execute(thread, run_id, token), name=f"run:{run_id}"

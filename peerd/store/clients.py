@@ -31,7 +31,7 @@ from peerd.core.text import clean_label
 from peerd.errors import InvalidRequest, NotFound, PeerdError
 from peerd.peer.pairing_code import secret_hash
 from peerd.peer.tokens import new_refresh_token, refresh_hash
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.store.pairing import MAX_FAILED_ATTEMPTS, check_max_age, code_state
 
@@ -177,13 +177,13 @@ def client_info(row: aiosqlite.Row, now: float) -> ClientInfo:
     )
 
 
-async def _one(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
+async def _one(tx: Tx, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
     async with tx.execute(sql, params) as cur:
         row: aiosqlite.Row | None = await cur.fetchone()
         return row
 
 
-async def _client_in(tx: aiosqlite.Connection, client_id: str) -> aiosqlite.Row:
+async def _client_in(tx: Tx, client_id: str) -> aiosqlite.Row:
     row = await _one(tx, _SELECT + " WHERE c.id = ?", (client_id,))
     if row is None:
         raise RuntimeError(f"client {client_id} vanished inside its own transaction")
@@ -191,7 +191,7 @@ async def _client_in(tx: aiosqlite.Connection, client_id: str) -> aiosqlite.Row:
 
 
 async def _issue_refresh(
-    tx: aiosqlite.Connection, client_id: str, client_expires_at: float | None, now: float, ttl_s: float
+    tx: Tx, client_id: str, client_expires_at: float | None, now: float, ttl_s: float
 ) -> tuple[str, float]:
     # Never outlive the link's hard max age: a refresh past it would be refused anyway, and the
     # laptop learns the real deadline from `refresh_expires_in`.
@@ -204,7 +204,7 @@ async def _issue_refresh(
     return token, expires_at
 
 
-async def _revoke_in(tx: aiosqlite.Connection, client_id: str, reason: str, now: float) -> None:
+async def _revoke_in(tx: Tx, client_id: str, reason: str, now: float) -> None:
     # Idempotent: the first revocation's time and reason are the ones worth keeping.
     await tx.execute(
         "UPDATE clients SET revoked_at = ?, revoked_reason = ? WHERE id = ? AND revoked_at IS NULL",
@@ -342,7 +342,7 @@ async def revoke_by_refresh_token(db: Database, token: str, *, now: float) -> bo
 
 async def active_client(db: Database, client_id: str, *, now: float) -> ClientInfo | None:
     """The client if it may act now (checked on every request, so revocation ends access at once)."""
-    row = await db.fetchone(_SELECT + " WHERE c.id = ?", (client_id,))
+    row = await db.lookup(_SELECT + " WHERE c.id = ?", (client_id,))
     if row is None:
         return None
     info = client_info(row, now)
@@ -358,7 +358,7 @@ async def touch(
     client unless the address changed. Pass `known` (e.g. from `active_client`) to skip the read.
     """
     if known is None:
-        row = await db.fetchone("SELECT last_seen_at, last_address FROM clients WHERE id = ?", (client_id,))
+        row = await db.lookup("SELECT last_seen_at, last_address FROM clients WHERE id = ?", (client_id,))
         if row is None:
             return False
         last_seen, last_address = row["last_seen_at"], row["last_address"]

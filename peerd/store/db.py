@@ -1,8 +1,11 @@
-"""The SQLite connection pair: one writer (serialised in-process), one reader (WAL snapshots).
+"""The store's SQLite connections: one writer (serialised in-process), one reader (WAL snapshots),
+one keeper (migrations and WAL checkpoints).
 
 Every state change is one `async with db.write() as tx:` block, i.e. one `BEGIN IMMEDIATE`
-transaction, committed before its effect leaves the process. Readers use their own connection, so
-they never observe a half-done write.
+transaction, committed before its effect leaves the process. The writer runs on the event loop's
+thread (`Tx`: its statements are microseconds, a hop to another thread costs more); reads and
+checkpoints run on their connections' own threads (aiosqlite), since they can be long. Readers use
+their own connection, so they never observe a half-done write.
 
 Storage faults are typed: SQLite's "database or disk is full", "attempt to write a readonly
 database", "database is locked" (past the busy timeout), I/O errors and a damaged file raise
@@ -19,7 +22,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,6 +33,7 @@ from peerd.errors import StorageUnavailable
 from peerd.store.schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 5000
+CHECKPOINT_EVERY_S = 1.0  # the WAL is checkpointed at most this long after a write
 # `PRAGMA application_id` of a peerd store: "peer" in ASCII, in the file's header, so a foreign
 # SQLite file is told apart from ours (stores made before it carry 0 and get it when opened).
 APPLICATION_ID = 0x70656572
@@ -135,12 +139,127 @@ async def create(path: Path) -> None:
     _fsync(path.parent)
 
 
+class Cursor:
+    """A statement's result on the writer, in aiosqlite's calling shape (its rows are already there)."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._c = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._c.rowcount
+
+    @property
+    def lastrowid(self) -> int | None:
+        return self._c.lastrowid
+
+    async def fetchone(self) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._c.fetchone()
+        return row
+
+    async def fetchall(self) -> list[sqlite3.Row]:
+        return list(self._c.fetchall())
+
+    async def close(self) -> None:
+        self._c.close()
+
+    async def __aenter__(self) -> Cursor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._c.close()
+
+
+class Statement:
+    """`tx.execute(...)`: already run; awaited or entered (`async with`) it gives its `Cursor`."""
+
+    def __init__(self, cursor: Cursor) -> None:
+        self._cursor = cursor
+
+    def __await__(self) -> Generator[Any, None, Cursor]:
+        return self._done().__await__()
+
+    async def _done(self) -> Cursor:
+        return self._cursor
+
+    async def __aenter__(self) -> Cursor:
+        return self._cursor
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._cursor.close()
+
+
+class Tx:
+    """The writer connection, run inline on the event loop's thread.
+
+    Each statement of a write is a few microseconds of SQLite work, while a hop to a connection's
+    own thread (how aiosqlite runs every call) costs a thread wake-up each way and, on a VM, often
+    more than the statement: a launch with its run took ~90 writer hops, most of the box's CPU. So
+    the writer runs its statements here, under the same calling shape the store's code uses (`await
+    tx.execute(...)`, `async with tx.execute(...) as cur`), and nothing it does can block for long:
+    WAL with `synchronous = NORMAL` syncs nothing on commit, the WAL is checkpointed off the loop
+    (`Database._checkpoint`), and `BEGIN IMMEDIATE` never waits on a lock here (a busy store is
+    retried with asyncio sleeps). Reads stay on the reader's own thread: they can be long."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._c = conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._c.in_transaction
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Statement:
+        return Statement(Cursor(self._c.execute(sql, params)))
+
+    async def executemany(self, sql: str, params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
+        return Cursor(self._c.executemany(sql, params))
+
+    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return list(self._c.execute(sql, params).fetchall())
+
+    async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
+        self._c.set_trace_callback(callback)
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def _point_reader(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop: `Database.lookup` falls back
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def _inline_writer(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop: `Database._begin` retries
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run off the loop
+    return conn
+
+
 class Database:
-    def __init__(self, path: Path, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
+    def __init__(
+        self,
+        path: Path,
+        writer: Tx,
+        reader: aiosqlite.Connection,
+        keeper: aiosqlite.Connection,
+        point: sqlite3.Connection,
+    ) -> None:
         self.path = path
         self._w = writer
         self._r = reader
+        self._p = point  # `lookup`'s: inline reads of a few rows by key
+        self._keeper = keeper  # migrated the store; runs the WAL checkpoints, on its own thread
         self._wlock = asyncio.Lock()
+        self._checkpoint_due: asyncio.TimerHandle | None = None
+        self._checkpointing: asyncio.Task[None] | None = None
+        self._closed = False
 
     @classmethod
     async def open(cls, path: Path) -> Database:
@@ -148,51 +267,100 @@ class Database:
         if not path.exists():
             await create(path)
         path.chmod(0o600)
-        writer = await _connect(path)
+        keeper = await _connect(path)
         try:
-            await writer.execute("PRAGMA journal_mode = WAL")
-            await writer.execute("PRAGMA synchronous = NORMAL")
-            await migrate(writer)
-            async with writer.execute("PRAGMA application_id") as cur:
+            await keeper.execute("PRAGMA journal_mode = WAL")
+            await keeper.execute("PRAGMA synchronous = NORMAL")
+            await migrate(keeper)
+            async with keeper.execute("PRAGMA application_id") as cur:
                 row = await cur.fetchone()
             if row is not None and row[0] == 0:  # a store made before peerd marked its files
-                await writer.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                await keeper.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             reader = await _connect(path)
+            try:
+                writer = Tx(await asyncio.to_thread(_inline_writer, path))
+                point = await asyncio.to_thread(_point_reader, path)
+            except BaseException:
+                await reader.close()
+                raise
         except BaseException as exc:
-            await writer.close()
+            await keeper.close()
             fault = storage_fault(exc, path)
             if fault is None:
                 raise
             raise fault from exc
-        return cls(path, writer, reader)
+        return cls(path, writer, reader, keeper, point)
 
     async def close(self) -> None:
         async with self._wlock:
-            await self._w.close()
-        await self._r.close()
+            self._closed = True
+            if self._checkpoint_due is not None:
+                self._checkpoint_due.cancel()
+            if self._checkpointing is not None:
+                with contextlib.suppress(Exception):
+                    await self._checkpointing
+            await self._r.close()
+            await self._keeper.close()
+            self._p.close()
+            self._w.close()  # the last connection: SQLite checkpoints and removes the WAL
 
     @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def write(self) -> AsyncIterator[Tx]:
         """One transaction; commits on success, rolls back on any exception (cancellation too).
 
         A storage fault anywhere in it (BEGIN, a statement, COMMIT) is raised as
         `StorageUnavailable` after the rollback; other exceptions pass unchanged."""
         async with self._wlock:
-            try:
-                await self._clear_abandoned()
-                await self._w.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                self._raise_typed(exc)
+            await self._begin()
             try:
                 yield self._w
             except BaseException as exc:
-                await self._rollback()
+                self._rollback()
                 self._raise_typed(exc)
             try:
-                await self._w.execute("COMMIT")
+                self._w.execute("COMMIT")
             except sqlite3.Error as exc:
-                await self._rollback()
+                self._rollback()
                 self._raise_typed(exc)
+            self._committed()
+
+    async def _begin(self) -> None:
+        """`BEGIN IMMEDIATE`; while another process holds the store's write lock, retried with
+        asyncio sleeps (never blocking the loop) for up to `BUSY_TIMEOUT_MS`."""
+        waited = 0.0
+        pause = 0.001
+        while True:
+            try:
+                self._w.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.Error as exc:
+                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+                if code not in (SQLITE_BUSY, SQLITE_LOCKED) or waited >= BUSY_TIMEOUT_MS / 1000:
+                    self._raise_typed(exc)
+            await asyncio.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 0.1)
+
+    def _committed(self) -> None:
+        """Checkpoint the WAL off the loop, at most once per `CHECKPOINT_EVERY_S` of writing."""
+        if self._checkpoint_due is None and self._checkpointing is None and not self._closed:
+            self._checkpoint_due = asyncio.get_running_loop().call_later(
+                CHECKPOINT_EVERY_S, self._start_checkpoint
+            )
+
+    def _start_checkpoint(self) -> None:
+        self._checkpoint_due = None
+        if not self._closed:
+            self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
+
+    async def _checkpoint(self) -> None:
+        try:
+            # PASSIVE: copies what no reader still needs, takes no lock a writer waits on.
+            await self._keeper.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            log.warning("store.checkpoint_failed", exc_info=True)
+        finally:
+            self._checkpointing = None
 
     def _raise_typed(self, exc: BaseException) -> NoReturn:
         """Raise `exc` as `StorageUnavailable` when it is a storage fault, else unchanged."""
@@ -201,26 +369,13 @@ class Database:
             raise exc
         raise fault from exc
 
-    async def _rollback(self) -> None:
+    def _rollback(self) -> None:
         """Undo the open transaction, if SQLite did not already (it does after "disk full")."""
         if self._w.in_transaction:
             try:
-                await self._w.execute("ROLLBACK")
+                self._w.execute("ROLLBACK")
             except sqlite3.Error:
                 log.warning("store.rollback_failed", exc_info=True)
-
-    async def _clear_abandoned(self) -> None:
-        """Roll back what a cancelled writer left open.
-
-        A task cancelled while awaiting BEGIN (or ROLLBACK) gives up the lock, but aiosqlite still
-        runs that statement in its thread, so the connection can be left inside a transaction
-        nobody owns; the next BEGIN would then fail. A no-op queued behind it waits for it to
-        finish (the thread runs statements in order), then any leftover transaction is undone:
-        its writer was cancelled, so it never counted on it."""
-        await self._w.execute("SELECT 1")
-        if self._w.in_transaction:
-            log.warning("store.abandoned_transaction_rolled_back")
-            await self._w.execute("ROLLBACK")
 
     # Each read is one hop to the reader's thread (execute, fetch, reset): a statement left open
     # between awaits would hold the reader's WAL snapshot, and concurrent reads would then miss
@@ -238,6 +393,26 @@ class Database:
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         row = await self.fetchone(sql, params)
         return None if row is None else row[0]
+
+    # A read of a few rows reached through an index (one thread, its runs, a project, a client) is
+    # run inline on its own connection: microseconds, where a hop to the reader's thread costs a
+    # thread wake-up each way. Never a scan, a page or a listing: those can be long, and stay on the
+    # reader's thread (`fetchall`). WAL readers never wait on the writer; should SQLite still say
+    # busy (a recovery by another process), the read goes to the reader's thread, which waits.
+    async def lookup_all(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        try:
+            return list(self._p.execute(sql, params).fetchall())
+        except sqlite3.Error as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code in (SQLITE_BUSY, SQLITE_LOCKED):
+                return await self.fetchall(sql, params)
+            if code == SQLITE_READONLY:  # `query_only`: a write sent here is a bug, not the disk
+                raise
+            self._raise_typed(exc)
+
+    async def lookup(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+        rows = await self.lookup_all(sql, params)
+        return rows[0] if rows else None
 
 
 async def user_version(conn: aiosqlite.Connection) -> int:

@@ -41,9 +41,9 @@ async def add(db: Database, *, name: str, path: str, repository_key: str | None,
 
 
 async def get(db: Database, project_id: str) -> Project:
-    row = await db.fetchone("SELECT * FROM projects WHERE id = ?", (project_id,))
+    row = await db.lookup("SELECT * FROM projects WHERE id = ?", (project_id,))
     if row is None:
-        row = await db.fetchone("SELECT * FROM projects WHERE name = ?", (project_id,))
+        row = await db.lookup("SELECT * FROM projects WHERE name = ?", (project_id,))
     if row is None:
         raise ProjectNotFound(f"No project {project_id!r} here. `peerd project list` shows them.")
     return _project(row)

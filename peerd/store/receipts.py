@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiosqlite
-
 from peerd.core.idempotency import Receipt
+from peerd.store.db import Tx
 
 
-async def find(tx: aiosqlite.Connection, namespace: str, op: str, command_id: str) -> Receipt | None:
+async def find(tx: Tx, namespace: str, op: str, command_id: str) -> Receipt | None:
     async with tx.execute(
         "SELECT request_hash, result FROM receipts WHERE namespace = ? AND op = ? AND command_id = ?",
         (namespace, op, command_id),
@@ -22,7 +21,7 @@ async def find(tx: aiosqlite.Connection, namespace: str, op: str, command_id: st
 
 
 async def record(
-    tx: aiosqlite.Connection,
+    tx: Tx,
     *,
     namespace: str,
     op: str,
@@ -38,6 +37,6 @@ async def record(
     )
 
 
-async def prune(tx: aiosqlite.Connection, *, older_than: float) -> int:
+async def prune(tx: Tx, *, older_than: float) -> int:
     cur = await tx.execute("DELETE FROM receipts WHERE created_at < ?", (older_than,))
     return cur.rowcount

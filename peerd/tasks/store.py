@@ -16,7 +16,7 @@ import aiosqlite
 from peerd import contracts as c
 from peerd.errors import IdempotencyKeyReused, NotFound
 from peerd.store import threads
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.tasks.rules import Wake, complete, is_task_terminal, wake_due, wake_text
 
@@ -133,7 +133,7 @@ class NewTask:
     budget: str | None = None
 
 
-async def _one(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
+async def _one(tx: Tx, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
     async with tx.execute(sql, params) as cur:
         row: aiosqlite.Row | None = await cur.fetchone()
         return row

@@ -331,3 +331,104 @@ async def test_a_writer_cancelled_at_any_point_never_breaks_later_writes(tmp_pat
         assert [v for v in values if v >= 0] == list(range(120))
     finally:
         await database.close()
+
+
+# --- the writer runs on the loop, and never makes it wait ------------------------------------------
+
+
+async def test_a_store_busy_in_another_process_is_waited_for_without_blocking_the_loop(
+    db: Database, tmp_path: Path
+) -> None:
+    """The writer is inline on the event loop (store/db.py:Tx): a `BEGIN IMMEDIATE` that finds
+    another process's write lock is retried with asyncio sleeps, so the loop keeps serving, and the
+    write lands once the lock is gone."""
+    async with db.write() as tx:
+        await tx.execute("CREATE TABLE t (v INTEGER)")
+    other = sqlite3.connect(tmp_path / "peerd.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    async def write() -> None:
+        async with db.write() as tx:
+            await tx.execute("INSERT INTO t (v) VALUES (1)")
+
+    ticker = asyncio.create_task(ticking())
+    writing = asyncio.create_task(write())
+    try:
+        await asyncio.sleep(0.4)
+        assert not writing.done(), "the write went ahead while another process held the lock"
+        assert ticks >= 20, f"the loop was blocked while the write waited ({ticks} ticks in 0.4 s)"
+        other.execute("COMMIT")
+        await asyncio.wait_for(writing, 5)
+    finally:
+        ticker.cancel()
+        other.close()
+    assert sqlite_file(tmp_path / "peerd.db", "SELECT v FROM t") == [(1,)]
+
+
+async def test_a_store_busy_past_the_timeout_is_a_typed_fault_and_writes_work_after(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from peerd.errors import StorageUnavailable  # noqa: PLC0415
+    from peerd.store import db as db_module  # noqa: PLC0415
+
+    monkeypatch.setattr(db_module, "BUSY_TIMEOUT_MS", 200)
+    other = sqlite3.connect(tmp_path / "peerd.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StorageUnavailable, match="stayed locked by another process"):
+            async with db.write() as tx:
+                await tx.execute("CREATE TABLE t (v INTEGER)")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    async with db.write() as tx:
+        await tx.execute("CREATE TABLE t (v INTEGER)")
+    assert not db._w.in_transaction
+
+
+async def test_the_wal_is_checkpointed_off_the_loop_and_stays_bounded(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer never checkpoints (`wal_autocheckpoint = 0`: a checkpoint syncs, and the writer is
+    on the loop); the keeper does, after writes, so the WAL is reused instead of growing with every
+    write. Without those checkpoints this WAL would hold all 4 MB written."""
+    from peerd.store import db as db_module  # noqa: PLC0415
+
+    monkeypatch.setattr(db_module, "CHECKPOINT_EVERY_S", 0.01)
+    async with db.write() as tx:
+        await tx.execute("CREATE TABLE t (v BLOB)")
+    wal = tmp_path / "peerd.db-wal"
+    sizes = []
+    for _ in range(20):
+        async with db.write() as tx:
+            await tx.execute("INSERT INTO t (v) VALUES (?)", (b"x" * 200_000,))
+        for _ in range(200):  # the checkpoint this write asked for runs and ends
+            await asyncio.sleep(0.01)
+            if db._checkpoint_due is None and db._checkpointing is None:
+                break
+        sizes.append(wal.stat().st_size)
+    assert max(sizes) < 1_500_000, f"the WAL grew with every write: {sizes}"
+    assert sqlite_file(tmp_path / "peerd.db", "SELECT count(*) FROM t") == [(20,)]
+
+
+async def test_lookups_see_each_committed_write_and_never_a_pending_one(db: Database) -> None:
+    """The point reader (inline, like the writer) reads the last committed state: never what a
+    write still open has done."""
+    async with db.write() as tx:
+        await tx.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        await tx.execute("INSERT INTO t (id, v) VALUES (1, 'first')")
+    assert (await db.lookup("SELECT v FROM t WHERE id = 1"))["v"] == "first"  # type: ignore[index]
+    async with db.write() as tx:
+        await tx.execute("UPDATE t SET v = 'second' WHERE id = 1")
+        seen_inside = await db.lookup("SELECT v FROM t WHERE id = 1")
+        assert seen_inside is not None and seen_inside["v"] == "first"
+    assert [r["v"] for r in await db.lookup_all("SELECT v FROM t")] == ["second"]
+    with pytest.raises(sqlite3.OperationalError):  # query_only: it writes nothing
+        await db.lookup("DELETE FROM t")

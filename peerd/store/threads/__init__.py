@@ -43,6 +43,7 @@ from peerd.store.threads.writes import (
     send,
     set_provider_session,
     set_queue_held,
+    start_next,
     transition_run,
 )
 
@@ -77,5 +78,6 @@ __all__ = [
     "send",
     "set_provider_session",
     "set_queue_held",
+    "start_next",
     "transition_run",
 ]

@@ -18,28 +18,27 @@ from peerd.tasks.rules import RunFact
 
 
 async def get_run(db: Database, run_id: str) -> Run:
-    row = await db.fetchone("SELECT * FROM runs WHERE id = ?", (run_id,))
+    row = await db.lookup("SELECT * FROM runs WHERE id = ?", (run_id,))
     if row is None:
         raise RunNotFound(f"Run {run_id} was not found.")
     return run_from_row(row)
 
 
 async def run_prompt(db: Database, run_id: str) -> str:
-    prompt = await db.scalar("SELECT prompt FROM runs WHERE id = ?", (run_id,))
+    row = await db.lookup("SELECT prompt FROM runs WHERE id = ?", (run_id,))
+    prompt = None if row is None else row[0]
     if prompt is None:
         raise RunNotFound(f"Run {run_id} was not found.")
     return str(prompt)
 
 
 async def latest_run(db: Database, thread_id: str) -> Run | None:
-    row = await db.fetchone(
-        "SELECT * FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT 1", (thread_id,)
-    )
+    row = await db.lookup("SELECT * FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT 1", (thread_id,))
     return None if row is None else run_from_row(row)
 
 
 async def run_facts(db: Database, thread_id: str) -> list[RunFact]:
-    rows = await db.fetchall(
+    rows = await db.lookup_all(
         "SELECT id, number, status, origin, reason FROM runs WHERE thread_id = ? ORDER BY number",
         (thread_id,),
     )
@@ -56,7 +55,7 @@ async def last_reply(db: Database, run_id: str) -> str | None:
 
 
 async def run_views(db: Database, thread_id: str) -> list[RunView]:
-    rows = await db.fetchall(
+    rows = await db.lookup_all(
         "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",
         (thread_id,),
     )
@@ -65,7 +64,7 @@ async def run_views(db: Database, thread_id: str) -> list[RunView]:
 
 async def get_thread(db: Database, thread_id: str) -> Thread:
     """The thread and its latest run, in one statement."""
-    row = await db.fetchone(f"{THREAD_WITH_LATEST} WHERE t.id = ?", (thread_id,))
+    row = await db.lookup(f"{THREAD_WITH_LATEST} WHERE t.id = ?", (thread_id,))
     if row is None:
         raise ThreadNotFound(f"Thread {thread_id} was not found.")
     return thread_from_joined(row)

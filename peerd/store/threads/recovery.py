@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-import aiosqlite
-
 from peerd.core.runs import (
     DAEMON_STOPPED,
     CutHow,
@@ -14,7 +12,7 @@ from peerd.core.runs import (
     recover_at_startup,
     thread_kind,
 )
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.threads.rows import add_event, fetch_must, view_from_row
 from peerd.store.threads.writes import insert_item, new_run
 
@@ -77,7 +75,7 @@ async def recover(
     return done
 
 
-async def _cut_thread(tx: aiosqlite.Connection, thread_id: str) -> CutThread:
+async def _cut_thread(tx: Tx, thread_id: str) -> CutThread:
     row = await fetch_must(tx, "SELECT * FROM threads WHERE id = ?", (thread_id,))
     async with tx.execute(
         "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",

@@ -12,6 +12,7 @@ import aiosqlite
 from peerd.contracts import Item, Run, Thread
 from peerd.core.runs import RunView
 from peerd.core.text import slice_text
+from peerd.store.db import Tx
 from peerd.store.threads.usage import usage_of
 
 # A thread with its latest run in one statement (`thread_from_joined`): the latest run is the one
@@ -127,22 +128,20 @@ def item_from_row(row: aiosqlite.Row, *, text_offset: int = 0, max_chars: int | 
     )
 
 
-async def add_event(
-    tx: aiosqlite.Connection, thread_id: str, type_: str, data: dict[str, Any], now: float
-) -> None:
+async def add_event(tx: Tx, thread_id: str, type_: str, data: dict[str, Any], now: float) -> None:
     await tx.execute(
         "INSERT INTO events (thread_id, type, data, created_at) VALUES (?, ?, ?, ?)",
         (thread_id, type_, json.dumps(data), now),
     )
 
 
-async def fetch_one(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
+async def fetch_one(tx: Tx, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
     async with tx.execute(sql, params) as cur:
         row: aiosqlite.Row | None = await cur.fetchone()
         return row
 
 
-async def fetch_must(tx: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row:
+async def fetch_must(tx: Tx, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row:
     """A row this transaction just wrote; its absence would be a bug, not user input."""
     row = await fetch_one(tx, sql, params)
     if row is None:

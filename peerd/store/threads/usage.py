@@ -16,11 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import aiosqlite
-
 from peerd import contracts as c
 from peerd.core.usage import Budget, Price, Usage, estimate, price_for, total
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 
 
 @dataclass
@@ -88,7 +86,8 @@ async def set_run_budget(db: Database, run_id: str, budget: Budget | None) -> No
 
 async def run_budget(db: Database, run_id: str) -> Budget | None:
     """The run's budget, with the run's price (a `usd` limit counts an estimated cost)."""
-    column = await db.scalar("SELECT budget FROM runs WHERE id = ?", (run_id,))
+    row = await db.lookup("SELECT budget FROM runs WHERE id = ?", (run_id,))
+    column = None if row is None else row[0]
     if not isinstance(column, str) or not column:
         return None
     budget = Budget.from_json(json.loads(column))
@@ -97,7 +96,9 @@ async def run_budget(db: Database, run_id: str) -> Budget | None:
 
 async def thread_usage(db: Database, thread_id: str) -> Usage | None:
     """The sum of the thread's runs' usage; None when no run reported any."""
-    rows = await db.fetchall("SELECT usage FROM runs WHERE thread_id = ? AND usage IS NOT NULL", (thread_id,))
+    rows = await db.lookup_all(
+        "SELECT usage FROM runs WHERE thread_id = ? AND usage IS NOT NULL", (thread_id,)
+    )
     return total(Usage.from_json(json.loads(row["usage"])) for row in rows)
 
 
@@ -172,7 +173,7 @@ async def link_spend(db: Database, client_id: str, since: float) -> tuple[int, f
     return _spend(await db.fetchall(LINK_SPEND_SQL, (client_id, since)))
 
 
-async def link_spend_in(tx: aiosqlite.Connection, client_id: str, since: float) -> tuple[int, float]:
+async def link_spend_in(tx: Tx, client_id: str, since: float) -> tuple[int, float]:
     """`link_spend` inside a write transaction: checked and spent in one step."""
     async with tx.execute(LINK_SPEND_SQL, (client_id, since)) as cur:
         return _spend(list(await cur.fetchall()))

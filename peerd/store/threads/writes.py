@@ -9,14 +9,15 @@ from typing import Any
 
 import aiosqlite
 
-from peerd.contracts import Item, Run, RunStatus
+from peerd.contracts import Item, Run, RunStatus, Thread
 from peerd.core.idempotency import replay
-from peerd.core.runs import check_transition, is_terminal
+from peerd.core.runs import check_transition, is_terminal, next_to_start
 from peerd.errors import Conflict, InvalidRequest, RunNotFound, ThreadNotFound
 from peerd.store import receipts
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.store.threads.rows import (
+    THREAD_WITH_LATEST,
     Idempotency,
     NewThread,
     add_event,
@@ -24,14 +25,16 @@ from peerd.store.threads.rows import (
     fetch_one,
     item_from_row,
     run_from_row,
+    thread_from_joined,
+    view_from_row,
 )
 
 # Asked inside a launch's or send's transaction before anything is written; raises to refuse.
-Admit = Callable[[aiosqlite.Connection], Awaitable[None]]
+Admit = Callable[[Tx], Awaitable[None]]
 
 
 async def insert_item(
-    tx: aiosqlite.Connection,
+    tx: Tx,
     thread_id: str,
     run_id: str,
     kind: str,
@@ -62,21 +65,17 @@ async def insert_item(
     return await fetch_must(tx, "SELECT * FROM items WHERE id = ?", (item_id,))
 
 
-async def insert_run(
-    tx: aiosqlite.Connection, thread_id: str, prompt: str, now: float, *, origin: str = "user"
-) -> str:
+async def insert_run(tx: Tx, thread_id: str, prompt: str, now: float, *, origin: str = "user") -> str:
     """A queued run and its user message, inside the caller's transaction."""
     return await new_run(tx, thread_id, prompt, now, origin=origin)
 
 
-async def event(
-    tx: aiosqlite.Connection, thread_id: str, type_: str, data: dict[str, Any], now: float
-) -> None:
+async def event(tx: Tx, thread_id: str, type_: str, data: dict[str, Any], now: float) -> None:
     await add_event(tx, thread_id, type_, data, now)
 
 
 async def new_run(
-    tx: aiosqlite.Connection,
+    tx: Tx,
     thread_id: str,
     prompt: str,
     now: float,
@@ -245,25 +244,73 @@ async def transition_run(
 ) -> Run:
     """Move a run to `new` (checked by the core rules); optionally record an error item with it."""
     async with db.write() as tx:
-        row = await fetch_one(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
-        if row is None:
-            raise RunNotFound(f"Run {run_id} was not found.")
-        check_transition(row["status"], new)
-        started = now if new == "starting" else row["started_at"]
-        ended = now if is_terminal(new) else None
-        await tx.execute(
-            "UPDATE runs SET status = ?, reason = coalesce(?, reason), exit_code = coalesce(?, exit_code),"
-            " pgid = coalesce(?, pgid), token_hash = CASE WHEN ? THEN NULL ELSE coalesce(?, token_hash) END,"
-            " started_at = ?, ended_at = ? WHERE id = ?",
-            (new, reason, exit_code, pgid, is_terminal(new), token_hash, started, ended, run_id),
+        updated = await _transition(
+            tx,
+            run_id,
+            new,
+            now=now,
+            reason=reason,
+            exit_code=exit_code,
+            pgid=pgid,
+            token_hash=token_hash,
+            error_item=error_item,
         )
-        if error_item:
-            await insert_item(tx, row["thread_id"], run_id, "error", error_item, {}, now)
-        await add_event(
-            tx, row["thread_id"], "run.updated", {"runId": run_id, "status": new, "reason": reason}, now
-        )
-        updated = await fetch_must(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
     return run_from_row(updated)
+
+
+async def start_next(
+    db: Database, thread_id: str, *, now: float, token_hash: str
+) -> tuple[Thread, str] | None:
+    """The thread's next queued run moved to `starting` (the core's `next_to_start` decides), with
+    the thread as it is then; None when nothing may start. One transaction, so the choice and the
+    move see the same runs."""
+    async with db.write() as tx:
+        row = await fetch_one(tx, f"{THREAD_WITH_LATEST} WHERE t.id = ?", (thread_id,))
+        if row is None:
+            raise ThreadNotFound(f"Thread {thread_id} was not found.")
+        thread = thread_from_joined(row)
+        cur = await tx.execute(
+            "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",
+            (thread_id,),
+        )
+        views = [view_from_row(r) for r in await cur.fetchall()]
+        run_id = next_to_start(views, queue_held=thread.queue_held, archived=thread.status == "archived")
+        if run_id is None:
+            return None
+        await _transition(tx, run_id, "starting", now=now, token_hash=token_hash)
+    return thread, run_id
+
+
+async def _transition(
+    tx: Tx,
+    run_id: str,
+    new: RunStatus,
+    *,
+    now: float,
+    reason: str | None = None,
+    exit_code: int | None = None,
+    pgid: int | None = None,
+    token_hash: str | None = None,
+    error_item: str | None = None,
+) -> aiosqlite.Row:
+    row = await fetch_one(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
+    if row is None:
+        raise RunNotFound(f"Run {run_id} was not found.")
+    check_transition(row["status"], new)
+    started = now if new == "starting" else row["started_at"]
+    ended = now if is_terminal(new) else None
+    await tx.execute(
+        "UPDATE runs SET status = ?, reason = coalesce(?, reason), exit_code = coalesce(?, exit_code),"
+        " pgid = coalesce(?, pgid), token_hash = CASE WHEN ? THEN NULL ELSE coalesce(?, token_hash) END,"
+        " started_at = ?, ended_at = ? WHERE id = ?",
+        (new, reason, exit_code, pgid, is_terminal(new), token_hash, started, ended, run_id),
+    )
+    if error_item:
+        await insert_item(tx, row["thread_id"], run_id, "error", error_item, {}, now)
+    await add_event(
+        tx, row["thread_id"], "run.updated", {"runId": run_id, "status": new, "reason": reason}, now
+    )
+    return await fetch_must(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
 
 
 async def add_item(
