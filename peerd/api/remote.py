@@ -32,7 +32,7 @@ from peerd.core.access import cap_for, parse_mode_limit
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.operations import Caller, LinkContext, Operations
 from peerd.peer.client import MODE_LIMIT_HEADER
-from peerd.peer.tokens import TokenRejected, verify_access_token
+from peerd.peer.tokens import TokenRejected, VerifiedTokens
 from peerd.store import clients
 from peerd.store.db import Database
 
@@ -44,7 +44,7 @@ NOT_ACCEPTED = "This environment no longer accepts this link: it was revoked or 
 def link_auth_middleware(
     db: Database, signing_key: Ed25519PrivateKey, env_id: str, clock: Callable[[], float]
 ) -> Callable[[web.Request, Handler], object]:
-    public_key = signing_key.public_key()
+    tokens = VerifiedTokens(signing_key.public_key(), env_id=env_id)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -56,7 +56,7 @@ def link_auth_middleware(
                 CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
             )
         try:
-            claims = verify_access_token(public_key, header.removeprefix("Bearer ").strip(), env_id=env_id)
+            claims = tokens.verify(header.removeprefix("Bearer ").strip())
         except TokenRejected as exc:
             log.info("link.token_rejected", reason=str(exc))
             return _unauthorized(CapabilityDenied(NOT_ACCEPTED))

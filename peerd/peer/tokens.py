@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -71,6 +72,36 @@ def verify_access_token(public_key: Ed25519PublicKey, token: str, *, env_id: str
     if access not in ACCESS_LEVELS:
         raise TokenRejected("unknown access level")
     return AccessClaims(str(decoded.claims["sub"]), access, int(decoded.claims["exp"]))
+
+
+class VerifiedTokens:
+    """Access tokens whose signature and claims were checked, so a link's next request with the
+    same token costs a dict lookup, not an Ed25519 verification (a laptop sends one token for up
+    to 15 minutes). Keyed by the whole token: any other string, a tampered one included, is
+    verified in full. Expiry is checked again at every use, and revocation is not this cache's
+    business: the caller still asks the store whether the client is active on every request."""
+
+    MAX = 1024  # tokens kept (each link holds one or two at a time)
+
+    def __init__(
+        self, public_key: Ed25519PublicKey, *, env_id: str, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._key = public_key
+        self._env_id = env_id
+        self._clock = clock
+        self._seen: dict[str, AccessClaims] = {}
+
+    def verify(self, token: str) -> AccessClaims:
+        claims = self._seen.get(token)
+        if claims is None:
+            claims = verify_access_token(self._key, token, env_id=self._env_id)
+            if len(self._seen) >= self.MAX:
+                self._seen.pop(next(iter(self._seen)))  # the oldest
+            self._seen[token] = claims
+        if claims.expires_at < int(self._clock()):  # as joserfc's `exp` check, leeway 0
+            self._seen.pop(token, None)
+            raise TokenRejected("ExpiredTokenError")
+        return claims
 
 
 def new_refresh_token() -> str:
