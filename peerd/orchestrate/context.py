@@ -280,6 +280,10 @@ class OrchestrationContext:
             failures = 0
             if result.terminal:
                 return str(result.status)
+            if self.ops.feed.closed:
+                # This daemon is stopping (a local wait returns at once now): the engine cancels
+                # this wait, and the next start resumes it from the store. Asking again would spin.
+                await asyncio.Event().wait()
 
     async def stopped_by_shutdown(self, run_id: str, thread_id: str, env: str | None) -> bool:
         """Was the coder's last run cut by a stop or crash of its daemon (here or on the box)? The

@@ -311,6 +311,7 @@ class Database:
         A storage fault anywhere in it (BEGIN, a statement, COMMIT) is raised as
         `StorageUnavailable` after the rollback; other exceptions pass unchanged."""
         async with self._wlock:
+            await asyncio.sleep(0)  # a store call stays a suspension point (see `_yield`)
             await self._begin()
             try:
                 yield self._w
@@ -394,12 +395,18 @@ class Database:
         row = await self.fetchone(sql, params)
         return None if row is None else row[0]
 
+    # `_yield`: every store call suspends once (`asyncio.sleep(0)`, a turn of the loop, ~20 us),
+    # as it did when each one was a hop to a thread. Without it a loop of store calls would run
+    # without ever letting the loop in: it could not be cancelled (a wait loop at shutdown spun
+    # forever) and would keep every other task waiting for as long as it ran.
+    #
     # A read of a few rows reached through an index (one thread, its runs, a project, a client) is
     # run inline on its own connection: microseconds, where a hop to the reader's thread costs a
     # thread wake-up each way. Never a scan, a page or a listing: those can be long, and stay on the
     # reader's thread (`fetchall`). WAL readers never wait on the writer; should SQLite still say
     # busy (a recovery by another process), the read goes to the reader's thread, which waits.
     async def lookup_all(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        await asyncio.sleep(0)  # a store call stays a suspension point (see `_yield`)
         try:
             return list(self._p.execute(sql, params).fetchall())
         except sqlite3.Error as exc:

@@ -27,9 +27,17 @@ def box_hub(m: Machines) -> FeedHub:
 
 
 async def polling(m: Machines) -> None:
+    """A poll with a cursor is in flight: not the link's first, which the box answers at once with
+    its cursor (`resynced`)."""
+
     async def in_flight() -> bool:
         follower = m.follower()
-        return follower is not None and follower.machine.polling and follower.machine.sub.settled
+        return (
+            follower is not None
+            and follower.machine.polling
+            and follower.machine.sub.settled
+            and follower.machine.sub.cursor is not None
+        )
 
     await eventually(in_flight)
 

@@ -432,3 +432,38 @@ async def test_lookups_see_each_committed_write_and_never_a_pending_one(db: Data
     assert [r["v"] for r in await db.lookup_all("SELECT v FROM t")] == ["second"]
     with pytest.raises(sqlite3.OperationalError):  # query_only: it writes nothing
         await db.lookup("DELETE FROM t")
+
+
+async def test_every_store_call_lets_the_loop_in(db: Database) -> None:
+    """The writer and the point reader run inline, yet each call suspends once, as a hop to a
+    thread did: a loop of store calls can be cancelled, and other tasks run beside it."""
+    async with db.write() as tx:
+        await tx.execute("CREATE TABLE t (v INTEGER)")
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    ticker = asyncio.create_task(ticking())
+    await asyncio.sleep(0)
+    try:
+        for i in range(50):
+            await db.lookup("SELECT 1")
+            async with db.write() as tx:
+                await tx.execute("INSERT INTO t (v) VALUES (?)", (i,))
+        assert ticks >= 90, f"other tasks ran {ticks} times beside 100 store calls"
+        looping = asyncio.create_task(_lookups_forever(db))
+        await asyncio.sleep(0.01)
+        looping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(looping, 2)
+    finally:
+        ticker.cancel()
+
+
+async def _lookups_forever(db: Database) -> None:
+    while True:
+        await db.lookup("SELECT 1")
