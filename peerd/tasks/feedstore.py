@@ -21,6 +21,7 @@ from peerd.tasks.machine import OpenTask
 from peerd.tasks.rules import RunFact
 
 CHUNK = 500
+LOOKUP_MAX = 8  # threads looked at inline in one read (a wake); more go to the reader's thread
 # Exactly the partial index's condition (migration 9), so SQLite uses it.
 OPEN = "(status IN ('pending', 'running') OR stop_owed = 1)"
 _COLUMNS = "id, status, child_thread_id, child_run_id, stop_owed, target_label, target_env"
@@ -109,7 +110,9 @@ async def thread_facts(db: Database, client_id: str, thread_ids: Iterable[str]) 
     facts: dict[str, ThreadFacts] = {}
     for batch in _chunks(thread_ids):
         where = f"threads.id IN ({_marks(batch)}) AND threads.link_origin = ?"
-        rows = await db.fetchall(_FACTS + where + " ORDER BY threads.id, runs.number", (*batch, client_id))
+        sql, params = _FACTS + where + " ORDER BY threads.id, runs.number", (*batch, client_id)
+        # A wake looks at one thread or a few (read inline); a resync at up to `CHUNK` (the reader).
+        rows = await (db.lookup_all(sql, params) if len(batch) <= LOOKUP_MAX else db.fetchall(sql, params))
         for r in rows:
             fact = facts.get(r["thread_id"])
             if fact is None:
@@ -120,12 +123,12 @@ async def thread_facts(db: Database, client_id: str, thread_ids: Iterable[str]) 
 
 async def last_reply(db: Database, thread_id: str, run_id: str) -> str | None:
     """A run's last assistant message, whole (by its thread's position index, newest first)."""
-    text = await db.scalar(
+    row = await db.lookup(
         "SELECT text FROM items WHERE thread_id = ? AND run_id = ? AND kind = 'assistant_message'"
         " ORDER BY position DESC LIMIT 1",
         (thread_id, run_id),
     )
-    return None if text is None else str(text)
+    return None if row is None or row[0] is None else str(row[0])
 
 
 async def thread_ids_of_project(db: Database, project_id: str) -> list[str]:
@@ -155,7 +158,7 @@ async def open_tasks(db: Database, env_id: str) -> list[OpenTask]:
 
 async def open_task(db: Database, task_id: str) -> OpenTask | None:
     """One task as the follower needs it, or None when it owes the follower nothing any more."""
-    row = await db.fetchone(_OPEN_TASK, (task_id,))
+    row = await db.lookup(_OPEN_TASK, (task_id,))
     return None if row is None else _open_task(row)
 
 

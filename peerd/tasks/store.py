@@ -256,7 +256,7 @@ async def finish(
 
 
 async def get(db: Database, task_id: str) -> TaskRow:
-    row = await db.fetchone("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    row = await db.lookup("SELECT * FROM tasks WHERE id = ?", (task_id,))
     if row is None:
         raise NotFound(f"Task {task_id} was not found.")
     return _row(row)
