@@ -94,6 +94,7 @@ bench: $(STAMP)
 	$(PY) bench/wake.py
 	$(PY) bench/cli_start.py
 	$(PY) bench/mcp_start.py
+	$(PY) bench/store_hops.py
 	$(PY) bench/launch.py && $(PY) bench/start.py && $(PY) bench/resume.py
 
 # DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
