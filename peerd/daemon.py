@@ -358,8 +358,8 @@ class Daemon:
         if self.db is None:
             return
         now = time.time()
+        await receipts.prune(self.db, older_than=now - RECEIPT_RETENTION_S)
         async with self.db.write() as tx:
-            await receipts.prune(tx, older_than=now - RECEIPT_RETENTION_S)
             await tx.execute("DELETE FROM refresh_tokens WHERE expires_at < ?", (now,))
 
     async def _prune_hourly(self) -> None:

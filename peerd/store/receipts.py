@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from peerd.core.idempotency import Receipt
-from peerd.store.db import Tx
+from peerd.store.db import Database, Tx
 
 
 async def find(tx: Tx, namespace: str, op: str, command_id: str) -> Receipt | None:
@@ -37,6 +37,20 @@ async def record(
     )
 
 
-async def prune(tx: Tx, *, older_than: float) -> int:
-    cur = await tx.execute("DELETE FROM receipts WHERE created_at < ?", (older_than,))
-    return cur.rowcount
+PRUNE_BATCH = 1000  # receipts deleted per transaction: the writer runs on the event loop
+
+
+async def prune(db: Database, *, older_than: float, batch: int = PRUNE_BATCH) -> int:
+    """Delete receipts older than `older_than`, `batch` per transaction (a store that has not been
+    pruned for long never holds the loop for one big delete); the number deleted."""
+    removed = 0
+    while True:
+        async with db.write() as tx:
+            cur = await tx.execute(
+                "DELETE FROM receipts WHERE rowid IN"
+                " (SELECT rowid FROM receipts WHERE created_at < ? LIMIT ?)",
+                (older_than, batch),
+            )
+            removed += cur.rowcount
+        if cur.rowcount < batch:
+            return removed
