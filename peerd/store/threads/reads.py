@@ -13,7 +13,13 @@ from peerd.contracts import Event, Page, Run, Thread
 from peerd.core.runs import RunView
 from peerd.errors import InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
 from peerd.store.db import Database
-from peerd.store.threads.rows import THREAD_WITH_LATEST, run_from_row, thread_from_joined, view_from_row
+from peerd.store.threads.rows import (
+    RUN_VIEWS,
+    THREAD_WITH_LATEST,
+    run_from_row,
+    thread_from_joined,
+    view_from_row,
+)
 from peerd.tasks.rules import RunFact
 
 
@@ -55,10 +61,7 @@ async def last_reply(db: Database, run_id: str) -> str | None:
 
 
 async def run_views(db: Database, thread_id: str) -> list[RunView]:
-    rows = await db.lookup_all(
-        "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",
-        (thread_id,),
-    )
+    rows = await db.lookup_all(RUN_VIEWS, (thread_id,))
     return [view_from_row(r) for r in rows]
 
 

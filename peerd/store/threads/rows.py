@@ -39,6 +39,10 @@ THREAD_WITH_LATEST = (
 )
 
 
+# A thread's runs as the core's queue rules see them (`view_from_row`), oldest first.
+RUN_VIEWS = "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number"
+
+
 @dataclass(frozen=True)
 class NewThread:
     project_id: str

@@ -17,6 +17,7 @@ from peerd.store import receipts
 from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.store.threads.rows import (
+    RUN_VIEWS,
     THREAD_WITH_LATEST,
     Idempotency,
     NewThread,
@@ -269,10 +270,7 @@ async def start_next(
         if row is None:
             raise ThreadNotFound(f"Thread {thread_id} was not found.")
         thread = thread_from_joined(row)
-        cur = await tx.execute(
-            "SELECT id, number, status, origin, continues FROM runs WHERE thread_id = ? ORDER BY number",
-            (thread_id,),
-        )
+        cur = await tx.execute(RUN_VIEWS, (thread_id,))
         views = [view_from_row(r) for r in await cur.fetchall()]
         run_id = next_to_start(views, queue_held=thread.queue_held, archived=thread.status == "archived")
         if run_id is None:
