@@ -199,7 +199,7 @@ class Tx:
     tx.execute(...)`, `async with tx.execute(...) as cur`), and nothing it does can block for long:
     WAL with `synchronous = NORMAL` syncs nothing on commit, the WAL is checkpointed off the loop
     (`Database._checkpoint`), and `BEGIN IMMEDIATE` never waits on a lock here (a busy store is
-    retried with asyncio sleeps). Reads stay on the reader's own thread: they can be long."""
+    retried with asyncio sleeps). Reads that can be long stay on the reader's own thread."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
@@ -222,6 +222,14 @@ class Tx:
 
     def close(self) -> None:
         self._c.close()
+
+
+async def _let_the_loop_in() -> None:
+    """Every store call suspends once (a turn of the loop, ~20 us), as it did when each one was a
+    hop to a thread. Without it a loop of store calls would never let the loop in: it could not be
+    cancelled (an orchestration's wait spun at shutdown) and would hold up every other task for as
+    long as it ran."""
+    await asyncio.sleep(0)
 
 
 def _point_reader(path: Path) -> sqlite3.Connection:
@@ -277,10 +285,13 @@ class Database:
             if row is not None and row[0] == 0:  # a store made before peerd marked its files
                 await keeper.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             reader = await _connect(path)
+            writer: Tx | None = None
             try:
                 writer = Tx(await asyncio.to_thread(_inline_writer, path))
                 point = await asyncio.to_thread(_point_reader, path)
             except BaseException:
+                if writer is not None:
+                    writer.close()
                 await reader.close()
                 raise
         except BaseException as exc:
@@ -311,7 +322,7 @@ class Database:
         A storage fault anywhere in it (BEGIN, a statement, COMMIT) is raised as
         `StorageUnavailable` after the rollback; other exceptions pass unchanged."""
         async with self._wlock:
-            await asyncio.sleep(0)  # a store call stays a suspension point (see `_yield`)
+            await _let_the_loop_in()
             await self._begin()
             try:
                 yield self._w
@@ -395,18 +406,13 @@ class Database:
         row = await self.fetchone(sql, params)
         return None if row is None else row[0]
 
-    # `_yield`: every store call suspends once (`asyncio.sleep(0)`, a turn of the loop, ~20 us),
-    # as it did when each one was a hop to a thread. Without it a loop of store calls would run
-    # without ever letting the loop in: it could not be cancelled (a wait loop at shutdown spun
-    # forever) and would keep every other task waiting for as long as it ran.
-    #
     # A read of a few rows reached through an index (one thread, its runs, a project, a client) is
     # run inline on its own connection: microseconds, where a hop to the reader's thread costs a
     # thread wake-up each way. Never a scan, a page or a listing: those can be long, and stay on the
     # reader's thread (`fetchall`). WAL readers never wait on the writer; should SQLite still say
     # busy (a recovery by another process), the read goes to the reader's thread, which waits.
     async def lookup_all(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        await asyncio.sleep(0)  # a store call stays a suspension point (see `_yield`)
+        await _let_the_loop_in()
         try:
             return list(self._p.execute(sql, params).fetchall())
         except sqlite3.Error as exc:
