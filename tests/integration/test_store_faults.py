@@ -29,6 +29,7 @@ from peerd.daemon import Daemon, DaemonConfig
 from peerd.doctor import run_checks
 from peerd.errors import PeerdError
 from peerd.paths import Paths
+from peerd.store import db as db_module
 from peerd.store import health
 from peerd.store.db import APPLICATION_ID, Database, storage_fault
 from tests.faults.damage import DAMAGES, SAID, checkpointed
@@ -108,10 +109,10 @@ async def test_a_read_only_store_answers_storage_unavailable_then_works(
 
 
 async def test_a_store_locked_past_the_busy_timeout_answers_storage_unavailable(
-    live: tuple[Daemon, dict[str, Any]],
+    live: tuple[Daemon, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     daemon, project = live
-    await writer_pragma(daemon, "PRAGMA busy_timeout = 100")
+    monkeypatch.setattr(db_module, "BUSY_TIMEOUT_MS", 100)  # how long the writer retries its BEGIN
     other = sqlite3.connect(daemon.paths.db, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # another process's write lock
