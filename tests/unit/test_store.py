@@ -335,6 +335,22 @@ async def test_a_writer_cancelled_at_any_point_never_breaks_later_writes(tmp_pat
 # --- the writer runs on the loop, and never makes it wait ------------------------------------------
 
 
+class Ticker:
+    """A task that counts its turns of the loop, every `pause` seconds: how much the loop got in."""
+
+    def __init__(self, pause: float) -> None:
+        self.ticks = 0
+        self._task = asyncio.create_task(self._tick(pause))
+
+    async def _tick(self, pause: float) -> None:
+        while True:
+            await asyncio.sleep(pause)
+            self.ticks += 1
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
 async def test_a_store_busy_in_another_process_is_waited_for_without_blocking_the_loop(
     db: Database, tmp_path: Path
 ) -> None:
@@ -345,28 +361,23 @@ async def test_a_store_busy_in_another_process_is_waited_for_without_blocking_th
         await tx.execute("CREATE TABLE t (v INTEGER)")
     other = sqlite3.connect(tmp_path / "peerd.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
-    ticks = 0
-
-    async def ticking() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.005)
-            ticks += 1
 
     async def write() -> None:
         async with db.write() as tx:
             await tx.execute("INSERT INTO t (v) VALUES (1)")
 
-    ticker = asyncio.create_task(ticking())
+    ticker = Ticker(0.005)
     writing = asyncio.create_task(write())
     try:
         await asyncio.sleep(0.4)
         assert not writing.done(), "the write went ahead while another process held the lock"
-        assert ticks >= 20, f"the loop was blocked while the write waited ({ticks} ticks in 0.4 s)"
+        assert ticker.ticks >= 20, (
+            f"the loop was blocked while the write waited ({ticker.ticks} ticks in 0.4 s)"
+        )
         other.execute("COMMIT")
         await asyncio.wait_for(writing, 5)
     finally:
-        ticker.cancel()
+        ticker.stop()
         other.close()
     assert sqlite_file(tmp_path / "peerd.db", "SELECT v FROM t") == [(1,)]
 
@@ -438,29 +449,21 @@ async def test_every_store_call_lets_the_loop_in(db: Database) -> None:
     thread did: a loop of store calls can be cancelled, and other tasks run beside it."""
     async with db.write() as tx:
         await tx.execute("CREATE TABLE t (v INTEGER)")
-    ticks = 0
-
-    async def ticking() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0)
-            ticks += 1
-
-    ticker = asyncio.create_task(ticking())
+    ticker = Ticker(0)
     await asyncio.sleep(0)
     try:
         for i in range(50):
             await db.lookup("SELECT 1")
             async with db.write() as tx:
                 await tx.execute("INSERT INTO t (v) VALUES (?)", (i,))
-        assert ticks >= 90, f"other tasks ran {ticks} times beside 100 store calls"
+        assert ticker.ticks >= 90, f"other tasks ran {ticker.ticks} times beside 100 store calls"
         looping = asyncio.create_task(_lookups_forever(db))
         await asyncio.sleep(0.01)
         looping.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(looping, 2)
     finally:
-        ticker.cancel()
+        ticker.stop()
 
 
 async def _lookups_forever(db: Database) -> None:
