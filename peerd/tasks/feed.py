@@ -174,10 +174,20 @@ class FeedHub:
         if not dirty:
             return
         try:
-            facts = await feedstore.thread_facts(self.db, link.client_id, dirty)
+            reports, unsettled = await self._read(link, dirty)
         except BaseException:
-            state.dirty |= dirty  # looked at again next time: nothing is lost to a store fault
+            # Looked at again next time: nothing is lost to a store fault, nor to this poll being
+            # cancelled mid-look (its laptop went away, killed or cut off: issue 26, case 8). Its
+            # threads were taken from `dirty` and their change from the listener; without this the
+            # run's settling would never be reported, to this laptop or its next process.
+            state.dirty |= dirty
             raise
+        state.record(reports, unsettled)
+
+    async def _read(self, link: _Link, dirty: set[str]) -> tuple[list[Report], list[str]]:
+        """What the dirty threads' followed runs are now: settled (a report) or not yet."""
+        state = link.state
+        facts = await feedstore.thread_facts(self.db, link.client_id, dirty)
         self.looks += len(dirty)
         reports: list[Report] = []
         unsettled: list[str] = []
@@ -205,7 +215,7 @@ class FeedHub:
                     )
                 else:
                     unsettled.append(run_id)
-        state.record(reports, unsettled)
+        return reports, unsettled
 
 
 def _wire(report: Report) -> FeedRun:
