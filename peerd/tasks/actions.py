@@ -133,6 +133,15 @@ class NoteError:
 
 
 @dataclass(frozen=True)
+class NoteQuiet:
+    """Followed runs the box has said nothing of for `chunks` whole chunks while it answered: a log
+    line (once per run), so a result that never comes is visible (issue 26, case 8)."""
+
+    task_ids: tuple[str, ...]
+    chunks: int
+
+
+@dataclass(frozen=True)
 class CheckLink:
     """Look at the link here (no network): forgotten or revoked meanwhile is a `failed` event."""
 
@@ -151,5 +160,6 @@ Action = (
     | DropStop
     | SaveBackoff
     | NoteError
+    | NoteQuiet
     | CheckLink
 )

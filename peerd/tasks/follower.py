@@ -50,6 +50,7 @@ from peerd.tasks.machine import (
     Exit,
     FollowerMachine,
     NoteError,
+    NoteQuiet,
     Poll,
     PollAnswer,
     ReadResult,
@@ -309,6 +310,10 @@ class Follower:
             await tasks.set_backoff(
                 db, self.env_id, attempts=action.attempts, next_at=action.next_at, error=action.error
             )
+        elif isinstance(action, NoteQuiet):
+            quiet_s = round(action.chunks * self.machine.chunk_s)
+            # A child may just run long; a result the box never reports shows here (issue 26, case 8).
+            log.info("follower.task_quiet", env_id=self.env_id, task_ids=list(action.task_ids), quiet_s=quiet_s)
         elif isinstance(action, NoteError):
             await feedstore.note_error(db, self.env_id, action.error, now=now())
         elif isinstance(action, CheckLink):

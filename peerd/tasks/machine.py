@@ -46,6 +46,7 @@ from peerd.tasks.actions import (
     EndTask,
     Exit,
     NoteError,
+    NoteQuiet,
     OpenTask,
     Poll,
     PollAnswer,
@@ -77,6 +78,7 @@ __all__ = [  # the actions are re-exported: the machine's callers import them fr
     "Exit",
     "FollowerMachine",
     "NoteError",
+    "NoteQuiet",
     "OpenTask",
     "Poll",
     "PollAnswer",
@@ -90,6 +92,7 @@ __all__ = [  # the actions are re-exported: the machine's callers import them fr
 ]
 
 CRASH_RETRY_S = 5.0
+QUIET_CHUNKS = 6  # whole chunks with no word of a followed run before a log line says so
 NO_RUN = "The thread in the linked environment has no run to follow."
 
 
@@ -125,6 +128,8 @@ class FollowerMachine:
     _lost: dict[str, None] = field(default_factory=dict)  # running, but no run there to follow
     _by_run: dict[str, str] = field(default_factory=dict)  # followed (or queued) run -> task
     _queued: dict[str, None] = field(default_factory=dict)  # runs past the cap, in arrival order
+    _quiet_since: dict[str, int] = field(default_factory=dict)  # followed run -> `_quiet` then
+    _quiet: int = 0  # polls answered with nothing: whole chunks the box had nothing to say
     _noted: str | None = None  # the error last written on the link's tasks
     _leaving: bool = False  # nothing open: the box is told the last changes, then the follower exits
 
@@ -151,7 +156,8 @@ class FollowerMachine:
         """All of the link's open tasks: when the follower starts (the box should still hold their
         runs: the first request checks, by hash), or again after a change of the link here."""
         first = not self._tasks and not self.sub.want and not self.sub.in_flight
-        for index in (self._tasks, self._pending, self._stops, self._lost, self._by_run, self._queued):
+        indexes = (self._tasks, self._pending, self._stops, self._lost, self._by_run, self._queued)
+        for index in (*indexes, self._quiet_since):
             index.clear()
         runs = [run for run in (self._index(task) for task in tasks) if run is not None]
         if first:
@@ -190,6 +196,8 @@ class FollowerMachine:
             self._lost[task.id] = None
             return None
         self._by_run[task.child_run_id] = task.id
+        self._quiet_since.pop(task.child_run_id, None)  # to the end: the oldest stays first
+        self._quiet_since[task.child_run_id] = self._quiet
         return task.child_run_id
 
     def _place(self, run_id: str) -> None:
@@ -210,6 +218,7 @@ class FollowerMachine:
         if run is None or self._by_run.get(run) != task_id:
             return
         del self._by_run[run]
+        self._quiet_since.pop(run, None)
         if run in self._queued:
             del self._queued[run]
             return
@@ -287,7 +296,11 @@ class FollowerMachine:
         self.poll_deadline = None
         actions = self.answered(now)
         self.sub.polled(answer.cursor, answer.set_hash, answer.resynced)
+        if not answer.runs and not answer.resynced:
+            actions.extend(self._quiet_chunk())
         for run in answer.runs:
+            if self._quiet_since.pop(run.run_id, None) is not None:  # word of it: counted again
+                self._quiet_since[run.run_id] = self._quiet
             task_id = self._by_run.get(run.run_id)
             task = None if task_id is None else self._tasks.get(task_id)
             if task is None or task.child_thread_id is None:
@@ -302,6 +315,20 @@ class FollowerMachine:
                 # The reply came with the report: the task ends now, with no further request.
                 actions.extend(self.result_read(read, run.reply) if run.inline else [read])
         return actions
+
+    def _quiet_chunk(self) -> list[Action]:
+        """A whole chunk passed with nothing from the box: the runs followed for `QUIET_CHUNKS` of
+        them are logged, once each (oldest first: O(those logged), not O(followed))."""
+        self._quiet += 1
+        quiet: list[str] = []
+        for run_id, since in self._quiet_since.items():
+            if self._quiet - since < QUIET_CHUNKS:
+                break
+            quiet.append(run_id)
+        for run_id in quiet:
+            del self._quiet_since[run_id]
+        tasks = tuple(self._by_run[run_id] for run_id in quiet if run_id in self._by_run)
+        return [NoteQuiet(tasks, QUIET_CHUNKS)] if tasks else []
 
     def result_read(self, read: ReadResult, reply: str | None) -> list[Action]:
         status = task_status_from_run(read.status or "")

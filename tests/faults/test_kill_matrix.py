@@ -19,6 +19,7 @@ import pytest
 from tests.faults.harness import (
     REPORT,
     SEED,
+    TERMINAL_RUN,
     TRIALS,
     Outcome,
     Row,
@@ -35,8 +36,15 @@ from tests.faults.harness import (
 )
 
 CHILD_WAIT_S = 1.0
-# The subset: the phases that lost work before (a wake run cut on the laptop, a child cut on the box).
-TARGETED = [("laptop", "child running"), ("box", "child running"), ("laptop", "wake run live")]
+# The subset: the phases that lost work before (a wake run cut on the laptop, a child cut on the box,
+# the laptop killed as the box's child ended: its poll cut while the box looked at the child, issue
+# 26 case 8; the exact moment is tests/faults/test_cut_look.py).
+TARGETED = [
+    ("laptop", "child running"),
+    ("box", "child running"),
+    ("laptop", "child ended"),
+    ("laptop", "wake run live"),
+]
 
 KillWhen = Callable[[World, str, set[str]], Awaitable[None]]
 
@@ -48,8 +56,10 @@ def box_threads(w: World) -> set[str]:
 def at_phase(phase: str) -> KillWhen:
     async def wait(w: World, parent: str, before: set[str]) -> None:
         async def reached() -> bool:
-            if phase == "child running":
+            if phase in ("child running", "child ended"):
                 runs = [r for t in box_threads(w) - before for r in runs_of(w.box.db, t)]
+                if phase == "child ended":
+                    return any(r["status"] in TERMINAL_RUN for r in runs)
                 return any(r["status"] == "running" for r in runs)
             wakes = [r for r in runs_of(w.laptop.db, parent) if r["origin"] == "wake"]
             return any(r["status"] == "running" for r in wakes)
