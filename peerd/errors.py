@@ -142,6 +142,15 @@ class Unavailable(PeerdError):
     code = "unavailable"
 
 
+class LinkClockSkew(Unavailable):
+    """The box called the link expired while this machine's own record of it (the lifetime the box
+    gave at its last refresh, counted on this machine's clock) says it is still valid: the box's
+    clock is wrong (ahead). Transient: nothing is marked expired, no new pairing is needed, and
+    the link works again once that clock is right (issue 26, case 9)."""
+
+    code = "clock_skew"
+
+
 class StorageUnavailable(Unavailable):
     """The store cannot be written now (disk full, read-only, locked); nothing was changed."""
 

@@ -36,7 +36,7 @@ import yarl
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import RuntimeModeEscalationDenied, require_write, runtime_rank
-from peerd.errors import CapabilityDenied, InvalidRequest, NotLinked, PeerdError, from_wire
+from peerd.errors import CapabilityDenied, InvalidRequest, LinkClockSkew, NotLinked, PeerdError, from_wire
 from peerd.peer.identity import pinned_fingerprint
 from peerd.store import links
 from peerd.store.db import Database
@@ -130,6 +130,21 @@ def read_timeout(method: str, path: str, body: dict[str, Any] | None, params: di
 
 def expired_message(label: str) -> str:
     return f"The link to {label} expired. Link it again with a new pairing code from {label}."
+
+
+def still_valid(link: LinkRow, now: float) -> bool:
+    """By this machine's own record (its clock when the box last answered a refresh, plus the
+    lifetime the box gave then: never the box's absolute time), is the link's refresh token valid?"""
+    return link.refresh_expires_at is None or link.refresh_expires_at > now
+
+
+def skew_message(link: LinkRow, now: float) -> str:
+    left = "no expiry" if link.refresh_expires_at is None else f"{(link.refresh_expires_at - now) / 86400:.0f} days left"
+    return (
+        f"{link.label} says the link expired, but by this machine's clock it is valid ({left}): "
+        f"{link.label}'s clock is probably wrong (ahead). Fix the clock there; the link works again "
+        "without a new pairing."
+    )
 
 
 def not_linked_message(env_id: str) -> str:
@@ -319,6 +334,10 @@ class PeerClient:
             if status != 200:
                 reason = body.get("peerd_reason") if isinstance(body, dict) else None
                 if status == 400 and reason == "expired":
+                    if still_valid(link, self._clock()):
+                        # Judged by this machine's clock of its last refresh, the link is valid:
+                        # the box's clock is wrong. Nothing is marked; it works once that is fixed.
+                        raise LinkClockSkew(skew_message(link, self._clock()))
                     raise await self._fail_link(link, "expired", expired_message(link.label))
                 if status == 400:  # revoked, reused or unknown: the box no longer accepts this link
                     raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
@@ -375,6 +394,11 @@ class PeerClient:
             except PeerUnreachable as exc:  # no address answered as the box: say so on the link
                 await links.record_outcome(
                     self._db, env_id, status="unreachable", error=exc.message, reached_at=None
+                )
+                raise
+            except LinkClockSkew as exc:  # it answered, with its clock wrong: said on the link
+                await links.record_outcome(
+                    self._db, env_id, status="reachable", error=exc.message, reached_at=self._clock()
                 )
                 raise
             headers = {"Authorization": f"Bearer {token}"}

@@ -388,4 +388,10 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE threads ADD COLUMN moved_to TEXT",
         "ALTER TABLE threads ADD COLUMN moved_from TEXT",
     ],
+    # 17: a link's backoff keeps its delay (a relative duration) beside the wall time of the next
+    # try, so a restart waits at most the delay whatever the wall clock did (`rules.backoff_wait`;
+    # issue 26, case 9). NULL: a row of an older release (bounded by its attempts).
+    [
+        "ALTER TABLE link_backoff ADD COLUMN delay_s REAL",
+    ],
 ]

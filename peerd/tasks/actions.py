@@ -121,8 +121,9 @@ class DropStop:
 @dataclass(frozen=True)
 class SaveBackoff:
     attempts: int  # 0 clears the stored backoff
-    next_at: float
+    next_at: float  # in the machine's (monotonic) time: never stored as such
     error: str | None
+    delay_s: float = 0.0  # what is stored: the delay, with the wall time it was decided at
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import random
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -184,7 +183,9 @@ class Follower:
         while True:
             try:
                 if not restored:
-                    self.machine.restore(*await tasks.backoff(self.pool.db, self.env_id))
+                    clock = self.pool.clock
+                    attempts, wait = await tasks.backoff_wait(self.pool.db, self.env_id, wall_now=clock.wall())
+                    self.machine.restore(attempts, clock.now() + wait if attempts else 0.0)
                     restored = True
                 if await self._turn():
                     return  # nothing to follow: `notify` starts a new follower for new work
@@ -266,7 +267,7 @@ class Follower:
         return False
 
     async def _perform(self, action: Action) -> list[Action]:
-        db, delegation, now = self.pool.db, self.pool.delegation, self.pool.clock.now
+        db, delegation, now, wall = self.pool.db, self.pool.delegation, self.pool.clock.now, self.pool.clock.wall
         if isinstance(action, Sleep):
             return await self._sleep(action.until)
         if isinstance(action, Subscribe):
@@ -302,20 +303,26 @@ class Follower:
             await delegation.end(action.task_id, action.status, action.result)
         elif isinstance(action, DropStop):
             self._touched.add(action.task_id)
-            await tasks.set_stop(db, action.task_id, owed=False, reason=None, now=now())
-            await tasks.set_error(db, action.task_id, action.error, now=now())
+            await tasks.set_stop(db, action.task_id, owed=False, reason=None, now=wall())
+            await tasks.set_error(db, action.task_id, action.error, now=wall())
         elif isinstance(action, SaveBackoff):
             if action.attempts:
                 log.info("follower.backoff", env_id=self.env_id, attempts=action.attempts)
+            # Stored relative: the delay, and the wall time of the next try it makes now.
             await tasks.set_backoff(
-                db, self.env_id, attempts=action.attempts, next_at=action.next_at, error=action.error
+                db,
+                self.env_id,
+                attempts=action.attempts,
+                next_at=wall() + action.delay_s if action.attempts else 0.0,
+                delay_s=action.delay_s,
+                error=action.error,
             )
         elif isinstance(action, NoteQuiet):
             quiet_s = round(action.chunks * self.machine.chunk_s)
             # A child may just run long; a result the box never reports shows here (issue 26, case 8).
             log.info("follower.task_quiet", env_id=self.env_id, task_ids=list(action.task_ids), quiet_s=quiet_s)
         elif isinstance(action, NoteError):
-            await feedstore.note_error(db, self.env_id, action.error, now=now())
+            await feedstore.note_error(db, self.env_id, action.error, now=wall())
         elif isinstance(action, CheckLink):
             try:
                 await delegation.forwarder.peers.load_link(self.env_id)
@@ -452,7 +459,7 @@ class Follower:
         db, feed, env_id = self.pool.db, self.pool.delegation.feed, self.env_id
 
         async def write() -> None:
-            await approvals_store.mirror(db, env_id, bodies, now=time.time())
+            await approvals_store.mirror(db, env_id, bodies, now=self.pool.clock.wall())
             self._mirrored = same
             feed.changed(APPROVALS_CHANGED)
 

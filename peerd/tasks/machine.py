@@ -30,6 +30,9 @@ its indexes as tasks change, so a step costs O(1) in the number of open tasks.
 
 Backoff: 2 s, 4 s ... 5 min plus jitter, without an attempt limit; any answer from the box ends it
 at once (`answered`), so results arrive as soon as the box is back, not when the backoff ends.
+Every `now` is monotonic (the shell's `Clock.now`): a step of the wall clock moves no backoff or
+deadline here. What is stored is the delay (`SaveBackoff.delay_s`); a restart resumes at most
+that (`restore`, with `rules.backoff_wait`).
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ class FollowerMachine:
         return len(self._tasks)
 
     def restore(self, attempts: int, next_at: float) -> None:
-        """The backoff stored by an earlier follower (before a restart, say)."""
+        """The backoff stored by an earlier follower (before a restart, say): `next_at` in this
+        machine's time (the shell adds the bounded wait left, `rules.backoff_wait`, to `now`)."""
         self.attempts, self.next_at = attempts, next_at
 
     # --- the link's open tasks, kept in memory --------------------------------------------------------
@@ -352,8 +356,9 @@ class FollowerMachine:
             actions.append(StopPoll())
         if kind == "transient":
             self.attempts += 1
-            self.next_at = now + backoff_delay(self.attempts, self.jitter())
-            actions.append(SaveBackoff(self.attempts, self.next_at, message))
+            delay = backoff_delay(self.attempts, self.jitter())
+            self.next_at = now + delay
+            actions.append(SaveBackoff(self.attempts, self.next_at, message, delay))
             if message != self._noted:
                 self._noted = message
                 actions.append(NoteError(message))
@@ -383,7 +388,7 @@ class FollowerMachine:
         self.sub.cursor = None
         self.attempts += 1
         self.next_at = now + CRASH_RETRY_S
-        actions: list[Action] = [SaveBackoff(self.attempts, self.next_at, "internal error")]
+        actions: list[Action] = [SaveBackoff(self.attempts, self.next_at, "internal error", CRASH_RETRY_S)]
         if self.poll_deadline is not None:
             self.poll_deadline = None
             actions.insert(0, StopPoll())

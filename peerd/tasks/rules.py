@@ -88,6 +88,18 @@ def backoff_delay(attempts: int, jitter: float) -> float:
     return base + jitter
 
 
+def backoff_wait(attempts: int, next_at: float, delay_s: float | None, wall_now: float) -> float:
+    """After a restart: how long a stored backoff still holds, never longer than its delay.
+
+    The store keeps the delay and the wall time of the next try (the wall time it was decided at
+    plus the delay). What is left is `next_at - wall_now` bounded to [0, delay]: a wall clock
+    stepped back (600 s, say) cannot stretch the wait past the delay itself, and one stepped
+    forward ends it (a try now is cheap). A row without its delay (an older release's) is bounded
+    by the most its attempts allow (`backoff_delay` with the whole jitter)."""
+    bound = backoff_delay(attempts, 1.0) if delay_s is None else max(delay_s, 0.0)
+    return min(max(next_at - wall_now, 0.0), bound)
+
+
 def store_retry_delay(failures: int, jitter: float) -> float:
     """How long to wait after this daemon's store failed (full disk, say): 2 s, 4 s ... capped at
     30 s, plus jitter. A local retry costs nothing, and freed space should be noticed soon."""
@@ -169,7 +181,7 @@ Failure = Literal["transient", "link", "task"]
 # Worth retrying with backoff: the box did not answer (or answered 5xx), or this daemon's store or
 # the box cannot serve right now.
 TRANSIENT_CODES: frozenset[str] = frozenset(
-    {"unreachable", "unavailable", "storage_unavailable", "shutting_down"}
+    {"unreachable", "unavailable", "storage_unavailable", "shutting_down", "clock_skew"}
 )
 # The link itself is unusable: every open task of the link ends with the reason.
 LINK_CODES: frozenset[str] = frozenset(

@@ -19,6 +19,7 @@ from peerd.store import threads
 from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.tasks.rules import Wake, complete, is_task_terminal, wake_due, wake_text
+from peerd.tasks.rules import backoff_wait as backoff_wait_rule
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,12 @@ async def finish(
             woken = await threads.insert_run(
                 tx, row["parent_thread_id"], wake_text([task_id]), now, origin="wake"
             )
+        # The one place a task ends: never before it was created, whatever the wall clock did
+        # (a step back of 600 s made `ended_at` < `created_at`: issue 26, case 9).
+        ended_at = max(now, float(row["created_at"]))
         await tx.execute(
             "UPDATE tasks SET status = ?, result = ?, ended_at = ?, updated_at = ?, woken_run_id = ? WHERE id = ?",
-            (done.status, done.result, now, now, woken, task_id),
+            (done.status, done.result, ended_at, ended_at, woken, task_id),
         )
         await threads.event(
             tx, row["parent_thread_id"], "task.updated", {"taskId": task_id, "status": done.status}, now
@@ -398,18 +402,41 @@ async def has_open_children(db: Database, thread_id: str) -> bool:
 
 
 async def backoff(db: Database, env_id: str) -> tuple[int, float]:
+    """The stored attempts and the wall time of the next try (0, 0.0: none)."""
     row = await db.fetchone("SELECT attempts, next_at FROM link_backoff WHERE env_id = ?", (env_id,))
     return (0, 0.0) if row is None else (int(row["attempts"]), float(row["next_at"]))
 
 
-async def set_backoff(db: Database, env_id: str, *, attempts: int, next_at: float, error: str | None) -> None:
+async def backoff_wait(db: Database, env_id: str, *, wall_now: float) -> tuple[int, float]:
+    """What a starting follower resumes: the attempts, and how long to wait still, bounded by
+    the stored delay whatever the wall clock did meanwhile (`rules.backoff_wait`)."""
+    row = await db.fetchone(
+        "SELECT attempts, next_at, delay_s FROM link_backoff WHERE env_id = ?", (env_id,)
+    )
+    if row is None:
+        return 0, 0.0
+    attempts, delay = int(row["attempts"]), row["delay_s"]
+    wait = backoff_wait_rule(attempts, float(row["next_at"]), None if delay is None else float(delay), wall_now)
+    return attempts, wait
+
+
+async def set_backoff(
+    db: Database,
+    env_id: str,
+    *,
+    attempts: int,
+    next_at: float,
+    error: str | None,
+    delay_s: float | None = None,
+) -> None:
+    """Store a link's backoff: `next_at` is wall time (the decision's wall time + `delay_s`)."""
     async with db.write() as tx:
         if attempts == 0:
             await tx.execute("DELETE FROM link_backoff WHERE env_id = ?", (env_id,))
         else:
             await tx.execute(
-                "INSERT INTO link_backoff (env_id, attempts, next_at, last_error) VALUES (?, ?, ?, ?)"
+                "INSERT INTO link_backoff (env_id, attempts, next_at, last_error, delay_s) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT(env_id) DO UPDATE SET attempts = excluded.attempts, next_at = excluded.next_at,"
-                " last_error = excluded.last_error",
-                (env_id, attempts, next_at, error),
+                " last_error = excluded.last_error, delay_s = excluded.delay_s",
+                (env_id, attempts, next_at, error, delay_s),
             )

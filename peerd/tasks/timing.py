@@ -1,7 +1,10 @@
 """The tasks package's one clock/sleep seam, and work retried while this daemon's store fails.
 
-`Clock` is wall-clock time (stored deadlines such as a link's next try survive restarts) with a
-sleep that new work can cut short. Tests replace it to drive the follower without real time.
+`Clock` is the process's time: `now()` is monotonic (every backoff, sleep and deadline in the
+process: a step of the wall clock, back or forward, changes none of them), `wall()` the wall
+clock for what is stored and shown (`updated_at`, and the wall time a stored backoff was decided
+at, which a restart only uses bounded: `rules.backoff_wait`). Its sleep can be cut short by new
+work. Tests replace it to drive the follower without real time, and to step the wall clock.
 
 `Retrier.run(name, work)` tries `work` once; when it fails with a store fault (full disk,
 read-only, locked: `storage_unavailable`, or a raw SQLite operational error) it is retried in the
@@ -26,6 +29,11 @@ log = structlog.get_logger(__name__)
 
 class Clock:
     def now(self) -> float:
+        """Monotonic seconds: for intervals and deadlines in this process only, never stored."""
+        return time.monotonic()
+
+    def wall(self) -> float:
+        """Wall-clock seconds: for what is stored or shown (it may step back or forward)."""
         return time.time()
 
     async def sleep(self, seconds: float, wake: asyncio.Event | None = None) -> None:

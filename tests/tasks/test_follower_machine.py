@@ -279,7 +279,7 @@ def test_a_store_fault_waits_with_its_own_backoff_and_writes_nothing() -> None:
 def test_a_bug_is_retried_in_five_seconds() -> None:
     m = machine()
     m.plan(T0, running())
-    assert m.crashed(T0) == [SaveBackoff(1, T0 + CRASH_RETRY_S, "internal error")]
+    assert m.crashed(T0) == [SaveBackoff(1, T0 + CRASH_RETRY_S, "internal error", CRASH_RETRY_S)]
 
 
 # --- the peer client's side of noticing a silent box ------------------------------------------------------

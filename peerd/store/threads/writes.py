@@ -295,8 +295,9 @@ async def _transition(
     if row is None:
         raise RunNotFound(f"Run {run_id} was not found.")
     check_transition(row["status"], new)
-    started = now if new == "starting" else row["started_at"]
-    ended = now if is_terminal(new) else None
+    # A wall clock stepped back never makes a run end before it began (issue 26, case 9).
+    started = max(now, row["created_at"]) if new == "starting" else row["started_at"]
+    ended = max(now, started or row["created_at"]) if is_terminal(new) else None
     await tx.execute(
         "UPDATE runs SET status = ?, reason = coalesce(?, reason), exit_code = coalesce(?, exit_code),"
         " pgid = coalesce(?, pgid), token_hash = CASE WHEN ? THEN NULL ELSE coalesce(?, token_hash) END,"
@@ -344,8 +345,8 @@ async def archive(db: Database, thread_id: str, *, now: float) -> None:
             queued = [r["id"] for r in await cur.fetchall()]
         for run_id in queued:
             await tx.execute(
-                "UPDATE runs SET status = 'cancelled', reason = 'The thread was archived.', ended_at = ?"
-                " WHERE id = ?",
+                "UPDATE runs SET status = 'cancelled', reason = 'The thread was archived.',"
+                " ended_at = max(?, created_at) WHERE id = ?",
                 (now, run_id),
             )
             await add_event(tx, thread_id, "run.updated", {"runId": run_id, "status": "cancelled"}, now)
