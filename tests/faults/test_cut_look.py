@@ -43,7 +43,9 @@ async def test_a_poll_cut_while_the_box_looks_at_the_ended_child_delivers_the_re
             parent = (await p.lc.call("POST", "/v1/threads", body=body))["threadId"]
 
             def task() -> dict[str, object] | None:
-                found = rows(p.db("laptop"), "SELECT status, result FROM tasks WHERE parent_thread_id = ?", (parent,))
+                found = rows(
+                    p.db("laptop"), "SELECT status, result FROM tasks WHERE parent_thread_id = ?", (parent,)
+                )
                 return dict(found[0]) if found else None
 
             async def running() -> bool:

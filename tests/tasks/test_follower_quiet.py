@@ -4,7 +4,15 @@ for a log line; a report, or the task changing here, starts its count again."""
 
 from __future__ import annotations
 
-from peerd.tasks.machine import QUIET_CHUNKS, FollowerMachine, NoteQuiet, OpenTask, PollAnswer, RunReport, Subscribe
+from peerd.tasks.machine import (
+    QUIET_CHUNKS,
+    FollowerMachine,
+    NoteQuiet,
+    OpenTask,
+    PollAnswer,
+    RunReport,
+    Subscribe,
+)
 from tests.tasks.test_follower_machine import T0, machine, running, synced, watch_of
 
 
