@@ -139,7 +139,11 @@ def still_valid(link: LinkRow, now: float) -> bool:
 
 
 def skew_message(link: LinkRow, now: float) -> str:
-    left = "no expiry" if link.refresh_expires_at is None else f"{(link.refresh_expires_at - now) / 86400:.0f} days left"
+    left = (
+        "no expiry"
+        if link.refresh_expires_at is None
+        else f"{(link.refresh_expires_at - now) / 86400:.0f} days left"
+    )
     return (
         f"{link.label} says the link expired, but by this machine's clock it is valid ({left}): "
         f"{link.label}'s clock is probably wrong (ahead). Fix the clock there; the link works again "

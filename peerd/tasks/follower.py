@@ -184,7 +184,9 @@ class Follower:
             try:
                 if not restored:
                     clock = self.pool.clock
-                    attempts, wait = await tasks.backoff_wait(self.pool.db, self.env_id, wall_now=clock.wall())
+                    attempts, wait = await tasks.backoff_wait(
+                        self.pool.db, self.env_id, wall_now=clock.wall()
+                    )
                     self.machine.restore(attempts, clock.now() + wait if attempts else 0.0)
                     restored = True
                 if await self._turn():
@@ -267,7 +269,8 @@ class Follower:
         return False
 
     async def _perform(self, action: Action) -> list[Action]:
-        db, delegation, now, wall = self.pool.db, self.pool.delegation, self.pool.clock.now, self.pool.clock.wall
+        db, delegation = self.pool.db, self.pool.delegation
+        now, wall = self.pool.clock.now, self.pool.clock.wall
         if isinstance(action, Sleep):
             return await self._sleep(action.until)
         if isinstance(action, Subscribe):
@@ -320,7 +323,9 @@ class Follower:
         elif isinstance(action, NoteQuiet):
             quiet_s = round(action.chunks * self.machine.chunk_s)
             # A child may just run long; a result the box never reports shows here (issue 26, case 8).
-            log.info("follower.task_quiet", env_id=self.env_id, task_ids=list(action.task_ids), quiet_s=quiet_s)
+            log.info(
+                "follower.task_quiet", env_id=self.env_id, task_ids=list(action.task_ids), quiet_s=quiet_s
+            )
         elif isinstance(action, NoteError):
             await feedstore.note_error(db, self.env_id, action.error, now=wall())
         elif isinstance(action, CheckLink):

@@ -410,13 +410,13 @@ async def backoff(db: Database, env_id: str) -> tuple[int, float]:
 async def backoff_wait(db: Database, env_id: str, *, wall_now: float) -> tuple[int, float]:
     """What a starting follower resumes: the attempts, and how long to wait still, bounded by
     the stored delay whatever the wall clock did meanwhile (`rules.backoff_wait`)."""
-    row = await db.fetchone(
-        "SELECT attempts, next_at, delay_s FROM link_backoff WHERE env_id = ?", (env_id,)
-    )
+    row = await db.fetchone("SELECT attempts, next_at, delay_s FROM link_backoff WHERE env_id = ?", (env_id,))
     if row is None:
         return 0, 0.0
     attempts, delay = int(row["attempts"]), row["delay_s"]
-    wait = backoff_wait_rule(attempts, float(row["next_at"]), None if delay is None else float(delay), wall_now)
+    wait = backoff_wait_rule(
+        attempts, float(row["next_at"]), None if delay is None else float(delay), wall_now
+    )
     return attempts, wait
 
 

@@ -91,7 +91,8 @@ async def test_a_wall_clock_stepped_back_during_a_backoff_delays_no_result(
                 for side in ("laptop", "box"):
                     early = rows(
                         p.db(side),
-                        "SELECT id FROM runs WHERE ended_at IS NOT NULL AND ended_at < coalesce(started_at, created_at)",
+                        "SELECT id FROM runs WHERE ended_at IS NOT NULL"
+                        " AND ended_at < coalesce(started_at, created_at)",
                     )
                     if early:
                         out.notes.append(f"{len(early)} run(s) on the {side} ended before they began")
