@@ -134,16 +134,13 @@ def expired_message(label: str) -> str:
 
 def still_valid(link: LinkRow, now: float) -> bool:
     """By this machine's own record (its clock when the box last answered a refresh, plus the
-    lifetime the box gave then: never the box's absolute time), is the link's refresh token valid?"""
-    return link.refresh_expires_at is None or link.refresh_expires_at > now
+    lifetime the box gave then: never the box's absolute time), is the link's refresh token valid?
+    No record of its lifetime: nothing contradicts the box, whose word stands."""
+    return link.refresh_expires_at is not None and link.refresh_expires_at > now
 
 
 def skew_message(link: LinkRow, now: float) -> str:
-    left = (
-        "no expiry"
-        if link.refresh_expires_at is None
-        else f"{(link.refresh_expires_at - now) / 86400:.0f} days left"
-    )
+    left = f"{((link.refresh_expires_at or now) - now) / 86400:.0f} days left"
     return (
         f"{link.label} says the link expired, but by this machine's clock it is valid ({left}): "
         f"{link.label}'s clock is probably wrong (ahead). Fix the clock there; the link works again "
