@@ -6,6 +6,7 @@ most the delay; a task ended after a step back does not end before it was create
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -131,3 +132,19 @@ async def test_a_run_ended_after_a_step_back_ends_no_earlier_than_it_began(db: D
     await threads.transition_run(db, "run_p", "running", now=created + 1.0)
     ended = await threads.transition_run(db, "run_p", "completed", now=created + 1.0 - STEP_S)
     assert ended.ended_at is not None and ended.ended_at >= ended.started_at
+
+
+def test_any_wall_clock_step_leaves_a_wait_within_the_delay() -> None:
+    """Random delays, elapsed times and steps (back and forward, up to 40 days): the wait after a
+    restart is within [0, delay], and without a step it is exactly what was left."""
+    rng = random.Random(26)
+    for _ in range(5_000):
+        attempts = rng.randint(1, 30)
+        delay = backoff_delay(attempts, rng.random())
+        decided = rng.uniform(0, 2e9)
+        elapsed = rng.uniform(0, 2 * delay)
+        step = rng.choice([0.0, rng.uniform(-40 * 86400, 40 * 86400)])
+        wait = backoff_wait(attempts, decided + delay, delay, decided + elapsed + step)
+        assert 0.0 <= wait <= delay
+        if step == 0.0:
+            assert wait == pytest.approx(max(delay - elapsed, 0.0), abs=1e-6)
