@@ -16,9 +16,13 @@ thread there is launched on it. The same commit: nothing. An ancestor of the mov
 checked out in any worktree: fast-forwarded. Diverged (or checked out): left exactly as it is,
 and the moved work is kept under `refs/peerd/moved/<move id>`. In every case but "absent" the
 thread there takes a branch of its own (`peerd/<thread>`, a launch never takes an existing
-branch). The branch name must be under `peerd/` or `orchestrate/` (the wire model says so), and a
-branch another thread here owns (not one the calling link started) is never moved, only kept
-beside: a link never moves the owner's own branches. A kept ref is created, never replaced.
+branch). The branch name must be under `peerd/` or `orchestrate/` (the wire model says so), and
+only a branch the ownership ledger gives to the calling link moves at all (`not-yours`
+otherwise: an orchestration's branch, another link's, one the owner made by hand - a branch in
+git with no record is the owner's - is left as it is and the work kept beside, the outcome
+naming whose it is). The kept ref is recorded as the caller's before it is made
+(`boxside.land`): a move id another link used is refused, and a kept ref is created, never
+replaced.
 
 Every command goes through peerd's one git runner (`peerd.runtime.gitrun`: a fixed environment,
 no hooks, filters or external programs from repository config), in the recorded git dir of a
@@ -31,6 +35,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from peerd.core.ownership import Owner, effective_owner, may_change
 from peerd.errors import Conflict, InvalidRequest
 from peerd.handoff.machine import landing
 from peerd.handoff.wire import BranchLanded
@@ -105,10 +110,13 @@ async def drop_moving_ref(worktree_repo: Path, move_id: str) -> None:
     await _git(await git.checkout_location(worktree_repo), "update-ref", "-d", moving_ref(move_id), ok=(0, 1))
 
 
-async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move: bool) -> BranchLanded:
+async def land(
+    checkout: Path, *, move_id: str, branch: str, tip: str, recorded: Owner | None, caller: Owner
+) -> BranchLanded:
     """The box's side: what becomes of its branch named `branch` now that `tip` (already received
-    with the bundle) arrives (see the module docstring). `may_move` False (the branch is another
-    thread's here, not the calling link's): it is never moved, only kept beside."""
+    with the bundle) arrives (see the module docstring). `recorded`: the branch's owner in the
+    ledger; a branch that is not `caller`'s (`core/ownership.py:may_change`; one in git with no
+    record is the person's) is never moved, only kept beside."""
     repo = await git.checkout_location(checkout)
     if not await has_commit(repo, tip):
         raise InvalidRequest(
@@ -123,9 +131,8 @@ async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move:
         ancestor = is_ancestor.returncode == 0
         where = await _git(repo, "for-each-ref", "--format=%(worktreepath)", ref)
         checked_out = bool(where.stdout.strip())
-    outcome = landing(
-        tip_there=there, incoming=tip, ancestor=ancestor, checked_out=checked_out or not may_move
-    )
+    right = may_change(recorded, exists=there is not None, caller=caller)
+    outcome = landing(tip_there=there, incoming=tip, ancestor=ancestor, checked_out=checked_out, right=right)
     if outcome == "absent":
         return BranchLanded(outcome=outcome, branch=branch)
     if outcome == "fast-forward":
@@ -142,4 +149,7 @@ async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move:
     if current.returncode != 0:
         # Created only (the empty old value): a ref of another move is never replaced.
         await _git(repo, "update-ref", "-m", f"peerd: move {move_id}", keep, tip, "")
-    return BranchLanded(outcome=outcome, branch=None, kept_ref=keep)
+    owner = effective_owner(recorded, there is not None) if outcome == "not-yours" else None
+    return BranchLanded(
+        outcome=outcome, branch=None, kept_ref=keep, owner=None if owner is None else owner.describe()
+    )
