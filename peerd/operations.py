@@ -29,7 +29,7 @@ from peerd.core.access import (
     runtime_rank,
 )
 from peerd.core.idempotency import request_hash
-from peerd.core.ownership import Owner, effective_owner, may_change
+from peerd.core.ownership import Owner, effective_owner, may_change, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
 from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, NotYours, RunNotFound
@@ -554,6 +554,15 @@ class Operations:
                 "link: archive the thread without deleting its branch."
             )
 
+    async def _forget_thread_state(self, thread: c.Thread, *, worktree: bool, branch: str | None) -> None:
+        """The ledger forgets what the thread's owner removed: its worktree, its deleted branch."""
+        owner = owner_of_thread(thread.link_origin, thread.started_by)
+        async with self.db.write() as tx:
+            if worktree:
+                await ownership.forget(tx, thread.project_id, "worktree", thread.worktree_path, owner=owner)
+            if branch is not None:
+                await ownership.forget(tx, thread.project_id, "ref", f"refs/heads/{branch}", owner=owner)
+
     async def thread_archive(
         self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
     ) -> c.ThreadArchiveResult:
@@ -588,6 +597,8 @@ class Operations:
         elif branch is not None:  # archived before: only its branch is left to delete
             project = await projects.get(self.db, thread.project_id)
             await git.remove_worktree(Path(project.path), Path(thread.worktree_path), delete_branch=branch)
+        if removed or branch is not None:
+            await self._forget_thread_state(thread, worktree=removed, branch=branch)
         if thread.status != "archived":
             await threads.archive(self.db, thread_id, now=self.clock())
             self.feed.changed(thread_id)

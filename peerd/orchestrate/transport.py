@@ -142,9 +142,19 @@ class GitTransport:
         return thread
 
     async def _location(self, thread: c.Thread) -> git.GitLocation:
-        """The thread's worktree as peerd recorded it (never its own `.git` file)."""
+        """The thread's worktree as peerd recorded it (never its own `.git` file), still on the
+        thread's own branch: an agent that checked out another branch in its worktree (the
+        owner's, another thread's) gets nothing committed onto it or read from it."""
         project = await projects.get(self.ops.db, thread.project_id)
-        return await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
+        where = await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
+        on = await gitops.current_branch(where)
+        if on != thread.branch:
+            raise NotYours(
+                f"Thread {thread.id}'s worktree is on {on or 'a detached HEAD'}, not on its own branch "
+                f"{thread.branch}: peerd commits and sends only the thread's own branch. Check the branch "
+                "out again in the worktree, or start a new thread."
+            )
+        return where
 
     async def commit(self, caller: Caller, thread_id: str, req: ThreadCommit) -> ThreadCommitResult:
         if req.scope:

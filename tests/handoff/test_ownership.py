@@ -55,7 +55,10 @@ async def test_a_write_link_moves_only_what_its_own_work_made(tmp_path: Path) ->
 
         # The link's own thread's branch there is the link's: it fast-forwards.
         launched = await pair.laptop.peers.call(
-            pair.box_id, "POST", "/v1/threads", body={"projectId": box_project, "prompt": script({"reply": "x"})}
+            pair.box_id,
+            "POST",
+            "/v1/threads",
+            body={"projectId": box_project, "prompt": script({"reply": "x"})},
         )
         await wait_terminal(pair.bc, launched["threadId"])
         archive = f"/v1/threads/{launched['threadId']}/archive"
@@ -69,3 +72,37 @@ async def test_a_write_link_moves_only_what_its_own_work_made(tmp_path: Path) ->
         # A new name is the link's to take (the thread there is launched on it).
         landed = await land("peerd/brand-new", _child_of(box_repo, main, "new"), 11)
         assert landed["outcome"] == "absent" and landed["branch"] == "peerd/brand-new"
+
+
+async def test_a_links_commit_never_lands_on_a_branch_its_agent_checked_out(tmp_path: Path) -> None:
+    """The commit transport (`POST /v1/threads/{id}/commit`) takes the thread's worktree onto the
+    thread's own branch only: an agent that checked out the owner's branch in its worktree gets
+    nothing committed onto it, nor read from it (`GET .../bundle`)."""
+    async with linked(tmp_path, access="auto") as pair:
+        assert pair.laptop.peers is not None
+        box_repo = tmp_path / "box-repo"
+        box_project = (await pair.bc.call("GET", "/v1/projects"))["items"][0]["id"]
+        main = git(box_repo, "rev-parse", "HEAD").strip()
+        git(box_repo, "branch", "peerd/owner-feature", main)
+        launched = await pair.laptop.peers.call(
+            pair.box_id,
+            "POST",
+            "/v1/threads",
+            body={"projectId": box_project, "prompt": script({"reply": "x"})},
+        )
+        thread = await wait_terminal(pair.bc, launched["threadId"])
+        shown = await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}")
+        worktree = Path(shown["worktreePath"])
+        git(worktree, "checkout", "-q", "peerd/owner-feature")  # what a hostile agent could do
+        (worktree / "README.md").write_text("taken\n", encoding="utf-8")
+        for method, path, body in (
+            ("POST", f"/v1/threads/{launched['threadId']}/commit", {"message": "take it"}),
+            ("GET", f"/v1/threads/{launched['threadId']}/bundle", None),
+        ):
+            try:
+                await pair.laptop.peers.call(pair.box_id, method, path, body=body)
+            except Exception as exc:  # the typed refusal is checked below
+                assert getattr(exc, "code", None) == "not_yours", exc
+            else:
+                raise AssertionError(f"{method} {path} was answered")
+        assert git(box_repo, "rev-parse", "peerd/owner-feature").strip() == main, thread

@@ -124,7 +124,9 @@ async def test_a_branch_there_behind_the_moved_work_that_the_owner_made_is_kept(
         answer = await pair.lc.call("POST", f"/v1/threads/{here}/move", body={"to": "box"})
         move = await move_ended(pair.lc, answer["move"]["moveId"])
         assert move["state"] == "moved" and move["keptRef"] == f"refs/peerd/moved/{move['moveId']}", move
-        assert git(box_repo, "rev-parse", f"peerd/{here}").strip() == git(box_repo, "rev-parse", "main").strip()
+        assert (
+            git(box_repo, "rev-parse", f"peerd/{here}").strip() == git(box_repo, "rev-parse", "main").strip()
+        )
         assert git(box_repo, "rev-parse", move["keptRef"]).strip() == move["snapshot"]
         with contextlib.suppress(Exception):
             await wait_terminal(pair.bc, move["movedTo"]["threadId"])
