@@ -39,7 +39,8 @@ async def next_second() -> None:
 
 def loc_git(where: GitLocation, *args: str) -> str:
     argv = ["git", f"--git-dir={where.git_dir}", f"--work-tree={where.work_tree}", *args]
-    env = {**os.environ, **GIT_ENV}
+    # Looking never writes the index (`git status` would refresh it, and so hide the case).
+    env = {**os.environ, **GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"}
     return subprocess.run(argv, cwd=where.work_tree, env=env, capture_output=True, text=True, check=True).stdout
 
 
