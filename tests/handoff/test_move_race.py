@@ -28,7 +28,9 @@ async def test_a_same_size_edit_made_as_the_worktree_was_checked_out_moves_with_
         # index recorded (checked, not assumed), the case a copied index missed.
         for _ in range(8):
             await next_second()
-            launched = await pair.lc.call("POST", "/v1/threads", body={"projectId": pair.here, "prompt": EDIT})
+            launched = await pair.lc.call(
+                "POST", "/v1/threads", body={"projectId": pair.here, "prompt": EDIT}
+            )
             done = await wait_terminal(pair.lc, launched["threadId"], launched["runId"])
             assert done["status"] == "completed", done
             worktree = Path(launched["worktreePath"])

@@ -43,7 +43,18 @@ START = {
     "run.sh": b"#!/bin/sh\n",
     ".gitignore": b"*.log\n",
 }
-NAMES = ["a.txt", "b.txt", "g.txt", "d/c.txt", "d/h.txt", "d/e/f.txt", "d/e/i.txt", "run.sh", "x.log", "d/y.log"]
+NAMES = [
+    "a.txt",
+    "b.txt",
+    "g.txt",
+    "d/c.txt",
+    "d/h.txt",
+    "d/e/f.txt",
+    "d/e/i.txt",
+    "run.sh",
+    "x.log",
+    "d/y.log",
+]
 _names = st.sampled_from(NAMES)
 OPS = st.one_of(
     st.tuples(st.just("write"), _names, st.binary(max_size=12)),
@@ -70,7 +81,7 @@ def worktree_files(where: GitLocation) -> dict[str, tuple[str, bytes]]:
             if name == ".git" or (name.endswith(".log") and name not in tracked):
                 continue
             if entry.is_symlink():
-                found[name] = ("120000", os.fsencode(os.readlink(entry.path)))
+                found[name] = ("120000", os.fsencode(Path(entry.path).readlink()))
             elif entry.is_dir():
                 walk(Path(entry.path), name + "/")
             else:
@@ -88,7 +99,9 @@ def tree_files(repo: Path, commit: str) -> dict[str, tuple[str, bytes]]:
     found = {path: (meta[0], meta[2].encode()) for meta, path in rows if meta[1] == "commit"}
     blobs = [(meta, path) for meta, path in rows if meta[1] == "blob"]
     shas = "".join(f"{meta[2]}\n" for meta, _ in blobs).encode()
-    out = subprocess.run(["git", "cat-file", "--batch"], cwd=repo, input=shas, capture_output=True, check=True)
+    out = subprocess.run(
+        ["git", "cat-file", "--batch"], cwd=repo, input=shas, capture_output=True, check=True
+    )
     data = out.stdout
     for meta, path in blobs:
         header, data = data.split(b"\n", 1)
@@ -122,7 +135,7 @@ def apply(where: GitLocation, op: tuple[object, ...]) -> None:
         target = top / str(op[2])
         if os.path.lexists(path) and target != path:
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
+            path.replace(target)
     elif kind == "chmod":
         if path.is_file() and not path.is_symlink():
             path.chmod(path.stat().st_mode ^ 0o111)

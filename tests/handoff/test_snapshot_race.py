@@ -41,7 +41,9 @@ def loc_git(where: GitLocation, *args: str) -> str:
     argv = ["git", f"--git-dir={where.git_dir}", f"--work-tree={where.work_tree}", *args]
     # Looking never writes the index (`git status` would refresh it, and so hide the case).
     env = {**os.environ, **GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"}
-    return subprocess.run(argv, cwd=where.work_tree, env=env, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        argv, cwd=where.work_tree, env=env, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def stat_as_recorded(where: GitLocation, path: str) -> bool:
@@ -50,7 +52,12 @@ def stat_as_recorded(where: GitLocation, path: str) -> bool:
     debug = loc_git(where, "ls-files", "--debug", "--", path)
     fields = dict(re.findall(r"(ctime|mtime|ino|size): (\d+)", debug))
     info = os.lstat(where.work_tree / path)
-    seen = {"ctime": int(info.st_ctime), "mtime": int(info.st_mtime), "ino": info.st_ino, "size": info.st_size}
+    seen = {
+        "ctime": int(info.st_ctime),
+        "mtime": int(info.st_mtime),
+        "ino": info.st_ino,
+        "size": info.st_size,
+    }
     return all(int(fields[k]) == v for k, v in seen.items())
 
 
@@ -73,7 +80,9 @@ async def edited_as_checked_out(repo: Path, tmp: Path) -> GitLocation:
     pytest.fail("could not edit calc.py within the second its worktree was checked out")
 
 
-async def test_a_same_size_edit_made_as_the_worktree_was_checked_out_is_in_the_snapshot(tmp_path: Path) -> None:
+async def test_a_same_size_edit_made_as_the_worktree_was_checked_out_is_in_the_snapshot(
+    tmp_path: Path,
+) -> None:
     repo = project(tmp_path)
     location = await edited_as_checked_out(repo, tmp_path)
     index_before = loc_git(location, "ls-files", "--stage", "--debug")
