@@ -2,9 +2,11 @@
 
 **The snapshot** (`snapshot`, on the machine the thread leaves): the thread's commits past its
 base, plus its uncommitted edits and untracked (not ignored) files committed on top by peerd, as
-one commit whose parent is the worktree's HEAD. It is built with a temporary index (a copy of the
-worktree's), so the worktree, its index and its branch here are not changed: a move that is
-cancelled or fails leaves the thread exactly as it was. The commit is kept under
+one commit whose parent is the worktree's HEAD. Its tree is what the files hold, hashed
+(`peerd.runtime.gitcontent.content_tree`: a temporary index with the worktree's entries but none of
+their stat data, so a same-size edit made in the second the worktree was checked out is taken; a
+copied index trusted it, issue 26 case 1), so the worktree, its index and its branch here are not
+changed: a move that is cancelled or fails leaves the thread exactly as it was. The commit is kept under
 `refs/peerd/moving/<move id>` so git never collects it while the move is open, and is recorded
 with the move before it is sent (a resumed move sends the same commit). It travels as a bundle
 with the orchestration's transport (`GitTransport.send_base`: the box's ref tips, then
@@ -31,8 +33,6 @@ worktree an agent wrote, never its own `.git` file.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from peerd.core.ownership import Owner, effective_owner, may_change
@@ -42,7 +42,8 @@ from peerd.handoff.wire import BranchLanded
 from peerd.orchestrate.bundles import has_commit
 from peerd.orchestrate.gitbase import _commit_config, head
 from peerd.runtime import git
-from peerd.runtime.gitrun import GitLocation, _git, _git_raw
+from peerd.runtime.gitcontent import content_tree
+from peerd.runtime.gitrun import GitLocation, _git
 
 AUTHOR = "peerd handoff <handoff@peerd.invalid>"
 
@@ -57,34 +58,10 @@ def kept_ref(move_id: str) -> str:
 
 async def snapshot(worktree: GitLocation, *, move_id: str, message: str) -> tuple[str, bool]:
     """The commit that carries the thread's work (see the module docstring), kept under
-    `moving_ref(move_id)`: (commit, whether peerd made a commit for uncommitted work)."""
+    `moving_ref(move_id)`: (commit, whether peerd made a commit for uncommitted work). Its tree is
+    hashed from the files (`content_tree`), never taken from stat data."""
     parent = await head(worktree)
-    with tempfile.TemporaryDirectory(prefix="peerd-move-") as scratch:
-        index = Path(scratch) / "index"
-        env = {"GIT_INDEX_FILE": str(index)}
-        real = worktree.git_dir / "index"
-        if real.is_file():
-            shutil.copyfile(real, index)
-        else:
-            await _git(worktree, "read-tree", parent, env=env)
-        listed = await _git_raw(
-            worktree, "ls-files", "-z", "--modified", "--deleted", "--others", "--exclude-standard", env=env
-        )
-        paths = dict.fromkeys(p.rstrip(b"/") for p in listed.stdout.split(b"\0") if p)
-        if paths:
-            stdin = b"".join(p + b"\0" for p in paths)
-            await _git_raw(
-                worktree,
-                "update-index",
-                "--add",
-                "--remove",
-                "--replace",
-                "-z",
-                "--stdin",
-                stdin=stdin,
-                env=env,
-            )
-        tree = (await _git(worktree, "write-tree", env=env)).stdout.strip()
+    tree = await content_tree(worktree)
     before = (await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")).stdout
     made = tree != before.strip()
     commit = parent
