@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
 from peerd.core.runs import CONFINED
-from peerd.orchestrate import scope
+from peerd.orchestrate import gitops, scope, userwork
 from peerd.orchestrate.attribution import CoderWrite, HopFacts, attribute, hop_facts, writes_of
 from peerd.orchestrate.models import PacketSpec, validate_plan
 from peerd.orchestrate.prompts import reviewer_prompt
 from peerd.orchestrate.verdicts import parse_plan_reply, verification_result
+from peerd.runtime import git as rgit
+from tests.helpers import git, make_repo
 
 CHECKOUT = "/home/me/repo"
 WORKTREE = "/home/me/.peerd/worktrees/t1"
@@ -130,3 +133,33 @@ def test_the_reviewer_is_shown_the_paths_outside_the_packets_files() -> None:
     assert "Out of scope" not in reviewer_prompt(_spec(), "diff", check)
     allowed = reviewer_prompt(_spec(), "diff", check, ["README.md"], [])
     assert "allowed changes outside" in allowed and "will not integrate" not in allowed
+
+
+async def test_a_proven_change_the_user_changes_again_meanwhile_stays_in_the_checkout(tmp_path: Path) -> None:
+    """`recover_escaped(still=...)`: a path no longer exactly what was proven is not moved, and
+    not restored after its patch went to the worktree (the user's newer edit stays)."""
+    repo = make_repo(tmp_path / "repo")
+    for name in ("a.py", "b.py"):
+        (repo / name).write_text("x = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "two files")
+    worktree = tmp_path / "worktrees" / "p1"
+    await rgit.create_worktree(repo, worktree, "orchestrate/r1/p1", await gitops.head(repo))
+    where = await rgit.locate_worktree(repo, worktree)
+    (repo / "a.py").write_text("x = 2\n")  # proven the coder's, unchanged since
+    (repo / "b.py").write_text("x = 3\n")  # proven the coder's, then typed on (below)
+    (repo / "new.py").write_text("n = 1\n")  # an untracked one, typed on before the move
+    proven = {p: userwork.content_hash(repo / p) for p in ("a.py", "b.py", "new.py")}
+    asked: list[str] = []
+
+    def still(path: str) -> bool:
+        asked.append(path)
+        if path in ("b.py", "new.py") and asked.count(path) == 2:  # the user types on, in between
+            (repo / path).write_text((repo / path).read_text() + "# mine\n")
+        return userwork.content_hash(repo / path) == proven[path]
+
+    moved = await gitops.recover_escaped(repo, where, ["a.py", "b.py", "new.py"], only=proven, still=still)
+    assert moved == ["a.py"]
+    assert (repo / "a.py").read_text() == "x = 1\n" and (worktree / "a.py").read_text() == "x = 2\n"
+    assert (repo / "b.py").read_text() == "x = 3\n# mine\n"  # not restored: the user's newer edit
+    assert (repo / "new.py").read_text() == "n = 1\n# mine\n" and not (worktree / "new.py").exists()
