@@ -1,5 +1,7 @@
 """Containment (the workflow's Verify step): a coder's edits that escaped into the orchestrator's own
-checkout go back to its worktree, scoped strictly to the packet's files.
+checkout go back to its worktree, scoped strictly to the packet's files, and only the ones peerd
+proved the coder wrote (`attribution.attribute`, called from `escapes.settle`): the checkout is the
+user's, and everything else in it is left as it is.
 
 Only for the orchestrator's own local packets, on the machine it runs on: a box never does this on
 a link's request (a link could name the box owner's files as its "scope"); coders on a box are

@@ -70,8 +70,8 @@ async def test_a_restart_mid_run_resumes_where_it_was(
             # file it waits for is in its worktree: a confined run sees only that of this machine's /tmp.
             script = steps({"wait_for_file": "release"}, FIX_ADD)
             # (`release` is in the packet's files: it is committed with the coder's work)
-            info = await start(client, project, plan=[packet("fix-add", "Fix.\n\n" + script, ["calc.py", "release"], CHECK_ADD)],
-                               coders=["script"])  # fmt: skip
+            plan = [packet("fix-add", "Fix.\n\n" + script, ["calc.py", "release"], CHECK_ADD)]
+            info = await start(client, project, plan=plan, coders=["script"])
             info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
             thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
             release = Path(thread["worktreePath"]) / "release"

@@ -186,7 +186,9 @@ async def test_the_users_own_edit_during_a_run_is_not_recovered_when_it_was_thei
         dirty_the_users_way(repo)
         edit = {"write": {"path": "textkit/extra.py", "content": "X = 1\n"}}
         plan = [
-            packet("stats", "Extra.\n\n" + runs([{"wait_for_file": "go"}, edit]), ["textkit/", "go"], CHECK_STATS)
+            packet(
+                "stats", "Extra.\n\n" + runs([{"wait_for_file": "go"}, edit]), ["textkit/", "go"], CHECK_STATS
+            )
         ]
         info = await start(client, project, plan=plan, coders=["script"], includeDirty=True)
         worktree = await worktree_of(client, info, "stats")
