@@ -164,6 +164,7 @@ async def test_a_packet_that_changes_files_outside_its_own_is_held_without_the_f
     assert packets["after"]["state"] == "parked"  # its base held the out-of-scope work: not integrated
     impl = receipts_of(done, "implementation", "stats")[-1]
     assert impl["outOfScope"] == ["README.md", "textkit/strings.py"]
+    assert stats["outOfScope"] == ["README.md", "textkit/strings.py"]  # on the packet, too
     review = receipts_of(done, "review", "stats")[-1]
     assert review["verdict"] == "approve" and review["held"] == "out_of_scope"
     assert review["outOfScope"] == ["README.md", "textkit/strings.py"]
