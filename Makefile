@@ -78,10 +78,12 @@ test: lint typecheck unit
 
 # The API fuzzed at length: the same schemathesis tests `make test` runs (tests/fuzz, both listeners
 # of a real daemon, 10 requests per operation there) with PEERD_FUZZ_EXAMPLES per operation and the
-# coverage phase (boundary values of every field); PEERD_FUZZ_SEED picks another sequence.
+# coverage phase (boundary values of every field); PEERD_FUZZ_SEED picks another sequence. Also the
+# worktree property test (what a snapshot or commit takes) with PEERD_FUZZ_EXAMPLES new examples.
 FUZZ_EXAMPLES ?= 100
 fuzz: $(STAMP) sandbox
-	PEERD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PEERD_FUZZ_COVERAGE=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/fuzz
+	PEERD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PEERD_FUZZ_COVERAGE=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/fuzz \
+		tests/handoff/test_snapshot_property.py
 
 # The fault suite in full (tests/faults, real daemons, bounded): the kill -9 matrix with
 # PEERD_FAULT_TRIALS kills at random moments (seed PEERD_FAULT_SEED), outages through a proxy

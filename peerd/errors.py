@@ -21,6 +21,7 @@
     │   ├── ParentNotActive   parent_not_active        403
     │   ├── LinkRevoked       link_revoked             403
     │   ├── ApprovalNotAllowed  approval_not_allowed   403  (a read-only link cannot decide)
+    │   ├── NotYours          not_yours                403  (the ownership ledger gives it to another)
     │   └── ConfinementUnavailable  confinement_unavailable  403  (runtime/sandbox.py)
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
@@ -126,6 +127,13 @@ class ApprovalNotAllowed(CapabilityDenied):
     code = "approval_not_allowed"
 
 
+class NotYours(CapabilityDenied):
+    """A ref, worktree or checkout that the ownership ledger (`store/ownership.py`) gives to
+    someone else: the caller may not move, replace or remove it."""
+
+    code = "not_yours"
+
+
 class PayloadTooLarge(PeerdError):
     code = "payload_too_large"
 
@@ -186,6 +194,7 @@ HTTP_STATUS: dict[str, int] = {
     "parent_not_active": 403,
     "link_revoked": 403,
     "confinement_unavailable": 403,
+    "not_yours": 403,
     "runtime_mode_escalation_denied": 403,
     "interaction_mode_escalation_denied": 403,
     "payload_too_large": 413,
@@ -242,6 +251,7 @@ _BY_CODE: dict[str, type[PeerdError]] = {
         CapabilityDenied,
         ParentNotActive,
         ApprovalNotAllowed,
+        NotYours,
         PayloadTooLarge,
         ProviderError,
         GitError,

@@ -29,9 +29,10 @@ from peerd.core.access import (
     runtime_rank,
 )
 from peerd.core.idempotency import request_hash
+from peerd.core.ownership import Owner, effective_owner, may_change, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
-from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, RunNotFound
+from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, NotYours, RunNotFound
 from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
-from peerd.store import clients, projects, threads
+from peerd.store import clients, ownership, projects, threads
 from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
 from peerd.tasks import feedstore
@@ -541,6 +542,27 @@ class Operations:
             await self.on_stop(thread_id, req.reason)
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)
 
+    async def _check_branch_owner(self, client_id: str, thread: c.Thread, branch: str) -> None:
+        """A link deletes only a branch the ownership ledger gives to it (`core/ownership.py`)."""
+        ref = f"refs/heads/{branch}"
+        recorded = await ownership.owner_of(self.db, thread.project_id, "ref", ref)
+        owner = None if recorded is None else recorded.owner
+        if may_change(owner, exists=True, caller=Owner.link(client_id)) != "own":
+            whose = effective_owner(owner, True)
+            raise NotYours(
+                f"Branch {branch} belongs to {whose.describe() if whose else 'nobody'} here, not to this "
+                "link: archive the thread without deleting its branch."
+            )
+
+    async def _forget_thread_state(self, thread: c.Thread, *, worktree: bool, branch: str | None) -> None:
+        """The ledger forgets what the thread's owner removed: its worktree, its deleted branch."""
+        owner = owner_of_thread(thread.link_origin, thread.started_by)
+        async with self.db.write() as tx:
+            if worktree:
+                await ownership.forget(tx, thread.project_id, "worktree", thread.worktree_path, owner=owner)
+            if branch is not None:
+                await ownership.forget(tx, thread.project_id, "ref", f"refs/heads/{branch}", owner=owner)
+
     async def thread_archive(
         self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
     ) -> c.ThreadArchiveResult:
@@ -548,6 +570,8 @@ class Operations:
         thread = await threads.get_thread(self.db, thread_id)
         branch = thread.branch if req is not None and req.delete_branch and not thread.in_place else None
         _fence(caller, thread, "archive threads", await self._cap_of(caller))
+        if branch is not None and caller.link is not None:
+            await self._check_branch_owner(caller.link.client_id, thread, branch)
         if thread.latest_run is not None and is_live(thread.latest_run.status):
             raise Conflict(
                 f"Thread {thread_id} has a live run; stop it first"
@@ -573,6 +597,8 @@ class Operations:
         elif branch is not None:  # archived before: only its branch is left to delete
             project = await projects.get(self.db, thread.project_id)
             await git.remove_worktree(Path(project.path), Path(thread.worktree_path), delete_branch=branch)
+        if removed or branch is not None:
+            await self._forget_thread_state(thread, worktree=removed, branch=branch)
         if thread.status != "archived":
             await threads.archive(self.db, thread_id, now=self.clock())
             self.feed.changed(thread_id)

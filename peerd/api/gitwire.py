@@ -51,7 +51,7 @@ async def project_bundle(request: web.Request) -> web.Response:
     return ok(await _transport(request).receive(caller_of(request), request.match_info["id"], req))
 
 
-_THREAD = ("thread_not_found", "capability_denied", "git_error")
+_THREAD = ("thread_not_found", "capability_denied", "not_yours", "git_error")
 _PROJECT = ("project_not_found", "capability_denied", "git_error")
 _SHA = "4f0e2c9a7b1d3e5f6a8c0b2d4e6f8a1c3e5b7d9f"
 ROUTES: tuple[Route, ...] = (

@@ -104,9 +104,10 @@ BOX_ROUTES: tuple[Route, ...] = (
                            "providers": ["script", "codex"], "access": "auto"},
                           body={"repositoryKey": "github.com/acme/shop", "provider": "codex"})),
     Route("POST", "/v1/projects/{id}/moved-branch", moved_branch, "moved_branch",
-          "Land a moved thread's branch: a tip only moves to a descendant of itself.", "handoff",
+          "Land a moved thread's branch: a tip only moves to a descendant of itself, and only a branch "
+          "the caller's own work made.", "handoff",
           body=BranchLanding, answer=BranchLanded,
-          errors=("project_not_found", "capability_denied", "git_error"), params={"id": "a project id"},
+          errors=("project_not_found", "capability_denied", "not_yours", "git_error"), params={"id": "a project id"},
           example=Example({"outcome": "absent", "branch": f"peerd/{ex.THR}", "keptRef": None}, path={"id": ex.PRJ},
                           body={"moveId": _MOV, "branch": f"peerd/{ex.THR}", "tip": _SHA})),
     Route("POST", "/v1/threads/{id}/moved-from", moved_from, "moved_from",

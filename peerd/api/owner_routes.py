@@ -133,7 +133,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/threads/{id}/archive", thread_archive, "thread_archive",
           "Archive a thread and remove its worktree (its branch stays).", "threads",
           body=c.ThreadArchive, answer=c.ThreadArchiveResult,
-          errors=(*_CHANGE, "conflict", "worktree_dirty", "project_not_found", "git_error"), params=_TID,
+          errors=(*_CHANGE, "conflict", "worktree_dirty", "not_yours", "project_not_found", "git_error"), params=_TID,
           example=Example(ex.ARCHIVED, path={"id": ex.THR}, body={})),
     Route("GET", "/v1/threads/{id}/events", thread_events, "thread_events",
           "Events after a cursor; with `timeout`, a long-poll for the next.", "threads",

@@ -277,6 +277,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "outcome",
         "branch",
         "keptRef",
+        "owner",
     ),
     "POST /v1/providers/{name}/approve": (
         "name",

@@ -113,6 +113,11 @@ def _project_here(client: LocalClient) -> str:
     is_flag=True,
     help="Start from your working state (uncommitted and untracked files included); your checkout stays as it is.",
 )
+@click.option(
+    "--allow-out-of-scope",
+    is_flag=True,
+    help="Integrate packets whose changes go beyond their files (otherwise such a packet is held).",
+)
 @click.option("--serialize-overlaps", is_flag=True, help="Packets that share files run one after the other.")
 @click.option(
     "--keep", is_flag=True, help="Keep the worktrees and thread branches after the run, for a look."
@@ -160,6 +165,7 @@ def orchestrate_run(
     non_interactive: bool,
     allow: tuple[str, ...],
     include_dirty: bool,
+    allow_out_of_scope: bool,
     serialize_overlaps: bool,
     keep: bool,
     push: str | None,
@@ -184,6 +190,7 @@ def orchestrate_run(
         "nonInteractive": non_interactive or bool(as_json),
         "allowCommands": list(allow),
         "includeDirty": include_dirty,
+        "allowOutOfScope": allow_out_of_scope,
         "serializeOverlaps": serialize_overlaps,
         "keep": keep,
         "push": push,

@@ -37,6 +37,8 @@ _ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
 
 # The code on the error item of a run a daemon stop cut (the typed mark; the reason is prose).
 DAEMON_STOPPED = "daemon_stopped"
+# The code on the notice item of a run peerd confined (bubblewrap): it could write only its worktree.
+CONFINED = "confined"
 RECOVERY_REASON = "The daemon stopped while this run was live; it was interrupted."
 SHUTDOWN_REASON = "The daemon shut down while this run was live; it was interrupted."
 CONTINUE_NOTE = "Your previous turn was cut off by a restart of peerd; continue."

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from peerd import contracts as c
 from peerd.core.access import require_write
+from peerd.core.ownership import Owner
 from peerd.errors import CapabilityDenied
 from peerd.handoff import gitwork
 from peerd.handoff import store as moves
@@ -29,7 +30,7 @@ from peerd.handoff.wire import (
     TakeCheck,
 )
 from peerd.operations import Caller, Operations
-from peerd.store import projects, threads
+from peerd.store import ownership, projects, threads
 
 
 async def take_check(ops: Operations, caller: Caller, req: TakeCheck) -> TakeAnswer:
@@ -56,13 +57,25 @@ async def land(ops: Operations, caller: Caller, project_id: str, req: BranchLand
     if caller.link is not None:
         require_write(caller.link.access, "land a moved thread's branch")
     project = await projects.get(ops.db, project_id)
-    owners = await ops.db.fetchall(
-        "SELECT link_origin FROM threads WHERE project_id = ? AND branch = ?", (project.id, req.branch)
+    me = Owner.person() if caller.link is None else Owner.link(caller.link.client_id)
+    recorded = await ownership.owner_of(ops.db, project.id, "ref", f"refs/heads/{req.branch}")
+    # The kept ref is the caller's before git may make it: another link's move id is refused here.
+    await ownership.claim_one(
+        ops.db,
+        project_id=project.id,
+        holding="ref",
+        name=gitwork.kept_ref(req.move_id),
+        owner=me,
+        purpose="moved",
+        now=ops.clock(),
     )
-    mine = None if caller.link is None else caller.link.client_id
-    may_move = all(row["link_origin"] == mine for row in owners)  # no thread here, or the link's own
     return await gitwork.land(
-        Path(project.path), move_id=req.move_id, branch=req.branch, tip=req.tip, may_move=may_move
+        Path(project.path),
+        move_id=req.move_id,
+        branch=req.branch,
+        tip=req.tip,
+        recorded=None if recorded is None else recorded.owner,
+        caller=me,
     )
 
 

@@ -2,9 +2,11 @@
 
 **The snapshot** (`snapshot`, on the machine the thread leaves): the thread's commits past its
 base, plus its uncommitted edits and untracked (not ignored) files committed on top by peerd, as
-one commit whose parent is the worktree's HEAD. It is built with a temporary index (a copy of the
-worktree's), so the worktree, its index and its branch here are not changed: a move that is
-cancelled or fails leaves the thread exactly as it was. The commit is kept under
+one commit whose parent is the worktree's HEAD. Its tree is what the files hold, hashed
+(`peerd.runtime.gitcontent.content_tree`: a temporary index with the worktree's entries but none of
+their stat data, so a same-size edit made in the second the worktree was checked out is taken; a
+copied index trusted it, issue 26 case 1), so the worktree, its index and its branch here are not
+changed: a move that is cancelled or fails leaves the thread exactly as it was. The commit is kept under
 `refs/peerd/moving/<move id>` so git never collects it while the move is open, and is recorded
 with the move before it is sent (a resumed move sends the same commit). It travels as a bundle
 with the orchestration's transport (`GitTransport.send_base`: the box's ref tips, then
@@ -16,9 +18,13 @@ thread there is launched on it. The same commit: nothing. An ancestor of the mov
 checked out in any worktree: fast-forwarded. Diverged (or checked out): left exactly as it is,
 and the moved work is kept under `refs/peerd/moved/<move id>`. In every case but "absent" the
 thread there takes a branch of its own (`peerd/<thread>`, a launch never takes an existing
-branch). The branch name must be under `peerd/` or `orchestrate/` (the wire model says so), and a
-branch another thread here owns (not one the calling link started) is never moved, only kept
-beside: a link never moves the owner's own branches. A kept ref is created, never replaced.
+branch). The branch name must be under `peerd/` or `orchestrate/` (the wire model says so), and
+only a branch the ownership ledger gives to the calling link moves at all (`not-yours`
+otherwise: an orchestration's branch, another link's, one the owner made by hand - a branch in
+git with no record is the owner's - is left as it is and the work kept beside, the outcome
+naming whose it is). The kept ref is recorded as the caller's before it is made
+(`boxside.land`): a move id another link used is refused, and a kept ref is created, never
+replaced.
 
 Every command goes through peerd's one git runner (`peerd.runtime.gitrun`: a fixed environment,
 no hooks, filters or external programs from repository config), in the recorded git dir of a
@@ -27,17 +33,17 @@ worktree an agent wrote, never its own `.git` file.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
+from peerd.core.ownership import Owner, effective_owner, may_change
 from peerd.errors import Conflict, InvalidRequest
 from peerd.handoff.machine import landing
 from peerd.handoff.wire import BranchLanded
 from peerd.orchestrate.bundles import has_commit
 from peerd.orchestrate.gitbase import _commit_config, head
 from peerd.runtime import git
-from peerd.runtime.gitrun import GitLocation, _git, _git_raw
+from peerd.runtime.gitcontent import content_tree
+from peerd.runtime.gitrun import GitLocation, _git
 
 AUTHOR = "peerd handoff <handoff@peerd.invalid>"
 
@@ -52,34 +58,10 @@ def kept_ref(move_id: str) -> str:
 
 async def snapshot(worktree: GitLocation, *, move_id: str, message: str) -> tuple[str, bool]:
     """The commit that carries the thread's work (see the module docstring), kept under
-    `moving_ref(move_id)`: (commit, whether peerd made a commit for uncommitted work)."""
+    `moving_ref(move_id)`: (commit, whether peerd made a commit for uncommitted work). Its tree is
+    hashed from the files (`content_tree`), never taken from stat data."""
     parent = await head(worktree)
-    with tempfile.TemporaryDirectory(prefix="peerd-move-") as scratch:
-        index = Path(scratch) / "index"
-        env = {"GIT_INDEX_FILE": str(index)}
-        real = worktree.git_dir / "index"
-        if real.is_file():
-            shutil.copyfile(real, index)
-        else:
-            await _git(worktree, "read-tree", parent, env=env)
-        listed = await _git_raw(
-            worktree, "ls-files", "-z", "--modified", "--deleted", "--others", "--exclude-standard", env=env
-        )
-        paths = dict.fromkeys(p.rstrip(b"/") for p in listed.stdout.split(b"\0") if p)
-        if paths:
-            stdin = b"".join(p + b"\0" for p in paths)
-            await _git_raw(
-                worktree,
-                "update-index",
-                "--add",
-                "--remove",
-                "--replace",
-                "-z",
-                "--stdin",
-                stdin=stdin,
-                env=env,
-            )
-        tree = (await _git(worktree, "write-tree", env=env)).stdout.strip()
+    tree = await content_tree(worktree)
     before = (await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")).stdout
     made = tree != before.strip()
     commit = parent
@@ -105,10 +87,13 @@ async def drop_moving_ref(worktree_repo: Path, move_id: str) -> None:
     await _git(await git.checkout_location(worktree_repo), "update-ref", "-d", moving_ref(move_id), ok=(0, 1))
 
 
-async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move: bool) -> BranchLanded:
+async def land(
+    checkout: Path, *, move_id: str, branch: str, tip: str, recorded: Owner | None, caller: Owner
+) -> BranchLanded:
     """The box's side: what becomes of its branch named `branch` now that `tip` (already received
-    with the bundle) arrives (see the module docstring). `may_move` False (the branch is another
-    thread's here, not the calling link's): it is never moved, only kept beside."""
+    with the bundle) arrives (see the module docstring). `recorded`: the branch's owner in the
+    ledger; a branch that is not `caller`'s (`core/ownership.py:may_change`; one in git with no
+    record is the person's) is never moved, only kept beside."""
     repo = await git.checkout_location(checkout)
     if not await has_commit(repo, tip):
         raise InvalidRequest(
@@ -123,9 +108,8 @@ async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move:
         ancestor = is_ancestor.returncode == 0
         where = await _git(repo, "for-each-ref", "--format=%(worktreepath)", ref)
         checked_out = bool(where.stdout.strip())
-    outcome = landing(
-        tip_there=there, incoming=tip, ancestor=ancestor, checked_out=checked_out or not may_move
-    )
+    right = may_change(recorded, exists=there is not None, caller=caller)
+    outcome = landing(tip_there=there, incoming=tip, ancestor=ancestor, checked_out=checked_out, right=right)
     if outcome == "absent":
         return BranchLanded(outcome=outcome, branch=branch)
     if outcome == "fast-forward":
@@ -142,4 +126,7 @@ async def land(checkout: Path, *, move_id: str, branch: str, tip: str, may_move:
     if current.returncode != 0:
         # Created only (the empty old value): a ref of another move is never replaced.
         await _git(repo, "update-ref", "-m", f"peerd: move {move_id}", keep, tip, "")
-    return BranchLanded(outcome=outcome, branch=None, kept_ref=keep)
+    owner = effective_owner(recorded, there is not None) if outcome == "not-yours" else None
+    return BranchLanded(
+        outcome=outcome, branch=None, kept_ref=keep, owner=None if owner is None else owner.describe()
+    )

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from peerd.core.ownership import Right
 from peerd.handoff.wire import BranchOutcome, MoveState
 
 OPEN: frozenset[MoveState] = frozenset({"waiting", "moving"})
@@ -101,14 +102,20 @@ def may_fail(progress: Progress) -> bool:
     return progress.there_thread_id is None
 
 
-def landing(*, tip_there: str | None, incoming: str, ancestor: bool, checked_out: bool) -> BranchOutcome:
+def landing(
+    *, tip_there: str | None, incoming: str, ancestor: bool, checked_out: bool, right: Right = "own"
+) -> BranchOutcome:
     """What the box does with its branch of the thread's name when the moved work `incoming`
-    arrives: a tip only moves to a descendant of itself. `ancestor`: the tip there is an ancestor
-    of `incoming`; `checked_out`: a worktree there has the branch checked out."""
+    arrives: a tip only moves to a descendant of itself, and only a branch the calling link owns
+    by the ledger (`right`, `core/ownership.py:may_change`: `own`, or `new` for a name nobody
+    has) moves at all. `ancestor`: the tip there is an ancestor of `incoming`; `checked_out`: a
+    worktree there has the branch checked out."""
+    if tip_there == incoming and tip_there is not None:
+        return "same"  # nothing moves
+    if right == "not_yours":
+        return "not-yours"  # left as it is; the moved work goes under refs/peerd/moved/<id>
     if tip_there is None:
         return "absent"  # the thread there is launched on it
-    if tip_there == incoming:
-        return "same"
     if not ancestor:
         return "diverged"  # kept as it is; the moved work goes under refs/peerd/moved/<id>
     if checked_out:

@@ -21,6 +21,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.core.access import ModeCap, cap_for
+from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
 from peerd.errors import InvalidRequest, PeerdError
@@ -44,7 +45,7 @@ from peerd.orchestrate.transport import GitTransport
 from peerd.peer.links import LinkService
 from peerd.runtime import git
 from peerd.store import links as link_store
-from peerd.store import projects, threads
+from peerd.store import ownership, projects, threads
 
 log = structlog.get_logger(__name__)
 
@@ -283,6 +284,16 @@ class HandoffService:
         if step == "snapshot":
             where = await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
             text = f"peerd: the uncommitted work of thread {thread_id}, moved to {env}"
+            await ownership.claim_one(
+                self.db,
+                project_id=project.id,
+                holding="ref",
+                name=gitwork.moving_ref(move_id),
+                owner=Owner.move(move_id),
+                purpose="move-snapshot",
+                thread_id=thread_id,
+                now=now(),
+            )
             commit, _ = await gitwork.snapshot(where, move_id=move_id, message=text)
             await moves.set_fields(
                 self.db, move_id, snapshot=commit, base_commit=thread.base_commit, now=now()
@@ -322,6 +333,9 @@ class HandoffService:
             self.ops.feed.changed(thread_id)
             with contextlib.suppress(PeerdError):
                 await gitwork.drop_moving_ref(Path(project.path), move_id)
+                await ownership.forget_one(
+                    self.db, project.id, "ref", gitwork.moving_ref(move_id), owner=Owner.move(move_id)
+                )
             log.info("move.moved", move_id=move_id, thread_id=thread_id, there=row["there_thread_id"])
             return True
         return False

@@ -12,7 +12,8 @@ from peerd.contracts import MovedRef as MovedRef  # noqa: PLC0414  # re-exported
 from peerd.errors import Conflict, InvalidRequest
 
 MoveState = Literal["waiting", "moving", "moved", "cancelled", "failed"]
-BranchOutcome = Literal["absent", "same", "fast-forward", "diverged", "checked-out"]
+# `not-yours`: the branch there belongs to someone else by the ownership ledger (core/ownership.py).
+BranchOutcome = Literal["absent", "same", "fast-forward", "diverged", "checked-out", "not-yours"]
 
 MAX_MOVE_MESSAGE_CHARS = 8_000
 # A move's id names refs (`refs/peerd/moved/<id>`): peerd's own ids only.
@@ -112,6 +113,8 @@ class BranchLanded(c.Wire):
     outcome: BranchOutcome
     branch: str | None  # the branch the thread there takes (None: one of its own, peerd/<thread>)
     kept_ref: str | None = None
+    # Who the branch there belongs to when it was left as it is for being someone else's.
+    owner: str | None = None
 
 
 class MovedFrom(c.Input):

@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from peerd import contracts as c
+from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
 from peerd.errors import Conflict, PeerdError
@@ -26,7 +27,7 @@ from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.peer.client import PeerUnreachable
 from peerd.runtime import git
-from peerd.store import projects
+from peerd.store import ownership, projects
 
 log = structlog.get_logger(__name__)
 
@@ -150,9 +151,16 @@ async def _retire_here(ctx: OrchestrationContext, run: ostore.RunRow, thread_id:
     await ctx.ops.thread_archive(ctx.caller(run.id), thread_id, c.ThreadArchive(force=True))
     if thread.branch and thread.branch.startswith("peerd/"):
         # The planner's and reviewers' threads ran read-only on a branch of their own: nothing
-        # of theirs is on it. (Packet branches, orchestrate/..., are the work and stay.)
+        # of theirs is on it. (Packet branches, orchestrate/..., are the work and stay.) Only a
+        # branch the ledger gives to this orchestration is deleted.
+        ref = f"refs/heads/{thread.branch}"
+        owned = await ownership.owner_of(ctx.db, run.project_id, "ref", ref)
+        if owned is None or owned.owner != Owner.orchestration(run.id):
+            log.info("orchestrate.branch_kept", run_id=run.id, branch=thread.branch, reason="not this run's")
+            return
         project = await projects.get(ctx.db, run.project_id)
         await git.remove_worktree(Path(project.path), Path(thread.worktree_path), delete_branch=thread.branch)
+        await ownership.forget_one(ctx.db, run.project_id, "ref", ref, owner=owned.owner)
 
 
 async def _retire_there(ctx: OrchestrationContext, run_id: str, thread_id: str, env: str) -> None:

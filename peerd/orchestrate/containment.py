@@ -1,5 +1,7 @@
 """Containment (the workflow's Verify step): a coder's edits that escaped into the orchestrator's own
-checkout go back to its worktree, scoped strictly to the packet's files.
+checkout go back to its worktree, scoped strictly to the packet's files, and only the ones peerd
+proved the coder wrote (`attribution.attribute`, called from `escapes.settle`): the checkout is the
+user's, and everything else in it is left as it is.
 
 Only for the orchestrator's own local packets, on the machine it runs on: a box never does this on
 a link's request (a link could name the box owner's files as its "scope"); coders on a box are
@@ -12,7 +14,7 @@ import asyncio
 import filecmp
 import os
 import shutil
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,9 @@ from peerd.runtime.gitrun import (
     _git_raw,
     _trim,
 )
+
+# Whether a checkout path is still exactly what was attributed to the coder (see recover_escaped).
+Still = Callable[[str], bool]
 
 # --- containment (workflow step 5) --------------------------------------------------------------
 
@@ -128,9 +133,15 @@ def _blocked_destination(worktree: Path, relative: str) -> bool:
     return False
 
 
-def _move_untracked(checkout: Path, worktree: Path, paths: Sequence[str], scope: Sequence[str]) -> None:
+def _move_untracked(
+    checkout: Path, worktree: Path, paths: Sequence[str], scope: Sequence[str], still: Still | None
+) -> list[str]:
+    moved: list[str] = []
     for relative in paths:
         source, target = checkout / relative, worktree / relative
+        if still is not None and not still(relative):
+            continue  # changed since it was attributed: whoever changed it keeps it there
+        moved.append(relative)
         if os.path.lexists(target):
             source.unlink()  # identical content, checked before anything moved
         else:
@@ -144,6 +155,7 @@ def _move_untracked(checkout: Path, worktree: Path, paths: Sequence[str], scope:
             except OSError:
                 break
             parent = parent.parent
+    return moved
 
 
 async def _apply_patch(worktree: GitLocation, patch: bytes) -> None:
@@ -173,6 +185,7 @@ async def recover_escaped(
     packet_files: list[str],
     *,
     only: Collection[str] | None = None,
+    still: Still | None = None,
 ) -> list[str]:
     """Move a packet's edits that landed in the orchestrator's `checkout` into its `worktree` (the
     packet worktree's recorded location, `locate_worktree`).
@@ -187,7 +200,10 @@ async def recover_escaped(
     changes, and then the checkout is left untouched. Returns the recovered paths, sorted.
 
     `only`, when given, narrows it further to those paths: the ones that appeared after the run
-    started (`implement.collect`); the user's own work from before is never a candidate.
+    started and that peerd proved the coder wrote (`escapes.settle`); the user's own work is never
+    a candidate. `still(path)`, when given, says whether a path is still exactly what was proven:
+    asked before anything is read and again right before the checkout's copy is restored or moved,
+    so a change made meanwhile (the user typing on) stays in the checkout.
     """
     scope = _scope(packet_files)
     checkout_top = await toplevel(checkout)
@@ -208,6 +224,9 @@ async def recover_escaped(
                     untracked.append(entry.path)
             elif entry.xy != "!!":
                 tracked.append(entry.path)
+        if still is not None:
+            tracked = [path for path in tracked if still(path)]
+            untracked = [path for path in untracked if still(path)]
         if not tracked and not untracked:
             return []
 
@@ -246,13 +265,18 @@ async def recover_escaped(
 
         if untracked:
             try:
-                await asyncio.to_thread(_move_untracked, checkout_top, worktree_top, untracked, scope)
+                untracked = await asyncio.to_thread(
+                    _move_untracked, checkout_top, worktree_top, untracked, scope, still
+                )
             except OSError as exc:
                 raise GitError(
                     f"Moving untracked packet files from {checkout_top} to {worktree_top} failed "
                     f"part way: {exc}"
                 ) from exc
 
+        if still is not None:
+            # In the worktree now; the checkout's copy is restored only if nobody changed it since.
+            tracked = [path for path in tracked if still(path)]
         if tracked:
             await _git(
                 place,

@@ -16,11 +16,11 @@ from peerd.runtime.git import (
     _check_rev,
     head_commit,
 )
+from peerd.runtime.gitcontent import content_tree
 from peerd.runtime.gitrun import (
     _DIFF_OPTIONS,
     Where,
     _git,
-    _git_raw,
     common_dir,
 )
 
@@ -121,36 +121,36 @@ async def head(repo: Where) -> str:
 
 
 async def commit_all(worktree: Where, message: str, *, author: str = DEFAULT_AUTHOR) -> str | None:
-    """Stage every change in `worktree` (new, modified, deleted and untracked files; ignored ones
-    stay out) and commit it as `author` on the branch HEAD is on; return the new commit's id, or
-    None when there was nothing to commit.
+    """Commit everything `worktree` holds (new, modified, deleted and untracked files; ignored ones
+    stay out) as `author` on the branch HEAD is on; return the new commit's id, or None when there
+    was nothing to commit. Afterwards the worktree's index matches HEAD.
 
-    Plumbing only (`ls-files`, `update-index`, `write-tree`, `commit-tree`, `update-ref`): `git add`
-    and `git commit` run `git status` inside every nested repository the agent made (with that
-    repository's own config, so its filters), and `git commit` consults hooks and an editor. A
-    nested repository is staged as what it is to git, a commit id (its HEAD)."""
+    The tree is hashed from the files (`peerd.runtime.gitcontent.content_tree`, a temporary index
+    without stat data), never taken from the worktree's index's stat data, which an agent's tools
+    can make lie (an mtime put back, `--assume-unchanged`, a repository's `core.checkStat`). The
+    index is then set to the commit (`read-tree --reset`: it keeps the stat data of entries whose
+    content did not change, and records none for the others, so git hashes those next time).
+
+    Plumbing only (`ls-files`, `update-index`, `write-tree`, `commit-tree`, `update-ref`,
+    `read-tree`): `git add` and `git commit` run `git status` inside every nested repository the
+    agent made (with that repository's own config, so its filters), and `git commit` consults hooks
+    and an editor. A nested repository is staged as what it is to git, a commit id (its HEAD)."""
     if not message.strip():
         raise InvalidRequest("A commit message must not be empty.")
     config = _commit_config(author)
-    listed = await _git_raw(
-        worktree, "ls-files", "-z", "--modified", "--deleted", "--others", "--exclude-standard"
-    )
-    # A nested repository is listed as `dir/`; the index names it without the slash.
-    paths = dict.fromkeys(p.rstrip(b"/") for p in listed.stdout.split(b"\0") if p)
-    if paths:
-        stdin = b"".join(p + b"\0" for p in paths)
-        await _git_raw(
-            worktree, "update-index", "--add", "--remove", "--replace", "-z", "--stdin", stdin=stdin
-        )
     parent = await head(worktree)
-    tree = (await _git(worktree, "write-tree")).stdout.strip()
+    tree = await content_tree(worktree)
     before = await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")
-    if tree == before.stdout.strip():
-        return None
-    created = await _git(worktree, *config, "commit-tree", "--no-gpg-sign", "-p", parent, "-m", message, tree)
-    sha = created.stdout.strip()
-    # The old value makes the move atomic: a HEAD that moved meanwhile is not overwritten.
-    await _git(worktree, "update-ref", "-m", f"peerd: {message.splitlines()[0][:100]}", "HEAD", sha, parent)
+    sha: str | None = None
+    if tree != before.stdout.strip():
+        created = await _git(
+            worktree, *config, "commit-tree", "--no-gpg-sign", "-p", parent, "-m", message, tree
+        )
+        sha = created.stdout.strip()
+        # The old value makes the move atomic: a HEAD that moved meanwhile is not overwritten.
+        subject = f"peerd: {message.splitlines()[0][:100]}"
+        await _git(worktree, "update-ref", "-m", subject, "HEAD", sha, parent)
+    await _git(worktree, "read-tree", "--reset", tree)
     return sha
 
 

@@ -29,6 +29,7 @@ from peerd.orchestrate.bundles import create_bundle, fetch_bundle, has_commit, r
 from peerd.orchestrate.checks import CheckResult, run_check
 from peerd.orchestrate.containment import dirty_paths, recover_escaped
 from peerd.orchestrate.gitbase import DEFAULT_AUTHOR, changed_files, commit_all, diff_stat, diff_text, head
+from peerd.orchestrate.gitbase import _current_branch as current_branch
 from peerd.orchestrate.merging import MergeResult, create_branch, merge_into
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "commit_all",
     "create_branch",
     "create_bundle",
+    "current_branch",
     "diff_stat",
     "diff_text",
     "dirty_paths",

@@ -4,15 +4,13 @@ from a box), and re-dispatch to another coder when the result is empty or the ru
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from peerd import contracts as c
-from peerd.errors import Conflict, GitError, PeerdError
-from peerd.orchestrate import gitops, spend, userwork
+from peerd.errors import Conflict, PeerdError
+from peerd.orchestrate import escapes, gitops, scope, spend
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.containment import in_scope
 from peerd.orchestrate.context import (
     OUTPUT_TAIL,
     RETRY_LIMIT,
@@ -21,6 +19,7 @@ from peerd.orchestrate.context import (
     RunOutcome,
     Settings,
 )
+from peerd.orchestrate.escapes import Collected
 from peerd.orchestrate.models import (
     Classification,
     CoderChoice,
@@ -196,7 +195,7 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             ctx, run, packet, memo, denial[0] if denial else "coder_error", detail, denial
         )
         return
-    found = await collect(ctx, run, packet, coder)
+    found = await collect(ctx, run, packet, coder, list(memo.get("hop_runs") or [packet.run_id]))
     memo.update(found.memo())
     if found.tip is None or found.tip == memo["base"]:
         detail = "The coder changed nothing." + _quoted(outcome)
@@ -243,24 +242,12 @@ def _quoted(outcome: RunOutcome) -> str:
     return ("\n" + "\n".join(parts)) if parts else ""
 
 
-@dataclass(frozen=True)
-class Collected:
-    """A packet's result here: the tip, and what containment did in the user's checkout."""
-
-    tip: str | None
-    recovered: list[str] = field(default_factory=list)
-    not_recovered: list[str] = field(default_factory=list)
-    problem: str | None = None
-    stray: list[str] = field(default_factory=list)
-    user_paths: list[str] = field(default_factory=list)
-
-    def memo(self) -> dict[str, Any]:
-        return {"recovered": self.recovered, "not_recovered": self.not_recovered,
-                "recovery_problem": self.problem, "stray": self.stray, "user_paths": self.user_paths}  # fmt: skip
-
-
 async def collect(
-    ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, coder: CoderChoice
+    ctx: OrchestrationContext,
+    run: ostore.RunRow,
+    packet: ostore.PacketRow,
+    coder: CoderChoice,
+    hop_runs: list[str],
 ) -> Collected:
     """Commit the coder's work on the packet branch, here (after containment) or on the box (only
     the worktree: containment there is the box's confinement, never a recovery from the box
@@ -278,25 +265,15 @@ async def collect(
     thread = await ctx.ops.thread_show(ctx.caller(run.id), packet.thread_id)
     # The worktree's recorded git dir, never the `.git` file its coder could rewrite.
     worktree = await git.locate_worktree(repo, Path(thread.worktree_path))
-    # Containment first: only what appeared in the user's checkout after the run started, and
-    # only in the packet's files, comes back; what was the user's before is never a candidate.
-    baseline = Settings.from_request(run.request).user_work or {}
-    new, changed = userwork.appeared(baseline, await userwork.snapshot(repo))
-    escaped = [p for p in new if in_scope(p, spec.files)]
-    found = Collected(
-        None,
-        stray=[p for p in new if not in_scope(p, spec.files)],
-        user_paths=[p for p in changed if in_scope(p, spec.files)],
-    )
-    if escaped:
-        try:
-            recovered = await gitops.recover_escaped(repo, worktree, spec.files, only=escaped)
-            found = replace(found, recovered=recovered)
-        except (GitError, Conflict) as exc:
-            # Left where it is (the checkout was not changed); the worktree's own work goes on.
-            found = replace(found, not_recovered=escaped, problem=exc.message)
+    # Containment first: a change in the user's checkout comes back only when peerd can prove
+    # this hop's coder wrote it there (`attribution`); everything else is the user's, left.
+    changes = await escapes.settle(
+        ctx, run.id, repo=repo, worktree=worktree, files=spec.files,
+        baseline=Settings.from_request(run.request).user_work or {},
+        thread_id=packet.thread_id, hop_runs=hop_runs,
+    )  # fmt: skip
     await gitops.commit_all(worktree, message)
-    return replace(found, tip=await gitops.head(worktree))
+    return Collected(await gitops.head(worktree), changes)
 
 
 async def redispatch_or_park(
@@ -371,6 +348,7 @@ async def record_impl(
         files = await gitops.changed_files(repo, base, commit)
         stat = await gitops.diff_stat(repo, base, commit)
     coder = coder_of(packet)
+    spec = PacketSpec.model_validate(packet.spec)
     receipt = ImplementationReceipt(
         packet_id=packet.packet_id,
         attempt=packet.attempt,
@@ -389,6 +367,9 @@ async def record_impl(
         recovery_problem=memo.get("recovery_problem"),
         stray_paths=list(memo.get("stray") or []),
         user_paths=list(memo.get("user_paths") or []),
+        left_paths=list(memo.get("left") or []),
+        checkout_changes=list(memo.get("checkout") or []),
+        out_of_scope=scope.outside(files, spec.files),
         coder_errors=list(memo.get("coder_errors") or []),
         started_at=memo.get("hop_started"),
         ended_at=ctx.clock(),

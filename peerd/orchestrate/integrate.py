@@ -35,7 +35,8 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
                 continue
             if packet.state != "approved" or not packet.branch:
                 continue
-            await ctx.gate(run.id, packet.packet_id, "review", verdict="approve")
+            # An approval peerd held back (changes outside the packet's files) never merges.
+            await ctx.gate(run.id, packet.packet_id, "review", verdict="approve", held=None)
             result = await gitops.merge_into(repo, worktree, packet.branch, f"Integrate {packet.packet_id}")
             if result.merged:
                 merged.append(packet.packet_id)

@@ -54,6 +54,20 @@ Classification = Literal[
     "passed", "content", "environmental", "empty_diff", "coder_error", "timeout", "budget"
 ]
 Verdict = Literal["approve", "reject", "request_changes"]
+# Whose a change in the user's checkout during a run is (`attribution.attribute`): only `proven`
+# is the coder's and moved into its worktree; every other is left exactly as it is.
+CheckoutReason = Literal[
+    "proven",  # the coder's own item names it in the checkout and the content is what it wrote
+    "does_not_apply",  # proven, but it conflicts with the worktree's own work: left
+    "yours_before",  # it was uncommitted when the run started: the user's
+    "outside_files",  # outside the packet's files
+    "confined",  # every run of the hop was confined: no coder could write the checkout
+    "no_coder_write",  # no item of the coder names this path in the checkout
+    "unverified",  # the coder's item names it but does not say what it wrote
+    "content_differs",  # the content is not what the coder wrote: changed after it
+]
+# Why a reviewed packet was not integrated although the reviewer approved it.
+HeldReason = Literal["out_of_scope"]
 VERDICTS: tuple[Verdict, ...] = ("approve", "reject", "request_changes")
 PACKET_ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 
@@ -72,6 +86,9 @@ class PacketSpec(Input):
     verify: str = Field(min_length=1)  # the exact verification command, run in the packet's worktree
     depends_on: list[str] = Field(default_factory=list)
     coder: str | None = Field(default=None, min_length=1)  # a coder spec overriding the assignment
+    # Changes outside `files` that may be integrated: true (any), or these paths or directories.
+    # Only your own plan (--plan) may say so; a planner's plan may not (`verdicts.parse_plan_reply`).
+    allow_out_of_scope: bool | list[str] = False
 
 
 class CoderChoice(Wire):
@@ -124,6 +141,14 @@ class VerificationResult(Wire):
     first_run: VerificationResult | None = None
 
 
+class CheckoutChange(Wire):
+    """A path of the user's checkout that changed during the run, and what peerd did with it."""
+
+    path: str
+    moved: bool  # into the packet's worktree (only a `proven` change); otherwise left as it is
+    reason: CheckoutReason
+
+
 class ImplementationReceipt(Wire):
     packet_id: str
     attempt: int = Field(ge=1)
@@ -146,6 +171,14 @@ class ImplementationReceipt(Wire):
     # The user's own paths (dirty before the run) in this packet's files that changed during the run:
     # never taken, left as they are.
     user_paths: list[str] = Field(default_factory=list)
+    # Paths in this packet's files that changed in the user's checkout during the run and that
+    # peerd cannot prove the coder wrote: the user's, left as they are (never moved or committed).
+    left_paths: list[str] = Field(default_factory=list)
+    # Every changed path of the checkout with its attribution (`attribution.attribute`).
+    checkout_changes: list[CheckoutChange] = Field(default_factory=list)
+    # Paths the packet's commit changes outside its files (content: the commit's tree against its
+    # base): shown to the reviewer, and not integrated unless allowed (`scope.py`).
+    out_of_scope: list[str] = Field(default_factory=list)
     # What the coder's run reported going wrong (error items, declined or failed steps), quoted.
     coder_errors: list[str] = Field(default_factory=list)
     started_at: float | None = None
@@ -176,6 +209,11 @@ class ReviewReceipt(Wire):
     evidence: list[ReviewEvidence] = Field(default_factory=list)
     summary: str
     round: int = 1
+    # The commit's changes outside the packet's files, as the reviewer was shown them.
+    out_of_scope: list[str] = Field(default_factory=list)
+    # Set when peerd holds an approved packet back from integration (its changes outside its files
+    # are not allowed): the packet is parked and the integration branch never gets them.
+    held: HeldReason | None = None
     started_at: float | None = None
     ended_at: float | None = None
     usage: Usage | None = None  # the reviewer's runs of this round (null: none reported)
@@ -331,6 +369,14 @@ def validate_plan(packets: Sequence[PacketSpec]) -> list[str]:
         for path in packet.files:
             if problem := path_problem(path):
                 errors.append(f"{where}: file {path!r} {problem}.")
+        if isinstance(packet.allow_out_of_scope, list):
+            if not packet.allow_out_of_scope:
+                errors.append(
+                    f"{where}: allow_out_of_scope is an empty list; give paths, true, or leave it out."
+                )
+            for path in packet.allow_out_of_scope:
+                if problem := path_problem(path):
+                    errors.append(f"{where}: allow_out_of_scope path {path!r} {problem}.")
         for dep in packet.depends_on:
             if dep == packet.id:
                 errors.append(f"{where} depends on itself.")

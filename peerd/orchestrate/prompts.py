@@ -94,7 +94,8 @@ def implementer_prompt(
         f"Make edits only under {workspace_root}; do not touch anything outside it. Stay on branch "
         f"{branch}: do not switch branches, rebase or push. Uncommitted changes are fine.",
         f"Packet {packet.id}\n\nGoal:\n{packet.goal}",
-        f"Files in scope:\n{_bullets(packet.files)}",
+        f"Files in scope:\n{_bullets(packet.files)}\nChange only these: a change to any other file is "
+        "shown to the reviewer and is not integrated unless the person allowed it.",
         f"Constraints:\n{_bullets(constraints)}",
         f"Verification command (run it from the workspace root before you finish):\n{packet.verify}",
         "When you are done, end with a short final report: the files you changed, and the verification "
@@ -111,15 +112,42 @@ def implementer_prompt(
     return "\n\n".join(parts)
 
 
-def reviewer_prompt(packet: PacketSpec, diff: str, verification: VerificationResult) -> str:
+def out_of_scope_section(out_of_scope: Sequence[str], not_allowed: Sequence[str]) -> str | None:
+    """What the reviewer is told about the diff's changes outside the packet's files (None: none)."""
+    if not out_of_scope:
+        return None
+    text = (
+        "Out of scope: this diff also changes files outside the packet's files in scope:\n"
+        f"{_bullets(out_of_scope)}\nJudge whether these changes belong to this packet's goal."
+    )
+    if not_allowed:
+        text += (
+            " Whatever your verdict, peerd will not integrate this packet with changes outside its "
+            f"files that the person did not allow ({', '.join(not_allowed)}): an approval holds it back; "
+            "ask for changes if they should be reverted."
+        )
+    else:
+        text += " The person allowed changes outside the packet's files for this packet."
+    return text
+
+
+def reviewer_prompt(
+    packet: PacketSpec,
+    diff: str,
+    verification: VerificationResult,
+    out_of_scope: Sequence[str] = (),
+    not_allowed: Sequence[str] = (),
+) -> str:
     shown = diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS] + "\n… (diff truncated)"
     status = "passed" if verification.passed else f"failed ({verification.classification})"
+    scope = out_of_scope_section(out_of_scope, not_allowed)
     return "\n\n".join(
         [
             "You are the reviewer of one work packet that another coding agent implemented. Do not edit "
             "files. Judge the diff against the packet's goal and constraints.",
             f"Packet {packet.id}\n\nGoal:\n{packet.goal}",
             f"Files in scope:\n{_bullets(packet.files)}",
+            *([scope] if scope else []),
             f"Constraints:\n{_bullets(packet.constraints)}",
             f"Verification: `{verification.command}` {status}, exit code {verification.exit_code}.\n"
             f"```\n{verification.output_tail}\n```",
@@ -159,9 +187,15 @@ def scripted_review(packet: PacketSpec, round_n: int) -> str:
 
 
 def scripted_reviewer_prompt(
-    packet: PacketSpec, diff: str, verification: VerificationResult, round_n: int
+    packet: PacketSpec,
+    diff: str,
+    verification: VerificationResult,
+    round_n: int,
+    out_of_scope: Sequence[str] = (),
+    not_allowed: Sequence[str] = (),
 ) -> str:
     """The reviewer prompt for `script`: its own script first (the scripted coder runs the first
     script of its prompt), then the same prompt any reviewer gets."""
     script = {"steps": [{"reply": scripted_review(packet, round_n)}]}
-    return f"```peerd-script\n{json.dumps(script)}\n```\n\n{reviewer_prompt(packet, diff, verification)}"
+    body = reviewer_prompt(packet, diff, verification, out_of_scope, not_allowed)
+    return f"```peerd-script\n{json.dumps(script)}\n```\n\n{body}"

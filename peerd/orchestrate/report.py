@@ -73,6 +73,15 @@ def limits(budget: Any) -> str:
     return ", ".join(p for p in parts if p) or "none"
 
 
+# Why a change in the user's checkout was left there (`CheckoutChange.reason`), for people.
+LEFT_WHY = {
+    "confined": "only confined coders ran: none could write there",
+    "no_coder_write": "no run of the coder names it",
+    "unverified": "the coder's run names it but not what it wrote",
+    "content_differs": "not what the coder wrote",
+}
+
+
 def _indent(text: str, pad: str) -> list[str]:
     return [pad + line if line else "" for line in text.rstrip("\n").splitlines()] or [pad + "(no output)"]
 
@@ -109,17 +118,28 @@ def _attempt(r: Mapping[str, Any], pad: str, shown: set[str]) -> list[str]:
     lines.append(f"{inner}usage: {spent(r.get('usage'))}")
     if r.get("filesChanged"):
         lines.append(f"{inner}changed: {', '.join(r['filesChanged'])}")
+    if r.get("outOfScope"):
+        lines.append(f"{inner}outside the packet's files: {', '.join(r['outOfScope'])}")
     if r.get("recoveredPaths"):
-        lines.append(f"{inner}recovered from your checkout (escaped edits): {', '.join(r['recoveredPaths'])}")
+        lines.append(
+            f"{inner}recovered from your checkout (the coder's own edits, proven by its run): "
+            f"{', '.join(r['recoveredPaths'])}"
+        )
     if r.get("notRecovered"):
         lines.append(
-            f"{inner}escaped edits left in your checkout: {', '.join(r['notRecovered'])}"
+            f"{inner}the coder's edits left in your checkout: {', '.join(r['notRecovered'])}"
             f" ({r.get('recoveryProblem') or 'not moved'})"
         )
+    if r.get("leftPaths"):
+        reasons = {ch.get("path"): ch.get("reason") for ch in r.get("checkoutChanges") or []}
+        left = [
+            f"{path} ({LEFT_WHY.get(str(reasons.get(path)), 'not the coder')})" for path in r["leftPaths"]
+        ]
+        lines.append(f"{inner}changed in your checkout during the run, left as it is: {', '.join(left)}")
     if r.get("strayPaths"):
         lines.append(
-            f"{inner}appeared in your checkout during the run, outside this packet's files, left as they "
-            f"are: {', '.join(r['strayPaths'])}"
+            f"{inner}changed in your checkout during the run, outside this packet's files, left as it "
+            f"is: {', '.join(r['strayPaths'])}"
         )
     if r.get("userPaths"):
         lines.append(
@@ -155,6 +175,13 @@ def _review(r: Mapping[str, Any], pad: str) -> list[str]:
         f"{pad}  verdict {r['verdict']}: {r.get('summary', '')}",
         f"{pad}  usage: {spent(r.get('usage'))}",
     ]
+    if r.get("outOfScope"):
+        lines.append(f"{pad}  shown outside the packet's files: {', '.join(r['outOfScope'])}")
+    if r.get("held") == "out_of_scope":
+        lines.append(
+            f"{pad}  held: out_of_scope - not integrated (--allow-out-of-scope, or allow_out_of_scope in "
+            "your plan, lets it in)"
+        )
     for e in r.get("evidence") or []:
         lines.append(f"{pad}    - {e['file']}{':' + str(e['line']) if e.get('line') else ''}: {e['reason']}")
     return lines
@@ -227,6 +254,8 @@ def render(info: Info) -> str:
     if info.get("includeDirty"):
         base += " (your working state when the run started, --include-dirty)"
     out.append(base)
+    if info.get("allowOutOfScope"):
+        out.append("changes outside a packet's files: allowed (--allow-out-of-scope)")
     out.append(f"usage: {spent(info.get('usage'))} (every run: the planner's and each packet's)")
     if (plan := last(info, "plan")) and plan.get("source") == "planner":
         out.append(f"  planner: {spent(plan.get('usage') or info.get('plannerUsage'))}")

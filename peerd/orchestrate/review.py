@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from peerd.orchestrate import gitops, spend
+from peerd.orchestrate import gitops, scope, spend
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, ReceiptMissing, Settings
 from peerd.orchestrate.implement import record_impl
@@ -119,6 +119,11 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     base = str(memo.get("base", run.base_commit))
     diff = await gitops.diff_text(Path(project.path), base, packet.commit_sha)
     verification = VerificationResult.model_validate(impl["verification"])
+    # What the commit changes outside the packet's files, and what of it nothing allows.
+    outside = scope.Outside(
+        list(impl.get("outOfScope") or []),
+        scope.held_paths(impl.get("outOfScope") or [], spec, run_allows=scope.run_allows(run.request)),
+    )
     round_n = int(memo.get("changes", 0)) + 1
     thread_id = memo.get("review_thread") if memo.get("review_round") == round_n else None
     review_run = memo.get("review_run")
@@ -130,9 +135,9 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
             previous_env = memo.get("review_env")
             await ctx.archive(run.id, previous, previous_env if isinstance(previous_env, str) else None)
         prompt = (
-            scripted_reviewer_prompt(spec, diff, verification, round_n)
+            scripted_reviewer_prompt(spec, diff, verification, round_n, outside.paths, outside.held)
             if scripted
-            else reviewer_prompt(spec, diff, verification)
+            else reviewer_prompt(spec, diff, verification, outside.paths, outside.held)
         )
         key = f"{packet.packet_id}:review:{round_n}"
         launched = await ctx.launch(
@@ -190,6 +195,7 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
             + f"\nIts last reply:\n{tail(outcome.reply or '(empty)', 4000)}",
         )  # fmt: skip
         return
+    held = "out_of_scope" if verdict.verdict == "approve" and outside.held else None
     receipt = ReviewReceipt(
         packet_id=packet.packet_id,
         attempt=packet.attempt,
@@ -198,6 +204,8 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         evidence=verdict.evidence,
         summary=verdict.summary,
         round=round_n,
+        out_of_scope=outside.paths,
+        held=held,
         started_at=memo.get("review_started"),
         ended_at=ctx.clock(),
         **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("review_runs") or [review_run]),
@@ -205,7 +213,13 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     await ostore.add_receipt(ctx.db, run.id, packet.packet_id, "review", receipt.wire(), now=ctx.clock())
     memo["review_started"] = None
     lines = [f"- {e.file}{':' + str(e.line) if e.line else ''}: {e.reason}" for e in verdict.evidence]
-    if verdict.verdict == "approve":
+    if held is not None:
+        # Approved, but it changes files outside its own that nothing allows: held back whole.
+        await ctx.set(run.id, packet.packet_id, retries=memo)
+        await ctx.park(
+            run.id, packet.packet_id, scope.held_message(packet.packet_id, outside.held, packet.branch)
+        )
+    elif verdict.verdict == "approve":
         await ctx.set(run.id, packet.packet_id, state="approved", hop=None, retries=memo)
     elif verdict.verdict == "request_changes" and int(memo.get("changes", 0)) < RETRY_LIMIT:
         memo["changes"] = round_n

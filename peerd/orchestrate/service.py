@@ -41,6 +41,8 @@ class OrchestrateRequest(c.Input):
     # The user's work: a packet whose files are dirty in the checkout is refused, unless the run
     # starts from the working state (`include_dirty`).
     include_dirty: bool = False
+    # Changes a packet's commit makes outside its files may be integrated (else it is held).
+    allow_out_of_scope: bool = False
     serialize_overlaps: bool = False  # packets sharing files run one after the other
     keep: bool = False  # leave the worktrees and thread branches for a look
     push: str | None = Field(

@@ -8,7 +8,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from peerd.core.ownership import Owner
 from peerd.errors import NotFound
+from peerd.store import ownership
 from peerd.store.db import Database
 from peerd.store.ids import new_id
 
@@ -108,6 +110,16 @@ async def create(
             "INSERT INTO orchestrations (id, project_id, task, request, status, base_commit, branch,"
             " created_at, updated_at) VALUES (?, ?, ?, ?, 'planning', ?, ?, ?, ?)",
             (run_id, project_id, task, json.dumps(request), base_commit, branch, now, now),
+        )
+        # The integration branch is the orchestration's before git makes it (core/ownership.py).
+        await ownership.claim(
+            tx,
+            project_id=project_id,
+            holding="ref",
+            name=f"refs/heads/{branch}",
+            owner=Owner.orchestration(run_id),
+            purpose="integration",
+            now=now,
         )
     return await get(db, run_id)
 

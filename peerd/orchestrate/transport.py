@@ -22,6 +22,7 @@ answers 400 `invalid_request` and stores nothing: no ref and no objects (see `fe
 from __future__ import annotations
 
 import base64
+import contextlib
 import tempfile
 import weakref
 from collections import deque
@@ -32,12 +33,13 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.core.access import require_write
+from peerd.core.ownership import Owner, effective_owner, may_change, orchestration_of_branch
 from peerd.core.text import path_segment
-from peerd.errors import CapabilityDenied, InvalidRequest, PayloadTooLarge
+from peerd.errors import CapabilityDenied, InvalidRequest, NotYours, PayloadTooLarge
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import gitops
 from peerd.runtime import git
-from peerd.store import projects, threads
+from peerd.store import ownership, projects, threads
 
 # Base64 inflates by 4/3: this keeps a bundle inside the API's 2 MiB body limit.
 MAX_BUNDLE_BYTES = 1_400_000
@@ -140,9 +142,19 @@ class GitTransport:
         return thread
 
     async def _location(self, thread: c.Thread) -> git.GitLocation:
-        """The thread's worktree as peerd recorded it (never its own `.git` file)."""
+        """The thread's worktree as peerd recorded it (never its own `.git` file), still on the
+        thread's own branch: an agent that checked out another branch in its worktree (the
+        owner's, another thread's) gets nothing committed onto it or read from it."""
         project = await projects.get(self.ops.db, thread.project_id)
-        return await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
+        where = await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
+        on = await gitops.current_branch(where)
+        if on != thread.branch:
+            raise NotYours(
+                f"Thread {thread.id}'s worktree is on {on or 'a detached HEAD'}, not on its own branch "
+                f"{thread.branch}: peerd commits and sends only the thread's own branch. Check the branch "
+                "out again in the worktree, or start a new thread."
+            )
+        return where
 
     async def commit(self, caller: Caller, thread_id: str, req: ThreadCommit) -> ThreadCommitResult:
         if req.scope:
@@ -192,11 +204,24 @@ class GitTransport:
             raise PayloadTooLarge(f"The bundle is {len(data)} bytes, over {MAX_BUNDLE_BYTES}.")
         if caller.link is not None:
             self.quota.charge(caller.link.client_id, caller.link.label, len(data), self.ops.clock())
+        into = f"refs/peerd/base/{req.tip}"
+        # Named by its commit, so it never moves: the first to send it is recorded, later ones are fine.
+        uploader = Owner.person() if caller.link is None else Owner.link(caller.link.client_id)
+        with contextlib.suppress(NotYours):
+            await ownership.claim_one(
+                self.ops.db,
+                project_id=project.id,
+                holding="ref",
+                name=into,
+                owner=uploader,
+                purpose="base",
+                now=self.ops.clock(),
+            )
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             path = Path(scratch) / "in.bundle"
             path.write_bytes(data)
             # Kept under refs/peerd/ so worktrees can start from it and git gc keeps it.
-            commit = await gitops.fetch_bundle(repo, path, f"refs/peerd/base/{req.tip}", expect=req.tip)
+            commit = await gitops.fetch_bundle(repo, path, into, expect=req.tip)
         return BundleReceived(commit=commit)
 
     # --- laptop side --------------------------------------------------------------------------
@@ -222,7 +247,10 @@ class GitTransport:
         self, env_id: str, thread_id: str, repo: Path, branch: str, message: str
     ) -> str | None:
         """Commit the box thread's worktree (only it: the box moves nothing in from its own
-        checkout) and fetch its branch here; the tip (the base when nothing changed)."""
+        checkout) and fetch its branch here; the tip (the base when nothing changed). The branch
+        here (`orchestrate/<run>/<packet>`) is the orchestration's by the ledger, recorded before
+        anything is fetched into it: a branch of that name someone else owns is refused."""
+        await self._claim_packet_branch(repo, branch)
         body = {"message": message}
         committed = ThreadCommitResult.model_validate(
             await self.ops.forward_raw(
@@ -238,3 +266,28 @@ class GitTransport:
             path = Path(scratch) / "result.bundle"
             path.write_bytes(_decode(data.bundle, "the box's bundle"))
             return await gitops.fetch_bundle(repo, path, f"refs/heads/{branch}", expect=data.tip)
+
+    async def _claim_packet_branch(self, repo: Path, branch: str) -> None:
+        owner = orchestration_of_branch(branch)
+        project = await projects.by_path(self.ops.db, str(repo))
+        if owner is None or project is None:
+            raise InvalidRequest(f"{branch} in {repo} is not an orchestration packet's branch here.")
+        ref = f"refs/heads/{branch}"
+        recorded = await ownership.owner_of(self.ops.db, project.id, "ref", ref)
+        exists = await git.branch_exists(repo, branch)
+        right = may_change(None if recorded is None else recorded.owner, exists=exists, caller=owner)
+        if right == "not_yours":
+            whose = effective_owner(None if recorded is None else recorded.owner, exists)
+            raise NotYours(
+                f"Branch {branch} belongs to {whose.describe() if whose else 'nobody'} here; the packet's "
+                "commits are not fetched into it. Rename or remove that branch and resume the run."
+            )
+        await ownership.claim_one(
+            self.ops.db,
+            project_id=project.id,
+            holding="ref",
+            name=ref,
+            owner=owner,
+            purpose="packet",
+            now=self.ops.clock(),
+        )

@@ -9,8 +9,10 @@ At the start of a run peerd records every path `git status` reports in the user'
 - with `--include-dirty`, the run starts from the user's working state instead of `HEAD`: a commit
   made in a throwaway worktree from copies of those paths (`working_state_commit`); the checkout
   itself is only read;
-- containment (`implement.collect`) considers only paths whose content is not what was recorded
-  (`appeared`): a path that was the user's before the run is never moved, restored or committed.
+- containment (`escapes.settle`) considers only paths whose content is not what was recorded
+  (`appeared`): a path that was the user's before the run is never moved, restored or committed,
+  and one that changed during the run is moved only when `attribution.attribute` proves the
+  packet's coder wrote it (otherwise it is the user's too, and left).
 
 Reading the checkout is reading the owner's own files; symbolic links are hashed as links (never
 followed) and anything but a regular file or a link is hashed by its kind only.

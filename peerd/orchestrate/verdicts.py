@@ -161,7 +161,16 @@ def parse_plan_reply(text: str) -> tuple[list[PacketSpec] | None, list[str]]:
     found, errors = _find_object(text, "packets")
     if found is None:
         return None, errors
-    return _packets(found["packets"])
+    packets, errors = _packets(found["packets"])
+    granted = [p.id for p in packets or [] if p.allow_out_of_scope is not False]
+    if granted:
+        # Leave to the person: a planner may not let its own packets land outside their files.
+        return None, [
+            f"Packet {pid!r}: allow_out_of_scope is not the planner's to give; leave it out "
+            "(list every file the packet needs in `files`)."
+            for pid in granted
+        ]
+    return packets, errors
 
 
 def parse_review_reply(text: str) -> tuple[ReviewVerdict | None, list[str]]:

@@ -19,6 +19,12 @@ def _usage(found: spend.Spend) -> dict[str, Any] | None:
     return None if found.usage is None else found.usage.to_json()
 
 
+def _out_of_scope(receipts: list[dict[str, Any]], packet_id: str) -> list[str]:
+    found = [r["body"] for r in receipts if r["kind"] == "implementation" and r["packetId"] == packet_id]
+    with_commit = [body for body in found if body.get("commit")]
+    return list(with_commit[-1].get("outOfScope") or []) if with_commit else []
+
+
 async def _awaiting(db: Database, packet: ostore.PacketRow) -> dict[str, Any] | None:
     """The question the packet's coder waits on a person for (here, or on its box as the feed
     brought it); None when nothing waits."""
@@ -53,6 +59,7 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
         "endedAt": run.ended_at,
         "verify": request.get("verify"),
         "includeDirty": bool(request.get("includeDirty")),
+        "allowOutOfScope": bool(flags.get("allowOutOfScope")),
         "keep": bool(request.get("keep")),
         "push": request.get("push"),
         "pr": bool(request.get("pr")),
@@ -67,6 +74,9 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
                 "id": p.packet_id,
                 "goal": p.spec.get("goal"),
                 "files": p.spec.get("files") or [],
+                "allowOutOfScope": p.spec.get("allow_out_of_scope") or False,
+                # What its latest commit changes outside its files (the implementation receipt's).
+                "outOfScope": _out_of_scope(receipts, p.packet_id),
                 "dependsOn": p.spec.get("depends_on") or p.spec.get("dependsOn") or [],
                 "state": p.state,
                 "hop": p.hop,

@@ -10,7 +10,7 @@ Wire format ("script"): one JSON object per stdout line; stderr is logs.
     {"type": "item", "kind": "assistant_message", "text": "..."}
     {"type": "item", "kind": "command", "text": "<cmd>", "data": {"exit_code": N, "output": "..."}}
     {"type": "item", "kind": "file_change", "text": "<path>",
-     "data": {"action": "write"|"edit", "path": "..."}}
+     "data": {"action": "write"|"edit", "path": "...", "sha256": "<hex of the file's bytes after it>"}}
     {"type": "item", "kind": "tool_call", "text": "<tool>",
      "data": {"arguments": {...}, "result": {...}|null, "error": {"code", "message"}|null}}
     {"type": "item", "kind": "error", "text": "..."}
@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import http.client
 import json
 import os
@@ -108,6 +109,12 @@ def emit_item(kind: str, text: str, data: dict[str, Any] | None = None) -> None:
     if data is not None:
         event["data"] = data
     emit(event)
+
+
+def digest(path: Path) -> str:
+    """The sha256 of the file's bytes as this step left them: what the coder wrote, so that peerd can
+    tell its write from anyone else's later change of the same file (orchestrate's attribution)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def read_line() -> str:
@@ -324,7 +331,9 @@ class Agent:
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(str(spec.get("content", "")), encoding="utf-8")
-        emit_item("file_change", spec["path"], {"action": "write", "path": spec["path"]})
+        emit_item(
+            "file_change", spec["path"], {"action": "write", "path": spec["path"], "sha256": digest(path)}
+        )
 
     def step_edit(self, spec: Any, _check: bool) -> None:
         path = self.resolve(spec.get("path"))
@@ -350,7 +359,9 @@ class Agent:
         if old not in content:
             raise RunFailed(f"Edit failed: the text to replace was not found in {spec['path']}.")
         path.write_text(content.replace(old, new, 1), encoding="utf-8")
-        emit_item("file_change", spec["path"], {"action": "edit", "path": spec["path"]})
+        emit_item(
+            "file_change", spec["path"], {"action": "edit", "path": spec["path"], "sha256": digest(path)}
+        )
 
     def step_run(self, spec: Any, check: bool) -> None:
         if isinstance(spec, dict):

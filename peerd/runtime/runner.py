@@ -31,7 +31,7 @@ from peerd.approvals.gate import ApprovalGate
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
-from peerd.core.runs import SHUTDOWN_REASON, is_live, plan_interrupt
+from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.paths import Paths
 from peerd.providers.base import (
@@ -267,7 +267,11 @@ class RunManager:
         confinement = None
         if decision.confine:
             confinement = await self._confinement(thread, cwd, state_dir / "runs" / run_id, tool_env)
-        notices = [n for n in (decision.notice, confinement and confinement.describe()) if n]
+        notices = [n for n in (decision.notice,) if n]
+        if confinement is not None:
+            # Typed, for who must know whether this run could write outside its worktree
+            # (orchestrate's attribution of a change in the user's checkout): `data.code`.
+            await self._item(thread.id, run_id, "notice", confinement.describe(), {"code": CONFINED})
         runtime_mode = thread.runtime_mode
         if (
             by_link

@@ -5,7 +5,9 @@ from __future__ import annotations
 import aiosqlite
 
 from peerd.contracts import Page, Project
+from peerd.core.ownership import Owner
 from peerd.errors import Conflict, InvalidRequest, ProjectExists, ProjectNotFound
+from peerd.store import ownership
 from peerd.store.db import Database
 from peerd.store.ids import new_id
 
@@ -37,6 +39,15 @@ async def add(db: Database, *, name: str, path: str, repository_key: str | None,
             "INSERT INTO projects (id, name, path, repository_key, created_at) VALUES (?, ?, ?, ?, ?)",
             (project_id, name, path, repository_key, now),
         )
+        await ownership.claim(
+            tx,
+            project_id=project_id,
+            holding="checkout",
+            name=path,
+            owner=Owner.person(),
+            purpose="checkout",
+            now=now,
+        )
     return Project(id=project_id, name=name, path=path, repository_key=repository_key, created_at=now)
 
 
@@ -47,6 +58,12 @@ async def get(db: Database, project_id: str) -> Project:
     if row is None:
         raise ProjectNotFound(f"No project {project_id!r} here. `peerd project list` shows them.")
     return _project(row)
+
+
+async def by_path(db: Database, path: str) -> Project | None:
+    """The project registered at exactly `path`, if any."""
+    row = await db.lookup("SELECT * FROM projects WHERE path = ?", (path,))
+    return None if row is None else _project(row)
 
 
 async def set_repository_key(db: Database, project_id: str, key: str) -> None:
@@ -89,6 +106,8 @@ async def remove(db: Database, project_id: str) -> Project:
                 "first (`peerd thread archive ID`)."
             )
         await tx.execute("DELETE FROM projects WHERE id = ?", (project.id,))
+        # What its threads, links and orchestrations made stays in git, unrecorded: the person's.
+        await tx.execute("DELETE FROM git_owners WHERE project_id = ?", (project.id,))
     return project
 
 

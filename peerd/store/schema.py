@@ -388,7 +388,50 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE threads ADD COLUMN moved_to TEXT",
         "ALTER TABLE threads ADD COLUMN moved_from TEXT",
     ],
-    # 17: a link's backoff keeps its delay (a relative duration) beside the wall time of the next
+    # 17: the ownership ledger (core/ownership.py, store/ownership.py): every ref, worktree and
+    # checkout peerd makes or lands, with its owner (person, link:<client>, orchestration:<run>,
+    # move:<id>), recorded before git makes it. Filled from what the store already knows: threads'
+    # branches and worktrees (a link's, an orchestration's or the person's), orchestrations'
+    # integration branches, open moves' snapshot refs, projects' checkouts. A ref with no record is
+    # the person's.
+    [
+        """CREATE TABLE git_owners (
+            project_id TEXT NOT NULL,
+            holding TEXT NOT NULL CHECK (holding IN ('ref', 'worktree', 'checkout')),
+            name TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            thread_id TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (project_id, holding, name)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX git_owners_owner ON git_owners(owner)",
+        """INSERT OR IGNORE INTO git_owners (project_id, holding, name, owner, purpose, thread_id, created_at)
+           SELECT project_id, 'ref', 'refs/heads/' || branch,
+                  CASE WHEN link_origin IS NOT NULL AND link_origin <> '' THEN 'link:' || link_origin
+                       WHEN started_by LIKE 'orchestrate:_%' THEN 'orchestration:' || substr(started_by, 13)
+                       ELSE 'person' END,
+                  'thread-branch', id, created_at
+           FROM threads WHERE in_place = 0 AND branch IS NOT NULL AND branch <> ''""",
+        """INSERT OR IGNORE INTO git_owners (project_id, holding, name, owner, purpose, thread_id, created_at)
+           SELECT project_id, 'worktree', worktree_path,
+                  CASE WHEN link_origin IS NOT NULL AND link_origin <> '' THEN 'link:' || link_origin
+                       WHEN started_by LIKE 'orchestrate:_%' THEN 'orchestration:' || substr(started_by, 13)
+                       ELSE 'person' END,
+                  'thread-worktree', id, created_at
+           FROM threads WHERE in_place = 0""",
+        """INSERT OR IGNORE INTO git_owners (project_id, holding, name, owner, purpose, thread_id, created_at)
+           SELECT project_id, 'ref', 'refs/heads/' || branch, 'orchestration:' || id, 'integration', NULL,
+                  created_at
+           FROM orchestrations WHERE branch IS NOT NULL AND branch <> ''""",
+        """INSERT OR IGNORE INTO git_owners (project_id, holding, name, owner, purpose, thread_id, created_at)
+           SELECT t.project_id, 'ref', 'refs/peerd/moving/' || m.id, 'move:' || m.id, 'move-snapshot',
+                  m.thread_id, m.created_at
+           FROM moves m JOIN threads t ON t.id = m.thread_id WHERE m.state IN ('waiting', 'moving')""",
+        """INSERT OR IGNORE INTO git_owners (project_id, holding, name, owner, purpose, thread_id, created_at)
+           SELECT id, 'checkout', path, 'person', 'checkout', NULL, created_at FROM projects""",
+    ],
+    # 18: a link's backoff keeps its delay (a relative duration) beside the wall time of the next
     # try, so a restart waits at most the delay whatever the wall clock did (`rules.backoff_wait`;
     # issue 26, case 9). NULL: a row of an older release (bounded by its attempts).
     [

@@ -112,7 +112,10 @@ async def test_a_diverged_branch_there_is_kept_and_never_overwritten(tmp_path: P
         assert not (Path(there["worktreePath"]) / "theirs.txt").exists()
 
 
-async def test_a_branch_there_behind_the_moved_work_is_fast_forwarded(tmp_path: Path) -> None:
+async def test_a_branch_there_behind_the_moved_work_that_the_owner_made_is_kept(tmp_path: Path) -> None:
+    """A branch of the thread's name that the box's owner made by hand (peerd has no record of
+    it: the owner's) is not fast-forwarded, even though the moved work descends from it: the
+    moved work is kept beside it (a link's own branch does fast-forward: test_ownership.py)."""
     async with linked(tmp_path) as pair:
         launched = await worked_thread(pair)
         here = launched["threadId"]
@@ -120,7 +123,10 @@ async def test_a_branch_there_behind_the_moved_work_is_fast_forwarded(tmp_path: 
         git(box_repo, "branch", f"peerd/{here}", "main")  # an ancestor of the moved work
         answer = await pair.lc.call("POST", f"/v1/threads/{here}/move", body={"to": "box"})
         move = await move_ended(pair.lc, answer["move"]["moveId"])
-        assert move["state"] == "moved" and move["keptRef"] is None, move
-        assert git(box_repo, "rev-parse", f"peerd/{here}").strip() == move["snapshot"]
+        assert move["state"] == "moved" and move["keptRef"] == f"refs/peerd/moved/{move['moveId']}", move
+        assert (
+            git(box_repo, "rev-parse", f"peerd/{here}").strip() == git(box_repo, "rev-parse", "main").strip()
+        )
+        assert git(box_repo, "rev-parse", move["keptRef"]).strip() == move["snapshot"]
         with contextlib.suppress(Exception):
             await wait_terminal(pair.bc, move["movedTo"]["threadId"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import tempfile
@@ -87,6 +88,10 @@ async def wait_for_path(path: Path) -> None:
             await asyncio.sleep(0.01)
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 async def test_reply_write_edit_run_and_wait_steps(tmp_path: Path) -> None:
     events = await run_prompt(
         tmp_path,
@@ -102,8 +107,17 @@ async def test_reply_write_edit_run_and_wait_steps(tmp_path: Path) -> None:
     assert len(session_id(events)) == 32
     assert [(i.kind, i.text, dict(i.data)) for i in items(events)] == [
         ("assistant_message", "Looking at it.", {}),
-        ("file_change", "src/app.txt", {"action": "write", "path": "src/app.txt"}),
-        ("file_change", "src/app.txt", {"action": "edit", "path": "src/app.txt"}),
+        # with what the step left in the file (orchestrate's proof that a change is the coder's)
+        (
+            "file_change",
+            "src/app.txt",
+            {"action": "write", "path": "src/app.txt", "sha256": _sha(b"hello world\n")},
+        ),
+        (
+            "file_change",
+            "src/app.txt",
+            {"action": "edit", "path": "src/app.txt", "sha256": _sha(b"hello peerd\n")},
+        ),
         (
             "command",
             "cat src/app.txt; echo warn >&2; exit 4",

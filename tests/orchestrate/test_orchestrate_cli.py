@@ -72,6 +72,43 @@ async def test_orchestrate_from_a_plan_directory_in_the_project(tmp_path: Path) 
     assert git(repo, "show", f"{info['branch']}:docs/usage.md") == "add\n"
 
 
+async def test_a_packet_beyond_its_files_is_held_unless_the_command_allows_it(tmp_path: Path) -> None:
+    """Case 3 at the command line: the report names the paths and the flag; --allow-out-of-scope
+    integrates it (and --json carries the paths)."""
+    repo = project_repo(tmp_path / "repo")
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    beyond = steps(FIX_ADD, {"write": {"path": "docs/index.md", "content": "# calc, by the coder\n"}})
+    (plan / "01-fix-add.md").write_text(
+        f'+++\nfiles = ["calc.py"]\nverify = "{CHECK_ADD}"\n+++\nFix add().\n\n{beyond}\n'
+    )
+    args = (
+        "orchestrate",
+        "--plan",
+        str(plan),
+        "--coder",
+        "script",
+        "--reviewer",
+        "reviewer",
+        "--non-interactive",
+    )
+    async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
+        home = daemon.paths.home
+        async with client_for(home) as client:
+            await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        held = await peerd(home, repo, *args)
+        allowed = await peerd(home, repo, *args, "--allow-out-of-scope", "--json")
+    assert held.returncode == 1, held.stdout + held.stderr
+    assert "outside the packet's files: docs/index.md" in held.stdout
+    assert "held: out_of_scope" in held.stdout and "--allow-out-of-scope" in held.stdout
+    assert allowed.returncode == EXIT_OK, allowed.stdout + allowed.stderr
+    info: dict[str, Any] = json.loads(allowed.stdout)
+    assert info["allowOutOfScope"] and [p["state"] for p in info["packets"]] == ["integrated"]
+    impl = [r["body"] for r in info["receipts"] if r["kind"] == "implementation"][-1]
+    assert impl["outOfScope"] == ["docs/index.md"]
+    assert git(repo, "show", f"{info['branch']}:docs/index.md") == "# calc, by the coder\n"
+
+
 async def test_orchestrate_refuses_bad_input_clearly(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:

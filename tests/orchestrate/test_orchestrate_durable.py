@@ -69,8 +69,9 @@ async def test_a_restart_mid_run_resumes_where_it_was(
             # run 1 waits and is cut off by the restart; the resumed run is given the task again. The
             # file it waits for is in its worktree: a confined run sees only that of this machine's /tmp.
             script = steps({"wait_for_file": "release"}, FIX_ADD)
-            info = await start(client, project, plan=[packet("fix-add", "Fix.\n\n" + script, ["calc.py"], CHECK_ADD)],
-                               coders=["script"])  # fmt: skip
+            # (`release` is in the packet's files: it is committed with the coder's work)
+            plan = [packet("fix-add", "Fix.\n\n" + script, ["calc.py", "release"], CHECK_ADD)]
+            info = await start(client, project, plan=plan, coders=["script"])
             info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
             thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
             release = Path(thread["worktreePath"]) / "release"
@@ -346,7 +347,7 @@ async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
         async with client_for(daemon.home) as client:
             project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
             script = steps({"wait_for_file": "release"}, FIX_ADD)
-            plan = [packet("fix-add", "Fix.\n\n" + script, ["calc.py"], CHECK_ADD)]
+            plan = [packet("fix-add", "Fix.\n\n" + script, ["calc.py", "release"], CHECK_ADD)]
             info = await start(client, project, plan=plan, coders=["script"], reviewer="script", pr=True)
             info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
             thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")

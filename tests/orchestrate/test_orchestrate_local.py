@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -176,33 +175,33 @@ async def test_an_edit_that_escaped_into_the_checkout_is_recovered_in_scope_only
     # The user's own uncommitted work, outside the packet's scope: it must stay exactly as it is.
     (repo / "README.md").write_text("# demo\n\nmy own notes\n")
     (repo / "scratch.txt").write_text("mine\n")
-    # peerd confines the coder (the checkout is hidden from it), so the escape is made for it, as an
-    # unconfined coder could: while it waits for the file `escaped` in its worktree.
-    plan = [packet("fix-add", "Fix add().\n\n" + steps({"wait_for_file": "escaped"}), ["calc.py"], CHECK_ADD)]
-    info = await start(client, project, plan=plan, coders=["script"])
-    while not packets_of(info)["fix-add"]["threadId"]:
-        info = await client.call(
-            "GET", f"/v1/orchestrations/{info['id']}", params={"after": info["updatedAt"], "timeout": 10}
-        )
-    thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
-    worktree = Path(thread["worktreePath"])
-    for _ in range(200):  # the run makes its worktree as it starts
-        if worktree.is_dir():
-            break
-        await asyncio.sleep(0.05)
-    (repo / "calc.py").write_text((repo / "calc.py").read_text().replace("return a - b", "return a + b"))
-    (worktree / "escaped").write_text("")
-    done = await finished(client, info["id"])
+    # An unconfined coder (the owner's full-access run) writes into the user's checkout instead of
+    # its worktree: its own run's items name the files and what it wrote, which is the proof.
+    fixed = (repo / "calc.py").read_text().replace("return a - b", "return a + b")
+    escape = [
+        {"write": {"path": str(repo / "calc.py"), "content": fixed}},
+        {"write": {"path": str(repo / "notes.txt"), "content": "left by the coder\n"}},
+    ]
+    plan = [packet("fix-add", "Fix add().\n\n" + steps(*escape), ["calc.py"], CHECK_ADD)]
+    done = await finished(
+        client, (await start(client, project, plan=plan, coders=["script"], access="full-access"))["id"]
+    )
     fix = packets_of(done)["fix-add"]
     assert fix["state"] == "integrated", fix
     impl = receipts_of(done, "implementation", "fix-add")[-1]
     assert impl["recoveredPaths"] == ["calc.py"]
+    assert {"path": "calc.py", "moved": True, "reason": "proven"} in impl["checkoutChanges"]
+    assert impl["strayPaths"] == ["notes.txt"]  # outside the packet's files: left, even the coder's
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
     # the checkout: calc.py back as committed, the user's own changes untouched
     assert "return a - b" in (repo / "calc.py").read_text()
     assert (repo / "README.md").read_text() == "# demo\n\nmy own notes\n"
     assert (repo / "scratch.txt").read_text() == "mine\n"
-    assert sorted(git(repo, "status", "--porcelain").splitlines()) == [" M README.md", "?? scratch.txt"]
+    assert sorted(git(repo, "status", "--porcelain").splitlines()) == [
+        " M README.md",
+        "?? notes.txt",
+        "?? scratch.txt",
+    ]
 
 
 async def test_request_changes_goes_back_to_the_implementer_once(tmp_path: Path) -> None:

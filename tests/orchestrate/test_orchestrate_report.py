@@ -3,7 +3,6 @@ progress shows times, attempts, re-dispatches, retries and reviewers."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -51,27 +50,22 @@ async def test_the_report_says_everything(tmp_path: Path) -> None:
         client_for(daemon.paths.home) as client,
     ):
         project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
-        goal = "Fix add().\n\n" + runs([{"wait_for_file": "escaped"}, {"reply": "fixed"}], [DOCSTRING])
+        # an unconfined coder's escape (the owner's full-access run): its edit in the user's
+        # checkout, proven by its own run, and a stray file outside the packet's files
+        fixed = (repo / "calc.py").read_text().replace("return a - b", "return a + b")
+        escape = [
+            {"write": {"path": str(repo / "calc.py"), "content": fixed}},
+            {"write": {"path": str(repo / "stray.txt"), "content": "left behind\n"}},
+            {"reply": "fixed"},
+        ]
+        goal = "Fix add().\n\n" + runs(escape, [DOCSTRING])
         info = await start(
-            client, project, plan=[packet("fix-add", goal, ["calc.py"], flaky)], coders=["script"]
+            client,
+            project,
+            plan=[packet("fix-add", goal, ["calc.py"], flaky)],
+            coders=["script"],
+            access="full-access",
         )
-        while not packets_of(info)["fix-add"]["threadId"]:
-            info = await client.call(
-                "GET", f"/v1/orchestrations/{info['id']}", params={"after": info["updatedAt"], "timeout": 10}
-            )
-        worktree = Path(
-            (await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}"))[
-                "worktreePath"
-            ]
-        )
-        for _ in range(200):
-            if worktree.is_dir():
-                break
-            await asyncio.sleep(0.05)
-        # an unconfined coder's escape: its edit in the user's checkout, and a stray file
-        (repo / "calc.py").write_text((repo / "calc.py").read_text().replace("return a - b", "return a + b"))
-        (repo / "stray.txt").write_text("left behind\n")
-        (worktree / "escaped").write_text("")
         done = await finished(client, info["id"])
         # a second run: a packet parked by a second request_changes, one by a failing check
         plan = [
@@ -86,8 +80,8 @@ async def test_the_report_says_everything(tmp_path: Path) -> None:
     for needed in (
         "implementer: script (its default model, here) - round-robin",
         "reviewer: reviewer (its default model, here) - --reviewer",
-        "recovered from your checkout (escaped edits): calc.py",
-        "appeared in your checkout during the run, outside this packet's files, left as they are: stray.txt",
+        "recovered from your checkout (the coder's own edits, proven by its run): calc.py",
+        "changed in your checkout during the run, outside this packet's files, left as it is: stray.txt",
         "verification passed",
         "first run (environmental, exit 3), its output:",
         "disk hiccup",

@@ -136,26 +136,26 @@ async def test_an_escaped_edit_that_does_not_apply_is_left_and_reported_not_park
         client_for(daemon.paths.home) as client,
     ):
         project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
-        script = steps(FIX_ADD, {"wait_for_file": "escaped"}, {"reply": "fixed add"})
+        # An unconfined coder fixes add() in its worktree and also writes another edit of the same
+        # line into the user's checkout (proven its own: it cannot apply on the worktree's).
+        escaped = (repo / "calc.py").read_text().replace("return a - b", "return a * b")
+        script = steps(
+            FIX_ADD, {"write": {"path": str(repo / "calc.py"), "content": escaped}}, {"reply": "fixed add"}
+        )
         plan = [packet("fix-add", "Fix add().\n\n" + script, ["calc.py"], CHECK_ADD)]
-        info = await start(client, project, plan=plan, coders=["script"])
-        worktree = await worktree_of(client, info, "fix-add")
-        # As an unconfined coder could: a different edit of the same line in the user's checkout
-        # (it cannot apply on the worktree's), and a stray file outside the packet's files.
-        (repo / "calc.py").write_text((repo / "calc.py").read_text().replace("return a - b", "return a * b"))
-        (repo / "notes.txt").write_text("left by the coder\n")
-        (worktree / "escaped").write_text("")
+        info = await start(client, project, plan=plan, coders=["script"], access="full-access")
         done = await finished(client, info["id"])
     fix = packets_of(done)["fix-add"]
     assert fix["state"] == "integrated", fix["failure"]
     impl = receipts_of(done, "implementation", "fix-add")[-1]
     assert impl["recoveredPaths"] == [] and impl["notRecovered"] == ["calc.py"]
-    assert "do not apply" in impl["recoveryProblem"]
-    assert impl["strayPaths"] == ["notes.txt"]
+    assert {"path": "calc.py", "moved": False, "reason": "does_not_apply"} in impl["checkoutChanges"]
+    # a typed outcome in peerd's words, never git's
+    assert "conflict with the coder's own work" in impl["recoveryProblem"]
+    assert "error" not in impl["recoveryProblem"] and "patch" not in impl["recoveryProblem"]
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
     # left where it was: peerd moved nothing it could not move cleanly
     assert "return a * b" in (repo / "calc.py").read_text()
-    assert (repo / "notes.txt").read_text() == "left by the coder\n"
 
 
 async def worktree_of(client: LocalClient, info: dict[str, Any], pid: str) -> Path:
@@ -186,7 +186,9 @@ async def test_the_users_own_edit_during_a_run_is_not_recovered_when_it_was_thei
         dirty_the_users_way(repo)
         edit = {"write": {"path": "textkit/extra.py", "content": "X = 1\n"}}
         plan = [
-            packet("stats", "Extra.\n\n" + runs([{"wait_for_file": "go"}, edit]), ["textkit/"], CHECK_STATS)
+            packet(
+                "stats", "Extra.\n\n" + runs([{"wait_for_file": "go"}, edit]), ["textkit/", "go"], CHECK_STATS
+            )
         ]
         info = await start(client, project, plan=plan, coders=["script"], includeDirty=True)
         worktree = await worktree_of(client, info, "stats")

@@ -11,9 +11,10 @@ import aiosqlite
 
 from peerd.contracts import Item, Run, RunStatus, Thread
 from peerd.core.idempotency import replay
+from peerd.core.ownership import owner_of_thread
 from peerd.core.runs import check_transition, is_terminal, next_to_start
-from peerd.errors import Conflict, InvalidRequest, RunNotFound, ThreadNotFound
-from peerd.store import receipts
+from peerd.errors import Conflict, InvalidRequest, NotYours, RunNotFound, ThreadNotFound
+from peerd.store import ownership, receipts
 from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.store.threads.rows import (
@@ -175,6 +176,8 @@ async def launch(
                 spec.started_by,
             ),
         )
+        if not spec.in_place:
+            await _claim_thread_state(tx, spec, thread_id, branch, worktree_path, now)
         await add_event(tx, thread_id, "thread.created", {"threadId": thread_id}, now)
         run_id = await new_run(tx, thread_id, prompt, now)
         result = {"threadId": thread_id, "runId": run_id}
@@ -189,6 +192,42 @@ async def launch(
                 now=now,
             )
     return result, False
+
+
+async def _claim_thread_state(
+    tx: Tx, spec: NewThread, thread_id: str, branch: str | None, worktree_path: str, now: float
+) -> None:
+    """The ledger's records of a new thread's branch and worktree (`store/ownership.py`), in the
+    launch's transaction, before git makes either: the thread's owner (its link, its
+    orchestration, or the person) owns them."""
+    owner = owner_of_thread(spec.link_origin, spec.started_by)
+    try:
+        if branch:
+            await ownership.claim(
+                tx,
+                project_id=spec.project_id,
+                holding="ref",
+                name=f"refs/heads/{branch}",
+                owner=owner,
+                purpose="thread-branch",
+                thread_id=thread_id,
+                now=now,
+            )
+        await ownership.claim(
+            tx,
+            project_id=spec.project_id,
+            holding="worktree",
+            name=worktree_path,
+            owner=owner,
+            purpose="thread-worktree",
+            thread_id=thread_id,
+            now=now,
+        )
+    except NotYours as taken:
+        raise BranchTaken(
+            f"{taken.message} A new thread gets a branch and a worktree of its own: omit branch "
+            "(peerd names one) or choose a new name."
+        ) from None
 
 
 async def send(
