@@ -58,8 +58,17 @@ def at_phase(phase: str) -> KillWhen:
         async def reached() -> bool:
             if phase in ("child running", "child ended"):
                 runs = [r for t in box_threads(w) - before for r in runs_of(w.box.db, t)]
-                if phase == "child ended":
-                    return any(r["status"] in TERMINAL_RUN for r in runs)
+                if phase == "child ended":  # its reply is written: the run ends in a moment
+                    replied = [
+                        r
+                        for t in box_threads(w) - before
+                        for r in rows(
+                            w.box.db,
+                            "SELECT 1 FROM items WHERE thread_id = ? AND kind = ?",
+                            (t, "assistant_message"),
+                        )
+                    ]
+                    return bool(replied) or any(r["status"] in TERMINAL_RUN for r in runs)
                 return any(r["status"] == "running" for r in runs)
             wakes = [r for r in runs_of(w.laptop.db, parent) if r["origin"] == "wake"]
             return any(r["status"] == "running" for r in wakes)
