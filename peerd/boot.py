@@ -85,6 +85,51 @@ def light_label(path: Path | None, *, home: Path | None) -> str | None:
     return label if isinstance(label, str) and label else None
 
 
+# The home's layout outside the store (provider state, files beside it), in `<home>/home-format`.
+# 1: the releases before the file (ee09e6e and earlier: scripted sessions at
+# providers/script/<session>.json); 2: this one (also providers/script/threads/<thread>/, moved
+# lazily: providers/script.py:adopt_session). Bump it when a release changes the home in a way an
+# older peerd would misread; every release from 2 on refuses a home newer than itself, in one
+# sentence, before it opens anything (the store's own schema version is checked as well:
+# store/health.py, state "newer").
+HOME_FORMAT = 2
+HOME_FORMAT_FILE = "home-format"
+
+
+class HomeNewer(PeerdError):
+    """The home was last used by a newer peerd (its home format or its store's schema)."""
+
+    code = "home_newer"
+
+
+def home_format(home: Path) -> int:
+    """The home's recorded format: 1 without the file (a home of an older release, or a new one)."""
+    try:
+        raw = (home / HOME_FORMAT_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return 1
+    return int(raw) if raw.isdigit() else HOME_FORMAT + 1  # unreadable: written by someone newer
+
+
+def check_home_format(home: Path) -> None:
+    """Refuse a home a newer peerd has used, before anything in it is opened."""
+    found = home_format(home)
+    if found > HOME_FORMAT:
+        raise HomeNewer(
+            f"{home} was last used by a newer peerd (home format {found}; this one knows "
+            f"{HOME_FORMAT}): upgrade peerd, or start this one with another --home."
+        )
+
+
+def record_home_format(home: Path) -> None:
+    """Say which format the home now has (after its store was opened and migrated here)."""
+    if home_format(home) == HOME_FORMAT:
+        return
+    tmp = home / f".{HOME_FORMAT_FILE}.tmp"
+    tmp.write_text(f"{HOME_FORMAT}\n", encoding="ascii")
+    tmp.replace(home / HOME_FORMAT_FILE)
+
+
 class HomeUnusable(PeerdError):
     """The home directory cannot be created, written or locked (a file in the way, no permission)."""
 
@@ -180,8 +225,11 @@ async def open_store(paths: Paths, *, new_store: bool) -> Database:
     # Imported and checked in a worker thread: an import on the loop thread would stop `status`
     # (the early server) until it is done, and it waits for the import lock the thread importing
     # the daemon holds, so it could take as long as the whole daemon's modules.
+    check_home_format(paths.home)
     database = await asyncio.to_thread(_checked_store, paths.db, identity_exists, new_store)
-    return await database.open(paths.db)
+    opened = await database.open(paths.db)
+    await asyncio.to_thread(record_home_format, paths.home)  # migrated: the home is this format now
+    return opened
 
 
 def _checked_store(db: Path, identity_exists: bool, new_store: bool) -> type[Database]:
@@ -364,6 +412,7 @@ class EarlyStart:
         checked and opened by `open_store`: its integrity check reads the whole file, which with
         a long history is the slow part, so `status` is answered while it runs (read-only)."""
         self.lock = take_lock(self.paths)
+        check_home_format(self.paths.home)  # a newer peerd's home: one sentence, nothing opened
         self.identity = await asyncio.to_thread(light_identity, self.paths.home)
         if self.identity is not None:  # else: the first start, answered once all is built
             await self.bind()
