@@ -5,13 +5,14 @@ across an upgrade, and a downgrade refused.
 - The box upgraded first: an old laptop delegates to a new box and gets its result (the new box
   sends an item's default-valued fields to a peer that does not say it can do without them); a
   task the old laptop delegated, still open when the laptop is upgraded in place, ends with its
-  result and wakes its parent, whose session the old release left (it is moved where the new
-  run reads it). The previous release then refuses the upgraded home, and this one a home newer
-  than itself, in one sentence.
+  result and wakes its parent, resuming the session the old release made. The previous release
+  then refuses the upgraded home, and this one a home newer than itself, in one sentence.
 - The laptop upgraded first: a new laptop delegates to an old box (no change feed there): the
   task waits with a typed `version_skew` the link, the task and doctor show, and the follower backs
   off (counted: a few requests in a window, not hundreds); once the box is upgraded in place the
-  task ends, and the box's thread the old release made resumes its session.
+  task ends, and the box's thread the old release made resumes its session (a link's run is
+  confined, and reads its sessions from providers/script/threads/<thread>/: the old file is moved
+  there).
 
 Waiting is on long-polls and events; `eventually` polls only what no event reports.
 """
@@ -134,7 +135,7 @@ async def test_the_box_first_then_the_laptop_with_a_task_open_across_it(
             async with new(laptop_home, "laptop", watch_chunk_s=CHUNK_S) as (_laptop, lc):
                 task = await reported(lc, parent)
                 assert (task["status"], task["result"]) == ("completed", "HELD DONE"), task
-                # The wake resumed the session the old release left: its steps ran, not "No session".
+                # The wake resumed the session the old release made: its steps ran, not "No session".
                 assert await last_reply(lc, parent) == "PARENT GOT HELD DONE"
                 thread = await lc.call("GET", f"/v1/threads/{parent}")
                 assert (thread["latestRun"]["number"], thread["latestRun"]["status"]) == (2, "completed")
@@ -180,14 +181,15 @@ async def test_the_laptop_first_then_the_box(previous_release: Release, tmp_path
             assert task["status"] == "running", task
             follower = laptop.followers._followers[box_id]  # type: ignore[union-attr]
 
-            async def skewed() -> bool:
-                return follower.machine.attempts >= 2
+            async def tried() -> bool:
+                return follower.syncs >= 1
 
-            await eventually(skewed)
+            await eventually(tried)
             # The follower backs off from it: a few requests in a window, never a busy loop.
             sent = follower.syncs + follower.requests
             await asyncio.sleep(3.0)
             assert follower.syncs + follower.requests - sent <= 2, "the follower did not back off"
+            assert follower.machine.attempts >= 2  # the backoff grows: no answer of the box ended it
             assert follower.machine.next_at - laptop.followers.clock.now() > 0  # type: ignore[union-attr]
 
             # The typed skew, where people look: the link, the task, doctor.
