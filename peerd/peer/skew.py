@@ -40,7 +40,8 @@ def skew_message(label: str, peer: PeerProtocol) -> str:
     """The sentence for a box too old for what this peerd needs: which machine to update."""
     release = f"peerd {peer.version}" if peer.version else "an older peerd"
     return (
-        f"{label} runs {release} (wire protocol {peer.revision}) without the change feed this "
-        f"peerd ({__version__}, protocol {c.WIRE_PROTOCOL}) follows delegated tasks with; update "
-        f"peerd on {label}. Tasks delegated there wait until then."
+        f"{label} runs {release} (wire protocol {peer.revision}) without the change feed this peerd "
+        f"({__version__}, protocol {c.WIRE_PROTOCOL}) follows delegated tasks with; update peerd on "
+        f"{label}. Until then its tasks are followed through its older watch, without its pending "
+        "approvals or capacity."
     )

@@ -8,11 +8,11 @@ across an upgrade, and a downgrade refused.
   result and wakes its parent, resuming the session the old release made. The previous release
   then refuses the upgraded home, and this one a home newer than itself, in one sentence.
 - The laptop upgraded first: a new laptop delegates to an old box (no change feed there): the
-  task waits with a typed `version_skew` the link, the task and doctor show, and the follower backs
-  off (counted: a few requests in a window, not hundreds); once the box is upgraded in place the
-  task ends, and the box's thread the old release made resumes its session (a link's run is
-  confined, and reads its sessions from providers/script/threads/<thread>/: the old file is moved
-  there).
+  link, the task and doctor show a typed `version_skew` naming the box to update, and the task is
+  followed through the old box's `POST /v1/watch` (counted: a request per chunk, not hundreds a
+  second) and ends with its result. Once the box is upgraded in place the link is reachable, and
+  the box's thread the old release made resumes its session (a link's run is confined, and reads
+  its sessions from providers/script/threads/<thread>/: the old file is moved there).
 
 Waiting is on long-polls and events; `eventually` polls only what no event reports.
 """
@@ -170,54 +170,63 @@ async def test_the_box_first_then_the_laptop_with_a_task_open_across_it(
 async def test_the_laptop_first_then_the_box(previous_release: Release, tmp_path: Path) -> None:
     repos(tmp_path)
     box_home, box_listen = tmp_path / "box", f"127.0.0.1:{free_port()}"
-    async with new(tmp_path / "laptop", "laptop", watch_chunk_s=CHUNK_S) as (laptop, lc):
-        here = (await lc.call("POST", "/v1/projects", body={"path": str(tmp_path / "laptop-repo")}))["id"]
-        async with old(previous_release, box_home, "box", listen=box_listen) as bc:
-            there = (await bc.call("POST", "/v1/projects", body={"path": str(tmp_path / "box-repo")}))["id"]
-            box_id = await link(lc, bc)
-            child = runs_script([{"reply": "CHILD DONE"}], [{"reply": "CHILD AGAIN"}])
-            parent = await delegating_parent(lc, here, box_id, there, child, "s")
-            [task] = await tasks_of(lc, parent)
-            assert task["status"] == "running", task
-            follower = laptop.followers._followers[box_id]  # type: ignore[union-attr]
+    with signal_dir() as signals:
+        hold = signals / "hold"
+        async with new(tmp_path / "laptop", "laptop", watch_chunk_s=CHUNK_S) as (laptop, lc):
+            here = (await lc.call("POST", "/v1/projects", body={"path": str(tmp_path / "laptop-repo")}))["id"]
+            async with old(previous_release, box_home, "box", listen=box_listen) as bc:
+                there = (await bc.call("POST", "/v1/projects", body={"path": str(tmp_path / "box-repo")}))[
+                    "id"
+                ]
+                box_id = await link(lc, bc)
+                child = runs_script(
+                    [{"wait_for_file": str(hold)}, {"reply": "CHILD DONE"}], [{"reply": "CHILD AGAIN"}]
+                )
+                parent = await delegating_parent(lc, here, box_id, there, child, "s")
+                [task] = await tasks_of(lc, parent)
+                assert task["status"] == "running", task
+                assert laptop.followers is not None
+                follower = laptop.followers._followers[box_id]
 
-            async def tried() -> bool:
-                return follower.syncs >= 1
+                async def watching() -> bool:
+                    return laptop.followers is not None and laptop.followers.feed.watching(box_id)
 
-            await eventually(tried)
-            # The follower backs off from it: a few requests in a window, never a busy loop.
-            sent = follower.syncs + follower.requests
-            await asyncio.sleep(3.0)
-            assert follower.syncs + follower.requests - sent <= 2, "the follower did not back off"
-            assert follower.machine.attempts >= 2  # the backoff grows: no answer of the box ended it
-            assert follower.machine.next_at - laptop.followers.clock.now() > 0  # type: ignore[union-attr]
+                await eventually(watching)
+                # Followed through the old box's watch: one long-poll per chunk, never a busy loop.
+                sent = follower.syncs + follower.requests
+                await asyncio.sleep(3.0)
+                assert follower.syncs + follower.requests - sent <= 3, (
+                    "the follower is not waiting on the box"
+                )
 
-            # The typed skew, where people look: the link, the task, doctor.
-            env = await lc.call("GET", f"/v1/environments/{box_id}", params={"probe": "false"})
-            assert env["status"] == "version_skew", env
-            assert "update peerd on box" in env["lastError"]
-            task = await lc.call("GET", f"/v1/tasks/{task['taskId']}")
-            assert task["status"] == "running" and "update peerd on box" in (task["lastError"] or ""), task
-            doctor = check_link(c.LinkInfo.model_validate(env), time.time())
-            assert doctor.status == "warn" and "Update peerd on box" in (doctor.fix or ""), doctor
-            shown = await asyncio.to_thread(
-                new_peerd, "task", "show", task["taskId"], home=tmp_path / "laptop"
-            )
-            assert "version_skew" in shown.stdout, shown
+                # The typed skew, where people look: the link, the task, doctor.
+                env = await lc.call("GET", f"/v1/environments/{box_id}", params={"probe": "false"})
+                assert env["status"] == "version_skew", env
+                assert "update peerd on box" in env["lastError"]
+                doctor = check_link(c.LinkInfo.model_validate(env), time.time())
+                assert doctor.status == "warn" and "Update peerd on box" in (doctor.fix or ""), doctor
+                shown = await asyncio.to_thread(
+                    new_peerd, "task", "show", task["taskId"], home=tmp_path / "laptop"
+                )
+                assert "version_skew: box runs an older peerd" in shown.stdout, shown
 
-        # The box upgraded in place: the task ends with its result, and the child's session (the
-        # old release left it) is found by the box's next run of that thread.
-        async with new(box_home, "box", listen=box_listen) as (_box, bc):
-            await lc.call("GET", "/v1/environments")  # asks the box: its answer ends the backoff
-            task = await reported(lc, parent)
-            assert (task["status"], task["result"]) == ("completed", "CHILD DONE"), task
-            env = await lc.call("GET", f"/v1/environments/{box_id}", params={"probe": "false"})
-            assert env["status"] == "reachable", env
-            thread_there = task["remoteChild"]["threadId"]
-            sent = await bc.call("POST", f"/v1/threads/{thread_there}/runs", body={"text": "again"})
-            again = await wait_terminal(bc, thread_there, sent["runId"])
-            assert again["status"] == "completed", await items(bc, thread_there)
-            assert await last_reply(bc, thread_there) == "CHILD AGAIN"
+                # Delegation works meanwhile: the task ends with its result, the parent is woken.
+                hold.write_text("go")
+                task = await reported(lc, parent)
+                assert (task["status"], task["result"]) == ("completed", "CHILD DONE"), task
+                assert await last_reply(lc, parent) == "PARENT GOT CHILD DONE"
+
+            # The box upgraded in place: the link is reachable again, and the thread the old
+            # release made there resumes its session on its next (confined) run.
+            async with new(box_home, "box", listen=box_listen) as (_box, bc):
+                env = await lc.call("GET", f"/v1/environments/{box_id}")  # asks the box now
+                assert env["status"] == "reachable", env
+                assert not laptop.followers.feed.watching(box_id)
+                thread_there = task["remoteChild"]["threadId"]
+                sent_run = await bc.call("POST", f"/v1/threads/{thread_there}/runs", body={"text": "again"})
+                again = await wait_terminal(bc, thread_there, sent_run["runId"])
+                assert again["status"] == "completed", await items(bc, thread_there)
+                assert await last_reply(bc, thread_there) == "CHILD AGAIN"
 
 
 @pytest.mark.parametrize("format_text", ["3\n", "future\n"])
