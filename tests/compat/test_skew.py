@@ -222,6 +222,11 @@ async def test_the_laptop_first_then_the_box(previous_release: Release, tmp_path
                 env = await lc.call("GET", f"/v1/environments/{box_id}")  # asks the box now
                 assert env["status"] == "reachable", env
                 assert not laptop.followers.feed.watching(box_id)
+                # The follower that followed the old box's watch now follows the feed.
+                after = await delegating_parent(lc, here, box_id, there, script({"reply": "FED"}), "f")
+                fed = await reported(lc, after)
+                assert (fed["status"], fed["result"]) == ("completed", "FED"), fed
+                assert not laptop.followers.feed.watching(box_id)
                 thread_there = task["remoteChild"]["threadId"]
                 sent_run = await bc.call("POST", f"/v1/threads/{thread_there}/runs", body={"text": "again"})
                 again = await wait_terminal(bc, thread_there, sent_run["runId"])
