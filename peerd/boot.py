@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:7433"
 PROTOCOL_VERSION = 1  # contracts.PROTOCOL_VERSION (tests/integration/test_early_start.py compares)
+WIRE_PROTOCOL = (
+    2  # contracts.WIRE_PROTOCOL (tests/compat/test_protocol.py compares): the early answers say it too
+)
 MAX_EARLY_HEAD = 16 * 1024  # a request head the early server reads before it gives up on it
 _SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # SubjectPublicKeyInfo prefix of a raw key
 _PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")  # PKCS8 prefix of a 32-byte seed
@@ -295,6 +298,7 @@ def _response(status: int, reason: str, body: dict[str, Any]) -> bytes:
     data = json.dumps(body).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Peerd-Protocol: {WIRE_PROTOCOL}\r\nPeerd-Version: {__version__}\r\n"
         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("ascii") + data

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from peerd import __version__
+from peerd import __version__, boot
 from peerd import contracts as c
 from peerd.api.app import caller_protocol
 from peerd.api.local import omits_defaults
@@ -34,6 +34,12 @@ async def test_every_answer_of_both_listeners_says_its_protocol(tmp_path: Path) 
             session.get("http://peerd/v1/status") as resp,
         ):
             assert resp.headers[c.PROTOCOL_HEADER] == str(c.WIRE_PROTOCOL)
+
+
+def test_the_early_start_says_the_same_revision() -> None:
+    assert boot.WIRE_PROTOCOL == c.WIRE_PROTOCOL
+    head = boot._response(200, "OK", {}).split(b"\r\n\r\n")[0].decode()
+    assert f"{c.PROTOCOL_HEADER}: {c.WIRE_PROTOCOL}" in head.splitlines()
 
 
 def request(view: str | None, header: str | None) -> web.Request:
