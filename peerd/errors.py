@@ -26,6 +26,7 @@
     ├── ProviderError         provider_error           502
     ├── GitError              git_error                500
     ├── VersionSkew           version_skew             502  (a linked peerd too old for a call: update it)
+    ├── HomeNewer             home_newer               (serve exits 2; homeformat.py: a newer peerd's home)
     └── Unavailable           unavailable              503  (retry later)
         ├── StorageUnavailable  storage_unavailable    503  (disk full, read-only, locked)
         └── ShuttingDown      shutting_down            503
@@ -145,6 +146,12 @@ class VersionSkew(PeerdError):
     retries until the machine is updated), never a reason to fail the link's tasks."""
 
     code = "version_skew"
+
+
+class HomeNewer(PeerdError):
+    """The home was last used by a newer peerd (its `home-format`): `peerd serve` refuses it."""
+
+    code = "home_newer"
 
 
 class Unavailable(PeerdError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peerd.errors import PeerdError
+from peerd.errors import HomeNewer
 
 # The home's layout outside the store (provider state, files beside it), in `<home>/home-format`.
 # 1: the releases before the file (ee09e6e and earlier: scripted sessions at
@@ -18,12 +18,6 @@ from peerd.errors import PeerdError
 # store/health.py, state "newer").
 HOME_FORMAT = 2
 HOME_FORMAT_FILE = "home-format"
-
-
-class HomeNewer(PeerdError):
-    """The home was last used by a newer peerd (its home format or its store's schema)."""
-
-    code = "home_newer"
 
 
 def home_format(home: Path) -> int:
