@@ -192,10 +192,11 @@ async def test_the_laptop_first_then_the_box(previous_release: Release, tmp_path
                     return laptop.followers is not None and laptop.followers.feed.watching(box_id)
 
                 await eventually(watching)
-                # Followed through the old box's watch: one long-poll per chunk, never a busy loop.
+                # Followed through the old box's watch: a long-poll at a time, never a busy loop
+                # (each waits the chunk less its margin, 1 s here; the busy loop sent hundreds).
                 sent = follower.syncs + follower.requests
                 await asyncio.sleep(3.0)
-                assert follower.syncs + follower.requests - sent <= 3, (
+                assert follower.syncs + follower.requests - sent <= 6, (
                     "the follower is not waiting on the box"
                 )
 
