@@ -50,6 +50,7 @@ from peerd.api.listener_rules import ListenerLimits
 from peerd.core.ed25519 import public_key
 from peerd.core.envid import env_id_from_public_key
 from peerd.errors import InvalidRequest, PeerdError
+from peerd.homeformat import check_home_format, record_home_format
 from peerd.paths import Paths, config_file
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:7433"
 PROTOCOL_VERSION = 1  # contracts.PROTOCOL_VERSION (tests/integration/test_early_start.py compares)
+WIRE_PROTOCOL = (
+    2  # contracts.WIRE_PROTOCOL (tests/compat/test_protocol.py compares): the early answers say it too
+)
 MAX_EARLY_HEAD = 16 * 1024  # a request head the early server reads before it gives up on it
 _SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # SubjectPublicKeyInfo prefix of a raw key
 _PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")  # PKCS8 prefix of a 32-byte seed
@@ -180,8 +184,11 @@ async def open_store(paths: Paths, *, new_store: bool) -> Database:
     # Imported and checked in a worker thread: an import on the loop thread would stop `status`
     # (the early server) until it is done, and it waits for the import lock the thread importing
     # the daemon holds, so it could take as long as the whole daemon's modules.
+    check_home_format(paths.home)
     database = await asyncio.to_thread(_checked_store, paths.db, identity_exists, new_store)
-    return await database.open(paths.db)
+    opened = await database.open(paths.db)
+    await asyncio.to_thread(record_home_format, paths.home)  # migrated: the home is this format now
+    return opened
 
 
 def _checked_store(db: Path, identity_exists: bool, new_store: bool) -> type[Database]:
@@ -247,6 +254,7 @@ def _response(status: int, reason: str, body: dict[str, Any]) -> bytes:
     data = json.dumps(body).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Peerd-Protocol: {WIRE_PROTOCOL}\r\nPeerd-Version: {__version__}\r\n"
         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("ascii") + data
@@ -364,6 +372,7 @@ class EarlyStart:
         checked and opened by `open_store`: its integrity check reads the whole file, which with
         a long history is the slow part, so `status` is answered while it runs (read-only)."""
         self.lock = take_lock(self.paths)
+        check_home_format(self.paths.home)  # a newer peerd's home: one sentence, nothing opened
         self.identity = await asyncio.to_thread(light_identity, self.paths.home)
         if self.identity is not None:  # else: the first start, answered once all is built
             await self.bind()

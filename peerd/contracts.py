@@ -27,6 +27,19 @@ from peerd.core.text import clean_label
 from peerd.core.usage import Budget as BudgetRule
 
 PROTOCOL_VERSION = 1
+# The wire's revision within PROTOCOL_VERSION, sent in every answer of both listeners (and in every
+# request of the peer client) as the `Peerd-Protocol` header, beside `Peerd-Version` (the package
+# version). A peer that sends no header is revision 1: the releases before the header (ee09e6e and
+# earlier). What each revision added, and what a peer of an older one is spared, is in
+# docs/internals/links.md#protocol-revisions; bump it when the wire gains something an older peer
+# lacks, and keep serving what the previous revision's peers send.
+WIRE_PROTOCOL = 2
+PROTOCOL_HEADER = "Peerd-Protocol"
+VERSION_HEADER = "Peerd-Version"
+# Revision 2 added the change feed (`/v1/feed/*`), and readers that take an item's missing
+# default-valued fields as their defaults (so item pages may leave them out for such readers).
+FEED_PROTOCOL = 2
+OMITS_DEFAULTS_PROTOCOL = 2
 
 RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
 ItemKind = Literal[
@@ -418,7 +431,8 @@ class EventsResult(Wire):
 
 # --- pairing and links --------------------------------------------------------------------------
 
-LinkStatus = Literal["reachable", "unreachable", "expired", "revoked"]
+# version_skew: the box answers, but runs a peerd too old for what this one needs (update it there).
+LinkStatus = Literal["reachable", "unreachable", "expired", "revoked", "version_skew"]
 PairingState = Literal["open", "used", "burnt", "cancelled", "expired"]
 ClientStatus = Literal["active", "revoked", "expired"]
 
@@ -711,7 +725,7 @@ class FleetEnvironment(Wire):
     env_id: str
     label: str
     here: bool
-    status: Literal["here", "reachable", "unreachable", "expired", "revoked"]
+    status: Literal["here", "reachable", "unreachable", "expired", "revoked", "version_skew"]
     access: RuntimeMode | None = None  # the link's level (null: this environment)
     capacity: Capacity | None = None
     age_s: float | None = None  # how old `capacity` is, in seconds

@@ -26,6 +26,8 @@
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
     ├── GitError              git_error                500
+    ├── VersionSkew           version_skew             502  (a linked peerd too old for a call: update it)
+    ├── HomeNewer             home_newer               (serve exits 2; homeformat.py: a newer peerd's home)
     └── Unavailable           unavailable              503  (retry later)
         ├── StorageUnavailable  storage_unavailable    503  (disk full, read-only, locked)
         └── ShuttingDown      shutting_down            503
@@ -146,6 +148,20 @@ class GitError(PeerdError):
     code = "git_error"
 
 
+class VersionSkew(PeerdError):
+    """A linked environment answers, but runs a peerd without what this call needs (an older
+    release): the message names the machine to update. Transient for the follower (it backs off and
+    retries until the machine is updated), never a reason to fail the link's tasks."""
+
+    code = "version_skew"
+
+
+class HomeNewer(PeerdError):
+    """The home was last used by a newer peerd (its `home-format`): `peerd serve` refuses it."""
+
+    code = "home_newer"
+
+
 class Unavailable(PeerdError):
     code = "unavailable"
 
@@ -209,6 +225,7 @@ HTTP_STATUS: dict[str, int] = {
     "not_a_peerd": 502,
     "wrong_environment": 502,
     "incompatible": 502,
+    "version_skew": 502,
     "task_not_found": 404,
     "thread_moving": 409,
     "thread_moved": 409,
@@ -255,6 +272,7 @@ _BY_CODE: dict[str, type[PeerdError]] = {
         PayloadTooLarge,
         ProviderError,
         GitError,
+        VersionSkew,
         Unavailable,
     )
 }

@@ -9,6 +9,11 @@ A body is refused as `invalid_request` before any handler sees it when it is not
 nests deeper than `MAX_JSON_DEPTH` (100,000 levels would otherwise end in a RecursionError here or
 in whatever walks it later). Query strings are flat; their values are checked by the contract.
 
+Every answer of both listeners carries the wire protocol's revision and the package version
+(`Peerd-Protocol: 2`, `Peerd-Version: 0.1.0`; `stamp_protocol`), errors and streams included: a
+peer reads what this daemon speaks from any answer (`peerd.peer.client`), and `caller_protocol`
+reads what the caller speaks from its request (revision 1 when it sends no header).
+
 Shutdown (`ShutdownGate`, one per daemon on every app): from the moment the daemon stops, a new
 request is answered `shutting_down` (503) at once; a request in flight gets `ANSWER_GRACE_S` to
 finish on its own, then is cancelled and answered `shutting_down` too: long-polls and forwarded
@@ -27,6 +32,7 @@ import pydantic
 import structlog
 from aiohttp import web
 
+from peerd import __version__
 from peerd import contracts as c
 from peerd.errors import (
     CapabilityDenied,
@@ -217,11 +223,27 @@ def ok(model: c.Wire | dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(body, status=status)
 
 
+async def stamp_protocol(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer says which wire revision and release this daemon runs (`on_response_prepare`:
+    errors, long-polls and streams too)."""
+    response.headers[c.PROTOCOL_HEADER] = str(c.WIRE_PROTOCOL)
+    response.headers[c.VERSION_HEADER] = __version__
+
+
+def caller_protocol(request: web.Request) -> int:
+    """The wire revision the caller speaks: its `Peerd-Protocol` header, 1 without one (a peerd
+    from before the header, or any other client); a value that is not a positive integer is 1."""
+    raw = request.headers.get(c.PROTOCOL_HEADER, "")
+    return int(raw) if raw.isdigit() and 0 < int(raw) < 1_000_000 else 1
+
+
 def base_app() -> web.Application:
-    return web.Application(
+    app = web.Application(
         middlewares=[error_middleware, shutdown_middleware, no_browsers_middleware],
         client_max_size=MAX_BODY_BYTES,
     )
+    app.on_response_prepare.append(stamp_protocol)
+    return app
 
 
 async def descriptor(request: web.Request) -> web.Response:

@@ -47,13 +47,14 @@ from peerd.api.app import (
     Handler,
     StatusFn,
     base_app,
+    caller_protocol,
     error_response,
     json_body,
     json_object,
     ok,
     query_model,
 )
-from peerd.api.routes import add_routes
+from peerd.api.routes import VIEW, add_routes
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
@@ -114,12 +115,24 @@ async def thread_show(request: web.Request) -> web.Response:
     return ok(await _ops(request).thread_show(caller_of(request), request.match_info["id"], env))
 
 
+def omits_defaults(request: web.Request) -> bool:
+    """Whether the caller takes an item's missing default-valued fields as their defaults: the
+    owner's socket (its clients are this release), or a peer whose `Peerd-Protocol` says so. A
+    peerd of revision 1 (before the header) reads `textTruncated` and the rest as always there."""
+    if request.app.get(VIEW, "owner") != "network":
+        return True
+    return caller_protocol(request) >= c.OMITS_DEFAULTS_PROTOCOL
+
+
 async def thread_items(request: web.Request) -> web.Response:
-    """A page of items. An item's fields that hold their default (`textOffset` 0, `textTruncated`
-    false, `nextTextOffset` null, `data` {}) are left out: readers take a missing one as its
-    default (`c.Item` does), and a page of short items is a third smaller."""
+    """A page of items. For a caller that can take it (`omits_defaults`), an item's fields that
+    hold their default (`textOffset` 0, `textTruncated` false, `nextTextOffset` null, `data` {})
+    are left out: readers take a missing one as its default (`c.Item` does), and a page of short
+    items is a third smaller. Every other caller gets every field."""
     req = query_model(request, c.ThreadRead)
     result = await _ops(request).thread_read(caller_of(request), request.match_info["id"], req)
+    if not omits_defaults(request):
+        return ok(result)
     body = result.model_dump(mode="json", by_alias=True, exclude={"items"})
     body["items"] = [
         item.model_dump(mode="json", by_alias=True, exclude_defaults=True) for item in result.items

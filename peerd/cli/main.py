@@ -248,7 +248,7 @@ def serve(
     except PeerdError as exc:
         if isinstance(exc, boot.BadStart):  # the config file or a flag: what is wrong, and where
             fail(exc.message, EXIT_USAGE)
-        if exc.code == "store_refused":  # a damaged, foreign or missing store: the sentence says why
+        if exc.code in ("store_refused", "home_newer"):  # a damaged, foreign, missing or newer store
             fail(exc.message, EXIT_USAGE)
         fail(f"{exc.code}: {exc.message}")
 

@@ -6,8 +6,16 @@ from typing import Any
 
 import click
 
-from peerd.cli.client import LocalClient
-from peerd.cli.common import confirm, json_option, json_option_for, with_client, yes_option
+from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.common import (
+    ENV_META,
+    cli_context,
+    confirm,
+    json_option,
+    json_option_for,
+    with_client,
+    yes_option,
+)
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
@@ -23,6 +31,7 @@ from peerd.cli.output import (
 )
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
+from peerd.errors import PeerdError
 
 
 @click.group(cls=PeerdGroup)
@@ -35,6 +44,25 @@ def _where(t: dict[str, Any]) -> str:
     if remote:
         return f"on {remote['label']}: {remote['threadId'] or '(launch pending)'}"
     return t.get("childThreadId") or "(launch pending)"
+
+
+def _link_state(ctx: click.Context, t: dict[str, Any]) -> str | None:
+    """An open remote task's link, when it is not plainly reachable (`version_skew`: the box runs
+    a peerd too old to follow the task; `unreachable` ...), as stored: the box is not asked."""
+    remote = t.get("remoteChild")
+    if not remote or t["status"] not in ("pending", "running"):
+        return None
+
+    if ctx.meta.get(ENV_META):
+        return None  # the task was read in another environment: its links are not ours
+    client = LocalClient(cli_context(ctx).paths.socket)
+    env = path_segment(remote["environmentId"])
+    try:
+        link = client.call("GET", f"/v1/environments/{env}", params={"probe": "false"})
+    except (PeerdError, DaemonNotRunning, OSError):  # forgotten here meanwhile, say: the task says so itself
+        return None
+    status = str(link.get("status") or "")
+    return None if status == "reachable" else f"{status}: {link.get('lastError') or ''}".rstrip(": ")
 
 
 TASK_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "interrupted")
@@ -158,6 +186,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
             ("title", t["title"]),
             ("parent thread", t["parentThreadId"]),
             ("child", _where(t)),
+            ("link", _link_state(ctx, t)),
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
             ("placement", t.get("placement")),

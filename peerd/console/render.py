@@ -39,6 +39,7 @@ SYMBOLS = {
     "fail": "✗",
     "parked": "✗",
     "unreachable": "✗",
+    "version_skew": "⚠",
     "revoked": "✗",
     "expired": "⌛",
     "cancelled": "■",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from peerd import __version__
 from peerd import contracts as c
 from peerd.doctor.facts import (
     CERT_WARN_DAYS,
@@ -154,6 +155,16 @@ def check_link(link: c.LinkInfo, now: float) -> Check:
             f"{link.label} does not answer: {link.last_error or 'no address answered'}{token}",
             f"Check that {link.label} is up and its daemon runs with a listener (`peerd status` there), and that "
             f"this machine reaches {where}; `peerd environment show {label}` tries again.",
+        )
+    if link.status == "version_skew":
+        return Check(
+            name,
+            "warn",
+            f"{link.label} answers at {where} but runs a peerd too old for this one: "
+            f"{link.last_error or 'it lacks the change feed'}{token}",
+            f"Update peerd on {link.label} to this release (peerd {__version__}) and restart it there; "
+            "tasks delegated to it wait meanwhile, and `peerd environment show "
+            f"{label}` asks it again.",
         )
     if soon:
         return Check(

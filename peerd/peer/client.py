@@ -14,6 +14,15 @@ is its own wait plus `LONG_POLL_MARGIN_S`, and the sockets use TCP keepalive, so
 route is noticed within one long-poll chunk. Every answer from a box (a call, a token refresh, a
 probe of its descriptor) is reported to `on_answer(env_id)`: the followers use it to end a backoff
 the moment the box is back.
+
+Version skew. Every request says which wire revision this peerd speaks (`Peerd-Protocol`), and
+every answer's revision and release (`Peerd-Protocol`, `Peerd-Version`; none: revision 1, the
+releases before the header) is remembered per link (`protocol_of`). A call the box's revision lacks
+(the change feed, `REQUIRED_PROTOCOL`) that it answers `not_found` is a typed `VersionSkew` naming
+the machine to update; such an answer is not reported to `on_answer` (an answer that cannot be used
+ends no backoff: otherwise the follower would retry it at once, for ever). While the box answers
+with an older revision than this peerd needs to follow tasks (`FEED_PROTOCOL`), the link's status
+is `version_skew`, with that sentence, instead of `reachable`.
 """
 
 from __future__ import annotations
@@ -36,8 +45,17 @@ import yarl
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import RuntimeModeEscalationDenied, require_write, runtime_rank
-from peerd.errors import CapabilityDenied, InvalidRequest, LinkClockSkew, NotLinked, PeerdError, from_wire
+from peerd.errors import (
+    CapabilityDenied,
+    InvalidRequest,
+    LinkClockSkew,
+    NotLinked,
+    PeerdError,
+    VersionSkew,
+    from_wire,
+)
 from peerd.peer.identity import pinned_fingerprint
+from peerd.peer.skew import REQUIRED_PROTOCOL, PeerProtocol, skew_message
 from peerd.store import links
 from peerd.store.db import Database
 from peerd.store.links import LinkRow
@@ -139,7 +157,7 @@ def still_valid(link: LinkRow, now: float) -> bool:
     return link.refresh_expires_at is not None and link.refresh_expires_at > now
 
 
-def skew_message(link: LinkRow, now: float) -> str:
+def clock_skew_message(link: LinkRow, now: float) -> str:
     left = f"{((link.refresh_expires_at or now) - now) / 86400:.0f} days left"
     return (
         f"{link.label} says the link expired, but by this machine's clock it is valid ({left}): "
@@ -194,7 +212,12 @@ class PeerClient:
         self._long_session: aiohttp.ClientSession | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._good_url: dict[str, str] = {}
+        self._protocols: dict[str, PeerProtocol] = {}  # per link: what the box's last answer said
         self.on_answer: Callable[[str], None] | None = None  # a box answered: its env id
+
+    def protocol_of(self, env_id: str) -> PeerProtocol | None:
+        """What the box's last answer said it speaks (None: no answer since this daemon started)."""
+        return self._protocols.get(env_id)
 
     def _answered(self, env_id: str) -> None:
         if self.on_answer is not None:
@@ -338,7 +361,7 @@ class PeerClient:
                     if still_valid(link, self._clock()):
                         # Judged by this machine's clock of its last refresh, the link is valid:
                         # the box's clock is wrong. Nothing is marked; it works once that is fixed.
-                        raise LinkClockSkew(skew_message(link, self._clock()))
+                        raise LinkClockSkew(clock_skew_message(link, self._clock()))
                     raise await self._fail_link(link, "expired", expired_message(link.label))
                 if status == 400:  # revoked, reused or unknown: the box no longer accepts this link
                     raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
@@ -402,7 +425,7 @@ class PeerClient:
                     self._db, env_id, status="reachable", error=exc.message, reached_at=self._clock()
                 )
                 raise
-            headers = {"Authorization": f"Bearer {token}"}
+            headers = {"Authorization": f"Bearer {token}", c.PROTOCOL_HEADER: str(c.WIRE_PROTOCOL)}
             if mode_limit:
                 headers[MODE_LIMIT_HEADER] = mode_limit
             query = {k: _q(v) for k, v in (params or {}).items() if v is not None}
@@ -422,6 +445,7 @@ class PeerClient:
                     ),
                 ) as resp:
                     status = resp.status
+                    peer = PeerProtocol.of(resp.headers)
                     data = await read_answer(resp)
             except aiohttp.ServerFingerprintMismatch:
                 self._good_url.pop(env_id, None)
@@ -441,8 +465,17 @@ class PeerClient:
                 message = f"{link.label} answered HTTP {status}."
                 await self._outcome(link, "unreachable", message)
                 raise PeerUnreachable(message)
+            self._protocols[env_id] = peer
+            needed = REQUIRED_PROTOCOL.get(path, 1)
+            if status == 404 and peer.revision < needed:  # the route is newer than the box
+                skew = VersionSkew(skew_message(link.label, peer))
+                await self._outcome(link, "version_skew", skew.message)
+                raise skew  # no `_answered`: this answer ends no backoff
             self._answered(env_id)
-            await self._outcome(link, "reachable", None)
+            if peer.revision < c.FEED_PROTOCOL:
+                await self._outcome(link, "version_skew", skew_message(link.label, peer))
+            else:
+                await self._outcome(link, "reachable", None)
             if status >= 400:
                 if isinstance(data, dict) and "code" in data:
                     raise from_wire(str(data["code"]), str(data.get("message", "")))
@@ -454,10 +487,10 @@ class PeerClient:
         """The link's outcome, written only when it changes (compared with the row this call read),
         and its reached time at most once a minute: a write per forwarded call costs a transaction."""
         reached = None
-        if status == "reachable":
+        if status in ("reachable", "version_skew"):  # the box answered (a skewed one too)
             reached = self._clock()
             last = link.last_reached_at
-            unchanged = link.status == status and link.last_error is None
+            unchanged = link.status == status and link.last_error == error
             if unchanged and last is not None and reached - last < REACHED_REFRESH_S:
                 return
         elif link.status == status and link.last_error == error:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any, get_args
 
 import structlog
@@ -189,6 +191,36 @@ class ScriptDriver:
         return _finish(self.result, exit_code, interrupted=interrupted, stderr_tail=stderr_tail)
 
 
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # what script_agent.load_session takes
+
+
+def adopt_session(root: Path, state_dir: Path, thread_id: str, session_id: str) -> Path | None:
+    """Move a thread's session to where this run reads it, if an earlier run left it elsewhere;
+    the path it is at now (None: nowhere). Done before each resume, so it is lazy and idempotent.
+
+    Where sessions are: the previous release (ee09e6e, tests/compat/PREVIOUS_RELEASE) kept every
+    one at `<root>/<session>.json`; this one keeps a confined run's at
+    `<root>/threads/<thread>/<session>.json` (the only directory the run may write) and an
+    unconfined run's at `<root>/<session>.json`. A thread's session follows it between the two."""
+    if not SESSION_ID.fullmatch(session_id) or not SESSION_ID.fullmatch(thread_id):
+        return None  # not one plain path segment: script_agent refuses it anyway
+    name = f"{session_id}.json"
+    target = state_dir / name
+    if target.exists():
+        return target
+    for old in (root / name, root / "threads" / thread_id / name):
+        if old == target or not old.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            old.replace(target)  # one copy: the session moves with the thread
+        except FileNotFoundError:  # another run of the thread moved it first
+            continue
+        log.info("script.session_moved", thread_id=thread_id, session=session_id, to=str(target))
+        return target
+    return target if target.exists() else None
+
+
 class ScriptProvider:
     """The built-in scripted coder (`peerd.providers.script_agent`), run as a subprocess."""
 
@@ -208,6 +240,8 @@ class ScriptProvider:
             # needs only the agent socket, a Unix socket file).
             state_dir = spec.state_dir / "threads" / spec.thread_id
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if spec.resume_session:
+            adopt_session(spec.state_dir, state_dir, spec.thread_id, spec.resume_session)
         argv = [self._python, "-m", "peerd.providers.script_agent", "--state-dir", str(state_dir)]
         argv += ["--runtime-mode", spec.runtime_mode, "--interaction-mode", spec.interaction_mode]
         if spec.model:

@@ -36,7 +36,7 @@ class LinkRow:
     def info(self, *, now: float) -> LinkInfo:
         status = self.status
         if (
-            status in ("reachable", "unreachable")
+            status in ("reachable", "unreachable", "version_skew")
             and self.refresh_expires_at
             and self.refresh_expires_at < now
         ):

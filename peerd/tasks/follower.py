@@ -64,6 +64,7 @@ from peerd.tasks.rules import classify, is_store_fault
 from peerd.tasks.store import TaskRow
 from peerd.tasks.subscription import Delta
 from peerd.tasks.timing import Clock
+from peerd.tasks.watchfeed import FeedTransport
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +88,7 @@ class FollowerPool:
         self.watch_chunk_s = watch_chunk_s
         self._followers: dict[str, Follower] = {}
         self._closing = False
+        self.feed = FeedTransport(db, delegation.forwarder)  # an older box: through its watch
         delegation.followers = self
         # A box's capacity report, as each feed answer brings it (set by the daemon; placement).
         self.on_capacity: Callable[[str, Capacity], Coroutine[Any, Any, None]] | None = None
@@ -378,9 +380,7 @@ class Follower:
         self.syncs += 1
         body = subscription_body(delta)
         try:
-            data = await self.pool.delegation.forwarder.call(
-                self.env_id, "POST", SUBSCRIPTION_PATH, body=body
-            )
+            data = await self.pool.feed.call(self.env_id, SUBSCRIPTION_PATH, body)
             answer = FeedSubscribed.model_validate(data)
         except PeerdError as exc:
             if is_store_fault(exc):
@@ -396,7 +396,7 @@ class Follower:
     def _start_poll(self, action: Poll) -> None:
         self.requests += 1
         body = poll_body(action)
-        call = self.pool.delegation.forwarder.call(self.env_id, "POST", CHANGES_PATH, body=body)
+        call = self.pool.feed.call(self.env_id, CHANGES_PATH, body)  # the feed, or an old box's watch
         self._poll = asyncio.ensure_future(call)
         self._poll.add_done_callback(lambda _: self._wakeup.set())
 

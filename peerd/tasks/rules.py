@@ -179,9 +179,10 @@ def settlement(
 Failure = Literal["transient", "link", "task"]
 
 # Worth retrying with backoff: the box did not answer (or answered 5xx), or this daemon's store or
-# the box cannot serve right now.
+# the box cannot serve right now, or the box runs an older peerd without what is needed
+# (`version_skew`: waited out until it is updated, like an outage; the tasks are not failed).
 TRANSIENT_CODES: frozenset[str] = frozenset(
-    {"unreachable", "unavailable", "storage_unavailable", "shutting_down", "clock_skew"}
+    {"unreachable", "unavailable", "storage_unavailable", "shutting_down", "clock_skew", "version_skew"}
 )
 # The link itself is unusable: every open task of the link ends with the reason.
 LINK_CODES: frozenset[str] = frozenset(
