@@ -459,6 +459,11 @@ class Daemon:
     async def status(self) -> c.Status:
         if self.db is None or self.identity is None:
             raise PeerdError("The daemon is still starting.", code="unavailable")
+        lost = await self.db.verify()  # one stat: is the file at the path still the store?
+        store = c.StoreState(path=str(self.db.path))
+        if lost is not None:
+            saved = None if lost.saved_as is None else str(lost.saved_as)
+            store = c.StoreState(state=lost.kind, path=store.path, message=lost.sentence(), saved_as=saved)
         thread_count, live = await threads.counts(self.db)
         return c.Status(
             env_id=self.identity.env_id,
@@ -470,6 +475,7 @@ class Daemon:
                 projects=await projects.count(self.db), threads=thread_count, live_runs=live
             ),
             home=str(self.paths.home),
+            store=store,
         )
 
     async def wait_stopped(self) -> None:

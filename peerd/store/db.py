@@ -14,6 +14,11 @@ result code, never on its message; nothing was changed, and the next call works 
 cause is gone (no restart). A new store is built beside its final name and moved into place, so a
 crash never leaves an empty `peerd.db` behind; whether an existing file may be opened at all is
 `store/health.py`'s decision, made by the daemon before it opens it.
+
+The file at the path must stay the file opened: before each COMMIT one `os.stat` checks it was not
+replaced, removed or truncated (`store/fileguard.py`); once it was, every write is refused with
+`storage_unavailable` saying so (sticky until a restart), reads go on from the store the daemon had
+open, and that store is saved once beside the path (`Database._detach`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import aiosqlite
 import structlog
 
 from peerd.errors import StorageUnavailable
+from peerd.store.fileguard import Lost, StoreFile, displaced_name, empty_log, save_copy
 from peerd.store.schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 5000
@@ -220,6 +226,10 @@ class Tx:
     async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
         self._c.set_trace_callback(callback)
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._c
+
     def close(self) -> None:
         self._c.close()
 
@@ -258,8 +268,11 @@ class Database:
         reader: aiosqlite.Connection,
         keeper: aiosqlite.Connection,
         point: sqlite3.Connection,
+        guard: StoreFile | None = None,
     ) -> None:
         self.path = path
+        self._guard = guard or StoreFile(path)  # is the file at `path` still the one opened?
+        self._detached = False  # the store it had open was saved and its log emptied
         self._w = writer
         self._r = reader
         self._p = point  # `lookup`'s: inline reads of a few rows by key
@@ -289,6 +302,7 @@ class Database:
             try:
                 writer = Tx(await asyncio.to_thread(_inline_writer, path))
                 point = await asyncio.to_thread(_point_reader, path)
+                guard = StoreFile(path)
             except BaseException:
                 if writer is not None:
                     writer.close()
@@ -300,7 +314,7 @@ class Database:
             if fault is None:
                 raise
             raise fault from exc
-        return cls(path, writer, reader, keeper, point)
+        return cls(path, writer, reader, keeper, point, guard)
 
     async def close(self) -> None:
         async with self._wlock:
@@ -323,18 +337,61 @@ class Database:
         `StorageUnavailable` after the rollback; other exceptions pass unchanged."""
         async with self._wlock:
             await _let_the_loop_in()
+            if self._guard.lost is not None:
+                raise StorageUnavailable((await self._detach()).sentence())
             await self._begin()
             try:
                 yield self._w
             except BaseException as exc:
                 self._rollback()
                 self._raise_typed(exc)
+            if self._guard.look() is not None:  # the path no longer names the file written
+                self._rollback()
+                raise StorageUnavailable((await self._detach()).sentence())
             try:
                 self._w.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
                 self._raise_typed(exc)
             self._committed()
+
+    async def verify(self) -> Lost | None:
+        """Whether the file at the path is still the store opened (one `os.stat`), and if not,
+        what happened and what was kept (the store it had open is saved the first time)."""
+        if self._guard.look() is None:
+            return None
+        async with self._wlock:
+            return await self._detach()
+
+    async def _detach(self) -> Lost:
+        """Once the path no longer names the store opened: save that store beside the path (every
+        write it acknowledged) and, where the path now names another file or none, empty the
+        write-ahead log into the file it opened, so no frame of it is replayed into another file.
+        Called holding the writer, with no transaction open."""
+        lost = self._guard.lost
+        assert lost is not None  # noqa: S101  # called once `look` found it
+        if self._detached:
+            return lost
+        self._detached = True
+        if self._checkpoint_due is not None:
+            self._checkpoint_due.cancel()
+            self._checkpoint_due = None
+        conn = self._w.connection
+        dest = displaced_name(self.path)
+        saved: Path | None = dest
+        error: str | None = None
+        try:
+            await asyncio.to_thread(save_copy, conn, dest)
+        except (sqlite3.Error, OSError) as exc:
+            saved, error = None, f"{type(exc).__name__}: {exc}"
+        if lost.kind != "truncated":  # a truncated file is the store's own: nothing more goes into it
+            try:
+                await asyncio.to_thread(empty_log, conn)
+            except sqlite3.Error:
+                log.warning("store.log_not_emptied", exc_info=True)
+        lost = self._guard.kept(saved, error)
+        log.error("store.lost", path=str(self.path), kind=lost.kind, saved_as=str(saved), error=error)
+        return lost
 
     async def _begin(self) -> None:
         """`BEGIN IMMEDIATE`; while another process holds the store's write lock, retried with
@@ -366,6 +423,9 @@ class Database:
             self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
 
     async def _checkpoint(self) -> None:
+        if self._guard.look() is not None:  # never into a file that is not (all) the store any more
+            self._checkpointing = None
+            return
         try:
             # PASSIVE: copies what no reader still needs, takes no lock a writer waits on.
             await self._keeper.execute("PRAGMA wal_checkpoint(PASSIVE)")
