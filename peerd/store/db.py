@@ -344,6 +344,9 @@ class Database:
                 yield self._w
             except BaseException as exc:
                 self._rollback()
+                faulted = isinstance(exc, StorageUnavailable) or storage_fault(exc, self.path) is not None
+                if faulted and self._guard.look() is not None:
+                    raise StorageUnavailable((await self._detach()).sentence()) from exc  # say why
                 self._raise_typed(exc)
             if self._guard.look() is not None:  # the path no longer names the file written
                 self._rollback()
@@ -456,7 +459,17 @@ class Database:
         try:
             return list(await self._r.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
-            self._raise_typed(exc)
+            await self._read_fault(exc)
+
+    async def _read_fault(self, exc: sqlite3.Error) -> NoReturn:
+        """A read's storage fault, said as what happened to the file when it was replaced or cut
+        under the daemon (then detached, unless a write holds the writer: it detaches itself)."""
+        if storage_fault(exc, self.path) is not None and (lost := self._guard.look()) is not None:
+            if not self._detached and not self._wlock.locked():
+                async with self._wlock:
+                    lost = await self._detach()
+            raise StorageUnavailable(lost.sentence()) from exc
+        self._raise_typed(exc)
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
         rows = await self.fetchall(sql, params)
@@ -481,7 +494,7 @@ class Database:
                 return await self.fetchall(sql, params)
             if code == SQLITE_READONLY:  # `query_only`: a write sent here is a bug, not the disk
                 raise
-            self._raise_typed(exc)
+            await self._read_fault(exc)
 
     async def lookup(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
         rows = await self.lookup_all(sql, params)

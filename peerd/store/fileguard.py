@@ -5,7 +5,7 @@ renamed over (a backup put back while the daemon runs), removed, or truncated, t
 go on answering writes into a file nobody will open again (renamed over, removed) or into a file
 that lost its pages (truncated), and a restart would lose every one of them. So `Database.write`
 asks `StoreFile.look` just before each COMMIT: one `os.stat` of the path (about 1-2 us, against
-tens of microseconds for the cheapest write transaction; `bench/store_guard.py` measures it), its
+over 100 us for the cheapest write transaction; `bench/store_guard.py` measures it), its
 (st_dev, st_ino) against the file opened, and its size against the largest seen (without VACUUM
 or auto_vacuum, which peerd never runs, SQLite never shrinks a database file). What it finds is
 kept: once lost, the store stays lost for this process (a restart decides, with `store/health.py`).
@@ -81,6 +81,7 @@ class StoreFile:
     def __init__(self, path: Path) -> None:
         st = os.stat(path)
         self.path = path
+        self._where = os.fsencode(path)  # bytes: `os.stat` converts nothing on each look
         self.dev, self.ino = st.st_dev, st.st_ino
         self.size = st.st_size
         self.lost: Lost | None = None
@@ -90,7 +91,7 @@ class StoreFile:
         if self.lost is not None:
             return self.lost
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._where)
         except FileNotFoundError:
             self.lost = Lost("removed", self.path, "removed")
             return self.lost
