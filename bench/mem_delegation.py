@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import json
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.helpers import git, make_repo, two_daemons, wait_terminal  # noqa: E402
+from tests.helpers import git, make_repo, two_daemons, wait_terminal
 
 
 def runs_script(*runs: list[dict[str, Any]]) -> str:
@@ -30,8 +31,6 @@ READ = [
     {"reply": "PARENT GOT ${result}"},
 ]
 
-
-import ctypes
 
 _SQLITE = ctypes.CDLL("libsqlite3.so.0")
 _SQLITE.sqlite3_memory_used.restype = ctypes.c_int64
@@ -54,11 +53,17 @@ async def one(pair: Any, project: str, n: int) -> None:
     step = {
         "tool": {
             "name": "delegate_task",
-            "arguments": {"task": child, "target": {"environmentId": pair.box_id}, "clientRequestId": f"k{n}"},
+            "arguments": {
+                "task": child,
+                "target": {"environmentId": pair.box_id},
+                "clientRequestId": f"k{n}",
+            },
             "check": True,
         }
     }
-    launched = await pair.lc.call("POST", "/v1/threads", body={"projectId": project, "prompt": runs_script([step], READ)})
+    launched = await pair.lc.call(
+        "POST", "/v1/threads", body={"projectId": project, "prompt": runs_script([step], READ)}
+    )
     thread = launched["threadId"]
     await wait_terminal(pair.lc, thread, launched["runId"], total=60)
     for _ in range(600):
@@ -70,8 +75,33 @@ async def one(pair: Any, project: str, n: int) -> None:
     raise RuntimeError(f"delegation {n} never woke its parent")
 
 
+def cap_caches(kib: int) -> None:
+    """Every store connection's page cache capped at `kib` KiB (to tell SQLite's caches apart)."""
+    from peerd.store import db  # noqa: PLC0415
+
+    for name in ("_inline_writer", "_point_reader"):
+        made = getattr(db, name)
+
+        def capped(path: Path, made: Any = made) -> Any:
+            conn = made(path)
+            conn.execute(f"PRAGMA cache_size = -{kib}")
+            return conn
+
+        setattr(db, name, capped)
+    connect = db._connect
+
+    async def capped_connect(path: Path) -> Any:
+        conn = await connect(path)
+        await conn.execute(f"PRAGMA cache_size = -{kib}")
+        return conn
+
+    db._connect = capped_connect
+
+
 async def main(args: argparse.Namespace) -> None:
     logging.disable(logging.CRITICAL)
+    if args.cache_kib:
+        cap_caches(args.cache_kib)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         make_repo(tmp_path / "seed", origin=None)
@@ -88,26 +118,38 @@ async def main(args: argparse.Namespace) -> None:
                 await one(pair, project, n)
                 n += 1
             gc.collect()
-            tracemalloc.start(args.frames)
-            first = tracemalloc.take_snapshot()
+            if not args.no_trace:
+                tracemalloc.start(args.frames)
+                first = tracemalloc.take_snapshot()
             rss0 = rss_kb()
             print(f"after warm-up ({args.warm}): rss {rss0} kB, sqlite {sqlite_kb()} kB", flush=True)
             for i in range(args.count):
                 await one(pair, project, n)
                 n += 1
                 if (i + 1) % 25 == 0:
-                    print(f"  {i + 1}: rss {rss_kb()} kB, sqlite {sqlite_kb()} kB, traced {tracemalloc.get_traced_memory()[0] // 1024} kB", flush=True)
+                    traced = tracemalloc.get_traced_memory()[0] // 1024
+                    print(
+                        f"  {i + 1}: rss {rss_kb()} kB, sqlite {sqlite_kb()} kB, traced {traced} kB",
+                        flush=True,
+                    )
             gc.collect()
-            second = tracemalloc.take_snapshot()
             rss1 = rss_kb()
+            if args.no_trace:
+                print(f"rss {rss0} -> {rss1} kB: {(rss1 - rss0) / args.count:.1f} kB per delegation")
+                return
+            second = tracemalloc.take_snapshot()
             filters = [tracemalloc.Filter(False, tracemalloc.__file__)]
             diff = second.filter_traces(filters).compare_to(first.filter_traces(filters), "traceback")
             grown = sum(d.size_diff for d in diff)
-            print(f"rss {rss0} -> {rss1} kB: {(rss1 - rss0) / args.count:.1f} kB per delegation; "
-                  f"traced +{grown / 1024:.0f} kB = {grown / args.count / 1024:.2f} kB per delegation")
+            print(
+                f"rss {rss0} -> {rss1} kB: {(rss1 - rss0) / args.count:.1f} kB per delegation; "
+                f"traced +{grown / 1024:.0f} kB = {grown / args.count / 1024:.2f} kB per delegation"
+            )
+            if args.peerd_only:
+                diff = [d for d in diff if any("/peerd/" in f.filename for f in d.traceback)]
             for d in diff[: args.top]:
                 print(f"\n+{d.size_diff / 1024:.1f} kB, +{d.count_diff} blocks")
-                for line in d.traceback.format()[-2 * args.frames:]:
+                for line in d.traceback.format()[-2 * args.frames :]:
                     print("   ", line)
 
 
@@ -117,4 +159,7 @@ if __name__ == "__main__":
     p.add_argument("--count", type=int, default=150)
     p.add_argument("--frames", type=int, default=12)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--cache-kib", type=int, default=0, help="cap every store connection's page cache")
+    p.add_argument("--peerd-only", action="store_true", help="only growth with a peerd frame")
+    p.add_argument("--no-trace", action="store_true", help="RSS and SQLite only (tracemalloc costs memory)")
     asyncio.run(main(p.parse_args()))

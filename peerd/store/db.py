@@ -39,6 +39,11 @@ from peerd.store.fileguard import Lost, StoreFile, displaced_name, empty_log, sa
 from peerd.store.schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 5000
+# Each connection's page cache, in KiB (`PRAGMA cache_size = -N`). SQLite's default, 2000 KiB per
+# connection, is filled as the store grows: with four connections a daemon grew by ~7 kB of cache
+# per delegation, linearly until ~8 MB (issue 26 case 11; bench/mem_delegation.py). The file's
+# pages stay in the OS's cache, so a page not cached here is a pread, a few microseconds.
+CACHE_KIB = {"writer": 512, "reader": 256, "point": 256, "keeper": 64}
 CHECKPOINT_EVERY_S = 1.0  # the WAL is checkpointed at most this long after a write
 # `PRAGMA application_id` of a peerd store: "peer" in ASCII, in the file's header, so a foreign
 # SQLite file is told apart from ours (stores made before it carry 0 and get it when opened).
@@ -104,10 +109,11 @@ def storage_fault(exc: BaseException, path: Path) -> StorageUnavailable | None:
     return StorageUnavailable(f"{what}; nothing was changed ({exc.__class__.__name__}: {exc}).")
 
 
-async def _connect(path: Path) -> aiosqlite.Connection:
+async def _connect(path: Path, *, cache_kib: int = CACHE_KIB["keeper"]) -> aiosqlite.Connection:
     # isolation_level=None: no implicit transactions; we BEGIN/COMMIT ourselves.
     conn = await aiosqlite.connect(str(path), isolation_level=None)
     conn.row_factory = aiosqlite.Row
+    await conn.execute(f"PRAGMA cache_size = -{cache_kib}")
     await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     await conn.execute("PRAGMA foreign_keys = ON")
     return conn
@@ -245,6 +251,7 @@ async def _let_the_loop_in() -> None:
 def _point_reader(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB['point']}")
     conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop: `Database.lookup` falls back
     conn.execute("PRAGMA query_only = ON")
     return conn
@@ -253,6 +260,7 @@ def _point_reader(path: Path) -> sqlite3.Connection:
 def _inline_writer(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB['writer']}")
     conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop: `Database._begin` retries
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -297,7 +305,7 @@ class Database:
                 row = await cur.fetchone()
             if row is not None and row[0] == 0:  # a store made before peerd marked its files
                 await keeper.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            reader = await _connect(path)
+            reader = await _connect(path, cache_kib=CACHE_KIB["reader"])
             writer: Tx | None = None
             try:
                 writer = Tx(await asyncio.to_thread(_inline_writer, path))

@@ -31,7 +31,7 @@ def rss_kb(pid: int) -> int:
 
 
 def fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    return sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
 
 
 def slope(points: list[tuple[int, int]]) -> float:

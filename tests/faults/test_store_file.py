@@ -69,7 +69,9 @@ async def one(tmp: Path, how: str) -> Outcome:
     serve.start()
     try:
         await serve.ready()
-        project = (await call(serve, "POST", "/v1/projects", body={"path": str(make_repo(tmp / "repo"))}))["id"]
+        project = (await call(serve, "POST", "/v1/projects", body={"path": str(make_repo(tmp / "repo"))}))[
+            "id"
+        ]
         first = await launch(serve, project, 0)
         acknowledged = {first}
         backup = tmp / "backup.db"
@@ -79,7 +81,7 @@ async def one(tmp: Path, how: str) -> Outcome:
         acknowledged.add(await launch(serve, project, 2))
         db = serve.db
         if how.startswith("replaced"):
-            os.rename(backup, db)
+            backup.rename(db)
         elif how == "removed":
             db.unlink()
         else:
@@ -99,13 +101,22 @@ async def one(tmp: Path, how: str) -> Outcome:
         assert refused and all(e.code == "storage_unavailable" for e in refused), refused
         message = refused[0].message
         assert f"peerd's store {db} was " in message, message
-        saved = Path(m.group(1)) if (m := re.search(r"saved as (\S+peerd\.db\.displaced-[\d-]+)", message)) else None
+        saved = (
+            Path(m.group(1))
+            if (m := re.search(r"saved as (\S+peerd\.db\.displaced-[\d-]+)", message))
+            else None
+        )
         assert saved is not None and saved.exists(), message
-        assert (db.read_bytes() if db.exists() else None) == after, "the daemon wrote into the file at the path"
+        assert (db.read_bytes() if db.exists() else None) == after, (
+            "the daemon wrote into the file at the path"
+        )
 
         # status and doctor say so; doctor's fix is the daemon's sentence.
         status = await call(serve, "GET", "/v1/status")
-        assert status["store"]["state"] == how.split(",")[0] and status["store"]["message"] == message
+        assert (
+            status["store"]["state"] == how.split(",", maxsplit=1)[0]
+            and status["store"]["message"] == message
+        )
         checks = doctor(home)
         assert checks["database-file"]["status"] == "fail", checks
         assert checks["database-file"]["fix"] == message, checks["database-file"]
@@ -144,11 +155,15 @@ async def one(tmp: Path, how: str) -> Outcome:
         lost = acknowledged - got
         if lost:
             out.lost_results += len(lost)
-            out.notes.append(f"{how}: acknowledged launches gone after the advice was followed: {sorted(lost)}")
+            out.notes.append(
+                f"{how}: acknowledged launches gone after the advice was followed: {sorted(lost)}"
+            )
         if got - acknowledged:
             out.duplicates += len(got - acknowledged)
         assert doctor(home)["database-file"]["status"] == "ok"
-        out.notes.append(f"{how}: next write refused, doctor's advice followed, {len(acknowledged)} of 3 kept")
+        out.notes.append(
+            f"{how}: next write refused, doctor's advice followed, {len(acknowledged)} of 3 kept"
+        )
     finally:
         if serve.alive:
             serve.term()

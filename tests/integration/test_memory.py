@@ -15,7 +15,11 @@ async def test_the_run_manager_keeps_no_lock_for_a_thread_once_its_runs_ended(tm
         project = await c.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "repo"))})
         launched = await asyncio.gather(
             *(
-                c.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": script({"reply": str(n)})})
+                c.call(
+                    "POST",
+                    "/v1/threads",
+                    body={"projectId": project["id"], "prompt": script({"reply": str(n)})},
+                )
                 for n in range(6)
             )
         )

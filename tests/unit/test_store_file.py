@@ -52,7 +52,7 @@ async def test_a_store_renamed_over_refuses_the_next_write_and_keeps_what_it_ack
     backup = tmp_path / "backup.db"
     health.backup(db.path, backup)
     await put(db, "acknowledged")  # answered after the backup was made: only the daemon's store has it
-    os.rename(backup, db.path)  # the backup put back under the running daemon
+    backup.rename(db.path)  # the backup put back under the running daemon
     replaced = db.path.read_bytes()
 
     with pytest.raises(StorageUnavailable) as refused:
@@ -131,8 +131,42 @@ def test_the_guard_tells_the_three_apart(tmp_path: Path) -> None:
     other.write_bytes(b"y")
     guard = StoreFile(other)
     (tmp_path / "h").write_bytes(b"y")
-    os.rename(tmp_path / "h", other)
+    (tmp_path / "h").rename(other)
     assert (found := guard.look()) is not None and found.kind == "replaced"
     guard = StoreFile(other)
     other.unlink()
     assert (found := guard.look()) is not None and found.kind == "removed"
+
+
+async def test_a_read_that_faults_on_a_store_cut_short_says_it_was_cut(db: Database, tmp_path: Path) -> None:
+    """Cut to its first page, the store's reads fault (SQLite: malformed): the error says what
+    happened to the file, not only that it is damaged, and the store is detached."""
+    for n in range(200):
+        await put(db, f"p{n}")
+    with contextlib.closing(sqlite3.connect(db.path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert await db.verify() is None
+    os.truncate(db.path, 4096)
+    with pytest.raises(StorageUnavailable) as refused:
+        await db.fetchall("SELECT * FROM projects ORDER BY name")
+    assert f"{db.path} was truncated" in refused.value.message
+    with pytest.raises(StorageUnavailable) as refused:
+        await put(db, "after")
+    assert f"{db.path} was truncated" in refused.value.message
+    assert db.path.stat().st_size == 4096
+
+
+async def test_every_connection_caps_its_page_cache(db: Database) -> None:
+    """Issue 26 case 11: SQLite's default cache (2000 KiB a connection) filled as the store grew,
+    ~7 kB a delegation on each daemon; each connection's cache is bounded by `CACHE_KIB`."""
+    from peerd.store.db import CACHE_KIB  # noqa: PLC0415
+
+    def size(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+    assert size(db._w.connection) == -CACHE_KIB["writer"]
+    assert size(db._p) == -CACHE_KIB["point"]
+    for name, conn in (("reader", db._r), ("keeper", db._keeper)):
+        async with conn.execute("PRAGMA cache_size") as cur:
+            row = await cur.fetchone()
+        assert row is not None and row[0] == -CACHE_KIB[name], name
