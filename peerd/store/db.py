@@ -3,11 +3,11 @@ one keeper (migrations and WAL checkpoints).
 
 Every state change is one `async with db.write() as tx:` block, i.e. one `BEGIN IMMEDIATE`
 transaction, committed before its effect leaves the process. The writer runs on the event loop's
-thread (`Tx`: its statements are microseconds, a hop to another thread costs more); reads and
+thread (`store/inline.py:Tx`: its statements are microseconds, a hop to another thread costs more); reads and
 checkpoints run on their connections' own threads (aiosqlite), since they can be long. Readers use
 their own connection, so they never observe a half-done write.
 
-Storage faults are typed: SQLite's "database or disk is full", "attempt to write a readonly
+Storage faults are typed (`store/faults.py`): SQLite's "database or disk is full", "attempt to write a readonly
 database", "database is locked" (past the busy timeout), I/O errors and a damaged file raise
 `StorageUnavailable` (`storage_unavailable`, HTTP 503) with what to do, decided on SQLite's
 result code, never on its message; nothing was changed, and the next call works again once the
@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,10 +35,17 @@ import aiosqlite
 import structlog
 
 from peerd.errors import StorageUnavailable
+from peerd.store.faults import (
+    BUSY_TIMEOUT_MS,
+    SQLITE_BUSY,
+    SQLITE_LOCKED,
+    SQLITE_READONLY,
+    storage_fault,
+)
 from peerd.store.fileguard import Lost, StoreFile, displaced_name, empty_log, save_copy
+from peerd.store.inline import Tx
 from peerd.store.schema import MIGRATIONS
 
-BUSY_TIMEOUT_MS = 5000
 # Each connection's page cache, in KiB (`PRAGMA cache_size = -N`). SQLite's default, 2000 KiB per
 # connection, is filled as the store grows: with four connections a daemon grew by ~7 kB of cache
 # per delegation, linearly until ~8 MB (issue 26 case 11; bench/mem_delegation.py). The file's
@@ -49,64 +56,20 @@ CHECKPOINT_EVERY_S = 1.0  # the WAL is checkpointed at most this long after a wr
 # SQLite file is told apart from ours (stores made before it carry 0 and get it when opened).
 APPLICATION_ID = 0x70656572
 
-# SQLite primary result codes (`sqlite_errorcode & 0xFF`) that are storage faults.
-SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR = 5, 6, 8, 10
-SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 11, 13, 14, 26
+__all__ = [  # Tx and storage_fault live in inline.py and faults.py; the store's modules import them here
+    "APPLICATION_ID",
+    "BUSY_TIMEOUT_MS",
+    "CACHE_KIB",
+    "CHECKPOINT_EVERY_S",
+    "Database",
+    "Tx",
+    "create",
+    "migrate",
+    "storage_fault",
+    "user_version",
+]
 
 log = structlog.get_logger(__name__)
-
-
-def mount_point(path: Path) -> Path:
-    """The mount point of the filesystem holding `path` (its nearest existing directory)."""
-    here = path.resolve().parent
-    while not here.exists() and here != here.parent:
-        here = here.parent
-    try:
-        dev = here.stat().st_dev
-        while here != here.parent and here.parent.stat().st_dev == dev:
-            here = here.parent
-    except OSError:
-        pass
-    return here
-
-
-def storage_fault(exc: BaseException, path: Path) -> StorageUnavailable | None:
-    """The typed error for a SQLite storage fault (by result code), else None (a bug: re-raised)."""
-    if not isinstance(exc, sqlite3.Error):
-        return None
-    code = getattr(exc, "sqlite_errorcode", None)
-    if not isinstance(code, int):
-        return None
-    primary = code & 0xFF
-    where = f"peerd's store {path}"
-    if primary == SQLITE_FULL:
-        what = (
-            f"{where} cannot grow: the disk is full. Free space on the filesystem mounted at "
-            f"{mount_point(path)}, then retry"
-        )
-    elif primary == SQLITE_READONLY:
-        what = (
-            f"{where} is read-only: make it and {path.parent} writable by this user, or remount "
-            f"{mount_point(path)} read-write, then retry"
-        )
-    elif primary in (SQLITE_BUSY, SQLITE_LOCKED):
-        what = (
-            f"{where} stayed locked by another process for over {BUSY_TIMEOUT_MS // 1000} s: close "
-            "whatever else has it open (only this daemon should), then retry"
-        )
-    elif primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
-        what = (
-            f"{where} hit an I/O error: check the disk and the filesystem mounted at "
-            f"{mount_point(path)} (`dmesg`, free space, permissions), then retry"
-        )
-    elif primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
-        what = (
-            f"{where} is damaged: stop the daemon and run `peerd doctor`, then `peerd restore BACKUP` "
-            "(or move the file aside and start with `peerd serve --new-store`)"
-        )
-    else:
-        return None
-    return StorageUnavailable(f"{what}; nothing was changed ({exc.__class__.__name__}: {exc}).")
 
 
 async def _connect(path: Path, *, cache_kib: int = CACHE_KIB["keeper"]) -> aiosqlite.Connection:
@@ -149,95 +112,6 @@ async def create(path: Path) -> None:
     _fsync(new)
     new.rename(path)
     _fsync(path.parent)
-
-
-class Cursor:
-    """A statement's result on the writer, in aiosqlite's calling shape (its rows are already there)."""
-
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
-        self._c = cursor
-
-    @property
-    def rowcount(self) -> int:
-        return self._c.rowcount
-
-    @property
-    def lastrowid(self) -> int | None:
-        return self._c.lastrowid
-
-    async def fetchone(self) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self._c.fetchone()
-        return row
-
-    async def fetchall(self) -> list[sqlite3.Row]:
-        return list(self._c.fetchall())
-
-    async def close(self) -> None:
-        self._c.close()
-
-    async def __aenter__(self) -> Cursor:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._c.close()
-
-
-class Statement:
-    """`tx.execute(...)`: already run; awaited or entered (`async with`) it gives its `Cursor`."""
-
-    def __init__(self, cursor: Cursor) -> None:
-        self._cursor = cursor
-
-    def __await__(self) -> Generator[Any, None, Cursor]:
-        return self._done().__await__()
-
-    async def _done(self) -> Cursor:
-        return self._cursor
-
-    async def __aenter__(self) -> Cursor:
-        return self._cursor
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._cursor.close()
-
-
-class Tx:
-    """The writer connection, run inline on the event loop's thread.
-
-    Each statement of a write is a few microseconds of SQLite work, while a hop to a connection's
-    own thread (how aiosqlite runs every call) costs a thread wake-up each way and, on a VM, often
-    more than the statement: a launch with its run took ~90 writer hops, most of the box's CPU. So
-    the writer runs its statements here, under the same calling shape the store's code uses (`await
-    tx.execute(...)`, `async with tx.execute(...) as cur`), and nothing it does can block for long:
-    WAL with `synchronous = NORMAL` syncs nothing on commit, the WAL is checkpointed off the loop
-    (`Database._checkpoint`), and `BEGIN IMMEDIATE` never waits on a lock here (a busy store is
-    retried with asyncio sleeps). Reads that can be long stay on the reader's own thread."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._c = conn
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._c.in_transaction
-
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Statement:
-        return Statement(Cursor(self._c.execute(sql, params)))
-
-    async def executemany(self, sql: str, params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
-        return Cursor(self._c.executemany(sql, params))
-
-    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return list(self._c.execute(sql, params).fetchall())
-
-    async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
-        self._c.set_trace_callback(callback)
-
-    @property
-    def connection(self) -> sqlite3.Connection:
-        return self._c
-
-    def close(self) -> None:
-        self._c.close()
 
 
 async def _let_the_loop_in() -> None:

@@ -57,6 +57,7 @@ async def delegation(w: World, n: int) -> None:
         )
 
 
+@pytest.mark.timeout(120 + 6 * SOAK_COUNT)  # a delegation takes about a second on a loaded machine
 async def test_memory_is_flat_per_delegation_after_warm_up(tmp_path: Path) -> None:
     row = Row(f"memory soak, {SOAK_COUNT} delegations")
     REPORT.append(row)
