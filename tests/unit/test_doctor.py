@@ -879,5 +879,8 @@ def test_a_store_the_daemon_no_longer_has_at_its_path_fails_with_the_daemons_adv
     # A removed store: the `database` check's fix is the daemon's sentence too, never "restart".
     gone = c.StoreState(state="removed", path=f"{HOME}/peerd.db", message=said)
     missing = up(status=status().model_copy(update={"store": gone}))
-    by_name = {ch.name: ch for ch in run_checks(facts(daemon=missing, db_files=[ff(f"{HOME}/peerd.db", "missing", 0)]))}
+    by_name = {
+        ch.name: ch
+        for ch in run_checks(facts(daemon=missing, db_files=[ff(f"{HOME}/peerd.db", "missing", 0)]))
+    }
     expect(by_name["database"], "fail", "missing although the daemon is running", said)
