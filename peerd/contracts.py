@@ -125,6 +125,16 @@ class StatusCounts(Wire):
     live_runs: int
 
 
+class StoreState(Wire):
+    """Is the file at the store's path still the store the daemon writes (store/fileguard.py)?
+    `ok`; `replaced`, `removed` or `truncated`: writes are refused, `message` says what to do."""
+
+    state: Literal["ok", "replaced", "removed", "truncated"] = "ok"
+    path: str = ""
+    message: str | None = None
+    saved_as: str | None = None  # the daemon's copy of the store it had open
+
+
 class Status(Wire):
     env_id: str
     label: str
@@ -134,6 +144,7 @@ class Status(Wire):
     listeners: list[Listener]
     counts: StatusCounts
     home: str
+    store: StoreState | None = None  # None: a daemon that does not say (older, or still starting)
 
 
 class Descriptor(Wire):

@@ -56,7 +56,7 @@ from peerd.boot import (
 from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
 from peerd.core.idempotency import RECEIPT_RETENTION_S
-from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError
+from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError, StorageUnavailable
 from peerd.handoff.service import HandoffService
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
@@ -459,17 +459,29 @@ class Daemon:
     async def status(self) -> c.Status:
         if self.db is None or self.identity is None:
             raise PeerdError("The daemon is still starting.", code="unavailable")
-        thread_count, live = await threads.counts(self.db)
+        lost = await self.db.verify()  # one stat: is the file at the path still the store?
+        store = c.StoreState(path=str(self.db.path))
+        if lost is not None:
+            saved = None if lost.saved_as is None else str(lost.saved_as)
+            store = c.StoreState(state=lost.kind, path=store.path, message=lost.sentence(), saved_as=saved)
+        try:
+            thread_count, live = await threads.counts(self.db)
+            project_count = await projects.count(self.db)
+        except StorageUnavailable:
+            if lost is None:
+                raise
+            # A store cut short under the daemon may not be readable any more: `status` still
+            # answers, so `peerd doctor` can say what happened (its `store` field); counts unknown.
+            thread_count, live, project_count = 0, 0, 0
         return c.Status(
             env_id=self.identity.env_id,
             label=self.config.label,
             version=__version__,
             fingerprint=self.identity.fingerprint_text,
             listeners=list(self._listeners),
-            counts=c.StatusCounts(
-                projects=await projects.count(self.db), threads=thread_count, live_runs=live
-            ),
+            counts=c.StatusCounts(projects=project_count, threads=thread_count, live_runs=live),
             home=str(self.paths.home),
+            store=store,
         )
 
     async def wait_stopped(self) -> None:

@@ -32,6 +32,7 @@ from peerd.doctor.files import (
     check_socket,
     check_socket_dir,
     check_store,
+    check_store_file,
 )
 from peerd.doctor.network import (
     check_certificate,
@@ -80,6 +81,9 @@ def run_checks(facts: Facts) -> list[Check]:
         checks.append(socket_dir)
     checks.append(check_socket(facts))
     checks += [check_db_file(facts, f) for f in facts.db_files]
+    store_file = check_store_file(facts)
+    if store_file is not None:
+        checks.append(store_file)
     store = check_store(facts)
     if store is not None:
         checks.append(store)

@@ -154,13 +154,35 @@ def check_socket(facts: Facts) -> Check:
 def check_db_file(facts: Facts, f: FileFacts) -> Check:
     suffix = f.path.rsplit("peerd.db", 1)[-1]
     name = "database" + suffix  # database, database-wal, database-shm
-    missing = Check(
-        name,
-        "fail",
-        f"{f.path} is missing although the daemon is running",
-        "Restart the daemon; it starts a new, empty database (restore the old one from a backup first to keep it).",
+    lost = facts.status.store if facts.status is not None else None
+    # A restart over a missing store is refused while the identity exists (store/health.py:refusal):
+    # the way out is a restore, or a new store asked for by name.
+    fix = (
+        lost.message
+        if lost is not None and lost.state != "ok" and lost.message
+        else "Stop the daemon, then put the store back with `peerd restore BACKUP` (a file made by "
+        "`peerd backup`) and start it again, or start with a new, empty store (no projects, threads, "
+        "tasks or links) with `peerd serve --new-store`."
     )
+    missing = Check(name, "fail", f"{f.path} is missing although the daemon is running", fix)
     return check_path(name, f, expect="file", mode=0o600, facts=facts, missing=missing)
+
+
+def check_store_file(facts: Facts) -> Check | None:
+    """Is the file at the store's path still the store the running daemon writes? (the daemon's
+    `status` says: store/fileguard.py). None when no daemon answers or it does not say."""
+    store = facts.status.store if facts.status is not None else None
+    if store is None:
+        return None
+    if store.state == "ok":
+        return Check("database-file", "ok", f"{store.path} is the store the daemon writes")
+    return Check(
+        "database-file",
+        "fail",
+        f"the running daemon's store is not the file at {store.path} any more ({store.state}); "
+        "it refuses every write",
+        store.message or "Stop the daemon and run `peerd doctor` again.",
+    )
 
 
 def check_store(facts: Facts) -> Check | None:

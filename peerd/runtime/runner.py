@@ -21,7 +21,7 @@ import hashlib
 import secrets
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -88,6 +88,14 @@ def is_storage_fault(exc: BaseException) -> bool:
     return False
 
 
+class _KickLock:
+    """A thread's kick lock and how many hold it or wait for it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class RunManager:
     def __init__(
         self,
@@ -117,7 +125,7 @@ class RunManager:
         self._state_dir = state_dir
         self._tool_env = dict(tool_env)
         self._clock = clock
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _KickLock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._live: dict[str, ProviderRun] = {}
         self._interrupts: dict[str, str] = {}  # run id -> why it is being interrupted
@@ -143,8 +151,19 @@ class RunManager:
         """What links' runs may use here (the per-link ceilings included)."""
         return self._links
 
-    def _lock(self, thread_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(thread_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _lock(self, thread_id: str) -> AsyncIterator[None]:
+        """The thread's kick lock. Its entry lives only while someone holds or waits for it: kept
+        for every thread ever kicked, it grew the daemon by each thread (issue 26 case 11)."""
+        entry = self._locks.setdefault(thread_id, _KickLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[thread_id]
 
     def _spawn(self, coro: object, name: str) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro, name=name)  # type: ignore[arg-type]

@@ -3,17 +3,22 @@ one keeper (migrations and WAL checkpoints).
 
 Every state change is one `async with db.write() as tx:` block, i.e. one `BEGIN IMMEDIATE`
 transaction, committed before its effect leaves the process. The writer runs on the event loop's
-thread (`Tx`: its statements are microseconds, a hop to another thread costs more); reads and
+thread (`store/inline.py:Tx`: its statements are microseconds, a hop to another thread costs more); reads and
 checkpoints run on their connections' own threads (aiosqlite), since they can be long. Readers use
 their own connection, so they never observe a half-done write.
 
-Storage faults are typed: SQLite's "database or disk is full", "attempt to write a readonly
+Storage faults are typed (`store/faults.py`): SQLite's "database or disk is full", "attempt to write a readonly
 database", "database is locked" (past the busy timeout), I/O errors and a damaged file raise
 `StorageUnavailable` (`storage_unavailable`, HTTP 503) with what to do, decided on SQLite's
 result code, never on its message; nothing was changed, and the next call works again once the
 cause is gone (no restart). A new store is built beside its final name and moved into place, so a
 crash never leaves an empty `peerd.db` behind; whether an existing file may be opened at all is
 `store/health.py`'s decision, made by the daemon before it opens it.
+
+The file at the path must stay the file opened: before each COMMIT one `os.stat` checks it was not
+replaced, removed or truncated (`store/fileguard.py`); once it was, every write is refused with
+`storage_unavailable` saying so (sticky until a restart), reads go on from the store the daemon had
+open, and that store is saved once beside the path (`Database._detach`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,78 +35,48 @@ import aiosqlite
 import structlog
 
 from peerd.errors import StorageUnavailable
+from peerd.store.faults import (
+    BUSY_TIMEOUT_MS,
+    SQLITE_BUSY,
+    SQLITE_LOCKED,
+    SQLITE_READONLY,
+    storage_fault,
+)
+from peerd.store.fileguard import Lost, StoreFile, displaced_name, empty_log, save_copy
+from peerd.store.inline import Tx
 from peerd.store.schema import MIGRATIONS
 
-BUSY_TIMEOUT_MS = 5000
+# Each connection's page cache, in KiB (`PRAGMA cache_size = -N`). SQLite's default, 2000 KiB per
+# connection, is filled as the store grows: with four connections a daemon grew by ~7 kB of cache
+# per delegation, linearly until ~8 MB (issue 26 case 11; bench/mem_delegation.py). The file's
+# pages stay in the OS's cache, so a page not cached here is a pread, a few microseconds.
+CACHE_KIB = {"writer": 512, "reader": 256, "point": 256, "keeper": 64}
 CHECKPOINT_EVERY_S = 1.0  # the WAL is checkpointed at most this long after a write
 # `PRAGMA application_id` of a peerd store: "peer" in ASCII, in the file's header, so a foreign
 # SQLite file is told apart from ours (stores made before it carry 0 and get it when opened).
 APPLICATION_ID = 0x70656572
 
-# SQLite primary result codes (`sqlite_errorcode & 0xFF`) that are storage faults.
-SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR = 5, 6, 8, 10
-SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 11, 13, 14, 26
+__all__ = [  # Tx and storage_fault live in inline.py and faults.py; the store's modules import them here
+    "APPLICATION_ID",
+    "BUSY_TIMEOUT_MS",
+    "CACHE_KIB",
+    "CHECKPOINT_EVERY_S",
+    "Database",
+    "Tx",
+    "create",
+    "migrate",
+    "storage_fault",
+    "user_version",
+]
 
 log = structlog.get_logger(__name__)
 
 
-def mount_point(path: Path) -> Path:
-    """The mount point of the filesystem holding `path` (its nearest existing directory)."""
-    here = path.resolve().parent
-    while not here.exists() and here != here.parent:
-        here = here.parent
-    try:
-        dev = here.stat().st_dev
-        while here != here.parent and here.parent.stat().st_dev == dev:
-            here = here.parent
-    except OSError:
-        pass
-    return here
-
-
-def storage_fault(exc: BaseException, path: Path) -> StorageUnavailable | None:
-    """The typed error for a SQLite storage fault (by result code), else None (a bug: re-raised)."""
-    if not isinstance(exc, sqlite3.Error):
-        return None
-    code = getattr(exc, "sqlite_errorcode", None)
-    if not isinstance(code, int):
-        return None
-    primary = code & 0xFF
-    where = f"peerd's store {path}"
-    if primary == SQLITE_FULL:
-        what = (
-            f"{where} cannot grow: the disk is full. Free space on the filesystem mounted at "
-            f"{mount_point(path)}, then retry"
-        )
-    elif primary == SQLITE_READONLY:
-        what = (
-            f"{where} is read-only: make it and {path.parent} writable by this user, or remount "
-            f"{mount_point(path)} read-write, then retry"
-        )
-    elif primary in (SQLITE_BUSY, SQLITE_LOCKED):
-        what = (
-            f"{where} stayed locked by another process for over {BUSY_TIMEOUT_MS // 1000} s: close "
-            "whatever else has it open (only this daemon should), then retry"
-        )
-    elif primary in (SQLITE_IOERR, SQLITE_CANTOPEN):
-        what = (
-            f"{where} hit an I/O error: check the disk and the filesystem mounted at "
-            f"{mount_point(path)} (`dmesg`, free space, permissions), then retry"
-        )
-    elif primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
-        what = (
-            f"{where} is damaged: stop the daemon and run `peerd doctor`, then `peerd restore BACKUP` "
-            "(or move the file aside and start with `peerd serve --new-store`)"
-        )
-    else:
-        return None
-    return StorageUnavailable(f"{what}; nothing was changed ({exc.__class__.__name__}: {exc}).")
-
-
-async def _connect(path: Path) -> aiosqlite.Connection:
+async def _connect(path: Path, *, cache_kib: int = CACHE_KIB["keeper"]) -> aiosqlite.Connection:
     # isolation_level=None: no implicit transactions; we BEGIN/COMMIT ourselves.
     conn = await aiosqlite.connect(str(path), isolation_level=None)
     conn.row_factory = aiosqlite.Row
+    await conn.execute(f"PRAGMA cache_size = -{cache_kib}")
     await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     await conn.execute("PRAGMA foreign_keys = ON")
     return conn
@@ -139,91 +114,6 @@ async def create(path: Path) -> None:
     _fsync(path.parent)
 
 
-class Cursor:
-    """A statement's result on the writer, in aiosqlite's calling shape (its rows are already there)."""
-
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
-        self._c = cursor
-
-    @property
-    def rowcount(self) -> int:
-        return self._c.rowcount
-
-    @property
-    def lastrowid(self) -> int | None:
-        return self._c.lastrowid
-
-    async def fetchone(self) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self._c.fetchone()
-        return row
-
-    async def fetchall(self) -> list[sqlite3.Row]:
-        return list(self._c.fetchall())
-
-    async def close(self) -> None:
-        self._c.close()
-
-    async def __aenter__(self) -> Cursor:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._c.close()
-
-
-class Statement:
-    """`tx.execute(...)`: already run; awaited or entered (`async with`) it gives its `Cursor`."""
-
-    def __init__(self, cursor: Cursor) -> None:
-        self._cursor = cursor
-
-    def __await__(self) -> Generator[Any, None, Cursor]:
-        return self._done().__await__()
-
-    async def _done(self) -> Cursor:
-        return self._cursor
-
-    async def __aenter__(self) -> Cursor:
-        return self._cursor
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._cursor.close()
-
-
-class Tx:
-    """The writer connection, run inline on the event loop's thread.
-
-    Each statement of a write is a few microseconds of SQLite work, while a hop to a connection's
-    own thread (how aiosqlite runs every call) costs a thread wake-up each way and, on a VM, often
-    more than the statement: a launch with its run took ~90 writer hops, most of the box's CPU. So
-    the writer runs its statements here, under the same calling shape the store's code uses (`await
-    tx.execute(...)`, `async with tx.execute(...) as cur`), and nothing it does can block for long:
-    WAL with `synchronous = NORMAL` syncs nothing on commit, the WAL is checkpointed off the loop
-    (`Database._checkpoint`), and `BEGIN IMMEDIATE` never waits on a lock here (a busy store is
-    retried with asyncio sleeps). Reads that can be long stay on the reader's own thread."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._c = conn
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._c.in_transaction
-
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Statement:
-        return Statement(Cursor(self._c.execute(sql, params)))
-
-    async def executemany(self, sql: str, params: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Cursor:
-        return Cursor(self._c.executemany(sql, params))
-
-    async def execute_fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return list(self._c.execute(sql, params).fetchall())
-
-    async def set_trace_callback(self, callback: Callable[[str], object] | None) -> None:
-        self._c.set_trace_callback(callback)
-
-    def close(self) -> None:
-        self._c.close()
-
-
 async def _let_the_loop_in() -> None:
     """Every store call suspends once (a turn of the loop, ~20 us), as it did when each one was a
     hop to a thread. Without it a loop of store calls would never let the loop in: it could not be
@@ -235,6 +125,7 @@ async def _let_the_loop_in() -> None:
 def _point_reader(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB['point']}")
     conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop: `Database.lookup` falls back
     conn.execute("PRAGMA query_only = ON")
     return conn
@@ -243,6 +134,7 @@ def _point_reader(path: Path) -> sqlite3.Connection:
 def _inline_writer(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB['writer']}")
     conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop: `Database._begin` retries
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -258,8 +150,11 @@ class Database:
         reader: aiosqlite.Connection,
         keeper: aiosqlite.Connection,
         point: sqlite3.Connection,
+        guard: StoreFile | None = None,
     ) -> None:
         self.path = path
+        self._guard = guard or StoreFile(path)  # is the file at `path` still the one opened?
+        self._detached = False  # the store it had open was saved and its log emptied
         self._w = writer
         self._r = reader
         self._p = point  # `lookup`'s: inline reads of a few rows by key
@@ -284,11 +179,12 @@ class Database:
                 row = await cur.fetchone()
             if row is not None and row[0] == 0:  # a store made before peerd marked its files
                 await keeper.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            reader = await _connect(path)
+            reader = await _connect(path, cache_kib=CACHE_KIB["reader"])
             writer: Tx | None = None
             try:
                 writer = Tx(await asyncio.to_thread(_inline_writer, path))
                 point = await asyncio.to_thread(_point_reader, path)
+                guard = StoreFile(path)
             except BaseException:
                 if writer is not None:
                     writer.close()
@@ -300,7 +196,7 @@ class Database:
             if fault is None:
                 raise
             raise fault from exc
-        return cls(path, writer, reader, keeper, point)
+        return cls(path, writer, reader, keeper, point, guard)
 
     async def close(self) -> None:
         async with self._wlock:
@@ -323,18 +219,64 @@ class Database:
         `StorageUnavailable` after the rollback; other exceptions pass unchanged."""
         async with self._wlock:
             await _let_the_loop_in()
+            if self._guard.lost is not None:
+                raise StorageUnavailable((await self._detach()).sentence())
             await self._begin()
             try:
                 yield self._w
             except BaseException as exc:
                 self._rollback()
+                faulted = isinstance(exc, StorageUnavailable) or storage_fault(exc, self.path) is not None
+                if faulted and self._guard.look() is not None:
+                    raise StorageUnavailable((await self._detach()).sentence()) from exc  # say why
                 self._raise_typed(exc)
+            if self._guard.look() is not None:  # the path no longer names the file written
+                self._rollback()
+                raise StorageUnavailable((await self._detach()).sentence())
             try:
                 self._w.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
                 self._raise_typed(exc)
             self._committed()
+
+    async def verify(self) -> Lost | None:
+        """Whether the file at the path is still the store opened (one `os.stat`), and if not,
+        what happened and what was kept (the store it had open is saved the first time)."""
+        if self._guard.look() is None:
+            return None
+        async with self._wlock:
+            return await self._detach()
+
+    async def _detach(self) -> Lost:
+        """Once the path no longer names the store opened: save that store beside the path (every
+        write it acknowledged) and, where the path now names another file or none, empty the
+        write-ahead log into the file it opened, so no frame of it is replayed into another file.
+        Called holding the writer, with no transaction open."""
+        lost = self._guard.lost
+        assert lost is not None  # noqa: S101  # called once `look` found it
+        if self._detached:
+            return lost
+        self._detached = True
+        if self._checkpoint_due is not None:
+            self._checkpoint_due.cancel()
+            self._checkpoint_due = None
+        conn = self._w.connection
+        dest = displaced_name(self.path)
+        saved: Path | None = dest
+        error: str | None = None
+        try:
+            await asyncio.to_thread(save_copy, conn, dest)
+        except (sqlite3.Error, OSError) as exc:
+            saved, error = None, f"{type(exc).__name__}: {exc}"
+        if lost.kind != "truncated":  # a truncated file is the store's own: nothing more goes into it
+            try:
+                await asyncio.to_thread(empty_log, conn)
+            except sqlite3.Error:
+                log.warning("store.log_not_emptied", exc_info=True)
+        lost = self._guard.kept(saved, error)
+        log.error("store.lost", path=str(self.path), kind=lost.kind, saved_as=str(saved), error=error)
+        return lost
 
     async def _begin(self) -> None:
         """`BEGIN IMMEDIATE`; while another process holds the store's write lock, retried with
@@ -366,6 +308,9 @@ class Database:
             self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
 
     async def _checkpoint(self) -> None:
+        if self._guard.look() is not None:  # never into a file that is not (all) the store any more
+            self._checkpointing = None
+            return
         try:
             # PASSIVE: copies what no reader still needs, takes no lock a writer waits on.
             await self._keeper.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -396,7 +341,17 @@ class Database:
         try:
             return list(await self._r.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
-            self._raise_typed(exc)
+            await self._read_fault(exc)
+
+    async def _read_fault(self, exc: sqlite3.Error) -> NoReturn:
+        """A read's storage fault, said as what happened to the file when it was replaced or cut
+        under the daemon (then detached, unless a write holds the writer: it detaches itself)."""
+        if storage_fault(exc, self.path) is not None and (lost := self._guard.look()) is not None:
+            if not self._detached and not self._wlock.locked():
+                async with self._wlock:
+                    lost = await self._detach()
+            raise StorageUnavailable(lost.sentence()) from exc
+        self._raise_typed(exc)
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
         rows = await self.fetchall(sql, params)
@@ -421,7 +376,7 @@ class Database:
                 return await self.fetchall(sql, params)
             if code == SQLITE_READONLY:  # `query_only`: a write sent here is a bug, not the disk
                 raise
-            self._raise_typed(exc)
+            await self._read_fault(exc)
 
     async def lookup(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
         rows = await self.lookup_all(sql, params)

@@ -316,7 +316,7 @@ FILE_CASES: list[tuple[str, dict[str, Any], str, str, str, str | None]] = [
         "database",
         "fail",
         "missing although the daemon is running",
-        "Restart the daemon",
+        "`peerd restore BACKUP`",
     ),
     (
         "db missing with the daemon down",
@@ -860,3 +860,27 @@ def test_identity_facts_without_files(tmp_path: Path) -> None:
     key_error, cert = identity_facts(tmp_path / "identity")
     assert key_error is None
     assert cert == CertFacts(str(tmp_path / "identity" / "cert.pem"), exists=False)
+
+
+def test_a_store_the_daemon_no_longer_has_at_its_path_fails_with_the_daemons_advice() -> None:
+    """Issue 26 case 5: the daemon's `status` says its store was replaced; doctor fails on it and
+    gives the daemon's sentence as the fix (the way out it names works: tests/faults/test_store_file.py)."""
+    said = f"peerd's store {HOME}/peerd.db was replaced by another file while the daemon ran ... `peerd restore X`"
+    store = c.StoreState(state="replaced", path=f"{HOME}/peerd.db", message=said, saved_as="X")
+    lost = up(status=status().model_copy(update={"store": store}))
+    by_name = {ch.name: ch for ch in run_checks(facts(daemon=lost))}
+    expect(by_name["database-file"], "fail", "not the file at /h/peerd.db any more (replaced)", said)
+    assert not passed(list(by_name.values()))
+
+    fine = up(status=status().model_copy(update={"store": c.StoreState(path=f"{HOME}/peerd.db")}))
+    by_name = {ch.name: ch for ch in run_checks(facts(daemon=fine))}
+    assert by_name["database-file"].status == "ok"
+
+    # A removed store: the `database` check's fix is the daemon's sentence too, never "restart".
+    gone = c.StoreState(state="removed", path=f"{HOME}/peerd.db", message=said)
+    missing = up(status=status().model_copy(update={"store": gone}))
+    by_name = {
+        ch.name: ch
+        for ch in run_checks(facts(daemon=missing, db_files=[ff(f"{HOME}/peerd.db", "missing", 0)]))
+    }
+    expect(by_name["database"], "fail", "missing although the daemon is running", said)
