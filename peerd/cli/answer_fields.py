@@ -112,6 +112,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "listeners",
         "counts",
         "home",
+        "store",
     ),
     "GET /v1/tasks": (
         "items",
