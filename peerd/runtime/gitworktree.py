@@ -84,7 +84,9 @@ async def add_direct(repo: Where, common: Path, worktree: Path, branch: str, sta
 
 
 def _write_admin(admin_root: Path, worktree: Path, branch: str) -> Path:
-    worktree.mkdir(parents=True, exist_ok=True)
+    # The record first, marked `locked: initializing`, and only then the directory: a creation cut
+    # at any point (kill -9) leaves either nothing at the path or a record start-up recognises and
+    # makes again (`half_made`), never a directory with no record that git refuses to reuse.
     admin_root.mkdir(parents=True, exist_ok=True)
     name, counter = worktree.name, 0
     while True:
@@ -96,10 +98,11 @@ def _write_admin(admin_root: Path, worktree: Path, branch: str) -> Path:
             counter += 1
     try:
         (admin / "locked").write_text(INITIALIZING, encoding="utf-8")
-        (worktree / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
         (admin / "gitdir").write_text(f"{os.path.realpath(worktree)}/.git\n", encoding="utf-8")
         (admin / "commondir").write_text("../..\n", encoding="utf-8")
         (admin / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+        worktree.mkdir(parents=True, exist_ok=True)
+        (worktree / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
     except BaseException:
         forget_half_made(admin, worktree)
         raise

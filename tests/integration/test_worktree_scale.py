@@ -190,6 +190,38 @@ async def test_a_creation_cut_midway_is_made_again_from_its_branch(tmp_path: Pat
     assert porcelain(repo)[str(wt)]["branch"] == "refs/heads/peerd/thr_1"
 
 
+async def test_the_directory_never_exists_without_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A creation cut by kill -9 right after the worktree's directory appears must leave a record
+    start-up makes again (`locked: initializing`): a bare directory with no record is a path git
+    refuses to reuse, and the run that continues the cut one failed on it."""
+    repo = make_repo(tmp_path / "repo")
+    wt = tmp_path / "wt" / "thr_1"
+    seen: list[bool] = []
+    real_mkdir = Path.mkdir
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        if self == wt:
+            admin = repo / ".git" / "worktrees" / "thr_1"
+            seen.append((admin / "locked").is_file() and (admin / "gitdir").is_file())
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    await git.create_worktree(repo, wt, "peerd/thr_1", None)
+    assert seen and all(seen)
+    # What such a cut leaves (the record, the directory, nothing checked out) is made again.
+    run_git(repo, "worktree", "remove", "--force", str(wt))
+    run_git(repo, "branch", "-D", "peerd/thr_1")
+    monkeypatch.setattr(Path, "mkdir", real_mkdir)
+    from peerd.runtime import gitworktree  # noqa: PLC0415
+
+    run_git(repo, "branch", "peerd/thr_1")
+    gitworktree._write_admin(repo / ".git" / "worktrees", wt, "peerd/thr_1")
+    await git.create_worktree(repo, wt, "peerd/thr_1", None)
+    assert (wt / "README.md").exists() and run_git(wt, "status", "--porcelain") == ""
+
+
 @pytest.mark.parametrize("why", ["sparse", "worktree-config", "odd-name"])
 async def test_what_git_must_decide_goes_through_git_worktree_add(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, why: str

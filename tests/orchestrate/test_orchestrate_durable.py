@@ -353,12 +353,21 @@ async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
             thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
             release = Path(thread["worktreePath"]) / "release"
             await until(release.parent.is_dir)  # the coder is at work
-        daemon.kill()  # SIGKILL: no shutdown of any kind
+        daemon.kill()  # SIGKILL: no shutdown of any kind (it may land while the worktree is made)
         daemon.start()
         await daemon.ready()
-        await until(release.parent.is_dir)
-        release.write_text("go")
         async with client_for(daemon.home) as client:
+            # The coder at work again, in a worktree made whole: a half-made one is made again
+            # at start-up, so a file written into it before that would be gone with it.
+            first = thread["latestRun"]["id"]
+            path = f"/v1/threads/{thread['id']}"
+            for _ in range(300):
+                latest = (await client.call("GET", path))["latestRun"]
+                if latest["id"] != first and latest["status"] == "running":
+                    break
+                assert latest["status"] not in ("failed", "cancelled"), latest
+                await asyncio.sleep(0.1)
+            release.write_text("go")
             done = await finished(client, info["id"])
     finally:
         daemon.kill()
