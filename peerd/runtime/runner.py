@@ -311,6 +311,9 @@ class RunManager:
             write=self._write,
             stop=functools.partial(self._stop_over_budget, run_id),
         )
+        if (spent := meter.past) is not None:  # its work's budget is spent: it does not start
+            await self._finish(run_id, "failed", reason=spent)
+            return
         try:
             provider_run = await provider.start(spec)
         except PeerdError as exc:
