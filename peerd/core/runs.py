@@ -215,9 +215,7 @@ def recover_at_startup(
     continued where `plan_cut` says so; those in `over_budget` (run id -> why) fail."""
     past = over_budget or {}
     return [
-        plan_cut(
-            r, t, label=label, continue_children=continue_children, how=how, over_budget=past.get(r.id)
-        )
+        plan_cut(r, t, label=label, continue_children=continue_children, how=how, over_budget=past.get(r.id))
         for t in threads
         for r in t.runs
         if is_live(r.status)

@@ -197,5 +197,5 @@ def duplex_launch(
     argv += claude_binding_flags(spec, binding, scratch)
     argv += config.args
     launch = Launch(argv, env, spec.cwd, None, scratch, [ASKING_NOTICE])
-    cost_before = spec.usage_before and spec.usage_before.cost_usd
+    cost_before = None if spec.usage_before is None else spec.usage_before.cost_usd
     return launch, ClaudeStdioDriver(spec.prompt, str(spec.cwd), worktree_reader(spec.cwd), cost_before)

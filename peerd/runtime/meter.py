@@ -81,9 +81,10 @@ class RunMeter:
         wall_s = max(0.0, self._clock() - self._started)
         self._usage = usage.with_wall(round(wall_s * 1000))
         await self._write(functools.partial(usage_store.set_run_usage, self._db, self._run_id, self._usage))
-        if self._budget is not None and (
-            why := scope_exceeded(self._budget, self._before, self._usage, wall_s)
-        ) is not None:
+        if (
+            self._budget is not None
+            and (why := scope_exceeded(self._budget, self._before, self._usage, wall_s)) is not None
+        ):
             self._stop(why)
 
     def stop_timer(self) -> None:
