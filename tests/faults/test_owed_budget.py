@@ -115,6 +115,15 @@ async def one(w: World, n: int, *, tripped: bool) -> tuple[Outcome, list[sqlite3
     if ended["status"] != "failed" or "budget exceeded" not in str(ended["result"]):
         out.lost_results = 1
         out.notes.append(f"task {ended['status']}: {str(ended['result'])[:100]!r}")
+
+
+    async def parent_woken() -> bool:
+        runs = rows(w.laptop.db, "SELECT status, origin FROM runs WHERE thread_id = ?", (parent_id,))
+        done = all(r["status"] in ("completed", "failed", "cancelled", "interrupted") for r in runs)
+        return done and any(r["origin"] == "wake" for r in runs)
+
+    if not await until(parent_woken, timeout=30):
+        out.lost_wakes = 1
     for side in ("laptop", "box"):
         assert_invariant(w.side(side).db)
     return out, box_runs, ended
