@@ -116,7 +116,6 @@ async def one(w: World, n: int, *, tripped: bool) -> tuple[Outcome, list[sqlite3
         out.lost_results = 1
         out.notes.append(f"task {ended['status']}: {str(ended['result'])[:100]!r}")
 
-
     async def parent_woken() -> bool:
         runs = rows(w.laptop.db, "SELECT status, origin FROM runs WHERE thread_id = ?", (parent_id,))
         done = all(r["status"] in ("completed", "failed", "cancelled", "interrupted") for r in runs)
