@@ -100,3 +100,29 @@ def test_a_resumed_claude_sessions_running_cost_counts_once() -> None:
     # A total below what came before is not a running total of those runs: it stands.
     assert Usage(cost_usd=0.01).cost_since(0.03).cost_usd == 0.01
     assert Usage(cost_usd=None).cost_since(0.03).cost_usd is None
+
+
+def test_a_withdrawn_question_takes_no_decision_and_is_owed_to_nobody() -> None:
+    import pytest  # noqa: PLC0415
+
+    from peerd.approvals import rules  # noqa: PLC0415
+
+    asked = rules.Approval(
+        id="ap_1",
+        run_id="r1",
+        thread_id="t1",
+        ask_key="s0",
+        kind="command",
+        tool="run",
+        summary="run `true`",
+        detail={},
+        digest="d",
+        created_at=0.0,
+        deadline_at=60.0,
+    )
+    gone = rules.cancel(asked, "the run that asked is no longer live", now=1.0)
+    with pytest.raises(rules.Withdrawn):
+        rules.decide(gone, rules.Decision("approve", "owner"), now=2.0)
+    assert rules.owed_to("d", [gone]) is None  # a later run asking the same asks anew
+    approved = rules.decide(asked, rules.Decision("approve", "owner"), now=2.0)
+    assert rules.owed_to("d", [gone, approved]) is approved  # a decision not yet told is still owed
