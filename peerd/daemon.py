@@ -56,6 +56,7 @@ from peerd.boot import (
 from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
 from peerd.core.idempotency import RECEIPT_RETENTION_S
+from peerd.core.liveness import Owners
 from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError, StorageUnavailable
 from peerd.handoff.service import HandoffService
 from peerd.operations import Operations
@@ -72,7 +73,9 @@ from peerd.providers.command import CommandProvider
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
+from peerd.runtime.sweep import Sweeper, SweepHooks
 from peerd.store import projects, provider_approvals, receipts, threads
+from peerd.store import sweep as sweep_store
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
 from peerd.tasks.delegation import Delegation
@@ -119,6 +122,7 @@ class Daemon:
         self.orchestrations: Orchestrations | None = None
         self.handoff: HandoffService | None = None
         self.approvals: ApprovalService | None = None
+        self.sweeper: Sweeper | None = None  # the sweep of open work (peerd/runtime/sweep.py)
         self.mcp = McpService()  # agent tools over MCP: /mcp on both sockets and a loopback port
         self.console: Console | None = None  # the browser console (peerd/console/), its own listener
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
@@ -169,6 +173,11 @@ class Daemon:
         )
         if recovered:
             log.info("daemon.recovered_runs", count=len(recovered))
+        # A question outlives no run: those of the runs just cut are withdrawn before anything is
+        # served (peerd/core/liveness.py; the sweep below keeps it so while the daemon runs).
+        withdrawn = await sweep_store.withdraw_orphaned_questions(db, now=now)
+        if withdrawn:
+            log.info("daemon.withdrew_questions", count=len(withdrawn), approvals=withdrawn)
         await self._prune_receipts()
         self._pruner = asyncio.create_task(self._prune_hourly(), name="peerd.prune")
         providers = registry.build(self.config.settings, self.command_approved)
@@ -287,6 +296,9 @@ class Daemon:
         await self.followers.start()  # every open remote task and owed stop is followed again
         await engine.recover()  # every open orchestration continues where it was
         await self.handoff.start()  # every unfinished move resumes (to one live copy)
+        # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
+        self.sweeper = Sweeper(db, self._sweep_hooks(delegation), clock=time.time)
+        self.sweeper.start()
         self.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
         log.info(
             "daemon.ready",
@@ -385,6 +397,32 @@ class Daemon:
                 url = url.replace(f"//{wildcard}:", f"//{socket.gethostname()}:")
             urls.append(url)
         return urls
+
+    def _sweep_hooks(self, delegation: Delegation) -> SweepHooks:
+        runs, approvals, handoff = self.runs, self.approvals, self.handoff
+        if runs is None or approvals is None or handoff is None:
+            raise RuntimeError("the sweep is wired after the run manager, approvals and moves")
+
+        async def cut_run(run_id: str, reason: str) -> None:
+            await runs.cut_orphan(run_id, reason)
+
+        async def withdraw(approval_id: str, reason: str) -> None:
+            await approvals.withdraw(approval_id, reason)
+
+        async def end_task(task_id: str, reason: str) -> None:
+            await delegation.end(task_id, "failed", reason)
+
+        return SweepHooks(
+            owners=lambda: Owners(
+                runs=runs.owned_runs(), questions=approvals.waiting(), moves=handoff.driving()
+            ),
+            cut_run=cut_run,
+            start_queue=runs.kick,
+            withdraw=withdraw,
+            settle=delegation.on_run_end,
+            end_task=end_task,
+            resume_moves=handoff.start,
+        )
 
     def approvals_service(self) -> ApprovalService:
         if self.approvals is None:
@@ -492,6 +530,8 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
+        if self.sweeper is not None:
+            await self.sweeper.close()
         # Requests answer `shutting_down` from now on; those in flight (long-polls, forwarded
         # calls waiting on a box) are answered so within a second, then long-polls elsewhere end.
         await self.gate.close()

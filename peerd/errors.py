@@ -16,7 +16,8 @@
     │   ├── BranchTaken       branch_taken             409  (store/threads.py)
     │   ├── WorktreeDirty     worktree_dirty           409  (operations.py)
     │   ├── DirtyCheckout     checkout_dirty           409  (orchestrate/userwork.py)
-    │   └── ApprovalDecided   approval_decided         409  (the first decision stands)
+    │   ├── ApprovalDecided   approval_decided         409  (the first decision stands)
+    │   └── ApprovalWithdrawn approval_withdrawn       409  (its run ended before a decision)
     ├── CapabilityDenied      capability_denied        403
     │   ├── ParentNotActive   parent_not_active        403
     │   ├── LinkRevoked       link_revoked             403
@@ -123,6 +124,13 @@ class ApprovalDecided(Conflict):
     code = "approval_decided"
 
 
+class ApprovalWithdrawn(ApprovalDecided):
+    """The question was withdrawn before anyone decided: the run that asked is gone (it ended, or
+    a restart of peerd cut it). A decision on it lands nowhere and is refused."""
+
+    code = "approval_withdrawn"
+
+
 class ApprovalNotAllowed(CapabilityDenied):
     """This caller may see the approval but not decide it (a read-only link)."""
 
@@ -198,6 +206,7 @@ HTTP_STATUS: dict[str, int] = {
     "item_not_found": 404,
     "approval_not_found": 404,
     "approval_decided": 409,
+    "approval_withdrawn": 409,
     "approval_not_allowed": 403,
     "conflict": 409,
     "idempotency_key_reused": 409,
@@ -263,6 +272,7 @@ _BY_CODE: dict[str, type[PeerdError]] = {
         ApprovalNotFound,
         Conflict,
         ApprovalDecided,
+        ApprovalWithdrawn,
         IdempotencyKeyReused,
         ProjectExists,
         CapabilityDenied,

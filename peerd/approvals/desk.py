@@ -29,7 +29,7 @@ from peerd.approvals.wire import (
     ApprovalView,
 )
 from peerd.core.text import path_segment
-from peerd.errors import ApprovalNotFound, PeerdError
+from peerd.errors import ApprovalDecided, ApprovalNotFound, PeerdError
 from peerd.operations import LinkContext
 from peerd.peer.forwarding import Forwarder
 from peerd.store import links
@@ -163,9 +163,16 @@ class ApprovalDesk:
         env_id, _ = found
         wire = body.model_dump(mode="json", by_alias=True, exclude_none=True)
         wire["decisionId"] = body.decision_id or uuid.uuid4().hex  # the box answers a retry as the first
-        data = await self.forwarder.call(
-            env_id, "POST", f"{PATH}/{path_segment(approval_id)}/decision", body=wire
-        )
+        try:
+            data = await self.forwarder.call(
+                env_id, "POST", f"{PATH}/{path_segment(approval_id)}/decision", body=wire
+            )
+        except (ApprovalDecided, ApprovalNotFound):
+            # The box says the question is no longer open there (decided, withdrawn, gone): this
+            # machine's copy of it is forgotten, and the person is told why.
+            await approvals_store.forget_mirrored(self.db, env_id, approval_id)
+            self.service.feed.changed(ANY_KEY)
+            raise
         view = _on_box(ApprovalView.model_validate(data), env_id, await self._label(env_id))
         await approvals_store.forget_mirrored(self.db, env_id, approval_id)
         self.service.feed.changed(ANY_KEY)

@@ -13,6 +13,10 @@
   the same exact input).
 - A decided question whose run ended before the answer reached it (a daemon restart) is owed to
   the thread: the next question there with the same digest gets it, once (`delivered_at`).
+- A question outlives no run: a pending question whose run is no longer live (it ended, or a
+  restart cut it) is withdrawn (`cancelled`, by `run_ended`: at the run's end, at start-up, and by
+  the sweep of open work), and a decision on a withdrawn question is refused (`approval_withdrawn`).
+  A withdrawn question is owed to nobody: a later run that asks the same asks anew.
 """
 
 from __future__ import annotations
@@ -111,10 +115,16 @@ class AlreadyDecided(Exception):
         self.approval = approval
 
 
+class Withdrawn(AlreadyDecided):
+    """The question was withdrawn (its run is gone) before anyone decided: no decision lands."""
+
+
 def decide(approval: Approval, decision: Decision, *, now: float) -> Approval:
     """Apply a person's decision to a pending approval, or say why not.
 
     The same decision retried (same decision id, same verdict) returns the record unchanged."""
+    if approval.status == "cancelled":
+        raise Withdrawn(approval)
     if not approval.pending:
         if (
             decision.decision_id is not None
@@ -174,7 +184,11 @@ def standing_grant(asked_digest: str, grants: list[Approval]) -> Approval | None
 def owed_to(asked_digest: str, owed: list[Approval]) -> Approval | None:
     """A decision made after its run ended (a restart) that this question inherits, once."""
     for record in owed:
-        if record.digest == asked_digest and record.delivered_at is None and not record.pending:
+        if (
+            record.digest == asked_digest
+            and record.delivered_at is None
+            and record.status in ("approved", "denied", "expired")
+        ):
             return record
     return None
 

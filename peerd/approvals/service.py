@@ -28,7 +28,7 @@ from peerd.approvals import store as approvals_store
 from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.rules import Approval, Decision, LinkPolicy
-from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound
+from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound, ApprovalWithdrawn
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
 
@@ -192,6 +192,8 @@ class ApprovalService:
         for _ in range(2):
             try:
                 decided = rules.decide(approval, decision, now=self.clock())
+            except rules.Withdrawn as gone:
+                raise _withdrawn_error(gone.approval) from None
             except rules.AlreadyDecided as first:
                 raise _decided_error(first.approval) from None
             if decided is approval:
@@ -205,6 +207,8 @@ class ApprovalService:
             if again is None:
                 break
             approval = again
+        if approval.status == "cancelled":
+            raise _withdrawn_error(approval)
         raise _decided_error(approval)
 
     async def _settled(self, approval: Approval) -> None:
@@ -251,6 +255,21 @@ class ApprovalService:
                 if (written := await approvals_store.settle(self.db, done)) is not None:
                     self._changed(written)
 
+    async def withdraw(self, approval_id: str, reason: str) -> Approval | None:
+        """Withdraw a pending question nothing waits on (the sweep found its run gone); None when
+        it was decided or waited on meanwhile."""
+        approval = await approvals_store.get(self.db, approval_id)
+        if approval is None or not approval.pending or approval.id in self._waiting:
+            return None
+        written = await approvals_store.settle(self.db, rules.cancel(approval, reason, now=self.clock()))
+        if written is not None:
+            self._changed(written)
+        return written
+
+    def waiting(self) -> frozenset[str]:
+        """The questions a live run's gate waits on now (the sweep's owners of questions)."""
+        return frozenset(self._waiting)
+
     # --- deadlines -----------------------------------------------------------------------------------
 
     async def _deadlines(self) -> None:
@@ -294,6 +313,13 @@ class RunGate:
 
     async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
         return await self.service.ask(self.context, ask)
+
+
+def _withdrawn_error(approval: Approval) -> ApprovalWithdrawn:
+    return ApprovalWithdrawn(
+        f"That question was withdrawn before anyone decided: {approval.reason or 'its run ended'}. "
+        "Nothing is waiting for this decision; if the work goes on it asks again, as a new question."
+    )
 
 
 def _decided_error(first: Approval) -> ApprovalDecided:

@@ -5,7 +5,9 @@ interrupt does, and how startup recovers runs a dead daemon left live.
       │           │                       ^
       └───────────┴──> cancelled          └── (starting can also end failed or interrupted)
 
-A run a daemon stop or crash cut (`plan_cut`) is interrupted with a reason naming the environment;
+A run a daemon stop or crash cut (`plan_cut`) whose work had already passed its budget (from the
+usage recorded before the stop) fails with the budget's reason and is never continued. Any other
+cut run is interrupted with a reason naming the environment;
 a wake run, and a delegated child's run where the box allows it, is continued by a new run
 (origin "continue", naming the cut run) recorded in the same transaction:
 
@@ -16,7 +18,7 @@ The run manager asks these functions and then performs the I/O; nothing here tou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +41,8 @@ _ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
 DAEMON_STOPPED = "daemon_stopped"
 # The code on the notice item of a run peerd confined (bubblewrap): it could write only its worktree.
 CONFINED = "confined"
+# The code on the error item of a run that failed because its work passed its budget.
+BUDGET_EXCEEDED = "budget_exceeded"
 RECOVERY_REASON = "The daemon stopped while this run was live; it was interrupted."
 SHUTDOWN_REASON = "The daemon shut down while this run was live; it was interrupted."
 CONTINUE_NOTE = "Your previous turn was cut off by a restart of peerd; continue."
@@ -138,6 +142,7 @@ class Cut:
     reason: str
     continued: bool
     repeat_prompt_of: str | None = None
+    status: Literal["interrupted", "failed"] = "interrupted"  # failed: its budget was passed
 
 
 def cut_chain(run: RunView, runs: Sequence[RunView]) -> list[RunView]:
@@ -160,7 +165,13 @@ def stop_reason(label: str | None, how: CutHow, *, continued: bool) -> str:
 
 
 def plan_cut(
-    run: RunView, thread: CutThread, *, label: str | None, continue_children: bool, how: CutHow
+    run: RunView,
+    thread: CutThread,
+    *,
+    label: str | None,
+    continue_children: bool,
+    how: CutHow,
+    over_budget: str | None = None,
 ) -> Cut:
     """A live run cut by a stop or crash of this daemon.
 
@@ -170,7 +181,11 @@ def plan_cut(
     resumes it, once per cut, with the packet's prompt), and never more than `MAX_CONTINUATIONS`
     cuts in a row (no restart loops). The continuation repeats the first prompt of the chain when
     the agent may not have it (a wake's message, a run that never reached its provider, no session).
+    A run whose work had passed its budget (`over_budget`: why, from its recorded usage) fails
+    with that reason and is not continued: the stop the budget asked for is what the cut lost.
     """
+    if over_budget is not None:
+        return Cut(run_id=run.id, reason=over_budget, continued=False, status="failed")
     chain = cut_chain(run, thread.runs)
     root = chain[-1]
     wanted = root.origin == "wake" or (continue_children and thread.kind == "child")
@@ -196,11 +211,13 @@ def recover_at_startup(
     label: str | None = None,
     continue_children: bool = False,
     how: CutHow = "crash",
+    over_budget: Mapping[str, str] | None = None,
 ) -> list[Cut]:
     """Runs that were live when the daemon died are cut: interrupted with the reason, and
-    continued where `plan_cut` says so."""
+    continued where `plan_cut` says so; those in `over_budget` (run id -> why) fail."""
+    past = over_budget or {}
     return [
-        plan_cut(r, t, label=label, continue_children=continue_children, how=how)
+        plan_cut(r, t, label=label, continue_children=continue_children, how=how, over_budget=past.get(r.id))
         for t in threads
         for r in t.runs
         if is_live(r.status)

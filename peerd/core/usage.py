@@ -17,12 +17,17 @@ Every CLI counts tokens its own way; `Usage` is one meaning for all of them:
 
 A provider reports the run's usage *so far* (a snapshot, never a delta); the run manager keeps the
 latest and checks it against the run's budget (`exceeded`) each time one arrives.
+
+A budget belongs to the work it was given to, not to one run: the launch or send that set it, and
+every wake and continuation that carries that work on (`budget_scope`), count against it together
+(`scope_exceeded`), in the live run's meter and at start-up, from the recorded usage, for a run a
+crash cut (`peerd/store/threads/recovery.py`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,6 +74,15 @@ class Usage:
             wall_ms=self.wall_ms,
             cost_estimated=self.cost_estimated,
         )
+
+    def cost_since(self, before_usd: float | None) -> Usage:
+        """This usage with its cost as a run's own part of a session's running total (Claude Code's
+        `total_cost_usd` counts every earlier run of the session again): the total less what the
+        session had cost before the run. A total below that is not a running total of those runs
+        (the CLI started counting afresh): it stands as it is."""
+        if self.cost_usd is None or before_usd is None or self.cost_usd < before_usd:
+            return self
+        return replace(self, cost_usd=round(self.cost_usd - before_usd, 10))
 
     def with_wall(self, wall_ms: int) -> Usage:
         return replace(self, wall_ms=wall_ms)
@@ -209,6 +223,84 @@ def tightest(*budgets: Budget | None) -> Budget | None:
         usd=low([b.usd for b in given]),
         seconds=low([b.seconds for b in given]),
     )
+
+
+# --- a budget belongs to the work, across every run of it -------------------------------------------
+
+# Runs that carry on the work of the run before them rather than start new work: a wake (a task
+# this work delegated ended) and a continuation (a run cut by a daemon stop, or an owed approval).
+CARRIED_ORIGINS: frozenset[str] = frozenset({"wake", "continue"})
+
+
+@dataclass(frozen=True)
+class MeteredRun:
+    """What deciding about a run's budget needs to know of one run of its thread."""
+
+    id: str
+    number: int
+    origin: str = "user"  # "user" (a launch or a send), "wake", "continue"
+    continues: str | None = None  # a continuation's cut run
+    budget: Budget | None = None
+    usage: Usage | None = None
+
+
+def budget_scope(run_id: str, runs: Sequence[MeteredRun]) -> list[MeteredRun]:
+    """The runs whose usage counts against `run_id`'s budget, oldest first, `run_id` last.
+
+    A budget is set by a launch or a send (origin "user"): that run's work is the work the budget
+    is for. A wake or a continuation carries on the work of the run it follows (a continuation:
+    the run it continues; a wake: the run before it), so it belongs to that run's scope, back to
+    the run that set it. Empty when `run_id` is not in `runs`."""
+    ordered = sorted(runs, key=lambda r: r.number)
+    by_id = {r.id: r for r in ordered}
+    before = {r.id: ordered[i - 1] if i else None for i, r in enumerate(ordered)}
+    roots: dict[str, str] = {}
+
+    def root_of(run: MeteredRun) -> str:
+        path: list[str] = []
+        current: MeteredRun | None = run
+        while current is not None and current.id not in roots and current.origin in CARRIED_ORIGINS:
+            if current.id in path:  # a loop cannot be recorded; bounded all the same
+                break
+            path.append(current.id)
+            followed = by_id.get(current.continues or "") if current.origin == "continue" else None
+            current = followed if followed is not None else before[current.id]
+        found = run.id if current is None else roots.get(current.id, current.id)
+        for run_id_on_path in path:
+            roots[run_id_on_path] = found
+        roots.setdefault(run.id, found)
+        return found
+
+    target = by_id.get(run_id)
+    if target is None:
+        return []
+    root = root_of(target)
+    return [r for r in ordered if r.number <= target.number and root_of(r) == root]
+
+
+def scope_budget(scope: Sequence[MeteredRun]) -> Budget | None:
+    """The budget of a scope (`budget_scope`): the one its first run set, tightened by any the
+    last run carries of its own; None: no limit."""
+    if not scope:
+        return None
+    first, last = scope[0], scope[-1]
+    return tightest(first.budget, last.budget if last is not first else None)
+
+
+def spent_before(scope: Sequence[MeteredRun]) -> Usage | None:
+    """What the runs of a scope before its last one spent (None: nothing recorded)."""
+    return total(r.usage for r in scope[:-1] if r.usage is not None)
+
+
+def scope_exceeded(budget: Budget, before: Usage | None, usage: Usage | None, wall_s: float) -> str | None:
+    """Why the work is past its budget: what earlier runs of it spent (`before`, its wall time
+    included) plus this run's `usage` and `wall_s`; the reason names the runs when there were
+    several ("budget exceeded: 55,200 of 50,000 tokens, over 2 runs of this work"). None: within."""
+    if before is None:
+        return exceeded(budget, usage, wall_s)
+    spent = before if usage is None else before.plus(usage)
+    why = exceeded(budget, spent, (before.wall_ms or 0) / 1000 + wall_s)
+    return None if why is None else f"{why}, counting the earlier runs of this work"
 
 
 DAY_S = 24 * 3600.0

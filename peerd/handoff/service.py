@@ -82,6 +82,10 @@ class HandoffService:
         for row in await moves.unfinished(self.db):
             self._drive(str(row["id"]))
 
+    def driving(self) -> frozenset[str]:
+        """The moves this driver runs now (the sweep of open work's owners of moves)."""
+        return frozenset(self._tasks)
+
     async def close(self) -> None:
         self._closed = True
         tasks = list(self._tasks.values())

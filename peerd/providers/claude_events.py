@@ -7,7 +7,9 @@ its result arrives, joined to the remembered `tool_use` by id. Lines of sub-agen
 the turn: its `result` text is the reply, and `permission_denials` tell that the run's access level
 stopped tools, which peerd reports as a failure rather than a clean success. It also carries the
 turn's `usage` (cache reads and writes apart from `input_tokens`), `total_cost_usd` and `duration_ms`:
-the run's usage, reported once, at the end (`peerd.core.usage`).
+the run's usage, reported once, at the end (`peerd.core.usage`). `total_cost_usd` is the session's
+running total (a resumed session counts its earlier runs again, claude-code 2.1.332 measured): the
+run's cost is it less what the session cost before (`cost_before`, from peerd's record).
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ SUBTYPE_TEXT: Mapping[str, str] = {
 class ClaudeEvents:
     """Parser state for one `claude -p` stream-json run."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, cost_before: float | None = None) -> None:
+        # What the resumed session had cost before this run: `total_cost_usd` is the session's
+        # running total, and the run's own cost is the total less this.
+        self._cost_before = cost_before
         self._sessions: set[str] = set()
         self._tools: dict[str, tuple[str, Mapping[str, Any]]] = {}
         self._last_item: ItemProduced | None = None
@@ -101,7 +106,7 @@ class ClaudeEvents:
             if self._succeeded():
                 self._emit_text(as_str(line.get("result")), events, always=False)
             if (usage := _usage(line)) is not None:
-                events.append(UsageReported(usage))
+                events.append(UsageReported(usage.cost_since(self._cost_before)))
         elif line.get("parent_tool_use_id") is not None:
             pass  # a sub-agent's work: its parent's tool item stands for it
         elif kind == "assistant":

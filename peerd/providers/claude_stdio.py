@@ -85,11 +85,11 @@ def control_error(request_id: str, error: str) -> dict[str, Any]:
 class ClaudeStdioDriver:
     """One Claude Code run over stdio: its stream parsed by `ClaudeEvents`, its questions asked."""
 
-    def __init__(self, prompt: str, cwd: str, read: FileReader) -> None:
+    def __init__(self, prompt: str, cwd: str, read: FileReader, cost_before: float | None = None) -> None:
         self._prompt = prompt
         self._cwd = cwd
         self._read = read
-        self._events = ClaudeEvents()
+        self._events = ClaudeEvents(cost_before=cost_before)
         # request id -> (the input as asked, its tool_use_id), until answered or cancelled
         self._pending: dict[str, tuple[Mapping[str, Any], str]] = {}
         self._denied: dict[str, str] = {}  # tool_use_id -> the deny message the model read
@@ -197,4 +197,5 @@ def duplex_launch(
     argv += claude_binding_flags(spec, binding, scratch)
     argv += config.args
     launch = Launch(argv, env, spec.cwd, None, scratch, [ASKING_NOTICE])
-    return launch, ClaudeStdioDriver(spec.prompt, str(spec.cwd), worktree_reader(spec.cwd))
+    cost_before = None if spec.usage_before is None else spec.usage_before.cost_usd
+    return launch, ClaudeStdioDriver(spec.prompt, str(spec.cwd), worktree_reader(spec.cwd), cost_before)

@@ -319,7 +319,10 @@ class CoderProvider:
                 CodexEvents(model_retries=self.config.model_retries, usage_before=spec.usage_before),
             )
         elif self.kind == "claude":
-            launch, parser = claude_argv(binary, spec, self.config, binding, scratch), ClaudeEvents()
+            launch, parser = (
+                claude_argv(binary, spec, self.config, binding, scratch),
+                ClaudeEvents(cost_before=None if spec.usage_before is None else spec.usage_before.cost_usd),
+            )
         elif self.kind == "gemini":
             launch, parser = gemini_argv(binary, spec, self.config, binding, scratch), GeminiEvents()
         else:

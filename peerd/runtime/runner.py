@@ -334,6 +334,9 @@ class RunManager:
             write=self._write,
             stop=functools.partial(self._stop_over_budget, run_id),
         )
+        if (spent := meter.past) is not None:  # its work's budget is spent: it does not start
+            await self._finish(run_id, "failed", reason=spent)
+            return
         try:
             provider_run = await provider.start(spec)
         except PeerdError as exc:
@@ -504,6 +507,35 @@ class RunManager:
             )
         )
         log.info("run.end", run_id=run_id, status=status)
+
+    def owned_runs(self) -> frozenset[str]:
+        """The runs this manager executes now (the sweep's owners of live runs)."""
+        return frozenset(self._tasks)
+
+    async def cut_orphan(self, run_id: str, reason: str) -> bool:
+        """A run recorded live that no task of this manager runs (the sweep found it): cut as a
+        crash cuts it (interrupted with `reason`, continued where the run rules say), then its
+        thread's queue starts and its task may settle. False: it was not live, or is owned now."""
+        thread_id = await self._db.scalar("SELECT thread_id FROM runs WHERE id = ?", (run_id,))
+        if thread_id is None or self._closing:
+            return False
+        async with self._lock(str(thread_id)):
+            if run_id in self._tasks:
+                return False
+            done = await store.recover(
+                self._db,
+                now=self._clock(),
+                reason=reason,
+                label=self._label,
+                continue_children=self._continue_cut_runs,
+                only={run_id},
+            )
+        if not done:
+            return False
+        self._feed.changed(str(thread_id))
+        await self.kick(str(thread_id))
+        await self._notify_end(str(thread_id))
+        return True
 
     async def _record_cut(self, only: set[str] | None = None) -> list[str]:
         return await store.recover(

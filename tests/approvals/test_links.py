@@ -202,3 +202,25 @@ async def test_a_delegated_childs_approval_comes_with_the_followers_watch(tmp_pa
         assert shown["status"] == "completed" and shown["awaitingApproval"] is None, shown
         box_child = await pair.bc.call("GET", f"/v1/threads/{shown['remoteChild']['threadId']}")
         assert (Path(box_child["worktreePath"]) / "child.txt").read_text() == "child\n"
+
+
+async def test_a_decision_on_a_question_the_box_withdrew_is_refused_and_forgotten(tmp_path: Path) -> None:
+    """Issue 26, case 7, the laptop's side: the box withdrew the question (its run ended) while the
+    laptop still held its copy; the laptop's decision is refused with `approval_withdrawn` and the
+    copy is forgotten."""
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair)
+        launched = await launch_on_box(pair, project, script({"run": "echo hi > late.txt"}, {"reply": "ok"}))
+        (seen,) = await wait_pending(pair.lc)
+        assert pair.laptop.db is not None
+        assert [a["id"] for _, a, _ in await approvals_store.mirrored(pair.laptop.db)] == [seen["id"]]
+        await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/interrupt", body={})
+        await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+        end = time.monotonic() + 10
+        while (await pair.bc.call("GET", f"/v1/approvals/{seen['id']}"))["status"] != "cancelled":
+            assert time.monotonic() < end, "the box never withdrew the question"
+            await asyncio.sleep(0.05)
+        with pytest.raises(PeerdError) as refused:
+            await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "approve"})
+        assert refused.value.code == "approval_withdrawn"
+        assert await approvals_store.mirrored(pair.laptop.db) == []

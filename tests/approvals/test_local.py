@@ -103,35 +103,37 @@ async def test_the_deadline_denies_and_the_coder_is_told(tmp_path: Path) -> None
         assert record["status"] == "expired" and record["decidedBy"] == "deadline"
 
 
-async def test_a_restart_while_pending_lands_the_decision_once(tmp_path: Path) -> None:
+async def test_a_restart_while_pending_withdraws_the_question(tmp_path: Path) -> None:
+    """Issue 26, case 7: a question outlives no run. The daemon stopped while the question waited:
+    the restart cut the run and withdrew the question before serving anything, and a decision on
+    it is refused with `approval_withdrawn` (it would land nowhere)."""
     repo = make_repo(tmp_path / "repo")
     home = tmp_path / "home"
-    # Like a model: the first run asks; the run after the restart asks the same again, then ends.
     ask = {"run": "echo once >> ran.txt"}
     steps = runs_script([ask], [ask, {"reply": "finished"}])
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
         project = await c.call("POST", "/v1/projects", body={"path": str(repo)})
         launched = await launch(c, project, steps)
         (asked,) = await pending(c)
-    # The daemon stopped while the question waited: it is still pending after the restart.
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
-        (still,) = await pending(c)
-        assert still["id"] == asked["id"]
-        await c.call("POST", f"/v1/approvals/{asked['id']}/decision", body={"decision": "approve"})
-        thread_id = launched["threadId"]
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 20
-        while loop.time() < end:
-            thread = await c.call("GET", f"/v1/threads/{thread_id}")
-            run = thread["latestRun"]
-            if run["id"] != launched["runId"] and run["status"] in ("completed", "failed", "interrupted"):
-                break
-            await asyncio.sleep(0.1)
-        assert run["status"] == "completed", run
-        assert (repo / "ran.txt").read_text() == "once\n"  # the decision landed once
-        record = await c.call("GET", f"/v1/approvals/{asked['id']}")
-        assert record["status"] == "approved"
         assert (await c.call("GET", "/v1/approvals"))["items"] == []
+        record = await c.call("GET", f"/v1/approvals/{asked['id']}")
+        assert record["status"] == "cancelled" and "withdrawn" in record["reason"]
+        with pytest.raises(PeerdError) as refused:
+            await c.call("POST", f"/v1/approvals/{asked['id']}/decision", body={"decision": "approve"})
+        assert refused.value.code == "approval_withdrawn"
+        thread = await c.call("GET", f"/v1/threads/{launched['threadId']}")
+        assert thread["latestRun"]["id"] == launched["runId"]  # nothing was queued for it
+        assert thread["latestRun"]["status"] == "interrupted"
+        assert not (repo / "ran.txt").exists()
+        # The person sends again: the run asks anew, and that question is decided as usual.
+        sent = await c.call("POST", f"/v1/threads/{launched['threadId']}/runs", body={"text": "Go on."})
+        (again,) = await pending(c)
+        assert again["id"] != asked["id"] and again["runId"] == sent["runId"]
+        await c.call("POST", f"/v1/approvals/{again['id']}/decision", body={"decision": "approve"})
+        done = await wait_terminal(c, launched["threadId"], sent["runId"], total=20)
+        assert done["status"] == "completed", done
+        assert (repo / "ran.txt").read_text() == "once\n"
 
 
 async def test_a_local_childs_question_goes_to_the_person_and_shows_on_its_task(
@@ -166,9 +168,9 @@ async def test_a_local_childs_question_goes_to_the_person_and_shows_on_its_task(
     assert "CHILD DONE" in (shown["result"] or "")
 
 
-async def test_a_decision_on_a_question_the_thread_went_past_queues_no_run(tmp_path: Path) -> None:
-    """After a restart the person talks to the thread before deciding: the thread went on, so the
-    old question's decision is recorded but starts nothing."""
+async def test_a_question_withdrawn_by_a_restart_queues_no_run(tmp_path: Path) -> None:
+    """After a restart the person talks to the thread, then tries the old question's decision: it
+    was withdrawn at start-up, so it is refused and starts nothing."""
     repo = make_repo(tmp_path / "repo")
     home = tmp_path / "home"
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
@@ -178,8 +180,9 @@ async def test_a_decision_on_a_question_the_thread_went_past_queues_no_run(tmp_p
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
         sent = await c.call("POST", f"/v1/threads/{launched['threadId']}/runs", body={"text": "Never mind."})
         await wait_terminal(c, launched["threadId"], sent["runId"], total=15)
-        await c.call("POST", f"/v1/approvals/{asked['id']}/decision", body={"decision": "approve"})
-        await asyncio.sleep(0.5)
+        with pytest.raises(PeerdError) as refused:
+            await c.call("POST", f"/v1/approvals/{asked['id']}/decision", body={"decision": "approve"})
+        assert refused.value.code == "approval_withdrawn"
         thread = await c.call("GET", f"/v1/threads/{launched['threadId']}")
         assert thread["latestRun"]["id"] == sent["runId"]  # nothing new was queued
         assert not (repo / "late.txt").exists()

@@ -27,6 +27,7 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.paths import Paths
+from tests.faults.invariant import backwards_runs, violations
 from tests.helpers import git, make_repo, wait_started
 
 FULL = os.environ.get("PEERD_FAULTS", "") == "full"  # `make faults`: the whole matrix
@@ -346,6 +347,14 @@ async def settle(
             if left:
                 out.orphans += len(left)
                 out.notes.append(f"{side}: {len(left)} processes left in worktrees")
+            # Owned, owed or ending (tests/faults/invariant.py): a settled store holds no open
+            # record nothing owns; each one found counts as stuck.
+            broken = violations(w.side(side).db) + [
+                f"{r} ended before it was made" for r in backwards_runs(w.side(side).db)
+            ]
+            if broken:
+                out.stuck += len(broken)
+                out.notes.append(f"{side}: invariant broken: {broken}")
     return out
 
 

@@ -273,6 +273,12 @@ async def test_a_follow_up_runs_usage_is_its_own_not_the_sessions(
     usage = thread["latestRun"]["usage"]
     assert {k: usage[k] for k in EXPECTED_USAGE[cli]} == EXPECTED_USAGE[cli]
     assert thread["usage"]["totalTokens"] == 2 * EXPECTED_USAGE[cli]["totalTokens"]
+    if cli == "claude":
+        # Claude Code's `total_cost_usd` is the session's running total: each run stores its part
+        # (the same one model request costs the same), and the thread's sum counts it twice, not thrice.
+        first = thread["runUsage"][0]["usage"]
+        assert usage["costUsd"] == pytest.approx(first["costUsd"]) and usage["costUsd"] > 0
+        assert thread["usage"]["costUsd"] == pytest.approx(2 * first["costUsd"])
 
 
 @pytest.mark.parametrize("cli", CLIS)

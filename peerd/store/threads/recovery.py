@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from peerd.core.runs import (
+    BUDGET_EXCEEDED,
     DAEMON_STOPPED,
     CutHow,
     CutThread,
@@ -12,7 +13,9 @@ from peerd.core.runs import (
     recover_at_startup,
     thread_kind,
 )
+from peerd.core.usage import scope_budget, scope_exceeded, spent_before
 from peerd.store.db import Database, Tx
+from peerd.store.threads import usage as usage_store
 from peerd.store.threads.rows import add_event, fetch_must, view_from_row
 from peerd.store.threads.writes import insert_item, new_run
 
@@ -46,7 +49,11 @@ async def recover(
         ) as cur:
             thread_ids = [r["thread_id"] for r in await cur.fetchall()]
         cuts = [await _cut_thread(tx, thread_id) for thread_id in thread_ids]
-        plans = recover_at_startup(cuts, label=label, continue_children=continue_children, how=how)
+        live = [run.id for cut in cuts for run in cut.runs if run.status in ("starting", "running")]
+        past = {run_id: why for run_id in live if (why := await _past_budget(db, tx, run_id)) is not None}
+        plans = recover_at_startup(
+            cuts, label=label, continue_children=continue_children, how=how, over_budget=past
+        )
         owner = {
             run.id: thread_id for thread_id, cut in zip(thread_ids, cuts, strict=True) for run in cut.runs
         }
@@ -55,12 +62,16 @@ async def recover(
             if only is not None and plan.run_id not in only:
                 continue
             thread_id, why = owner[plan.run_id], reason or plan.reason
+            if plan.status == "failed":
+                why = plan.reason  # the budget's reason, whatever the stop would have said
             await tx.execute(
-                "UPDATE runs SET status = 'interrupted', reason = ?, ended_at = ?, token_hash = NULL WHERE id = ?",
-                (why, now, plan.run_id),
+                "UPDATE runs SET status = ?, reason = ?, ended_at = max(?, created_at), token_hash = NULL"
+                " WHERE id = ?",
+                (plan.status, why, now, plan.run_id),
             )
-            await insert_item(tx, thread_id, plan.run_id, "error", why, {"code": DAEMON_STOPPED}, now)
-            data = {"runId": plan.run_id, "status": "interrupted", "reason": why}
+            code = BUDGET_EXCEEDED if plan.status == "failed" else DAEMON_STOPPED
+            await insert_item(tx, thread_id, plan.run_id, "error", why, {"code": code}, now)
+            data = {"runId": plan.run_id, "status": plan.status, "reason": why}
             await add_event(tx, thread_id, "run.updated", data, now)
             if plan.continued:
                 repeated = None
@@ -73,6 +84,18 @@ async def recover(
                 await new_run(tx, thread_id, prompt, now, origin="continue", continues=plan.run_id)
             done.append(plan.run_id)
     return done
+
+
+async def _past_budget(db: Database, tx: Tx, run_id: str) -> str | None:
+    """Why a cut run's work had already passed its budget, from the usage recorded before the
+    stop (the stop the budget asked for may not have landed); None: within it, or no budget."""
+    scope = await usage_store.scope_in(tx, run_id)
+    budget = await usage_store.priced(db, run_id, scope_budget(scope))
+    if budget is None or not scope:
+        return None
+    own = scope[-1].usage
+    wall_s = 0.0 if own is None else (own.wall_ms or 0) / 1000
+    return scope_exceeded(budget, spent_before(scope), own, wall_s)
 
 
 async def _cut_thread(tx: Tx, thread_id: str) -> CutThread:

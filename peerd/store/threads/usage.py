@@ -17,7 +17,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from peerd import contracts as c
-from peerd.core.usage import Budget, Price, Usage, estimate, price_for, total
+from peerd.core.usage import (
+    Budget,
+    MeteredRun,
+    Price,
+    Usage,
+    budget_scope,
+    estimate,
+    price_for,
+    scope_budget,
+    spent_before,
+    total,
+)
 from peerd.store.db import Database, Tx
 
 
@@ -92,6 +103,52 @@ async def run_budget(db: Database, run_id: str) -> Budget | None:
         return None
     budget = Budget.from_json(json.loads(column))
     return replace(budget, price=await run_price(db, run_id)) if budget.usd is not None else budget
+
+
+# A run's budget scope is read from at most this many of its thread's runs before it (a scope is
+# a launch and the wakes and continuations after it: a handful).
+SCOPE_RUNS_MAX = 200
+_SCOPE_SQL = (
+    "SELECT id, number, origin, continues, budget, usage FROM runs"
+    " WHERE thread_id = (SELECT thread_id FROM runs WHERE id = ?)"
+    " AND number <= (SELECT number FROM runs WHERE id = ?) ORDER BY number DESC LIMIT ?"
+)
+
+
+def _metered(row: Any) -> MeteredRun:
+    return MeteredRun(
+        id=row["id"],
+        number=int(row["number"]),
+        origin=row["origin"] or "user",
+        continues=row["continues"],
+        budget=Budget.from_json(json.loads(row["budget"])) if row["budget"] else None,
+        usage=Usage.from_json(json.loads(row["usage"])) if row["usage"] else None,
+    )
+
+
+async def scope_in(tx: Tx, run_id: str) -> list[MeteredRun]:
+    """`run_id`'s budget scope (`core.usage.budget_scope`), read inside a write transaction."""
+    rows = await tx.execute_fetchall(_SCOPE_SQL, (run_id, run_id, SCOPE_RUNS_MAX))
+    return budget_scope(run_id, [_metered(r) for r in rows])
+
+
+async def scope_of(db: Database, run_id: str) -> list[MeteredRun]:
+    rows = await db.lookup_all(_SCOPE_SQL, (run_id, run_id, SCOPE_RUNS_MAX))
+    return budget_scope(run_id, [_metered(r) for r in rows])
+
+
+async def priced(db: Database, run_id: str, budget: Budget | None) -> Budget | None:
+    """`budget` with the run's price (a `usd` limit counts an estimated cost)."""
+    if budget is None or budget.usd is None:
+        return budget
+    return replace(budget, price=await run_price(db, run_id))
+
+
+async def run_budget_scope(db: Database, run_id: str) -> tuple[Budget | None, Usage | None]:
+    """The budget a run counts against (its own, or the one of the work it carries on) and what
+    the earlier runs of that work spent: the live meter's stop rule."""
+    scope = await scope_of(db, run_id)
+    return await priced(db, run_id, scope_budget(scope)), spent_before(scope)
 
 
 async def thread_usage(db: Database, thread_id: str) -> Usage | None:
