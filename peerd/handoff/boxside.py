@@ -59,16 +59,19 @@ async def land(ops: Operations, caller: Caller, project_id: str, req: BranchLand
     project = await projects.get(ops.db, project_id)
     me = Owner.person() if caller.link is None else Owner.link(caller.link.client_id)
     recorded = await ownership.owner_of(ops.db, project.id, "ref", f"refs/heads/{req.branch}")
-    # The kept ref is the caller's before git may make it: another link's move id is refused here.
-    await ownership.claim_one(
-        ops.db,
-        project_id=project.id,
-        holding="ref",
-        name=gitwork.kept_ref(req.move_id),
-        owner=me,
-        purpose="moved",
-        now=ops.clock(),
-    )
+
+    async def reserve(kept: str) -> None:
+        # The kept ref is the caller's before git makes it: another link's move id is refused here.
+        await ownership.claim_one(
+            ops.db,
+            project_id=project.id,
+            holding="ref",
+            name=kept,
+            owner=me,
+            purpose="moved",
+            now=ops.clock(),
+        )
+
     return await gitwork.land(
         Path(project.path),
         move_id=req.move_id,
@@ -76,6 +79,7 @@ async def land(ops: Operations, caller: Caller, project_id: str, req: BranchLand
         tip=req.tip,
         recorded=None if recorded is None else recorded.owner,
         caller=me,
+        reserve=reserve,
     )
 
 

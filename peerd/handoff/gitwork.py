@@ -33,6 +33,7 @@ worktree an agent wrote, never its own `.git` file.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from peerd.core.ownership import Owner, effective_owner, may_change
@@ -88,7 +89,14 @@ async def drop_moving_ref(worktree_repo: Path, move_id: str) -> None:
 
 
 async def land(
-    checkout: Path, *, move_id: str, branch: str, tip: str, recorded: Owner | None, caller: Owner
+    checkout: Path,
+    *,
+    move_id: str,
+    branch: str,
+    tip: str,
+    recorded: Owner | None,
+    caller: Owner,
+    reserve: Callable[[str], Awaitable[None]],
 ) -> BranchLanded:
     """The box's side: what becomes of its branch named `branch` now that `tip` (already received
     with the bundle) arrives (see the module docstring). `recorded`: the branch's owner in the
@@ -120,6 +128,7 @@ async def land(
     if outcome == "same":
         return BranchLanded(outcome=outcome, branch=None)
     keep = kept_ref(move_id)
+    await reserve(keep)  # the ledger's record, before git makes the ref (a move id another used: refused)
     current = await _git(repo, "rev-parse", "--verify", "--quiet", keep, ok=(0, 1))
     if current.returncode == 0 and current.stdout.strip() != tip:
         raise Conflict(f"{keep} holds another commit here; a move's kept work is never overwritten.")

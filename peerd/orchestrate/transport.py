@@ -205,7 +205,13 @@ class GitTransport:
         if caller.link is not None:
             self.quota.charge(caller.link.client_id, caller.link.label, len(data), self.ops.clock())
         into = f"refs/peerd/base/{req.tip}"
-        # Named by its commit, so it never moves: the first to send it is recorded, later ones are fine.
+        with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
+            path = Path(scratch) / "in.bundle"
+            path.write_bytes(data)
+            # Kept under refs/peerd/ so worktrees can start from it and git gc keeps it.
+            commit = await gitops.fetch_bundle(repo, path, into, expect=req.tip)
+        # Recorded once it exists (a refused bundle changes nothing, the ledger included): named by
+        # its commit, it never moves; the first to send it is recorded, later ones are fine.
         uploader = Owner.person() if caller.link is None else Owner.link(caller.link.client_id)
         with contextlib.suppress(NotYours):
             await ownership.claim_one(
@@ -217,11 +223,6 @@ class GitTransport:
                 purpose="base",
                 now=self.ops.clock(),
             )
-        with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
-            path = Path(scratch) / "in.bundle"
-            path.write_bytes(data)
-            # Kept under refs/peerd/ so worktrees can start from it and git gc keeps it.
-            commit = await gitops.fetch_bundle(repo, path, into, expect=req.tip)
         return BundleReceived(commit=commit)
 
     # --- laptop side --------------------------------------------------------------------------
