@@ -8,13 +8,42 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from peerd.core.ownership import Owner
+from peerd.errors import NotYours
 from peerd.orchestrate import deliver, gitops, report, spend, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.models import IntegrationReceipt
 from peerd.orchestrate.review import verification_of
 from peerd.runtime import git
-from peerd.store import projects
+from peerd.store import ownership, projects
+
+
+async def _require_own_branch(ctx: OrchestrationContext, run: ostore.RunRow) -> None:
+    """The integration branch is merged into only while the ownership ledger gives it to this run
+    (recorded when the run was made: `store.create`); a store older than the ledger records it now
+    when git has no such branch yet."""
+    ref = f"refs/heads/{run.branch}"
+    mine = Owner.orchestration(run.id)
+    owned = await ownership.owner_of(ctx.db, run.project_id, "ref", ref)
+    if owned is None:
+        exists = await git.branch_exists(Path((await projects.get(ctx.db, run.project_id)).path), run.branch)
+        if exists:
+            raise NotYours(
+                f"Branch {run.branch} exists but peerd has no record of making it for orchestration "
+                f"{run.id}: it is yours, and nothing is merged into it. Rename it and resume the run."
+            )
+        await ownership.claim_one(
+            ctx.db,
+            project_id=run.project_id,
+            holding="ref",
+            name=ref,
+            owner=mine,
+            purpose="integration",
+            now=ctx.clock(),
+        )
+    elif owned.owner != mine:
+        raise NotYours(f"Branch {run.branch} belongs to {owned.owner.describe()}: nothing is merged into it.")
 
 
 async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
@@ -25,6 +54,7 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
     repo = Path(project.path)
     started = ctx.clock()
     worktree = ctx.worktrees_dir / "orchestrate" / run.id / "integration"
+    await _require_own_branch(ctx, run)
     await git.create_worktree(repo, worktree, run.branch, run.base_commit)
     merged: list[str] = []
     conflicts: dict[str, list[str]] = {}

@@ -129,3 +129,41 @@ def test_the_migration_fills_the_ledger_from_an_older_store(tmp_path: Path) -> N
         ("worktree", "/w/thr_p"): "person",
         ("checkout", "/r"): "person",
     }
+
+
+async def test_the_integration_branch_is_merged_into_only_while_it_is_the_runs(
+    db: Database, tmp_path: Path
+) -> None:
+    """orchestrate/integrate.py asks the ledger before it makes or merges into the run's branch."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from peerd.orchestrate import integrate  # noqa: PLC0415
+    from peerd.orchestrate import store as ostore  # noqa: PLC0415
+    from peerd.store import projects  # noqa: PLC0415
+    from tests.helpers import git, make_repo  # noqa: PLC0415
+
+    repo = make_repo(tmp_path / "repo")
+    project = await projects.add(db, name="p", path=str(repo), repository_key=None, now=1.0)
+    run = await ostore.create(db, project_id=project.id, task="t", request={}, base_commit="abc", now=1.0)
+    ctx = SimpleNamespace(db=db, clock=lambda: 2.0)
+    await integrate._require_own_branch(ctx, run)  # type: ignore[arg-type]  # recorded at create: the run's
+    # The record gone (a store that never had it) and the person's branch of that name in git: refused.
+    await ownership.forget_one(
+        db, project.id, "ref", f"refs/heads/{run.branch}", owner=Owner.orchestration(run.id)
+    )
+    git(repo, "branch", run.branch)
+    with pytest.raises(NotYours, match="it is yours"):
+        await integrate._require_own_branch(ctx, run)  # type: ignore[arg-type]
+    # Another owner's record: refused too.
+    git(repo, "branch", "-D", run.branch)
+    await ownership.claim_one(
+        db,
+        project_id=project.id,
+        holding="ref",
+        name=f"refs/heads/{run.branch}",
+        owner=LINK,
+        purpose="x",
+        now=3.0,
+    )
+    with pytest.raises(NotYours, match="the link cli_a"):
+        await integrate._require_own_branch(ctx, run)  # type: ignore[arg-type]
