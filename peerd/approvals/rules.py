@@ -1,8 +1,9 @@
 """The rules of approvals, pure: no store, no clock of their own, no I/O.
 
 - A pending approval is decided once: the first decision wins, a second one is told who decided
-  (`approval_decided`), and the same decision sent again (same `decisionId`) is answered as the
-  first (a retry over a link is idempotent).
+  (`approval_decided`), and the same decision sent again (same `decisionId`, same answer) is
+  answered as the first (a retry over a link is idempotent); the same `decisionId` with another
+  answer is a second decision, refused `approval_decided` like any other (`same_answer`).
 - A deadline denies: past `deadline_at` a pending approval is `expired`, with a reason the model
   sees.
 - Who may decide: this machine's owner, always; a linked machine only for a thread that link
@@ -122,7 +123,9 @@ class Withdrawn(AlreadyDecided):
 def decide(approval: Approval, decision: Decision, *, now: float) -> Approval:
     """Apply a person's decision to a pending approval, or say why not.
 
-    The same decision retried (same decision id, same verdict) returns the record unchanged."""
+    The same decision retried (same decision id, same verdict and scope) returns the record
+    unchanged; anything else after the first decision, the same decision id with another answer
+    included, is `AlreadyDecided`."""
     if approval.status == "cancelled":
         raise Withdrawn(approval)
     if not approval.pending:
@@ -130,6 +133,7 @@ def decide(approval: Approval, decision: Decision, *, now: float) -> Approval:
             decision.decision_id is not None
             and approval.decision_id == decision.decision_id
             and approval.decided_by == decision.by
+            and same_answer(approval, decision)
         ):
             return approval
         raise AlreadyDecided(approval)
@@ -143,6 +147,13 @@ def decide(approval: Approval, decision: Decision, *, now: float) -> Approval:
         decision_id=decision.decision_id,
         decided_at=now,
     )
+
+
+def same_answer(approval: Approval, decision: Decision) -> bool:
+    """Whether `decision` says what the decided `approval` says: its verdict and, approved, its scope."""
+    if decision.verdict == "approve":
+        return approval.status == "approved" and approval.scope == decision.scope
+    return approval.status == "denied"
 
 
 def expire(approval: Approval, *, now: float) -> Approval | None:
