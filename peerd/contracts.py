@@ -196,6 +196,9 @@ class Usage(Wire):
     wall_ms: int | None = Field(default=None, ge=0)  # started -> last report (or end), by peerd
     # costUsd is peerd's estimate from the owner's price table ([prices]), not the CLI's own figure.
     cost_estimated: bool = False
+    # The figures are the run's own say (the scripted coder's script), not parsed from a CLI's stream:
+    # a link's per-day dollar ceiling does not count them.
+    claimed: bool = False
 
 
 class Budget(Input):

@@ -13,7 +13,12 @@ Every CLI counts tokens its own way; `Usage` is one meaning for all of them:
   for a CLI that reports no cost (Codex, Gemini CLI), an estimate from the owner's price table
   (`[prices]` in config.toml, `estimate`), then `cost_estimated` is true. A CLI's own cost always
   wins over the table;
-- `provider_ms`: the CLI's own duration of the run, None when it gives none.
+- `provider_ms`: the CLI's own duration of the run, None when it gives none;
+- `claimed`: the figures are what the run itself said (the scripted coder's script carries its
+  usage as text anyone who writes a prompt chooses), not what peerd parsed from a coder CLI's own
+  protocol stream. A caller's own budget counts claimed usage (the owner's tests rely on it; a link
+  that under-claims only loosens its own stop rule), but the owner's per-link ceiling never counts
+  a claimed cost (`ceiling_spend`): a link's scripted run counts as a run, at $0.
 
 A provider reports the run's usage *so far* (a snapshot, never a delta); the run manager keeps the
 latest and checks it against the run's budget (`exceeded`) each time one arrives.
@@ -42,6 +47,7 @@ class Usage:
     provider_ms: int | None = None
     wall_ms: int | None = None  # set by the run manager: started -> this report (or the end)
     cost_estimated: bool = False  # cost_usd is peerd's estimate from the price table, not the CLI's
+    claimed: bool = False  # what the run said of itself (the scripted coder), not a CLI's stream
 
     @property
     def total_tokens(self) -> int:
@@ -59,6 +65,7 @@ class Usage:
             wall_ms=_add(self.wall_ms, other.wall_ms),
             # a sum with any estimated part is an estimate
             cost_estimated=self.cost_estimated or other.cost_estimated,
+            claimed=self.claimed or other.claimed,  # and one with any claimed part is claimed
         )
 
     def since(self, before: Usage) -> Usage:
@@ -73,6 +80,7 @@ class Usage:
             provider_ms=_less(self.provider_ms, before.provider_ms),
             wall_ms=self.wall_ms,
             cost_estimated=self.cost_estimated,
+            claimed=self.claimed,
         )
 
     def cost_since(self, before_usd: float | None) -> Usage:
@@ -98,6 +106,7 @@ class Usage:
             "providerMs": self.provider_ms,
             "wallMs": self.wall_ms,
             "costEstimated": self.cost_estimated,
+            "claimed": self.claimed,
         }
 
     @classmethod
@@ -112,6 +121,7 @@ class Usage:
             provider_ms=_int(data.get("providerMs")),
             wall_ms=_int(data.get("wallMs")),
             cost_estimated=data.get("costEstimated") is True,
+            claimed=data.get("claimed") is True,
         )
 
 
@@ -304,6 +314,12 @@ def scope_exceeded(budget: Budget, before: Usage | None, usage: Usage | None, wa
 
 
 DAY_S = 24 * 3600.0
+
+
+def ceiling_spend(usages: Iterable[Usage | None]) -> float:
+    """What a link's runs cost against the owner's dollar ceiling: each run's recorded cost, a
+    claimed one (`Usage.claimed`: the run's own say, e.g. the scripted coder's) counting $0."""
+    return sum((u.cost_usd or 0.0) for u in usages if u is not None and not u.claimed)
 
 
 def ceiling_refusal(*, max_runs: int | None, max_usd: float | None, runs: int, usd: float) -> str | None:

@@ -128,6 +128,8 @@ def _map_event(line: Mapping[str, Any]) -> SessionStarted | ItemProduced | Usage
                 cached_tokens=as_count(line.get("cached_tokens")) or 0,
                 reasoning_tokens=as_count(line.get("reasoning_tokens")) or 0,
                 cost_usd=as_float(line.get("cost_usd")),
+                # The script's usage is text the prompt's author wrote, not a model's count.
+                claimed=True,
             )
         )
     if kind == "session" and isinstance(line.get("session_id"), str) and line["session_id"]:

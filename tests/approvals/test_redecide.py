@@ -73,7 +73,10 @@ async def test_a_link_resending_the_opposite_answer_is_refused_409(tmp_path: Pat
         _, token = await pair.laptop.peers.access_token(pair.box_id)
         headers = {"Authorization": f"Bearer {token}"}
         async with aiohttp.ClientSession() as raw:
-            for body in ({"decision": "deny", "decisionId": "dec-1"}, {"decision": "deny", "decisionId": "x"}):
+            for body in (
+                {"decision": "deny", "decisionId": "dec-1"},
+                {"decision": "deny", "decisionId": "x"},
+            ):
                 async with raw.post(f"{pair.box_url}{path}", json=body, headers=headers, ssl=False) as answer:
                     assert answer.status == 409
                     assert (await answer.json())["code"] == "approval_decided"

@@ -12,8 +12,10 @@ import pytest
 
 from peerd.api.localclient import LocalClient
 from peerd.config import Config, LinksConfig
+from peerd.core.usage import Usage as CoreUsage
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
+from peerd.store.threads import usage as usage_store
 from tests.helpers import make_repo, script, two_daemons, wait_terminal
 from tests.integration.test_cli import ok, peerd
 from tests.integration.test_delegation import linked_pair
@@ -70,6 +72,7 @@ async def test_a_runs_usage_is_stored_exactly_and_summed_per_thread(
         "costUsd": 0.25,
         "providerMs": None,
         "costEstimated": False,  # the CLI's own cost (here, the script's)
+        "claimed": True,  # the script's say, not a CLI's stream
     }
     assert isinstance(usage["wallMs"], int) and usage["wallMs"] >= 0
     # A follow-up with no usage of its own: the thread's sum is the first run's.
@@ -297,8 +300,12 @@ async def test_a_links_ceilings_refuse_a_launch_and_say_which_limit(tmp_path: Pa
             await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
             return launched
 
-        # The first run spends $1.25: the dollar ceiling is reached before the run ceiling.
-        first = await launch_there(script({"reply": "costly", "usage": {"cost_usd": 1.25}}))
+        # The first run spends $1.25 (as a coder CLI's own stream reports it; a scripted run's
+        # usage is only claimed and the ceiling does not count it: test_usage_claimed.py): the
+        # dollar ceiling is reached before the run ceiling.
+        first = await launch_there(script({"reply": "costly"}))
+        assert pair.box.db is not None
+        await usage_store.set_run_usage(pair.box.db, first["runId"], CoreUsage(cost_usd=1.25))
         with pytest.raises(PeerdError) as refused:
             await launch_there(script({"reply": "one more"}))
         assert refused.value.code == "capability_denied"

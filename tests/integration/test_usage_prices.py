@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from peerd.config import Config, LinksConfig, PriceConfig
+from peerd.core.usage import Usage
 from peerd.errors import PeerdError
+from peerd.store.threads import usage as usage_store
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
 from tests.integration.test_cli import ok, peerd
 
@@ -95,9 +97,13 @@ async def test_the_per_link_dollar_ceiling_counts_estimates(tmp_path: Path) -> N
             "POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))}
         )
         await pair.link("auto")
-        body = {"environmentId": pair.box_id, "projectId": there["id"], "prompt": script({"usage": MILLION})}
+        body = {"environmentId": pair.box_id, "projectId": there["id"], "prompt": script({"reply": "a"})}
         launched = await pair.lc.call("POST", "/v1/threads", body=body)
         await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
+        # The tokens as a coder CLI's own stream reports them (a scripted run's are only claimed,
+        # and the ceiling counts no claimed cost: test_usage_claimed.py), priced from the table.
+        assert pair.box.db is not None
+        await usage_store.set_run_usage(pair.box.db, launched["runId"], Usage(**MILLION))
         with pytest.raises(PeerdError) as refused:
             await pair.lc.call("POST", "/v1/threads", body={**body, "prompt": script({"reply": "more"})})
         assert refused.value.code == "capability_denied"

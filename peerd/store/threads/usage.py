@@ -23,6 +23,7 @@ from peerd.core.usage import (
     Price,
     Usage,
     budget_scope,
+    ceiling_spend,
     estimate,
     price_for,
     scope_budget,
@@ -226,7 +227,8 @@ LINK_SPEND_SQL = (
 
 
 async def link_spend(db: Database, client_id: str, since: float) -> tuple[int, float]:
-    """Runs of threads a link started here since `since`, and what they cost (as reported)."""
+    """Runs of threads a link started here since `since`, and what they cost as the ceiling counts
+    it (`core.usage.ceiling_spend`: a claimed cost counts $0)."""
     return _spend(await db.fetchall(LINK_SPEND_SQL, (client_id, since)))
 
 
@@ -237,5 +239,5 @@ async def link_spend_in(tx: Tx, client_id: str, since: float) -> tuple[int, floa
 
 
 def _spend(rows: list[Any]) -> tuple[int, float]:
-    usd = sum(Usage.from_json(json.loads(row["usage"])).cost_usd or 0.0 for row in rows if row["usage"])
+    usd = ceiling_spend(Usage.from_json(json.loads(row["usage"])) for row in rows if row["usage"])
     return len(rows), usd
