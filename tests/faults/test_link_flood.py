@@ -145,7 +145,10 @@ async def test_a_flood_of_unauthenticated_connections_does_not_crowd_out_the_lin
             sys.executable,
             "-c",
             ATTACKER,
-            *(str(x) for x in (port, FLOOD_CONNECTIONS, FLOOD_ADDRESSES, FLOOD_PER_ADDRESS, FLOOD_RATE, PRIME)),
+            *(
+                str(x)
+                for x in (port, FLOOD_CONNECTIONS, FLOOD_ADDRESSES, FLOOD_PER_ADDRESS, FLOOD_RATE, PRIME)
+            ),
             stdout=asyncio.subprocess.PIPE,
         )
         try:
@@ -175,7 +178,9 @@ async def test_a_flood_of_unauthenticated_connections_does_not_crowd_out_the_lin
             f"p99 quiet {p99(quiet) * 1000:.1f} ms, flooded {p99(flooded) * 1000:.1f} ms (x{ratio:.1f}); "
             f"{len(listener_lines)} listener log lines; quiet max {max(quiet) * 1000:.1f} ms"
         )
-        assert (LINK_CALLS - failed) >= SUCCESS_SHARE * LINK_CALLS, f"{failed} of {LINK_CALLS} link calls failed"
+        assert (LINK_CALLS - failed) >= SUCCESS_SHARE * LINK_CALLS, (
+            f"{failed} of {LINK_CALLS} link calls failed"
+        )
         assert len(listener_lines) <= elapsed + 2, f"{len(listener_lines)} lines in {elapsed:.1f} s"
         if FULL:
             assert ratio < P99_FACTOR, f"p99 under the flood is {ratio:.1f}x the quiet one"

@@ -113,7 +113,9 @@ async def test_a_flood_from_one_address_is_capped_and_everyone_else_still_answer
         port = await port_of(pair.box)
         with capture_logs() as logs:
             await f.open(port, "127.0.0.2", 300)
-            assert await f.closed_within(1.0) == 290, "past the per-address cap, its oldest are evicted at once"
+            assert await f.closed_within(1.0) == 290, (
+                "past the per-address cap, its oldest are evicted at once"
+            )
         assert len(logs) <= 3, f"refusals are logged once a second: {len(logs)} lines"
         status = await asyncio.wait_for(pair.bc.call("GET", "/v1/status"), 10)
         assert status["label"] == "box"

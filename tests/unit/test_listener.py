@@ -13,6 +13,8 @@ from structlog.testing import capture_logs
 
 from peerd.api.listener import AcceptErrorFilter, http_logger, raise_nofile_limit
 from peerd.api.listener_rules import (
+    IDLE_TIMEOUT_S,
+    MAX_PER_ADDRESS,
     Admitted,
     ConnectionGate,
     HostPolicy,
@@ -24,6 +26,7 @@ from peerd.api.listener_rules import (
     address_key,
     host_name,
 )
+from peerd.peer.client import CONNECTIONS_PER_BOX, POOL_KEEPALIVE_S
 
 
 class Admitter:
@@ -59,7 +62,9 @@ def test_a_full_unauthenticated_budget_evicts_the_oldest_from_any_address() -> N
     assert (gate.unauthenticated, gate.total) == (3, 3)
 
 
-def test_a_connection_with_a_request_in_flight_is_not_evicted_and_when_all_are_busy_the_new_one_is_refused() -> None:
+def test_a_connection_with_a_request_in_flight_is_not_evicted_and_when_all_are_busy_the_new_one_is_refused() -> (
+    None
+):
     gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=2)
     admit = Admitter(gate)
     admit("laptop")
@@ -102,6 +107,12 @@ def test_past_the_total_cap_only_unauthenticated_connections_make_room() -> None
     for conn_id in (1, 2, 7, 7):
         gate.release(conn_id)
     assert (gate.total, gate.unauthenticated, dict(gate.by_address), gate.busy) == (0, 0, {}, set())
+
+
+def test_the_laptop_keeps_its_pooled_connections_less_long_than_the_box_keeps_them_idle() -> None:
+    """A pooled connection the laptop reuses is one the box still holds (and knows as a link's)."""
+    assert POOL_KEEPALIVE_S < IDLE_TIMEOUT_S
+    assert CONNECTIONS_PER_BOX < MAX_PER_ADDRESS
 
 
 def test_total_cap_is_half_the_open_file_limit_unless_set() -> None:
