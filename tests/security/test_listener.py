@@ -157,6 +157,28 @@ async def test_unauthenticated_connections_are_capped_but_an_authenticated_link_
         assert projects["items"] == []
 
 
+async def test_a_links_new_connection_gets_in_when_unknown_ones_fill_the_budget(tmp_path: Path) -> None:
+    """Issue 27 case 1: idle unknown connections from several addresses filled the budget, and every
+    new connection of the linked laptop was reset. Now each evicts the oldest unknown one."""
+    limits = ListenerLimits(total=100, per_address=8, unauthenticated=16, handshake_timeout_s=30)
+    async with linked(tmp_path, limits) as pair, flood() as f, flood() as g:
+        assert pair.laptop.peers is not None
+        port = await port_of(pair.box)
+        for batch in (f, g):  # g's 16 push out everything older (f's, the laptop's unused probe)
+            for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+                await batch.open(port, source, 4)
+        assert await f.closed_within(1.0) + await g.closed_within(0.1) >= 16, "the budget is full"
+        for n in range(1, 4):
+            await g.open(port, "127.0.0.6", 1)  # fills the budget again (the last call's is known)
+            await pair.laptop.peers.close()  # no kept-alive connection: a new one must get in
+            await pair.laptop.peers.start()
+            projects = await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 10)
+            assert projects["items"] == []
+            # the first top-up evicted one (the budget was full), each laptop connection one more
+            assert await g.closed_within(0.5) == n + 1, "the oldest unknown connection made room"
+        assert [task.done() for task in g.ends] == [True] * 4 + [False] * 15, "oldest first"
+
+
 async def _tls_connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection("127.0.0.1", port, ssl=insecure_tls(), server_hostname="box")
 
