@@ -33,10 +33,10 @@ from tests.helpers import Pair, client_for, running_daemon
 
 pytestmark = pytest.mark.slow
 
-FLOOD_CONNECTIONS = 1000 if FULL else 300
+FLOOD_CONNECTIONS = 1000 if FULL else 260
 FLOOD_ADDRESSES = 16 if FULL else 8
 FLOOD_PER_ADDRESS = 32  # what the attacker holds open per address (the box's per-address cap)
-FLOOD_RATE = 150  # new connections a second
+FLOOD_RATE = 150 if FULL else 250  # new connections a second
 LINK_CALLS = 200 if FULL else 30
 PRIME = MAX_UNAUTHENTICATED + 32  # opened before the link calls start: the budget is full
 CALL_GAP_S = 0.8 * (FLOOD_CONNECTIONS - PRIME) / FLOOD_RATE / LINK_CALLS  # the calls span the churn
