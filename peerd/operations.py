@@ -29,7 +29,7 @@ from peerd.core.access import (
     runtime_rank,
 )
 from peerd.core.idempotency import request_hash
-from peerd.core.ownership import Owner, effective_owner, may_change, owner_of_thread
+from peerd.core.ownership import Owner, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
 from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, NotYours, RunNotFound
@@ -545,10 +545,10 @@ class Operations:
     async def _check_branch_owner(self, client_id: str, thread: c.Thread, branch: str) -> None:
         """A link deletes only a branch the ownership ledger gives to it (`core/ownership.py`)."""
         ref = f"refs/heads/{branch}"
-        recorded = await ownership.owner_of(self.db, thread.project_id, "ref", ref)
-        owner = None if recorded is None else recorded.owner
-        if may_change(owner, exists=True, caller=Owner.link(client_id)) != "own":
-            whose = effective_owner(owner, True)
+        right, whose = await ownership.right_to(
+            self.db, thread.project_id, ref, caller=Owner.link(client_id), exists=True
+        )
+        if right != "own":
             raise NotYours(
                 f"Branch {branch} belongs to {whose.describe() if whose else 'nobody'} here, not to this "
                 "link: archive the thread without deleting its branch."

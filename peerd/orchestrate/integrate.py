@@ -25,14 +25,11 @@ async def _require_own_branch(ctx: OrchestrationContext, run: ostore.RunRow) -> 
     when git has no such branch yet."""
     ref = f"refs/heads/{run.branch}"
     mine = Owner.orchestration(run.id)
-    owned = await ownership.owner_of(ctx.db, run.project_id, "ref", ref)
-    if owned is None:
-        exists = await git.branch_exists(Path((await projects.get(ctx.db, run.project_id)).path), run.branch)
-        if exists:
-            raise NotYours(
-                f"Branch {run.branch} exists but peerd has no record of making it for orchestration "
-                f"{run.id}: it is yours, and nothing is merged into it. Rename it and resume the run."
-            )
+    repo = Path((await projects.get(ctx.db, run.project_id)).path)
+    right, whose = await ownership.right_to(
+        ctx.db, run.project_id, ref, caller=mine, exists=await git.branch_exists(repo, run.branch)
+    )
+    if right == "new":
         await ownership.claim_one(
             ctx.db,
             project_id=run.project_id,
@@ -42,8 +39,13 @@ async def _require_own_branch(ctx: OrchestrationContext, run: ostore.RunRow) -> 
             purpose="integration",
             now=ctx.clock(),
         )
-    elif owned.owner != mine:
-        raise NotYours(f"Branch {run.branch} belongs to {owned.owner.describe()}: nothing is merged into it.")
+    elif right == "not_yours" and whose == Owner.person():
+        raise NotYours(
+            f"Branch {run.branch} exists but peerd has no record of making it for orchestration "
+            f"{run.id}: it is yours, and nothing is merged into it. Rename it and resume the run."
+        )
+    elif right == "not_yours" and whose is not None:
+        raise NotYours(f"Branch {run.branch} belongs to {whose.describe()}: nothing is merged into it.")
 
 
 async def integrate(ctx: OrchestrationContext, run_id: str) -> str:

@@ -33,7 +33,7 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.core.access import require_write
-from peerd.core.ownership import Owner, effective_owner, may_change, orchestration_of_branch
+from peerd.core.ownership import Owner, orchestration_of_branch
 from peerd.core.text import path_segment
 from peerd.errors import CapabilityDenied, InvalidRequest, NotYours, PayloadTooLarge
 from peerd.operations import Caller, Operations
@@ -274,11 +274,9 @@ class GitTransport:
         if owner is None or project is None:
             raise InvalidRequest(f"{branch} in {repo} is not an orchestration packet's branch here.")
         ref = f"refs/heads/{branch}"
-        recorded = await ownership.owner_of(self.ops.db, project.id, "ref", ref)
         exists = await git.branch_exists(repo, branch)
-        right = may_change(None if recorded is None else recorded.owner, exists=exists, caller=owner)
+        right, whose = await ownership.right_to(self.ops.db, project.id, ref, caller=owner, exists=exists)
         if right == "not_yours":
-            whose = effective_owner(None if recorded is None else recorded.owner, exists)
             raise NotYours(
                 f"Branch {branch} belongs to {whose.describe() if whose else 'nobody'} here; the packet's "
                 "commits are not fetched into it. Rename or remove that branch and resume the run."

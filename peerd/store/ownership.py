@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import aiosqlite
 
-from peerd.core.ownership import Holding, Owner
+from peerd.core.ownership import Holding, Owner, Right, effective_owner, may_change
 from peerd.errors import NotYours
 from peerd.store.db import Database, Tx
 
@@ -105,6 +105,16 @@ async def owner_of(db: Database, project_id: str, holding: Holding, name: str) -
         (project_id, holding, name),
     )
     return None if row is None else _owned(row)
+
+
+async def right_to(
+    db: Database, project_id: str, ref: str, *, caller: Owner, exists: bool
+) -> tuple[Right, Owner | None]:
+    """What `caller` may do with `ref` by the ledger (`core/ownership.py:may_change`), and whose it
+    is (`effective_owner`: an unrecorded ref git has is the person's; None: nobody's)."""
+    owned = await owner_of(db, project_id, "ref", ref)
+    recorded = None if owned is None else owned.owner
+    return may_change(recorded, exists=exists, caller=caller), effective_owner(recorded, exists)
 
 
 async def forget(tx: Tx, project_id: str, holding: Holding, name: str, *, owner: Owner) -> None:
