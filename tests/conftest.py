@@ -40,5 +40,7 @@ async def project(client: LocalClient, repo: Path) -> dict[str, object]:
 def _repository_readable_in_sandboxes() -> None:
     """A clone under /tmp (as CI may make) is hidden by the sandbox's private /tmp: its test
     fixtures (scripts, the pinned CLIs) stay readable to confined runs, as they are from a clone
-    elsewhere, where `/` is read-only visible."""
-    os.environ[READABLE_ENV] = str(REPO)
+    elsewhere. Only those: the test homes in `.cache/test-homes` stay out of sight (deny by
+    default is what the security tests check)."""
+    fixtures = [REPO / "tests", REPO / "examples", REPO / ".cache" / "coder-clis"]
+    os.environ[READABLE_ENV] = ":".join(str(p) for p in fixtures)

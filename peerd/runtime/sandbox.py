@@ -6,26 +6,32 @@ missing or does not work here, the owner's runs go on with only the coder CLI's 
 link's run above `read-only` is refused at start (`ConfinementUnavailable`) unless the box owner set
 `links.allow_unconfined = true` in config.toml. The outcome is a `notice` item of the run.
 
-What a confined run sees (`Confinement`, turned into bwrap arguments by `bwrap_args`):
+What a confined run sees (`Confinement`, turned into bwrap arguments by `bwrap_args`): deny by
+default. The run's root is an empty tmpfs; only what is bound into it exists there:
 
-- the whole filesystem read-only (`--ro-bind / /`; a link's full-access run gets it writable), a
-  fresh `/dev`, and a fresh `/proc` in its own PID namespace (so `/proc/<daemon pid>/root` cannot
-  reach the unconfined filesystem), its own IPC and UTS namespaces, no capabilities (also when
-  peerd runs as root), and it dies with peerd;
-- private, empty `/tmp`, `/var/tmp` and `/run/user/<uid>` (hiding the ssh-agent, D-Bus and other
-  sockets kept there);
-- hidden (an empty tmpfs over each): peerd's home (database, keys, tokens, other runs' files), the
-  owner socket's directory when it lies outside the home, every registered project's checkout,
-  and for a run a link started also the box user's `$HOME`;
-- visible again, the more specific path winning: read-only the Python installation and the `peerd`
-  package (for `python -m peerd mcp` and the scripted agent), the coder CLI's install directory,
-  the project's git dir (so `git status` and `git diff` work; commits, config and hook writes do
-  not), and the run's scratch dir (its token file and MCP config); writable the run's worktree
-  (read-only at `read-only`, `approval-required` and in plan mode; for Codex also at
+- the system's programs and libraries, read-only: `/usr`, `/bin`, `/sbin`, `/lib*` (merged-usr
+  symlinks kept as symlinks), `/sys`, and `/etc` filtered (`sandbox_profile.etc_plan`: no file or
+  directory that is not world-readable, so no `shadow`, `gshadow`, `sudoers`, `ssl/private`, and
+  none of `ETC_DENIED`: ssh host keys, keytabs, VPN and Wi-Fi secrets, ...); a fresh `/dev`, a fresh
+  `/proc` in its own PID namespace (so `/proc/<daemon pid>/root` cannot reach the unconfined
+  filesystem), its own IPC and UTS namespaces, no capabilities (also when peerd runs as root), and
+  it dies with peerd;
+- private, empty and writable: `/tmp`, `/var/tmp`, `/run/user/<uid>` (hiding the ssh-agent, D-Bus
+  and other sockets kept there) and the run's `$HOME` (so no ssh keys, shell history, other
+  tools' tokens);
+- the run's own things: read-only the Python installation and the `peerd` package (for
+  `python -m peerd mcp` and the scripted agent), the coder CLI's install directory and the files
+  its config names, the project's git dir (so `git status` and `git diff` work; commits, config and
+  hook writes do not), and the run's scratch dir (its token file and MCP config); writable the
+  run's worktree (read-only at `read-only`, `approval-required` and in plan mode; for Codex also at
   `auto-accept-edits`, as its own mapping), the CLI's own state dirs (`~/.codex` or `CODEX_HOME`,
   `~/.claude` and `~/.claude.json`, `~/.gemini`, or the whole `HOME` a provider's `env` sets), and
   peerd's agent socket, the one peerd surface a run can reach. An in-place thread's checkout is
-  its worktree: writable, with its `.git` read-only.
+  its worktree: writable, with its `.git` read-only;
+- nothing else: no `/home`, `/root`, `/srv`, `/opt`, `/mnt`, `/media`, no `/var` beyond its private
+  tmp, no other checkout, no other run's files, not peerd's home. Should a bound directory contain
+  one of those (peerd's home, the owner socket's directory, a registered checkout), an empty
+  read-only tmpfs is laid over it (`hidden`).
 - network: none for the scripted provider (`--unshare-net`: it needs only the agent socket, a Unix
   socket file); shared for the coder CLIs and custom commands, which must reach their model's API.
   A run with the network shared can reach what any local process can over TCP and abstract Unix
@@ -104,14 +110,17 @@ class Confinement:
     worktree: Path
     worktree_writable: bool
     git_dir: Path | None = None
-    tmp: tuple[Path, ...] = ()  # private, empty, writable (/tmp, /var/tmp, /run/user/<uid>)
-    hidden: tuple[Path, ...] = ()  # empty and read-only
+    tmp: tuple[Path, ...] = ()  # private, empty, writable (/tmp, /var/tmp, /run/user/<uid>, $HOME)
+    hidden: tuple[Path, ...] = ()  # empty and read-only, where a bind would show them
     binds: tuple[Mount, ...] = ()
     # Paths whose names are dropped from the inherited environment (peerd's home, owner socket).
     private: tuple[Path, ...] = ()
     by_link: bool = False
-    root_writable: bool = False  # a link's full-access run: all writable but the hidden paths
     share_net: bool = False
+    # The system's programs and libraries, read-only (`sandbox_profile.system_mounts`), and the
+    # symlinks among them kept as symlinks (`/bin -> usr/bin`): the root itself is empty.
+    system: tuple[Mount, ...] = ()
+    symlinks: tuple[tuple[Path, str], ...] = ()
 
     def plus(self, *binds: Mount, share_net: bool | None = None) -> Confinement:
         net = self.share_net if share_net is None else share_net
@@ -122,8 +131,11 @@ class Confinement:
         the more specific path wins; on the same path a bind beats a hide and read-only beats
         writable."""
         wanted: list[tuple[str, Path]] = [("tmp", p) for p in self.tmp]
-        wanted += [("hide", p) for p in self.hidden]
-        for bind in self.binds:
+        shown = [b.path for b in (*self.system, *self.binds)] + [self.worktree]
+        # A hidden path needs its tmpfs only where something bound would show it: elsewhere it is
+        # absent from the empty root (an empty directory there would only tell that it exists).
+        wanted += [("hide", p) for p in self.hidden if any(p.is_relative_to(s) for s in shown)]
+        for bind in (*self.system, *self.binds):
             kind = "write" if bind.writable else "read"
             if bind.source is not None:
                 kind = "swap"  # another file shown in this one's place: beats any other rule for it
@@ -140,15 +152,13 @@ class Confinement:
 
     def describe(self) -> str:
         """The run's notice: what peerd's sandbox lets it see and write."""
-        hidden = "peerd's home and sockets and the registered checkouts"
-        if self.by_link:
-            hidden = "peerd's home and sockets, the registered checkouts and the box user's home"
-        root = "writable" if self.root_writable else "read-only"
         tree = "writable" if self.worktree_writable else "read-only"
         return (
-            f"peerd confines this run (bubblewrap): the filesystem is {root}, {hidden} are hidden, "
-            f"the worktree is {tree}, the project's git dir is read-only, and peerd's agent tools are "
-            "reachable only through the agent socket."
+            "peerd confines this run (bubblewrap): it sees the system's programs and libraries "
+            "(read-only, /etc without its secrets), its worktree "
+            f"({tree}), the project's git dir (read-only), its coder's own files, and a private, empty "
+            "/tmp and home; nothing else of this machine (no other checkout, no home directory, not "
+            "peerd's home). peerd's agent tools are reachable only through the agent socket."
         )
 
 
@@ -166,7 +176,9 @@ _FLAG = {
 
 def bwrap_args(conf: Confinement) -> list[str]:
     """bwrap's options for `conf` (pure: nothing is looked up or run)."""
-    args = ["--bind" if conf.root_writable else "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = ["--dev", "/dev", "--proc", "/proc"]
+    for path, target in conf.symlinks:
+        args += ["--symlink", target, str(path)]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--cap-drop", "ALL"]
     if not conf.share_net:
         args.append("--unshare-net")
@@ -181,8 +193,10 @@ def bwrap_args(conf: Confinement) -> list[str]:
                 str(sources.get(path, path) if kind.startswith("swap") else path),
                 str(path),
             ]
-    # Last, once every mount point below them exists: a hidden path is empty and read-only (what is
-    # bound below it stays as bound).
+    # Last, once every mount point below them exists: the empty root and each hidden path are
+    # read-only (what is bound below them stays as bound), so a write outside the run's own
+    # places fails instead of vanishing into the sandbox's memory.
+    args += ["--remount-ro", "/"]
     for kind, path in mounts:
         if kind == "hide":
             args += ["--remount-ro", str(path)]

@@ -8,11 +8,16 @@ into bwrap's arguments is pure and lives in `sandbox`.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import site
+import stat
 import sys
+import threading
+import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.runtime.sandbox import Confinement, Mount
@@ -22,6 +27,177 @@ def private_tmp_dirs(uid: int | None = None) -> list[Path]:
     uid = os.getuid() if uid is None else uid
     candidates = (Path("/tmp"), Path("/var/tmp"), Path(f"/run/user/{uid}"))  # noqa: S108  # hidden, not used
     return [p for p in candidates if p.is_dir()]
+
+
+# --- the system: what every confined run sees of this machine, read-only -------------------------
+
+# Programs, libraries and kernel views a toolchain needs. `/etc` is added entry by entry
+# (`etc_plan`); everything else (/home, /root, /srv, /opt, /mnt, /media, /var, /run, ...) is absent.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+
+# Below /etc, never shown even when world-readable (fnmatch patterns, relative to /etc). What is not
+# world-readable (shadow, gshadow, sudoers, ssl/private, ...) is never shown either.
+ETC_DENIED = (
+    "shadow*",
+    "gshadow*",
+    ".pwd.lock",
+    "sudoers",
+    "sudoers.d",
+    "security/opasswd",
+    "ssh/ssh_host_*",
+    "ssl/private",
+    "pki/*/private",
+    "krb5.keytab",
+    "*.keytab",
+    "ipsec.secrets",
+    "ipsec.d",
+    "wireguard",
+    "openvpn",
+    "NetworkManager/system-connections",
+    "wpa_supplicant",
+    "ppp/*secrets",
+    "credstore",
+    "credstore.encrypted",
+    "letsencrypt",
+    "mysql/debian.cnf",
+    "postfix/sasl*",
+    "exim4/passwd*",
+    "docker/key.json",
+    "libvirt/secrets",
+    "peerd",
+)
+ETC_PLAN_TTL_S = 10.0
+KERNEL_VIEWS = (Path("/proc"), Path("/dev"), Path("/sys"))  # made fresh in the sandbox
+
+
+@dataclass(frozen=True)
+class EtcPlan:
+    """What of `/etc` a run sees: directories and files bound read-only, symlinks kept, and the
+    world-readable files outside the system that a kept symlink points to (`/etc/resolv.conf` ->
+    `/run/systemd/resolve/stub-resolv.conf`)."""
+
+    binds: tuple[Path, ...]
+    symlinks: tuple[tuple[Path, str], ...]
+    denied: tuple[Path, ...]  # what exists and is left out (said by `peerd doctor`)
+
+
+def _world_readable(st: os.stat_result) -> bool:
+    if stat.S_ISDIR(st.st_mode):
+        return st.st_mode & (stat.S_IROTH | stat.S_IXOTH) == (stat.S_IROTH | stat.S_IXOTH)
+    return bool(st.st_mode & stat.S_IROTH) and stat.S_ISREG(st.st_mode)
+
+
+def etc_plan(root: Path = Path("/etc"), denied: Iterable[str] = ETC_DENIED) -> EtcPlan:
+    """`root` filtered: a directory with nothing denied below it is bound whole, one with something
+    denied is entered and its entries decided one by one; a denied entry (a pattern of `denied`,
+    not world-readable, or not a regular file, directory or symlink) is left out."""
+    patterns = tuple(denied)
+    binds: list[Path] = []
+    links: list[tuple[Path, str]] = []
+    left_out: list[Path] = []
+
+    def is_denied(path: Path, st: os.stat_result) -> bool:
+        rel = path.relative_to(root).as_posix()
+        if any(fnmatch.fnmatchcase(rel, pat) for pat in patterns):
+            return True
+        return not stat.S_ISLNK(st.st_mode) and not _world_readable(st)
+
+    def clean(path: Path) -> bool:
+        """Nothing below `path` (a directory) is denied."""
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            return False
+        for entry in entries:
+            child = Path(entry.path)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                return False
+            if is_denied(child, st) or (stat.S_ISDIR(st.st_mode) and not clean(child)):
+                return False
+        return True
+
+    def visit(path: Path) -> None:
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            child = Path(entry.path)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_denied(child, st):
+                left_out.append(child)
+            elif stat.S_ISLNK(st.st_mode):
+                links.append((child, os.readlink(child)))
+            elif stat.S_ISDIR(st.st_mode):
+                if clean(child):
+                    binds.append(child)
+                else:
+                    visit(child)
+            else:
+                binds.append(child)
+
+    visit(root)
+    return EtcPlan(tuple(binds), tuple(links), tuple(left_out))
+
+
+def _link_targets(links: Iterable[tuple[Path, str]], shown: Iterable[Path]) -> list[Path]:
+    """World-readable regular files that kept symlinks point to outside what is shown."""
+    visible = tuple(shown)
+    found: list[Path] = []
+    for path, _ in links:
+        target = real(path)
+        if any(target.is_relative_to(v) for v in (*visible, *KERNEL_VIEWS)):
+            continue
+        try:
+            st = target.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and _world_readable(st) and not target.is_relative_to("/etc"):
+            found.append(target)
+    return found
+
+
+@dataclass(frozen=True)
+class System:
+    mounts: tuple[Mount, ...]
+    symlinks: tuple[tuple[Path, str], ...]
+    etc_denied: tuple[Path, ...]
+
+
+_system_lock = threading.Lock()
+_system_cache: tuple[float, System] | None = None
+
+
+def system_mounts(*, now: float | None = None) -> System:
+    """The system part of every run's profile (cached for `ETC_PLAN_TTL_S`: walking /etc takes
+    10-50 ms)."""
+    global _system_cache  # noqa: PLW0603  # one small cache per process
+    at = time.monotonic() if now is None else now
+    with _system_lock:
+        if _system_cache is not None and at - _system_cache[0] < ETC_PLAN_TTL_S:
+            return _system_cache[1]
+    mounts: list[Mount] = []
+    links: list[tuple[Path, str]] = []
+    for name in SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            links.append((path, os.readlink(path)))
+        elif path.is_dir():
+            mounts.append(Mount(path, optional=True))
+    etc = etc_plan()
+    mounts += [Mount(p, optional=True) for p in etc.binds]
+    links += etc.symlinks
+    shown = [m.path for m in mounts]
+    mounts += [Mount(p, optional=True) for p in _link_targets(etc.symlinks, shown)]
+    found = System(tuple(mounts), tuple(links), etc.denied)
+    with _system_lock:
+        _system_cache = (at, found)
+    return found
 
 
 def real(path: Path | str) -> Path:
@@ -206,13 +382,14 @@ def profile(
     interaction_mode: str,
     user_home: Path | None = None,
 ) -> Confinement:
-    """A run's base profile, before its provider adds the CLI's own directories and network."""
+    """A run's base profile, before its provider adds the CLI's own directories and network. Deny
+    by default: the system (read-only), the run's own paths, private tmp dirs and a private home."""
     home, owner_socket = real(home), real(owner_socket)
     hidden = [home, *(real(p) for p in checkouts)]
     if owner_socket.parent != home:
         hidden.append(owner_socket.parent)
-    if by_link:
-        hidden.append(real(user_home or Path.home()))
+    user = real(user_home or Path.home())
+    system = system_mounts()
     binds = [Mount(p) for p in python_dirs()]
     binds += [Mount(p, optional=True) for p in extra_readable()]
     binds.append(Mount(real(scratch), optional=True))
@@ -227,10 +404,11 @@ def profile(
         worktree=worktree,
         worktree_writable=writes_worktree(runtime_mode, interaction_mode),
         git_dir=git_dir,
-        tmp=tuple(private_tmp_dirs()),
+        tmp=tuple(dict.fromkeys([*private_tmp_dirs(), *([user] if user != Path("/") else [])])),
         hidden=tuple(p for p in existing(hidden) if p != Path("/")),
         binds=tuple(binds),
         private=tuple(dict.fromkeys((home, owner_socket.parent))),
         by_link=by_link,
-        root_writable=by_link and runtime_mode == "full-access",
+        system=system.mounts,
+        symlinks=system.symlinks,
     )

@@ -84,6 +84,25 @@ attempt("user_home", lambda: open(os.path.join(paths["user_home"], "secret")).re
 attempt("network", lambda: socket.create_connection(("127.0.0.1", paths["port"]), timeout=5).close())
 attempt("outside", lambda: append(os.path.join(paths["outside"], "ESCAPED"), "x"))
 attempt("worktree", lambda: append("mine.txt", "mine\n"))
+# Deny by default: the box's secrets and everything that is not the run's own are absent.
+for name, path in paths["secrets"].items():
+    attempt("secret:" + name, lambda path=path: len(open(path, "rb").read()))
+for path in paths["absent"]:
+    attempt("absent:" + path, lambda path=path: os.listdir(path))
+
+
+def build(argv):
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return [done.returncode, (done.stdout + done.stderr)[-300:]]
+
+
+# The run's own work still builds and tests: python, node, git, a C compiler.
+with open("hello.c", "w") as handle:
+    handle.write("int main(void) { return 0; }\n")
+attempt("python", lambda: build(["python3", "-c", "import ssl, sqlite3; print('ok')"]))
+attempt("node", lambda: build(["node", "-e", "console.log('ok')"]))
+attempt("git", lambda: build(["git", "status", "--short"]))
+attempt("cc", lambda: build(["sh", "-c", "cc hello.c -o hello && ./hello && echo ok"]))
 attempt(
     "agent_tool",
     lambda: post(os.environ["PEERD_SOCKET"], "/v1/tools/project_list", {}, os.environ["PEERD_RUN_TOKEN"]),
@@ -119,6 +138,29 @@ def probe_steps(pair: Pair, checkout: Path) -> list[dict[str, Any]]:
         "home": str(home.home),
         "outside": str(home.home.parent),  # a directory nothing hides: read-only like all of /
         "daemon_pid": os.getpid(),  # the daemons run in this process
+        "secrets": {
+            "shadow": "/etc/shadow",
+            "gshadow": "/etc/gshadow",
+            "ssl_private": "/etc/ssl/private",
+            "ssh_key": str(Path.home() / ".ssh" / "id_ed25519"),
+            "other_checkout": str(home.home.parent / "other-src" / "README.md"),
+            "identity": str(home.home / "identity" / "key.pem"),
+            "other_worktree": str(home.home / "worktrees" / "thr_other" / "theirs.txt"),
+            "other_scratch": str(home.home / "providers" / "script" / "runs" / "run_other" / "token"),
+        },
+        # Whole directories a run has no business in: other checkouts, other runs' worktrees
+        # and files, the homes, the machine's data.
+        "absent": [
+            str(home.home.parent / "other-src"),
+            str(home.home / "worktrees" / "thr_other"),
+            str(home.home / "providers" / "script" / "runs" / "run_other"),
+            "/home",
+            "/srv",
+            "/opt",
+            "/var/lib",
+            "/var/log",
+            "/mnt",
+        ],
     }
     return [
         {"write": {"path": "probe.py", "content": PROBE}},
@@ -148,14 +190,40 @@ async def test_a_links_run_step_reaches_only_its_worktree_and_the_agent_tools(
     pair, _ = linked
     with secure_dir() as user_home:  # the box user's $HOME, with something of theirs in it
         (user_home / "secret").write_text("the box user's\n")
+        (user_home / ".ssh").mkdir(mode=0o700)
+        (user_home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+        other = pair.box.paths.home.parent / "other-src"  # a checkout peerd was never told of
+        other.mkdir()
+        (other / "README.md").write_text("someone else's code\n")
         monkeypatch.setenv("HOME", str(user_home))
         await probe_the_box(pair)
 
 
-async def probe_the_box(pair: Pair) -> None:
+async def test_the_owners_run_at_auto_has_the_same_shape(linked: Linked, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deny by default is not only for links: the owner's own runs below full-access see the same."""
+    pair, _ = linked
+    with secure_dir() as user_home:
+        (user_home / "secret").write_text("the box user's\n")
+        (user_home / ".ssh").mkdir(mode=0o700)
+        (user_home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+        monkeypatch.setenv("HOME", str(user_home))
+        await probe_the_box(pair, by_owner=True)
+
+
+async def probe_the_box(pair: Pair, *, by_owner: bool = False) -> None:
     checkout = Path((await box_project(pair))["path"])
     config_before = (checkout / ".git" / "config").read_text()
-    launched = await launch_on_box(pair, script(*probe_steps(pair, checkout)))
+    # another run's worktree and scratch files, beside this run's own
+    for other in ("worktrees/thr_other/theirs.txt", "providers/script/runs/run_other/token"):
+        (pair.box.paths.home / other).parent.mkdir(parents=True, exist_ok=True)
+        (pair.box.paths.home / other).write_text("another run's\n")
+    prompt = script(*probe_steps(pair, checkout))
+    if by_owner:
+        project = await box_project(pair)
+        body = {"projectId": project["id"], "prompt": prompt, "runtimeMode": "auto"}
+        launched = await pair.bc.call("POST", "/v1/threads", body=body)
+    else:
+        launched = await launch_on_box(pair, prompt)
     done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
     assert done["status"] == "completed", await items(pair.bc, launched["threadId"])
     found = await probe_results(pair, launched["threadId"])
@@ -175,6 +243,13 @@ async def probe_the_box(pair: Pair) -> None:
     assert not (pair.box.paths.home.parent / "ESCAPED").exists()
     assert found["worktree"] == ["done", "written"], found
     assert found["agent_tool"] == ["done", 200], found
+    for name in ("shadow", "gshadow", "ssl_private", "ssh_key", "other_checkout", "identity", "other_worktree"):
+        assert found["secret:" + name] == ["refused", "FileNotFoundError"], (name, found)
+    assert found["secret:other_scratch"][0] == "refused", found
+    absent = {k: v for k, v in found.items() if k.startswith("absent:")}
+    assert absent and all(v == ["refused", "FileNotFoundError"] for v in absent.values()), absent
+    for tool in ("python", "node", "git", "cc"):
+        assert found[tool][0] == "done" and found[tool][1][0] == 0, (tool, found[tool])
     assert (checkout / ".git" / "config").read_text() == config_before
     assert not (checkout / "PWNED").exists()
     assert (Path(launched["worktreePath"]) / "mine.txt").read_text() == "mine\n"

@@ -13,9 +13,11 @@ from peerd.runtime import sandbox
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide
 from peerd.runtime.sandbox_profile import (
     git_dir_of,
+    etc_plan,
     install_dirs,
     profile,
     sanitized_git_config,
+    system_mounts,
     writes_worktree,
 )
 
@@ -45,25 +47,31 @@ def pairs(args: list[str], flag: str) -> list[str]:
 
 def test_the_base_profile() -> None:
     args = bwrap_args(conf())
-    assert args[:7] == ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    assert args[:4] == ["--dev", "/dev", "--proc", "/proc"]  # deny by default: nothing else of `/`
+    assert "/" not in pairs(args, "--ro-bind") + pairs(args, "--bind")
     for flag in ("--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--unshare-net"):
         assert flag in args
     assert "--new-session" not in args  # peerd signals the run's process group
     assert args[args.index("--cap-drop") + 1] == "ALL"  # also when peerd runs as root
     assert args[-2:] == ["--chdir", str(WT)]
-    assert pairs(args, "--tmpfs") == ["/tmp", "/srv/peerd", "/tmp/repo"]
-    assert pairs(args, "--remount-ro") == ["/srv/peerd", "/tmp/repo"]  # hidden; /tmp stays writable
+    # peerd's home and the checkout lie below nothing bound: they are simply absent (no empty
+    # directory tells that they exist); only the agent socket and the git dir are bound from them
+    assert pairs(args, "--tmpfs") == ["/tmp"]
+    assert pairs(args, "--remount-ro") == ["/"]  # the empty root: a write outside fails
+    # below a bound directory, a hidden path gets an empty, read-only tmpfs, after what is bound in it
+    shown = bwrap_args(conf(binds=(Mount(Path("/srv")), Mount(HOME / "agent.sock", writable=True))))
+    assert pairs(shown, "--tmpfs") == ["/tmp", "/srv/peerd"] and pairs(shown, "--remount-ro") == ["/", "/srv/peerd"]
     assert pairs(args, "--bind") == [str(WT)]
     assert pairs(args, "--bind-try") == [str(HOME / "agent.sock")]
-    assert pairs(args, "--ro-bind")[1:] == ["/usr/lib/python3", "/tmp/repo/.git"]
+    assert pairs(args, "--ro-bind") == ["/usr/lib/python3", "/tmp/repo/.git"]
 
 
 def test_a_parent_is_mounted_before_what_lies_below_it() -> None:
-    args = bwrap_args(conf())
+    args = bwrap_args(conf(binds=(*conf().binds, Mount(Path("/srv")))))
     where: dict[str, int] = {}
     for i, value in enumerate(args):
         where.setdefault(value, i)  # where each path is first named
-    assert where["/tmp"] < where["/tmp/repo"] < where["/tmp/repo/.git"]
+    assert where["/tmp"] < where["/tmp/repo/.git"]
     assert where["/srv/peerd"] < where[str(WT)] and where["/srv/peerd"] < where[str(HOME / "agent.sock")]
     assert max(i for i, a in enumerate(args) if a == "--remount-ro") > where[str(WT)]
 
@@ -75,10 +83,22 @@ def test_on_one_path_a_bind_beats_a_hide_and_read_only_beats_writable() -> None:
     assert ("read", CHECKOUT / ".git") in mounts and ("write", CHECKOUT / ".git") not in mounts
 
 
-def test_network_and_root_writability() -> None:
+def test_the_system_is_bound_read_only_and_its_symlinks_kept() -> None:
+    system = conf(
+        system=(Mount(Path("/usr"), optional=True), Mount(Path("/etc/passwd"), optional=True)),
+        symlinks=((Path("/bin"), "usr/bin"),),
+    )
+    args = bwrap_args(system)
+    assert args[4:7] == ["--symlink", "usr/bin", "/bin"]  # before anything is mounted
+    assert pairs(args, "--ro-bind-try") == ["/usr", "/etc/passwd"]
+    assert "/etc/passwd" in pairs(args, "--ro-bind-try") and "/etc" not in args
+    # a hidden path below a system directory gets its tmpfs
+    below = bwrap_args(dataclasses.replace(system, hidden=(Path("/usr/local/secret"),)))
+    assert "/usr/local/secret" in pairs(below, "--tmpfs")
+
+
+def test_network_and_the_worktrees_writability() -> None:
     assert "--unshare-net" not in bwrap_args(conf(share_net=True))
-    full = bwrap_args(conf(root_writable=True))
-    assert full[:3] == ["--bind", "/", "/"] and "/srv/peerd" in pairs(full, "--tmpfs")
     readonly = bwrap_args(conf(worktree_writable=False))
     assert str(WT) in pairs(readonly, "--ro-bind") and str(WT) not in pairs(readonly, "--bind")
 
@@ -174,11 +194,14 @@ def test_a_runs_profile_hides_home_sockets_checkouts_and_for_links_the_users_hom
     }
     owner = profile(by_link=False, **common)  # type: ignore[arg-type]
     assert set(owner.hidden) == {home, repo, other, socket_dir}  # what does not exist is skipped
-    assert owner.git_dir == repo / ".git" and owner.worktree_writable and not owner.root_writable
+    assert owner.git_dir == repo / ".git" and owner.worktree_writable
+    assert user in owner.tmp, "a private, empty home"
+    assert Path("/usr") in [m.path for m in owner.system]
     assert Mount(socket_dir / "x-agent.sock", writable=True, optional=True) in owner.binds
     assert owner.private == (home, socket_dir)  # names dropped from the inherited environment
     link = profile(by_link=True, **{**common, "runtime_mode": "full-access"})  # type: ignore[arg-type]
-    assert user in link.hidden and link.root_writable and link.by_link
+    assert user in link.tmp and link.by_link and link.worktree_writable
+    assert bwrap_args(link)[:4] == ["--dev", "/dev", "--proc", "/proc"], "a link's full-access run too"
     same = profile(by_link=False, **{**common, "agent_socket": socket_dir / "x.sock"})  # type: ignore[arg-type]
     assert not [b for b in same.binds if b.path.name.endswith(".sock")], "never the owner socket"
 
@@ -284,3 +307,47 @@ def test_a_swapped_file_is_bound_from_its_source_last() -> None:
     at = args.index("/s/git-config")
     assert args[at - 1 : at + 2] == ["--ro-bind", "/s/git-config", "/c/.git/config"]
     assert at > args.index("/c/.git"), "after the git dir it lies in"
+
+
+def test_etc_is_shown_without_what_only_its_owner_may_read_or_the_listed_secrets(tmp_path: Path) -> None:
+    etc = tmp_path / "etc"
+    (etc / "ssl" / "certs").mkdir(parents=True)
+    (etc / "ssl" / "private").mkdir(mode=0o700)
+    (etc / "ssh").mkdir()
+    (etc / "apt" / "sources.list.d").mkdir(parents=True)
+    files = {
+        "passwd": 0o644,
+        "shadow": 0o640,
+        "ssl/certs/ca.pem": 0o644,
+        "ssl/openssl.cnf": 0o644,
+        "ssh/ssh_config": 0o644,
+        "ssh/ssh_host_ed25519_key.pub": 0o644,  # world-readable, and still a host key's name
+        "apt/sources.list.d/x.list": 0o644,
+        "wireguard.conf": 0o644,
+    }
+    for name, mode in files.items():
+        (etc / name).write_text(name)
+        (etc / name).chmod(mode)
+    (etc / "ssl" / "private").chmod(0o700)
+    (etc / "localtime").symlink_to("/usr/share/zoneinfo/UTC")
+    plan = etc_plan(etc, denied=("ssh/ssh_host_*", "wireguard*"))
+    bound = {p.relative_to(etc).as_posix() for p in plan.binds}
+    # a directory with nothing denied below it is bound whole; one with something denied is entered
+    assert bound == {"apt", "passwd", "ssl/certs", "ssl/openssl.cnf", "ssh/ssh_config"}
+    assert {p.relative_to(etc).as_posix() for p in plan.denied} == {
+        "shadow",
+        "ssl/private",
+        "ssh/ssh_host_ed25519_key.pub",
+        "wireguard.conf",
+    }
+    assert plan.symlinks == ((etc / "localtime", "/usr/share/zoneinfo/UTC"),)
+
+
+def test_this_machines_system_view_holds_no_secret_of_etc() -> None:
+    found = system_mounts(now=-1e9)  # made now, not cached
+    shown = [m.path for m in found.mounts]
+    assert Path("/usr") in shown and all(not m.writable for m in found.mounts)
+    for secret in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssl/private"):
+        assert not [p for p in shown if Path(secret).is_relative_to(p)], secret
+    for nothing in ("/home", "/root", "/srv", "/opt", "/var", "/run", "/mnt", "/tmp"):
+        assert not [p for p in shown if Path(nothing).is_relative_to(p) or p.is_relative_to(nothing)], nothing
