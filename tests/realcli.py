@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,6 +206,13 @@ def sandbox_binds() -> tuple[Mount, ...]:
         *(Mount(p) for p in sandbox_profile.python_dirs()),
         *(Mount(p, optional=True) for p in sandbox_profile.extra_readable()),
     )
+
+
+def system_view() -> dict[str, Any]:
+    """The system part of every confined run's profile (deny by default: nothing else of `/`),
+    for tests that build a `Confinement` themselves: `Confinement(..., **system_view())`."""
+    found = sandbox_profile.system_mounts()
+    return {"system": found.mounts, "symlinks": found.symlinks}
 
 
 def fake_marker(name: str) -> str:

@@ -189,14 +189,20 @@ async def daemon_facts(socket: Path) -> DaemonFacts:
 def confinement_facts(config_home: Path | None = None) -> ConfinementFacts:
     from peerd import config as settings_file  # noqa: PLC0415
     from peerd.doctor import ConfinementFacts  # noqa: PLC0415
-    from peerd.runtime import sandbox  # noqa: PLC0415
+    from peerd.runtime import sandbox, sandbox_profile  # noqa: PLC0415
 
     found = sandbox.probe()
     try:
         allow = settings_file.load(home=config_home).links.allow_unconfined
     except PeerdError:
         allow = False  # the config check says what is wrong with the file
-    return ConfinementFacts(works=found.ok, detail=found.detail, allow_unconfined=allow)
+    return ConfinementFacts(
+        works=found.ok,
+        detail=found.detail,
+        allow_unconfined=allow,
+        etc_left_out=tuple(str(p) for p in sandbox_profile.system_mounts().etc_denied),
+        readable=tuple(str(p) for p in sandbox_profile.extra_readable()),
+    )
 
 
 async def _store_health(db: Path) -> store_health.StoreHealth | None:

@@ -127,6 +127,7 @@ def render(checks: Sequence[Check]) -> list[str]:
         lines.append(f"{LABELS[ch.status]:<4}  {ch.name.ljust(width)}  {ch.detail}".rstrip())
         if ch.fix and ch.status in ("warn", "fail"):
             lines.append(f"      fix: {ch.fix}")
+        lines += [f"      {row}" for row in ch.table]
     lines.append("")
     lines.append(summary(checks))
     return lines

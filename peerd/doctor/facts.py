@@ -31,9 +31,13 @@ class Check:
     status: CheckStatus
     detail: str
     fix: str | None = None
+    table: tuple[str, ...] = ()  # lines shown below the check (what a confined run sees)
 
     def wire(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+        found: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+        if self.table:
+            found["table"] = list(self.table)
+        return found
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class ConfinementFacts:
     works: bool
     detail: str  # what the probe found: the binary that works, or why none does
     allow_unconfined: bool = False  # links.allow_unconfined in the config file
+    etc_left_out: tuple[str, ...] = ()  # what of this machine's /etc a confined run does not see
+    readable: tuple[str, ...] = ()  # the owner's additions (PEERD_SANDBOX_READABLE)
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from peerd.doctor.facts import (
     GIT_MIN,
     Check,
+    ConfinementFacts,
     Facts,
 )
 from peerd.doctor.text import (
     parse_git_version,
 )
+from peerd.runtime.sandbox import VISIBLE
 
 # --- git ---------------------------------------------------------------------------------------
 
@@ -46,6 +48,16 @@ def check_git(facts: Facts) -> Check:
 # --- confinement -------------------------------------------------------------------------------
 
 
+def visibility_lines(found: ConfinementFacts) -> tuple[str, ...]:
+    """What a confined run sees (`sandbox.VISIBLE`), with this machine's specifics."""
+    rows = [f"{row.access:<25} {row.what}: {row.paths}" for row in VISIBLE]
+    if found.etc_left_out:
+        rows.append(f"{'left out of /etc here':<25} {', '.join(found.etc_left_out)}")
+    if found.readable:
+        rows.append(f"{'added by the owner':<25} {', '.join(found.readable)}")
+    return tuple(rows)
+
+
 def check_confinement(facts: Facts) -> Check | None:
     found = facts.confinement
     if found is None:
@@ -54,8 +66,9 @@ def check_confinement(facts: Facts) -> Check | None:
         return Check(
             "confinement",
             "ok",
-            f"{found.detail} peerd confines linked machines' runs, and the owner's below full-access "
-            "(peerd's home, sockets and the checkouts hidden from them).",
+            f"{found.detail} peerd confines linked machines' runs, and the owner's below full-access: "
+            "deny by default, a run sees only this:",
+            table=visibility_lines(found),
         )
     install = "Install bubblewrap (Debian and Ubuntu: `sudo apt-get install bubblewrap`)"
     if found.allow_unconfined:

@@ -157,9 +157,64 @@ class Confinement:
             "peerd confines this run (bubblewrap): it sees the system's programs and libraries "
             "(read-only, /etc without its secrets), its worktree "
             f"({tree}), the project's git dir (read-only), its coder's own files, and a private, empty "
-            "/tmp and home; nothing else of this machine (no other checkout, no home directory, not "
+            "/tmp and home; nothing else of this machine (no other checkout, no home directory, not "  # noqa: S108  # words, not a path used
             "peerd's home). peerd's agent tools are reachable only through the agent socket."
         )
+
+
+@dataclass(frozen=True)
+class Visible:
+    """One row of what a confined run sees (docs/security.md and `peerd doctor` show the table)."""
+
+    what: str
+    paths: str
+    access: str
+
+    def markdown(self) -> str:
+        return f"| {self.what} | {self.paths} | {self.access} |"
+
+
+VISIBLE: tuple[Visible, ...] = (
+    Visible("System programs and libraries", "`/usr`, `/bin`, `/sbin`, `/lib*`", "read-only"),
+    Visible(
+        "System settings",
+        "`/etc`, without what is not world-readable (`shadow`, `gshadow`, `sudoers`, `ssl/private`, ...) "
+        "and the listed secrets (ssh host keys, keytabs, VPN and Wi-Fi secrets, ...)",
+        "read-only",
+    ),
+    Visible("Kernel views", "a fresh `/dev`, `/proc` (its own PID namespace), `/sys`", "read-only"),
+    Visible("Temporary dirs", "`/tmp`, `/var/tmp`, `/run/user/<uid>`", "private, empty, writable"),
+    Visible("Home", "`$HOME`", "private, empty, writable"),
+    Visible(
+        "The run's worktree",
+        "the thread's worktree, read-only at `read-only`, `approval-required` and in plan mode (an "
+        "in-place thread: its checkout, `.git` read-only)",
+        "writable or read-only",
+    ),
+    Visible(
+        "The project's git dir",
+        "`<checkout>/.git` (a link's run: `.git/config` reduced to what git needs)",
+        "read-only",
+    ),
+    Visible(
+        "The coder CLI", "its install dir and interpreter, the files and dirs its config names", "read-only"
+    ),
+    Visible(
+        "The coder CLI's state",
+        "`~/.codex` or `CODEX_HOME`, `~/.claude` and `~/.claude.json`, `~/.gemini`, a provider's own `HOME`",
+        "writable",
+    ),
+    Visible("Python and peerd", "the interpreter's prefixes, the `peerd` package", "read-only"),
+    Visible("The run's scratch dir", "its token file and MCP settings", "read-only"),
+    Visible("peerd's agent socket", "the one peerd surface a run can reach", "connect"),
+    Visible("The owner's additions", "`PEERD_SANDBOX_READABLE` (paths separated by `:`)", "read-only"),
+    Visible(
+        "Everything else",
+        "`/home`, `/root`, `/srv`, `/opt`, `/mnt`, `/media`, the rest of `/var` and `/run`, other checkouts, "
+        "other runs' files, peerd's home and owner socket",
+        "absent",
+    ),
+)
 
 
 _FLAG = {

@@ -132,7 +132,7 @@ def etc_plan(root: Path = Path("/etc"), denied: Iterable[str] = ETC_DENIED) -> E
             if is_denied(child, st):
                 left_out.append(child)
             elif stat.S_ISLNK(st.st_mode):
-                links.append((child, os.readlink(child)))
+                links.append((child, str(child.readlink())))
             elif stat.S_ISDIR(st.st_mode):
                 if clean(child):
                     binds.append(child)
@@ -186,7 +186,7 @@ def system_mounts(*, now: float | None = None) -> System:
     for name in SYSTEM_DIRS:
         path = Path(name)
         if path.is_symlink():
-            links.append((path, os.readlink(path)))
+            links.append((path, str(path.readlink())))
         elif path.is_dir():
             mounts.append(Mount(path, optional=True))
     etc = etc_plan()

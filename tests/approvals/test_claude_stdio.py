@@ -20,7 +20,7 @@ from peerd.runtime.sandbox import Confinement
 from tests.approvals.support import Gate, model_saw, pending_approvals, replies, run_to_end
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir
+from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir, system_view
 
 SHELL = "python3 -c \"open('shell-ran.txt', 'w').write('yes')\" && echo SHELL-OUTPUT-42"
 SCRIPTS: dict[str, dict[str, Any]] = {
@@ -239,6 +239,7 @@ async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
         worktree_writable=False,
         tmp=(Path("/tmp"),),
         binds=sandbox_binds(),  # peerd's Python (a clone under /tmp too), as the run manager binds it
+        **system_view(),  # and the system, read-only: nothing else of `/`
         by_link=True,
     )
     events = await run_to_end(provider, dataclasses.replace(spec, confinement=confined))

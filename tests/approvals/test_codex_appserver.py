@@ -33,7 +33,7 @@ from peerd.runtime.sandbox import Confinement
 from tests.approvals.support import Gate, pending_approvals
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.realcli import REPO, fake_marker, offline_settings, sandbox_binds, secure_dir
+from tests.realcli import REPO, fake_marker, offline_settings, sandbox_binds, secure_dir, system_view
 
 RUN_IDS = itertools.count(1)
 RAN = "shell-ran.txt"
@@ -268,6 +268,7 @@ async def test_inside_peerds_sandbox_an_approved_command_writes_the_worktree(
         worktree_writable=False,
         tmp=(Path("/tmp"),),
         binds=sandbox_binds(),  # peerd's Python (a clone under /tmp too), as the run manager binds it
+        **system_view(),  # and the system, read-only: nothing else of `/`
         by_link=True,
     )
     spec = dataclasses.replace(

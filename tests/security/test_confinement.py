@@ -199,7 +199,9 @@ async def test_a_links_run_step_reaches_only_its_worktree_and_the_agent_tools(
         await probe_the_box(pair)
 
 
-async def test_the_owners_run_at_auto_has_the_same_shape(linked: Linked, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_owners_run_at_auto_has_the_same_shape(
+    linked: Linked, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deny by default is not only for links: the owner's own runs below full-access see the same."""
     pair, _ = linked
     with secure_dir() as user_home:
@@ -243,7 +245,15 @@ async def probe_the_box(pair: Pair, *, by_owner: bool = False) -> None:
     assert not (pair.box.paths.home.parent / "ESCAPED").exists()
     assert found["worktree"] == ["done", "written"], found
     assert found["agent_tool"] == ["done", 200], found
-    for name in ("shadow", "gshadow", "ssl_private", "ssh_key", "other_checkout", "identity", "other_worktree"):
+    for name in (
+        "shadow",
+        "gshadow",
+        "ssl_private",
+        "ssh_key",
+        "other_checkout",
+        "identity",
+        "other_worktree",
+    ):
         assert found["secret:" + name] == ["refused", "FileNotFoundError"], (name, found)
     assert found["secret:other_scratch"][0] == "refused", found
     absent = {k: v for k, v in found.items() if k.startswith("absent:")}

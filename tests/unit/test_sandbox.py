@@ -12,8 +12,8 @@ from peerd.doctor import ConfinementFacts, check_confinement, run_checks
 from peerd.runtime import sandbox
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide
 from peerd.runtime.sandbox_profile import (
-    git_dir_of,
     etc_plan,
+    git_dir_of,
     install_dirs,
     profile,
     sanitized_git_config,
@@ -60,7 +60,10 @@ def test_the_base_profile() -> None:
     assert pairs(args, "--remount-ro") == ["/"]  # the empty root: a write outside fails
     # below a bound directory, a hidden path gets an empty, read-only tmpfs, after what is bound in it
     shown = bwrap_args(conf(binds=(Mount(Path("/srv")), Mount(HOME / "agent.sock", writable=True))))
-    assert pairs(shown, "--tmpfs") == ["/tmp", "/srv/peerd"] and pairs(shown, "--remount-ro") == ["/", "/srv/peerd"]
+    assert pairs(shown, "--tmpfs") == ["/tmp", "/srv/peerd"] and pairs(shown, "--remount-ro") == [
+        "/",
+        "/srv/peerd",
+    ]
     assert pairs(args, "--bind") == [str(WT)]
     assert pairs(args, "--bind-try") == [str(HOME / "agent.sock")]
     assert pairs(args, "--ro-bind") == ["/usr/lib/python3", "/tmp/repo/.git"]
@@ -273,6 +276,14 @@ def test_doctor_says_whether_runs_are_confined_and_what_it_means_for_links() -> 
     assert check_confinement(facts()) is None  # not looked at
     works = check_confinement(facts(confinement=ConfinementFacts(True, "bubblewrap works (/usr/bin/bwrap).")))
     assert works is not None and works.status == "ok" and "linked machines' runs" in works.detail
+    assert len(works.table) == len(sandbox.VISIBLE) and "absent" in works.table[-1]
+    here = ConfinementFacts(True, "works.", etc_left_out=("/etc/shadow",), readable=("/opt/tools",))
+    shown = check_confinement(facts(confinement=here))
+    assert shown is not None and shown.table[-2:] == (
+        "left out of /etc here     /etc/shadow",
+        "added by the owner        /opt/tools",
+    )
+    assert shown.wire()["table"] == list(shown.table)
     missing = ConfinementFacts(False, "bubblewrap (bwrap) is not on PATH.")
     refused = check_confinement(facts(confinement=missing))
     assert refused is not None and refused.status == "warn"
@@ -351,3 +362,9 @@ def test_this_machines_system_view_holds_no_secret_of_etc() -> None:
         assert not [p for p in shown if Path(secret).is_relative_to(p)], secret
     for nothing in ("/home", "/root", "/srv", "/opt", "/var", "/run", "/mnt", "/tmp"):
         assert not [p for p in shown if Path(nothing).is_relative_to(p) or p.is_relative_to(nothing)], nothing
+
+
+def test_the_visibility_table_is_the_one_in_the_security_docs() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    for row in sandbox.VISIBLE:
+        assert row.markdown() in docs, row
