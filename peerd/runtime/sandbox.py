@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -60,6 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.errors import CapabilityDenied
+from peerd.runtime import runas
+from peerd.runtime.runas import Grant, RunAs
 
 PROBE_TIMEOUT_S = 10.0
 DROPPED_ENV = frozenset(
@@ -83,6 +86,9 @@ _SHIM = (
     "os.execvp(sys.argv[1],sys.argv[1:])"
 )
 _OUTER, _INNER = _SHIM.format("SIG_IGN"), _SHIM.format("SIG_DFL")
+# Inside, for a run with a uid of its own (`runas`): drop to it first, then the same.
+_INNER_AS = _INNER.replace("\n", "\n" + runas.DROP, 1)
+RUNAS_SCRIPT = Path(runas.__file__).resolve()
 
 
 class ConfinementUnavailable(CapabilityDenied):
@@ -100,6 +106,9 @@ class Mount:
     writable: bool = False
     optional: bool = False  # bound only when it exists (`--bind-try`)
     source: Path | None = None  # what is shown at `path`, when not `path` itself
+    # The run's own (its scratch dir): readable by the run's uid when it has one (`runas`), as
+    # what is bound writable is writable by it.
+    own: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,16 @@ class Confinement:
     # symlinks among them kept as symlinks (`/bin -> usr/bin`): the root itself is empty.
     system: tuple[Mount, ...] = ()
     symlinks: tuple[tuple[Path, str], ...] = ()
+    # When peerd runs as root, the uid and gid the run runs as (`runas`); else peerd's own.
+    run_as: RunAs | None = None
+
+    def grants(self) -> list[Grant]:
+        """What the run's uid is given access to when it has one: its own paths only."""
+        found = [Grant(self.worktree, self.worktree_writable, recursive=True)]
+        for bind in self.binds:
+            if bind.source is None and (bind.writable or bind.own):
+                found.append(Grant(bind.path, bind.writable, recursive=True))
+        return found
 
     def plus(self, *binds: Mount, share_net: bool | None = None) -> Confinement:
         net = self.share_net if share_net is None else share_net
@@ -232,15 +251,30 @@ _FLAG = {
 def bwrap_args(conf: Confinement) -> list[str]:
     """bwrap's options for `conf` (pure: nothing is looked up or run)."""
     args = ["--dev", "/dev", "--proc", "/proc"]
-    for path, target in conf.symlinks:
-        args += ["--symlink", target, str(path)]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--cap-drop", "ALL"]
+    if conf.run_as is not None:  # only for the inner shim's drop to the run's uid, which clears them
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     if not conf.share_net:
         args.append("--unshare-net")
     mounts = conf.mounts()
     sources = {b.path: b.source for b in conf.binds if b.source is not None}
+    covered: list[Path] = [Path("/dev"), Path("/proc")]  # bound: what lies below exists as it is
+    made: set[Path] = set()
     for kind, path in mounts:
-        if kind in ("tmp", "hide"):
+        if conf.run_as is not None:
+            # bwrap makes a mount point's missing parents 0700 root, which the run's uid cannot
+            # enter: make them 0755 first
+            for parent in reversed(path.parents[:-1]):
+                if parent not in made and not any(parent.is_relative_to(c) for c in covered):
+                    args += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(parent)
+            if kind in ("tmp", "hide"):
+                made.add(path)  # itself; what lies below it is still to make
+            else:
+                covered.append(path)
+        if kind == "tmp" and conf.run_as is not None:
+            args += ["--perms", "1777", "--tmpfs", str(path)]  # made by root, written by the run
+        elif kind in ("tmp", "hide"):
             args += [_FLAG[kind], str(path)]
         else:
             args += [
@@ -248,6 +282,9 @@ def bwrap_args(conf: Confinement) -> list[str]:
                 str(sources.get(path, path) if kind.startswith("swap") else path),
                 str(path),
             ]
+    # The system's symlinks (`/bin -> usr/bin`), once the directories they lie in exist.
+    for path, target in conf.symlinks:
+        args += ["--symlink", target, str(path)]
     # Last, once every mount point below them exists: the empty root and each hidden path are
     # read-only (what is bound below them stays as bound), so a write outside the run's own
     # places fails instead of vanishing into the sandbox's memory.
@@ -261,6 +298,12 @@ def bwrap_args(conf: Confinement) -> list[str]:
 def command(conf: Confinement, argv: list[str], *, bwrap: str, python: str = sys.executable) -> list[str]:
     """The full argv that runs `argv` confined by `conf` (see the module docstring for the shims)."""
     shim = [python, "-I", "-S", "-c"]
+    if conf.run_as is not None:
+        who = conf.run_as
+        grants = json.dumps([g.wire() for g in conf.grants()])
+        outer = [python, "-I", "-S", str(RUNAS_SCRIPT), str(who.uid), grants, "--"]
+        inner = [*shim, _INNER_AS, str(who.uid), str(who.gid)]
+        return [*outer, bwrap, *bwrap_args(conf), "--", *inner, *argv]
     return [*shim, _OUTER, bwrap, *bwrap_args(conf), "--", *shim, _INNER, *argv]
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from peerd.runtime import runas
 from peerd.runtime.sandbox import Confinement, Mount
 
 
@@ -314,6 +315,16 @@ def git_config_swap(git_dir: Path, scratch: Path) -> Mount | None:
     return Mount(git_dir / "config", source=copy)
 
 
+def trust_config(scratch: Path) -> Path:
+    """A git config (in the run's scratch dir) that trusts every repository: given to a run with a
+    uid of its own as its `~/.gitconfig`, where git would refuse peerd's worktree as root's."""
+    scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = scratch / "gitconfig"
+    path.write_text("[safe]\n\tdirectory = *\n", encoding="utf-8")
+    path.chmod(0o644)
+    return path
+
+
 def install_dirs(binary: str, env: Mapping[str, str]) -> list[Path]:
     """Where an installed CLI lives, as far as running it needs: an npm package's whole
     `node_modules` tree, else the binary's directory (a `bin/` with a `lib/` beside it: its
@@ -392,7 +403,12 @@ def profile(
     system = system_mounts()
     binds = [Mount(p) for p in python_dirs()]
     binds += [Mount(p, optional=True) for p in extra_readable()]
-    binds.append(Mount(real(scratch), optional=True))
+    binds.append(Mount(real(scratch), optional=True, own=True))
+    run_as = runas.decide(os.geteuid(), os.environ)
+    if run_as is not None and user != Path("/"):
+        # git refuses a repository another uid owns ("dubious ownership"): the run's own git, as
+        # its uid, trusts the worktree and git dir peerd shows it (a global config in its home)
+        binds.append(Mount(user / ".gitconfig", source=trust_config(real(scratch))))
     if agent_socket is not None and real(agent_socket) != owner_socket:
         binds.append(Mount(real(agent_socket), writable=True, optional=True))
     worktree = real(worktree)
@@ -411,4 +427,5 @@ def profile(
         by_link=by_link,
         system=system.mounts,
         symlinks=system.symlinks,
+        run_as=run_as,
     )

@@ -96,6 +96,8 @@ def build(argv):
     return [done.returncode, (done.stdout + done.stderr)[-300:]]
 
 
+attempt("uid", lambda: os.getuid())
+attempt("root_only", lambda: open(paths["root_only"]).read())
 # The run's own work still builds and tests: python, node, git, a C compiler.
 with open("hello.c", "w") as handle:
     handle.write("int main(void) { return 0; }\n")
@@ -148,6 +150,9 @@ def probe_steps(pair: Pair, checkout: Path) -> list[dict[str, Any]]:
             "other_worktree": str(home.home / "worktrees" / "thr_other" / "theirs.txt"),
             "other_scratch": str(home.home / "providers" / "script" / "runs" / "run_other" / "token"),
         },
+        # A file only its owner may read, in a path the sandbox maps (the project's git dir):
+        # when peerd runs as root, the run does not, so it cannot read it
+        "root_only": str(checkout / ".git" / "peerd-root-only"),
         # Whole directories a run has no business in: other checkouts, other runs' worktrees
         # and files, the homes, the machine's data.
         "absent": [
@@ -219,6 +224,9 @@ async def probe_the_box(pair: Pair, *, by_owner: bool = False) -> None:
     for other in ("worktrees/thr_other/theirs.txt", "providers/script/runs/run_other/token"):
         (pair.box.paths.home / other).parent.mkdir(parents=True, exist_ok=True)
         (pair.box.paths.home / other).write_text("another run's\n")
+    root_only = checkout / ".git" / "peerd-root-only"
+    root_only.write_text("only its owner's\n")
+    root_only.chmod(0o600)
     prompt = script(*probe_steps(pair, checkout))
     if by_owner:
         project = await box_project(pair)
@@ -238,9 +246,9 @@ async def probe_the_box(pair: Pair, *, by_owner: bool = False) -> None:
     assert found["network"][0] == "refused", found  # the scripted provider has no network at all
     assert found["key"] == ["refused", "FileNotFoundError"], found
     assert found["checkout_read"][0] == "refused", found
-    assert found["checkout_write"] == ["refused", "OSError"], found
+    assert found["checkout_write"] in (["refused", "OSError"], ["refused", "PermissionError"]), found
     # The project's git dir is visible read-only, the worktree writable, the agent tools reachable.
-    assert found["git_config"] == ["refused", "OSError"], found
+    assert found["git_config"] in (["refused", "OSError"], ["refused", "PermissionError"]), found
     assert found["outside"] == ["refused", "OSError"], found
     assert not (pair.box.paths.home.parent / "ESCAPED").exists()
     assert found["worktree"] == ["done", "written"], found
@@ -258,6 +266,9 @@ async def probe_the_box(pair: Pair, *, by_owner: bool = False) -> None:
     assert found["secret:other_scratch"][0] == "refused", found
     absent = {k: v for k, v in found.items() if k.startswith("absent:")}
     assert absent and all(v == ["refused", "FileNotFoundError"] for v in absent.values()), absent
+    if os.geteuid() == 0:  # the run has a uid of its own, without capabilities
+        assert found["uid"] == ["done", 65534], found
+        assert found["root_only"] == ["refused", "PermissionError"], found
     for tool in ("python", "node", "git", "cc"):
         assert found[tool][0] == "done" and found[tool][1][0] == 0, (tool, found[tool])
     assert (checkout / ".git" / "config").read_text() == config_before

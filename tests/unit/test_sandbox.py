@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from peerd.config import Config, ConfigInvalid, LinksConfig, ProviderConfig, _validate, link_may_use
 from peerd.doctor import ConfinementFacts, check_confinement, run_checks
-from peerd.runtime import sandbox
+from peerd.runtime import runas, sandbox
+from peerd.runtime.runas import Grant, RunAs
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide
 from peerd.runtime.sandbox_profile import (
     etc_plan,
@@ -92,7 +97,9 @@ def test_the_system_is_bound_read_only_and_its_symlinks_kept() -> None:
         symlinks=((Path("/bin"), "usr/bin"),),
     )
     args = bwrap_args(system)
-    assert args[4:7] == ["--symlink", "usr/bin", "/bin"]  # before anything is mounted
+    at = args.index("--symlink")
+    assert args[at : at + 3] == ["--symlink", "usr/bin", "/bin"]
+    assert at > args.index("/etc/passwd"), "once the directories it lies in exist"
     assert pairs(args, "--ro-bind-try") == ["/usr", "/etc/passwd"]
     assert "/etc/passwd" in pairs(args, "--ro-bind-try") and "/etc" not in args
     # a hidden path below a system directory gets its tmpfs
@@ -368,3 +375,96 @@ def test_the_visibility_table_is_the_one_in_the_security_docs() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
     for row in sandbox.VISIBLE:
         assert row.markdown() in docs, row
+
+
+def test_a_run_with_a_uid_of_its_own_drops_to_it_inside_after_its_paths_are_granted() -> None:
+    who = RunAs(65534, 65534)
+    confined = conf(run_as=who, worktree_writable=False, binds=(*conf().binds, Mount(Path("/s"), own=True)))
+    argv = sandbox.command(confined, ["agent"], bwrap="/usr/bin/bwrap", python="/py")
+    # outside, as root: the grants, then bwrap (so bwrap reaches every path it binds)
+    assert argv[:4] == ["/py", "-I", "-S", str(sandbox.RUNAS_SCRIPT)] and argv[4] == "65534"
+    grants = [Grant.from_wire(g) for g in json.loads(argv[5])]
+    assert grants == [
+        Grant(WT, write=False, recursive=True),  # the worktree as it is shown: read-only here
+        Grant(HOME / "agent.sock", write=True, recursive=True),
+        Grant(Path("/s"), write=False, recursive=True),  # its own scratch dir
+    ], "never the git dir, the system or the Python installation"
+    assert argv[6:8] == ["--", "/usr/bin/bwrap"]
+    args = argv[8 : argv.index("--", 8)]
+    assert args[args.index("--cap-drop") + 1] == "ALL"
+    assert pairs(args, "--cap-add") == ["CAP_SETUID", "CAP_SETGID"]  # for the drop only
+    assert args[args.index("/tmp") - 3 : args.index("/tmp")] == ["--perms", "1777", "--tmpfs"]
+    # the parents bwrap would make 0700 root are made 0755 first
+    assert args[args.index("/srv") - 3 : args.index("/srv")] == ["--perms", "0755", "--dir"]
+    inner = argv[argv.index("--", 8) + 1 :]
+    assert inner[:4] == ["/py", "-I", "-S", "-c"] and "setresuid" in inner[4] and "CapEff" in inner[4]
+    assert inner[5:] == ["65534", "65534", "agent"]
+    plain = sandbox.command(conf(), ["agent"], bwrap="/usr/bin/bwrap", python="/py")
+    assert "--cap-add" not in plain and "setresuid" not in plain[4] and str(sandbox.RUNAS_SCRIPT) not in plain
+
+
+def test_who_a_confined_run_runs_as() -> None:
+    assert runas.decide(1000, {}) is None, "peerd's own uid when peerd is not root"
+    assert runas.decide(0, {}) == RunAs(65534, 65534)
+    assert runas.decide(0, {runas.RUN_AS_ENV: "1234:1235"}) == RunAs(1234, 1235)
+    for bad in ("0:0", "x:1", "12", ""):
+        assert runas.decide(0, {runas.RUN_AS_ENV: bad}) == RunAs(65534, 65534), bad
+
+
+def test_an_acl_entry_for_the_runs_uid_keeps_the_owners_bits_and_widens_the_mask() -> None:
+    base = runas.from_mode(0o640)
+    assert runas.decode(runas.encode(base)) == sorted(base)
+    granted = runas.with_user(base, 65534, 7)
+    assert (
+        (0x01, 6, 0xFFFFFFFF) in granted
+        and (0x04, 4, 0xFFFFFFFF) in granted
+        and (0x20, 0, 0xFFFFFFFF) in granted
+    )
+    assert (0x02, 7, 65534) in granted and (0x10, 7, 0xFFFFFFFF) in granted
+    assert runas.allows(granted, 65534, 7) and not runas.allows(base, 65534, 4)
+    assert runas.with_user(granted, 65534, 4) == granted, "idempotent, never narrower"
+    masked = [e for e in granted if e[0] != 0x10] + [(0x10, 4, 0xFFFFFFFF)]
+    assert not runas.allows(masked, 65534, 6), "the mask limits a named user"
+    with pytest.raises(ValueError):
+        runas.decode(b"\x01\x00\x00\x00")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="granting another uid needs root")
+def test_granted_paths_are_reachable_by_the_runs_uid_and_nothing_else_changes() -> None:
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as made:  # noqa: S108  # its ancestors let others in
+        tmp_path = Path(made)
+        tmp_path.chmod(0o755)
+        granted_tree(tmp_path)
+
+
+def granted_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "wt"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "f").write_text("mine")
+    (tree / "sub" / "f").chmod(0o600)
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "run.sh").chmod(0o700)
+    (tree / "link").symlink_to("/etc/hostname")
+    other = tmp_path / "other"
+    other.write_text("not granted")
+    other.chmod(0o600)
+    modes = {p: p.stat().st_mode for p in (tree / "sub" / "f", tree / "run.sh")}
+    assert runas.apply([Grant(tree, write=True, recursive=True)], 65534) == []
+    assert runas.apply([Grant(tree, write=True, recursive=True)], 65534) == [], "again: nothing to do"
+
+    def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
+        drop = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        return subprocess.run([*drop, *argv], capture_output=True, text=True, check=False)
+
+    assert as_nobody("cat", str(tree / "sub" / "f")).stdout == "mine"
+    assert (
+        as_nobody("sh", "-c", f"echo more >> {tree / 'sub' / 'f'} && touch {tree / 'sub' / 'new'}").returncode
+        == 0
+    )
+    assert as_nobody("cat", str(other)).returncode != 0, "only what was granted"
+    # the owner's bits are as they were (the ACL's mask shows in the group bits); x stays x
+    for path, mode in modes.items():
+        now = path.stat().st_mode
+        assert now & 0o707 == mode & 0o707, path
+    assert (tree / "run.sh").stat().st_mode & 0o100
+    assert os.readlink(tree / "link") == "/etc/hostname"
