@@ -34,7 +34,12 @@ class Check:
     table: tuple[str, ...] = ()  # lines shown below the check (what a confined run sees)
 
     def wire(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
+        found: dict[str, Any] = {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "fix": self.fix,
+        }
         if self.table:
             found["table"] = list(self.table)
         return found

@@ -161,13 +161,13 @@ def apply(grants: Iterable[Grant], uid: int) -> list[str]:
     run then meets the file's own permissions)."""
     failed: list[str] = []
     for item in grants:
-        top = str(item.path)
-        if not os.path.lexists(top):
+        top = item.path
+        if not (top.exists() or top.is_symlink()):
             continue
-        todo = [top]
-        if item.recursive and os.path.isdir(top) and not os.path.islink(top):
+        todo = [str(top)]
+        if item.recursive and top.is_dir() and not top.is_symlink():
             for root, dirs, files in os.walk(top):
-                todo += [os.path.join(root, n) for n in (*dirs, *files)]
+                todo += [f"{root}/{name}" for name in (*dirs, *files)]
         for path in todo:
             try:
                 grant_one(path, uid, item.write)
@@ -196,11 +196,11 @@ def main(argv: list[str]) -> None:
     if sep != "--" or not rest:
         sys.exit("usage: runas.py UID GRANTS_JSON -- COMMAND...")
     failed = apply((Grant.from_wire(g) for g in json.loads(grants_json)), int(uid))
-    for line in failed[:5]:
-        print(f"peerd: could not give the run access to {line}", file=sys.stderr)
+    for line in failed[:5]:  # the run's stderr tail: what it may then fail on
+        sys.stderr.write(f"peerd: could not give the run access to {line}\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    os.execvp(rest[0], rest)
+    os.execvp(rest[0], rest)  # noqa: S606  # an argument list peerd built, no shell
 
 
 if __name__ == "__main__":
