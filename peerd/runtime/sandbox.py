@@ -178,6 +178,7 @@ class Confinement:
             f"({tree}), the project's git dir (read-only), its coder's own files, and a private, empty "
             "/tmp and home; nothing else of this machine (no other checkout, no home directory, not "  # noqa: S108  # words, not a path used
             "peerd's home). peerd's agent tools are reachable only through the agent socket."
+            + (f" It runs as uid {self.run_as.uid}, not root, with no capabilities." if self.run_as else "")
         )
 
 
