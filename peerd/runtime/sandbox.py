@@ -52,6 +52,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from peerd.errors import CapabilityDenied
 
@@ -77,6 +78,10 @@ _SHIM = (
     "os.execvp(sys.argv[1],sys.argv[1:])"
 )
 _OUTER, _INNER = _SHIM.format("SIG_IGN"), _SHIM.format("SIG_DFL")
+
+
+# What a run finds at a path inside its sandbox (`Confinement.sees`).
+Sight = Literal["hidden", "read", "write"]
 
 
 class ConfinementUnavailable(CapabilityDenied):
@@ -112,6 +117,14 @@ class Confinement:
     by_link: bool = False
     root_writable: bool = False  # a link's full-access run: all writable but the hidden paths
     share_net: bool = False
+    # --- what a path is inside (`sees`; the provider's checks before its CLI starts) -------------
+    # `/` itself is bound (`bwrap_args`' `--ro-bind / /`); a profile that binds only what a run
+    # needs sets False, and then only /dev, /proc and `mounts()` are seen.
+    root_bound: bool = True
+    # Never shown to a run because a provider's config names them (peerd's home, its sockets, the
+    # registered checkouts, for a link's run the box user's home), however the profile hides them;
+    # `hidden` counts too.
+    guarded: tuple[Path, ...] = ()
 
     def plus(self, *binds: Mount, share_net: bool | None = None) -> Confinement:
         net = self.share_net if share_net is None else share_net
@@ -150,6 +163,24 @@ class Confinement:
             f"the worktree is {tree}, the project's git dir is read-only, and peerd's agent tools are "
             "reachable only through the agent socket."
         )
+
+    def sees(self, path: Path) -> Sight:
+        """What a run confined by this profile finds at `path` (absolute, real), from the profile
+        alone, applied as `bwrap_args` applies it: `/` (when bound), /dev, /proc, then `mounts()`
+        parents first, so the deepest mount at or above `path` decides. An optional mount counts as
+        bound (the caller asks about a path that exists). A private tmp dir is there and writable,
+        but empty; a hidden path shows nothing, itself included."""
+        sight: Sight = ("write" if self.root_writable else "read") if self.root_bound else "hidden"
+        for kind, mount in [("write", Path("/dev")), ("read", Path("/proc")), *self.mounts()]:
+            if path == mount or mount in path.parents:
+                bound = kind.rstrip("?")
+                if bound == "tmp":
+                    sight = "write" if path == mount else "hidden"
+                elif bound == "hide":
+                    sight = "hidden"
+                else:
+                    sight = "write" if bound == "write" else "read"  # read, or swap (read-only)
+        return sight
 
 
 _FLAG = {

@@ -228,7 +228,8 @@ def profile(
         worktree_writable=writes_worktree(runtime_mode, interaction_mode),
         git_dir=git_dir,
         tmp=tuple(private_tmp_dirs()),
-        hidden=tuple(p for p in existing(hidden) if p != Path("/")),
+        hidden=(never := tuple(p for p in existing(hidden) if p != Path("/"))),
+        guarded=never,  # what a provider's config names there is not mapped (providers/reach.py)
         binds=tuple(binds),
         private=tuple(dict.fromkeys((home, owner_socket.parent))),
         by_link=by_link,
