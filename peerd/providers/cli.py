@@ -195,7 +195,9 @@ def confine(
         state = reach.need(mount.path, "", writable=True, own=True)
         if not mount.optional and reach.conflict(conf, state, state.target, user_home) is None:
             mount.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    wanted = reach.needs(provider=provider, config=config, binary=binary, state=extra, scratch=launch.scratch)
+    wanted = reach.needs(
+        provider=provider, config=config, binary=binary, env=launch.env, state=extra, scratch=launch.scratch
+    )
     conf, checked = reach.plan(conf, wanted, user_home)
     launch.confinement = conf
     launch.reach = reach.Reach(provider, checked, user_home)

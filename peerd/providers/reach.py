@@ -28,13 +28,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.config import ProviderConfig
 from peerd.runtime import sandbox_profile
-from peerd.runtime.sandbox import Confinement, Mount, Sight
+from peerd.runtime.sandbox import DROPPED_ENV, Confinement, Mount, Sight
 
 # An absolute path inside a setting's value: at its start or after a separator (`=`, `:`, a quote,
 # a comma, a bracket, a space), up to the next; `//` (a URL's authority) is not one.
@@ -50,6 +50,9 @@ class Need:
     setting: str  # what named it, for the sentence: `providers.codex.args`
     writable: bool = False
     own: bool = False  # the CLI's own file (binary, state dir): may lie below the box user's home
+    # An entry of a search path (`PATH`, `NODE_PATH`, ...): mapped when it may be, never reported (a
+    # search skips a directory that is not there).
+    search: bool = False
     real: Path | None = None  # where `path` leads, symlinks resolved (None: `path` itself)
     # Each symlink on the way (where it lies, parents resolved) with `path` continued from it: the
     # place the CLI reaches when the sandbox does not show that symlink.
@@ -93,7 +96,8 @@ def named_paths(config: ProviderConfig, name: str) -> list[tuple[str, Path]]:
     for arg in config.args:
         scan(f"providers.{name}.args", arg)
     for key, value in config.env.items():
-        scan(f"providers.{name}.env.{key}", value)
+        if key not in DROPPED_ENV:  # never reaches the run (`sandbox.clean_env`)
+            scan(f"providers.{name}.env.{key}", value)
     return [(setting, path) for path, setting in found.items()]
 
 
@@ -199,6 +203,8 @@ def problem(conf: Confinement, need: Need, provider: str, user_home: Path | None
 def check(conf: Confinement, reach: Reach) -> str | None:
     """The first path the CLI would not reach inside `conf`, as `problem`'s sentence."""
     for need in reach.needs:
+        if need.search:
+            continue
         if (why := problem(conf, need, reach.provider, reach.user_home)) is not None:
             return why
     return None
@@ -234,10 +240,13 @@ def route(path: Path) -> tuple[Path, tuple[tuple[Path, Path], ...]]:
     return current, tuple(hops)
 
 
-def need(path: Path, setting: str, *, writable: bool = False, own: bool = False) -> Need:
+def need(
+    path: Path, setting: str, *, writable: bool = False, own: bool = False, search: bool = False
+) -> Need:
     named = Path(os.path.normpath(path))
     real, hops = route(named)
-    return Need(named, setting, writable=writable, own=own, real=None if real == named else real, hops=hops)
+    found = None if real == named else real
+    return Need(named, setting, writable=writable, own=own, search=search, real=found, hops=hops)
 
 
 def install_units(binary: str) -> list[Path]:
@@ -256,14 +265,18 @@ def needs(
     provider: str,
     config: ProviderConfig | None,
     binary: str,
+    env: Mapping[str, str],
     state: Iterable[Mount],
     scratch: Path,
 ) -> list[Need]:
     """Every path the provider's CLI needs inside its sandbox: the binary (through its install
-    dir), its state dirs, what its config entry names (those that exist), peerd's files for the run."""
+    dir) and the interpreter its `#!` line names, its state dirs, what its config entry names (those
+    that exist), peerd's files for the run."""
     named_binary = f"providers.{provider}.binary" if config is not None and config.binary else "its binary"
     found = [need(unit, named_binary, own=True) for unit in install_units(binary)]
     found.append(need(Path(binary), named_binary, own=True))
+    if (interpreter := sandbox_profile._interpreter(binary, env)) is not None:
+        found.append(need(Path(interpreter), f"the #! line of {binary}", own=True))
     for mount in state:
         if mount.optional and not mount.path.exists():
             continue
@@ -271,7 +284,8 @@ def needs(
     if config is not None:
         for setting, path in named_paths(config, provider):
             if path.exists():
-                found.append(need(path, setting))
+                search = ".env." in setting and setting.endswith("PATH")  # PATH, NODE_PATH, ...
+                found.append(need(path, setting, search=search))
     found.append(need(scratch, "peerd's own files for this run"))
     return found
 

@@ -341,3 +341,37 @@ def test_sandboxed_refuses_before_anything_starts_when_a_path_is_hidden_on_purpo
         f"Provider 'codex' cannot start: {tmp_path / 'home' / 'codex'}, named by providers.codex.env.CODEX_HOME, "
         f"lies in peerd's home ({tmp_path / 'home'})"
     )
+
+
+def test_a_search_path_entry_is_mapped_when_it_may_be_and_never_fails_the_run(tmp_path: Path) -> None:
+    launch, base = launch_in(tmp_path)
+    tools_bin = tmp_path / "tools" / "bin"
+    tools_bin.mkdir(parents=True)
+    (tmp_path / "home" / "bin").mkdir()
+    config = ProviderConfig(
+        env={"PATH": f"{tools_bin}:{tmp_path / 'home' / 'bin'}:/usr/bin", "PEERD_HOME": "/usr"}
+    )
+    confine(launch, base, sys.executable, config=config, name="p")
+    assert launch.confinement is not None and launch.reach is not None
+    assert launch.confinement.sees(tools_bin) == "read"
+    assert launch.confinement.sees(tmp_path / "home" / "bin") == "hidden"  # peerd's home: not mapped
+    assert reach.check(launch.confinement, launch.reach) is None  # a search skips what is not there
+    # PEERD_HOME never reaches a run (sandbox.clean_env drops it): not a path the run needs.
+    assert not [n for n in launch.reach.needs if n.setting.endswith("PEERD_HOME")]
+
+
+def test_the_interpreter_a_binary_names_is_needed_too(tmp_path: Path) -> None:
+    launch, base = launch_in(tmp_path)
+    node = tmp_path / "nodejs" / "bin" / "node"
+    node.parent.mkdir(parents=True)
+    node.write_text("")
+    node.chmod(0o755)
+    script = tmp_path / "tools" / "cli.js"
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/env node\n")
+    launch.env["PATH"] = str(node.parent)
+    confine(launch, base, str(script), config=ProviderConfig(binary=str(script)), name="p")
+    assert launch.reach is not None and launch.confinement is not None
+    needed = {n.path: n.setting for n in launch.reach.needs}
+    assert needed[node] == f"the #! line of {script}" and needed[script] == "providers.p.binary"
+    assert launch.confinement.sees(node) == "read" and launch.confinement.sees(script) == "read"
