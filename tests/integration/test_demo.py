@@ -56,7 +56,14 @@ def clone_in_tmp() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="peerd-clone-", dir="/tmp"))  # the point
     clone = root / "peerd"
     try:
-        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+        cloned = subprocess.run(
+            ["git", "-c", "advice.detachedHead=false", "clone", "-q", str(REPO), str(clone)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert cloned.returncode == 0, cloned.stderr
         (clone / ".cache").mkdir()
         for name in ("codex", "claude"):
             cli_binary(name)  # installed, or the test fails saying how
