@@ -322,6 +322,8 @@ class Demo:
         while True:
             info: dict[str, Any] = self.laptop.json("thread", "show", thread_id)
             run = info["thread"]["latestRun"]
+            if run["id"] == first_run and run["status"] == "failed":  # no wake follows: say why now
+                raise DemoFailed(f"the laptop's run {first_run} failed: {run.get('reason')}")
             if run["id"] != first_run:
                 self.laptop.peerd(
                     "thread", "wait", thread_id, "--run", run["id"], "--timeout", str(timeout), show=False

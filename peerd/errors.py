@@ -26,6 +26,7 @@
     │   └── ConfinementUnavailable  confinement_unavailable  403  (runtime/sandbox.py)
     ├── PayloadTooLarge       payload_too_large        413
     ├── ProviderError         provider_error           502
+    │   └── ProviderPathUnreachable  provider_path_unreachable  502  (providers/reach.py)
     ├── GitError              git_error                500
     ├── VersionSkew           version_skew             502  (a linked peerd too old for a call: update it)
     ├── HomeNewer             home_newer               (serve exits 2; homeformat.py: a newer peerd's home)
@@ -152,6 +153,14 @@ class ProviderError(PeerdError):
     code = "provider_error"
 
 
+class ProviderPathUnreachable(ProviderError):
+    """A path the provider's CLI needs (its binary, what its config.toml entry names, its state
+    dir) cannot be reached inside the run's sandbox: the run fails before the CLI starts, with the
+    path, the setting that named it and the fix (`peerd.providers.reach`)."""
+
+    code = "provider_path_unreachable"
+
+
 class GitError(PeerdError):
     code = "git_error"
 
@@ -246,6 +255,7 @@ HTTP_STATUS: dict[str, int] = {
     "config_invalid": 400,
     "target_required": 400,
     "provider_error": 502,
+    "provider_path_unreachable": 502,
     "git_error": 500,
     "unavailable": 503,
     "storage_unavailable": 503,
@@ -281,6 +291,7 @@ _BY_CODE: dict[str, type[PeerdError]] = {
         NotYours,
         PayloadTooLarge,
         ProviderError,
+        ProviderPathUnreachable,
         GitError,
         VersionSkew,
         Unavailable,

@@ -27,6 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 
 from peerd.config import ProviderConfig
+from peerd.errors import ProviderPathUnreachable
+from peerd.providers import reach
 from peerd.providers.base import (
     ItemProduced,
     ProviderEvent,
@@ -159,6 +161,7 @@ class Launch:
     skip_sigint: bool = False  # the CLI ignores SIGINT without a terminal: start at SIGTERM
     timeout_s: float | None = None
     confinement: Confinement | None = None  # run inside peerd's sandbox (see `confine`)
+    reach: reach.Reach | None = None  # what the CLI must reach there, checked before it starts
 
 
 def home_mounts(config: ProviderConfig, env: Mapping[str, str]) -> list[Mount]:
@@ -169,22 +172,50 @@ def home_mounts(config: ProviderConfig, env: Mapping[str, str]) -> list[Mount]:
 
 
 def confine(
-    launch: Launch, base: Confinement | None, binary: str, *extra: Mount, notices: tuple[str, ...] = ()
+    launch: Launch,
+    base: Confinement | None,
+    binary: str,
+    *extra: Mount,
+    notices: tuple[str, ...] = (),
+    config: ProviderConfig | None = None,
+    name: str = "",
 ) -> None:
-    """Confine a coder CLI's launch: its install dir read-only, `extra` (its state dirs) bound, and
-    the network shared (it must reach its model's API). Missing state dirs are created first."""
+    """Confine a coder CLI's launch: its install dir read-only, `extra` (its state dirs) writable,
+    what its config entry names read-only (wherever it lives, /tmp included; see
+    `peerd.providers.reach`), and the network shared (it must reach its model's API). Missing state
+    dirs are created first. A path peerd hides on purpose is not mapped: `sandboxed` then fails the
+    run before the CLI starts, naming it."""
     if base is None:
         return
-    for mount in extra:
-        if not mount.optional:
-            mount.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    provider = name or Path(binary).name
+    user_home = sandbox_profile.real(Path.home()) if base.by_link else None
     installed = [Mount(path) for path in sandbox_profile.install_dirs(binary, launch.env)]
-    launch.confinement = base.plus(*installed, *extra, share_net=True)
+    conf = base.plus(*installed, share_net=True)
+    for mount in extra:  # a state dir peerd hides on purpose is not made either
+        state = reach.need(mount.path, "", writable=True, own=True)
+        if not mount.optional and reach.conflict(conf, state, state.target, user_home) is None:
+            mount.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    wanted = reach.needs(
+        provider=provider, config=config, binary=binary, env=launch.env, state=extra, scratch=launch.scratch
+    )
+    conf, checked = reach.plan(conf, wanted, user_home)
+    launch.confinement = conf
+    launch.reach = reach.Reach(provider, checked, user_home)
     launch.notices = [
         *launch.notices,
         *notices,
         "The network is shared with this machine inside peerd's sandbox: the coder must reach its model's API.",
     ]
+
+
+def sandboxed(launch: Launch) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that start `launch`: inside its sandbox, once every path the CLI
+    needs is known to be reachable there; else `ProviderPathUnreachable` (nothing is started)."""
+    if launch.confinement is None:
+        return launch.argv, launch.env
+    if launch.reach is not None and (why := reach.check(launch.confinement, launch.reach)) is not None:
+        raise ProviderPathUnreachable(why)
+    return sandbox.wrap(launch.confinement, launch.argv, launch.env)
 
 
 class CliRun:
@@ -300,10 +331,8 @@ class CliRun:
 
 async def start_cli(launch: Launch, parser: StreamParser, *, cli: str) -> CliRun:
     """Spawn the CLI in its own process group; a failure to start removes the scratch dir."""
-    argv, env = launch.argv, launch.env
     try:
-        if launch.confinement is not None:
-            argv, env = sandbox.wrap(launch.confinement, argv, env)
+        argv, env = sandboxed(launch)
         process = await ProviderProcess.spawn(argv, cwd=launch.cwd, env=env, stdin_data=launch.stdin)
     except BaseException:
         shutil.rmtree(launch.scratch, ignore_errors=True)

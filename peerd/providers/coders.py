@@ -310,7 +310,7 @@ class CoderProvider:
                 if base is not None:
                     base = dataclasses.replace(base, worktree_writable=True)
                 mounts = [*home_mounts(self.config, launch.env), *state_mounts(self.kind, launch.env)]
-                confine(launch, base, binary, *mounts)
+                confine(launch, base, binary, *mounts, config=self.config, name=self.name)
                 return await start_duplex(launch, driver, spec.approvals, cli=self.kind)
         parser: StreamParser
         if self.kind == "codex":
@@ -334,5 +334,5 @@ class CoderProvider:
             writes = base.worktree_writable and codex_writes(spec.runtime_mode, spec.interaction_mode)
             base = dataclasses.replace(base, worktree_writable=writes)
         mounts = [*home_mounts(self.config, launch.env), *state_mounts(self.kind, launch.env)]
-        confine(launch, base, binary, *mounts)
+        confine(launch, base, binary, *mounts, config=self.config, name=self.name)
         return await start_cli(launch, parser, cli=self.kind)

@@ -133,5 +133,12 @@ class CommandProvider:
             raise ProviderError(f"Custom provider {self.name!r}: {argv[0]!r} was not found on PATH.")
         argv = [binary, *argv[1:], *self.config.args]
         launch = Launch(argv, env, spec.cwd, None, scratch, timeout_s=self.config.timeout_s)
-        confine(launch, spec.confinement, binary, *home_mounts(self.config, env))
+        confine(
+            launch,
+            spec.confinement,
+            binary,
+            *home_mounts(self.config, env),
+            config=self.config,
+            name=self.name,
+        )
         return await start_cli(launch, _parser(self.config, self.name), cli=self.name)

@@ -36,8 +36,7 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.providers.cli import BoundedRetries, CliRun, Launch
-from peerd.runtime import sandbox
+from peerd.providers.cli import BoundedRetries, CliRun, Launch, sandboxed
 from peerd.runtime.process import ProviderProcess
 
 log = structlog.get_logger(__name__)
@@ -220,10 +219,8 @@ class _NoParser:
 
 async def start_duplex(launch: Launch, driver: DuplexDriver, gate: ApprovalGate, *, cli: str) -> DuplexRun:
     """Spawn the CLI with stdin kept open; a failure to start removes the scratch dir."""
-    argv, env = launch.argv, launch.env
     try:
-        if launch.confinement is not None:
-            argv, env = sandbox.wrap(launch.confinement, argv, env)
+        argv, env = sandboxed(launch)
         process = await ProviderProcess.spawn(argv, cwd=launch.cwd, env=env, stdin_data=None, duplex=True)
     except BaseException:
         shutil.rmtree(launch.scratch, ignore_errors=True)

@@ -32,7 +32,7 @@ from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
-from peerd.errors import CapabilityDenied, PeerdError
+from peerd.errors import CapabilityDenied, PeerdError, ProviderPathUnreachable
 from peerd.paths import Paths
 from peerd.providers.base import (
     ItemProduced,
@@ -339,6 +339,9 @@ class RunManager:
             return
         try:
             provider_run = await provider.start(spec)
+        except ProviderPathUnreachable as exc:  # typed: an error item carrying the code
+            await self._refuse(thread.id, run_id, exc)
+            return
         except PeerdError as exc:
             await self._finish(run_id, "failed", reason=exc.message)
             return

@@ -59,6 +59,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from peerd.errors import CapabilityDenied
 from peerd.runtime import runas
@@ -89,6 +90,10 @@ _OUTER, _INNER = _SHIM.format("SIG_IGN"), _SHIM.format("SIG_DFL")
 # Inside, for a run with a uid of its own (`runas`): drop to it first, then the same.
 _INNER_AS = _INNER.replace("\n", "\n" + runas.DROP, 1)
 RUNAS_SCRIPT = Path(runas.__file__).resolve()
+
+
+# What a run finds at a path inside its sandbox (`Confinement.sees`).
+Sight = Literal["hidden", "read", "write"]
 
 
 class ConfinementUnavailable(CapabilityDenied):
@@ -141,6 +146,12 @@ class Confinement:
                 found.append(Grant(bind.path, bind.writable, recursive=True))
         return found
 
+    # --- what a path is inside (`sees`; the provider's checks before its CLI starts) -------------
+    # Never shown to a run because a provider's config names them (peerd's home, its sockets, the
+    # registered checkouts, for a link's run the box user's home), however the profile hides them;
+    # `hidden` counts too.
+    guarded: tuple[Path, ...] = ()
+
     def plus(self, *binds: Mount, share_net: bool | None = None) -> Confinement:
         net = self.share_net if share_net is None else share_net
         return dataclasses.replace(self, binds=self.binds + binds, share_net=net)
@@ -180,6 +191,24 @@ class Confinement:
             "peerd's home). peerd's agent tools are reachable only through the agent socket."
             + (f" It runs as uid {self.run_as.uid}, not root, with no capabilities." if self.run_as else "")
         )
+
+    def sees(self, path: Path) -> Sight:
+        """What a run confined by this profile finds at `path` (absolute, real), from the profile
+        alone, applied as `bwrap_args` applies it: /dev, /proc, then `mounts()`
+        parents first, so the deepest mount at or above `path` decides. An optional mount counts as
+        bound (the caller asks about a path that exists). A private tmp dir is there and writable,
+        but empty; a hidden path shows nothing, itself included."""
+        sight: Sight = "hidden"  # deny by default: `/` itself is not bound
+        for kind, mount in [("write", Path("/dev")), ("read", Path("/proc")), *self.mounts()]:
+            if path == mount or mount in path.parents:
+                bound = kind.rstrip("?")
+                if bound == "tmp":
+                    sight = "write" if path == mount else "hidden"
+                elif bound == "hide":
+                    sight = "hidden"
+                else:
+                    sight = "write" if bound == "write" else "read"  # read, or swap (read-only)
+        return sight
 
 
 @dataclass(frozen=True)

@@ -402,7 +402,11 @@ def profile(
     user = real(user_home or Path.home())
     system = system_mounts()
     binds = [Mount(p) for p in python_dirs()]
-    binds += [Mount(p, optional=True) for p in extra_readable()]
+    # the owner's additions, never inside what is hidden (a deeper bind would beat the hide)
+    hidden_real = [h for h in existing(hidden) if h != Path("/")]
+    binds += [
+        Mount(p, optional=True) for p in extra_readable() if not any(p.is_relative_to(h) for h in hidden_real)
+    ]
     binds.append(Mount(real(scratch), optional=True, own=True))
     run_as = runas.decide(os.geteuid(), os.environ)
     if run_as is not None and user != Path("/"):
@@ -421,7 +425,10 @@ def profile(
         worktree_writable=writes_worktree(runtime_mode, interaction_mode),
         git_dir=git_dir,
         tmp=tuple(dict.fromkeys([*private_tmp_dirs(), *([user] if user != Path("/") else [])])),
-        hidden=tuple(p for p in existing(hidden) if p != Path("/")),
+        hidden=(never := tuple(p for p in existing(hidden) if p != Path("/"))),
+        # what a provider's config names there is not mapped (providers/reach.py); for a link's
+        # run the box user's home too, a private tmpfs here but never the owner's to show
+        guarded=(*never, *([user] if by_link and user != Path("/") else [])),
         binds=tuple(binds),
         private=tuple(dict.fromkeys((home, owner_socket.parent))),
         by_link=by_link,

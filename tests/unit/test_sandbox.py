@@ -13,7 +13,7 @@ import pytest
 
 from peerd.config import Config, ConfigInvalid, LinksConfig, ProviderConfig, _validate, link_may_use
 from peerd.doctor import ConfinementFacts, check_confinement, run_checks
-from peerd.runtime import runas, sandbox
+from peerd.runtime import runas, sandbox, sandbox_profile
 from peerd.runtime.runas import Grant, RunAs
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide
 from peerd.runtime.sandbox_profile import (
@@ -468,3 +468,27 @@ def granted_tree(tmp_path: Path) -> None:
         assert now & 0o707 == mode & 0o707, path
     assert (tree / "run.sh").stat().st_mode & 0o100
     assert str((tree / "link").readlink()) == "/etc/hostname"
+
+
+def test_the_owners_additions_never_show_what_is_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / "identity").mkdir(parents=True)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    monkeypatch.setenv(sandbox_profile.READABLE_ENV, f"{home / 'identity'}:{tools}")
+    built = profile(
+        home=home,
+        owner_socket=home / "peerd.sock",
+        agent_socket=None,
+        checkouts=[],
+        checkout=tmp_path,
+        worktree=tmp_path / "wt",
+        scratch=home / "runs" / "r",
+        by_link=True,
+        runtime_mode="auto",
+        interaction_mode="default",
+    )
+    shown = [b.path for b in built.binds]
+    assert tools in shown and home / "identity" not in shown
