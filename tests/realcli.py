@@ -162,37 +162,23 @@ def secure_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _hidden_from_confined_runs(path: Path) -> bool:
-    """Whether peerd's sandbox hides `path` from a link's run: private /tmp and /var/tmp, the box
-    user's home (peerd/runtime/sandbox_profile.py)."""
-    real = path.resolve()
-    hidden = [Path("/tmp"), Path("/var/tmp"), Path.home().resolve()]  # hidden, not used
-    return any(real == h or h in real.parents for h in hidden)
+SIGNALS = REPO / ".cache" / "test-signals"
 
 
 def signal_base() -> Path:
-    """Where tests put files a linked machine's confined run waits for: a directory the sandbox
-    leaves visible (read-only), whether the clone lives in /tmp or $HOME or elsewhere."""
-    candidates = [
-        REPO / ".cache" / "test-signals",
-        Path("/var/cache/peerd-test-signals"),
-        Path("/srv/peerd-test-signals"),
-    ]
-    for base in candidates:
-        if _hidden_from_confined_runs(base):
-            continue
-        try:
-            base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError:
-            continue
-        return base
-    pytest.skip("No directory a confined run can see is writable here (clone outside /tmp and $HOME).")
+    """Where tests put files a linked machine's confined run waits for: a test fixture the suite
+    makes readable in every sandbox (tests/conftest.py), wherever the clone lives. Others may enter
+    it: a run has a uid of its own when peerd runs as root."""
+    SIGNALS.mkdir(parents=True, exist_ok=True)
+    SIGNALS.chmod(0o755)
+    return SIGNALS
 
 
 @contextmanager
 def signal_dir() -> Iterator[Path]:
     """A fresh directory for files a confined (linked) run waits for (see `signal_base`)."""
     path = Path(tempfile.mkdtemp(dir=signal_base(), prefix="s"))
+    path.chmod(0o755)
     try:
         yield path
     finally:
