@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from peerd.errors import CapabilityDenied
+from peerd.errors import ConfinementUnavailable
 
 PROBE_TIMEOUT_S = 10.0
 DROPPED_ENV = frozenset(
@@ -77,12 +77,6 @@ _SHIM = (
     "os.execvp(sys.argv[1],sys.argv[1:])"
 )
 _OUTER, _INNER = _SHIM.format("SIG_IGN"), _SHIM.format("SIG_DFL")
-
-
-class ConfinementUnavailable(CapabilityDenied):
-    """A link's run that may run only confined, on a machine where peerd cannot confine it."""
-
-    code = "confinement_unavailable"
 
 
 @dataclass(frozen=True)

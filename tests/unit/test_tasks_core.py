@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from peerd.errors import NotLinked, PeerdError, StorageUnavailable, ThreadNotFound
+from peerd.errors import NotLinked, PeerdError, PeerUnreachable, StorageUnavailable, ThreadNotFound
 from peerd.tasks.rules import (
     BACKOFF_MAX_S,
     RunFact,
@@ -163,7 +163,8 @@ def test_failures_are_sorted_by_code(code: str, kind: str) -> None:
 def test_error_codes_of_exceptions() -> None:
     assert error_code(NotLinked("This environment is not linked to x.")) == "not_linked"
     assert error_code(ThreadNotFound("not linked")) == "thread_not_found", "the message is never read"
-    assert error_code(PeerdError("x", code="unreachable")) == "unreachable"
+    assert error_code(PeerUnreachable("x")) == "unreachable"
+    assert error_code(PeerdError("x", code="newer_than_this")) == "newer_than_this"  # a newer peer's
     assert error_code(sqlite3.OperationalError("database or disk is full")) == "storage_unavailable"
     assert error_code(RuntimeError("bug")) == "internal_error"
     assert is_store_fault(StorageUnavailable("full")) and not is_store_fault(ValueError())
