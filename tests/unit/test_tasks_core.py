@@ -147,13 +147,23 @@ def test_a_continuation_after_a_restart_is_the_childs_own_work() -> None:
         ("storage_unavailable", "transient"),
         ("shutting_down", "transient"),
         ("unavailable", "transient"),
+        ("clock_skew", "transient"),  # the box's clock: right again, the link works again
+        ("version_skew", "transient"),  # the box's peerd: updated, the call works
+        ("rate_limited", "transient"),
         ("capability_denied", "link"),
         ("not_linked", "link"),
         ("link_revoked", "link"),
         ("pin_mismatch", "link"),
+        ("not_a_peerd", "link"),
+        ("wrong_environment", "link"),
+        ("incompatible", "link"),
+        ("parent_not_active", "task"),  # narrower than capability_denied: one task, not the link
+        ("not_yours", "task"),
         ("thread_not_found", "task"),
         ("invalid_request", "task"),
         ("idempotency_key_reused", "task"),
+        ("internal_error", "task"),  # a bug is not retried for ever
+        ("a_code_from_a_newer_peerd", "task"),
     ],
 )
 def test_failures_are_sorted_by_code(code: str, kind: str) -> None:
