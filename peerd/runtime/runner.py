@@ -32,7 +32,7 @@ from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
-from peerd.errors import CapabilityDenied, ConfinementUnavailable, PeerdError
+from peerd.errors import CapabilityDenied, ConfinementUnavailable, PeerdError, StorageUnavailable
 from peerd.paths import Paths
 from peerd.providers.base import (
     ItemProduced,
@@ -75,7 +75,7 @@ def is_storage_fault(exc: BaseException) -> bool:
     for _ in range(4):
         if seen is None:
             return False
-        if isinstance(seen, PeerdError) and seen.code == "storage_unavailable":
+        if isinstance(seen, StorageUnavailable):
             return True
         name = getattr(seen, "sqlite_errorname", None)
         if (
