@@ -58,10 +58,14 @@ ACCESS_LEVELS: tuple[str, ...] = (
 )
 
 REGISTRY: dict[str, type[PeerdError]] = {}  # code -> its one class, in the order defined
+HTTP_STATUS: dict[str, int] = {}  # code -> its class's status, kept with the registry
 
 
 class PeerdError(Exception):
-    """A bug in peerd: the daemon's log has the traceback."""
+    """A bug in peerd: the daemon's log has the traceback.
+
+    The root of the tree: raised as itself, `internal_error`; every other failure is a subclass
+    with a code of its own."""
 
     code: ClassVar[str] = "internal_error"
     http_status: ClassVar[int] = 500
@@ -80,6 +84,7 @@ class PeerdError(Exception):
             if flag not in cls.__dict__:
                 setattr(cls, flag, False)
         REGISTRY[cls.code] = cls
+        HTTP_STATUS[cls.code] = cls.http_status
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         """`code`: only for a code this peerd does not know (a newer peer's, via `from_wire`);
@@ -107,6 +112,7 @@ class PeerdError(Exception):
 
 
 REGISTRY[PeerdError.code] = PeerdError
+HTTP_STATUS[PeerdError.code] = PeerdError.http_status
 
 
 # --- the request ----------------------------------------------------------------------------------
@@ -565,10 +571,6 @@ class ShuttingDown(Unavailable):
 
 # --- computed from the registry -------------------------------------------------------------------
 
-HTTP_STATUS: dict[str, int] = {code: cls.http_status for code, cls in REGISTRY.items()}
-TRANSIENT_CODES: frozenset[str] = frozenset(code for code, cls in REGISTRY.items() if cls.transient)
-LINK_CODES: frozenset[str] = frozenset(code for code, cls in REGISTRY.items() if cls.ends_link)
-
 
 def http_status(code: str) -> int:
     """The HTTP status for an error code; unknown codes are server errors."""
@@ -577,14 +579,16 @@ def http_status(code: str) -> int:
 
 def is_transient(code: str) -> bool:
     """Whether retrying later can succeed with nothing changed here (an unknown code: no)."""
-    return code in TRANSIENT_CODES
+    cls = REGISTRY.get(code)
+    return cls is not None and cls.transient
 
 
 def classify(code: str) -> Failure:
     """Transient (back off, retry without limit), the whole link (end its tasks), or one task."""
-    if code in TRANSIENT_CODES:
+    cls = REGISTRY.get(code)
+    if cls is not None and cls.transient:
         return "transient"
-    if code in LINK_CODES:
+    if cls is not None and cls.ends_link:
         return "link"
     return "task"
 

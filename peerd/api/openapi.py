@@ -441,7 +441,7 @@ def error_codes() -> dict[str, dict[str, Any]]:
         }
         if cls.wire_fields:
             entry["details"] = {name: list(values) for name, values in cls.wire_fields.items()}
-        entry["description"] = " ".join((cls.__doc__ or "").split())
+        entry["description"] = " ".join((cls.__doc__ or "").split("\n\n")[0].split())  # 1st paragraph
         found[code] = entry
     return found
 
