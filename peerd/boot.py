@@ -49,7 +49,7 @@ from peerd import __version__
 from peerd.api.listener_rules import ListenerLimits
 from peerd.core.ed25519 import public_key
 from peerd.core.envid import env_id_from_public_key
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import AlreadyRunning, HomeUnusable, InvalidRequest, PeerdError, ShuttingDown
 from peerd.homeformat import check_home_format, record_home_format
 from peerd.paths import Paths, config_file
 
@@ -67,17 +67,6 @@ _SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # SubjectPublicKeyInf
 _PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")  # PKCS8 prefix of a 32-byte seed
 
 
-class AlreadyRunning(PeerdError):
-    code = "already_running"
-
-
-class BadStart(PeerdError):
-    """The config file or a flag of `peerd serve` is wrong (found by `settle`, after the early
-    start): the message names the code, the file or flag and what is wrong."""
-
-    code = "config_invalid"
-
-
 def light_label(path: Path | None, *, home: Path | None) -> str | None:
     """`label` from the config file, read with `tomllib` only, for the early `status` (the file
     is validated later, by `serve`'s `settle`); None when there is none or it cannot be read."""
@@ -87,12 +76,6 @@ def light_label(path: Path | None, *, home: Path | None) -> str | None:
         return None
     label = raw.get("label")
     return label if isinstance(label, str) and label else None
-
-
-class HomeUnusable(PeerdError):
-    """The home directory cannot be created, written or locked (a file in the way, no permission)."""
-
-    code = "home_unusable"
 
 
 def home_unusable(home: Path, exc: OSError) -> HomeUnusable:
@@ -243,7 +226,7 @@ def prepare_socket_path(home: Path, path: Path) -> None:
         # or another user could stand in for the daemon (and collect run tokens).
         st = path.parent.stat()
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise PeerdError(
+            raise HomeUnusable(
                 f"{path.parent} is not a private directory of this user; remove it or use a shorter --home."
             )
     with contextlib.suppress(FileNotFoundError):
@@ -484,8 +467,8 @@ async def serve(
             await store  # raises StoreRefused for a damaged or foreign store: nothing else is served
         import_s = time.monotonic() - started
         if stop.is_set():
-            raise StartStopped("The daemon was stopped while it was starting.")
-    except StartStopped as exc:
+            raise ShuttingDown("The daemon was stopped while it was starting.")
+    except ShuttingDown as exc:  # stopped while it started: nothing else is said
         await _abandon(early, exc.message)
         return
     except BaseException as exc:
@@ -498,10 +481,6 @@ def _settle(settle: Callable[[], DaemonConfig] | None) -> DaemonConfig:
     if settle is None:  # pragma: no cover  # `config` is a DaemonConfig whenever settle is None
         raise PeerdError("peerd serve was started without its config.")
     return settle()
-
-
-class StartStopped(PeerdError):
-    code = "shutting_down"
 
 
 async def _abandon(early: EarlyStart, message: str) -> None:

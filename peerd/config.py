@@ -63,17 +63,13 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from peerd.core.usage import Price
-from peerd.errors import PeerdError
+from peerd.errors import ConfigInvalid
 from peerd.paths import config_file
 
 BUILTIN_KINDS = ("codex", "claude", "gemini")
 ProviderKind = Literal["codex", "claude", "gemini", "command"]
 CommandFormat = Literal["text", "codex-jsonl", "claude-stream-json", "gemini-stream-json"]
 HIDDEN = "********"
-
-
-class ConfigInvalid(PeerdError):
-    code = "config_invalid"
 
 
 class _Strict(BaseModel):

@@ -103,6 +103,11 @@ EnvironmentId = Field(default=None, min_length=1, max_length=64)
 class ErrorBody(Wire):
     code: str
     message: str
+    # The error's typed extra fields, for the few codes that have them (`peerd.errors`: a class's
+    # `wire_fields`, listed per code in the reference's table of error codes); absent otherwise.
+    details: dict[str, str] | None = Field(
+        default=None, description="Typed extra fields of a few codes (e.g. `pairing_rejected`'s `reason`)."
+    )
 
 
 class Page(Wire, Generic[T]):

@@ -43,10 +43,8 @@ from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.service import ApprovalService
 from peerd.boot import (
     DEFAULT_LISTEN,
-    AlreadyRunning,
     DaemonConfig,
     EarlyStart,
-    HomeUnusable,
     home_unusable,
     open_store,
     parse_listen,
@@ -57,7 +55,13 @@ from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.core.liveness import Owners
-from peerd.errors import Conflict, InvalidRequest, NotFound, PeerdError, StorageUnavailable
+from peerd.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StorageUnavailable,
+    Unavailable,
+)
 from peerd.handoff.service import HandoffService
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
@@ -85,10 +89,8 @@ from peerd.tasks.watch import client_key
 # Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
 __all__ = [
     "DEFAULT_LISTEN",
-    "AlreadyRunning",
     "Daemon",
     "DaemonConfig",
-    "HomeUnusable",
     "home_unusable",
     "parse_listen",
     "serve",
@@ -426,12 +428,12 @@ class Daemon:
 
     def approvals_service(self) -> ApprovalService:
         if self.approvals is None:
-            raise PeerdError("The daemon is still starting.", code="unavailable")
+            raise Unavailable("The daemon is still starting.")
         return self.approvals
 
     def orchestrations_service(self) -> Orchestrations:
         if self.orchestrations is None:
-            raise PeerdError("The daemon is still starting.", code="unavailable")
+            raise Unavailable("The daemon is still starting.")
         return self.orchestrations
 
     async def _available_providers(self) -> dict[str, bool]:
@@ -465,7 +467,7 @@ class Daemon:
                 "Look again, then approve."
             )
         if self.db is None:
-            raise PeerdError("The daemon is still starting.", code="unavailable")
+            raise Unavailable("The daemon is still starting.")
         await provider_approvals.approve(self.db, name, command, now=time.time())
         return c.ProviderApproveResult(name=name, command=command, approved=True)
 
@@ -496,7 +498,7 @@ class Daemon:
 
     async def status(self) -> c.Status:
         if self.db is None or self.identity is None:
-            raise PeerdError("The daemon is still starting.", code="unavailable")
+            raise Unavailable("The daemon is still starting.")
         lost = await self.db.verify()  # one stat: is the file at the path still the store?
         store = c.StoreState(path=str(self.db.path))
         if lost is not None:

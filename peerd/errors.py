@@ -1,122 +1,273 @@
-"""The exception tree: every failure a user or a peer can see carries a stable code.
+"""The exception tree: every failure a user or a peer can see is a class with a stable code.
 
-    PeerdError(code, message)              -> {"code", "message"} on the wire
-    ├── InvalidRequest        invalid_request          400
-    │   ├── ProviderUnavailable  provider_unavailable  400  (operations.py)
-    │   └── NotLinked         not_linked               400  (no link here to that environment)
-    ├── NotFound              not_found                404
-    │   ├── ProjectNotFound   project_not_found        404
-    │   ├── ThreadNotFound    thread_not_found         404
-    │   ├── RunNotFound       run_not_found            404
-    │   ├── ItemNotFound      item_not_found           404
-    │   └── ApprovalNotFound  approval_not_found       404
-    ├── Conflict              conflict                 409
-    │   ├── IdempotencyKeyReused  idempotency_key_reused  409
-    │   ├── ProjectExists     project_exists           409
-    │   ├── BranchTaken       branch_taken             409  (store/threads.py)
-    │   ├── WorktreeDirty     worktree_dirty           409  (operations.py)
-    │   ├── DirtyCheckout     checkout_dirty           409  (orchestrate/userwork.py)
-    │   ├── ApprovalDecided   approval_decided         409  (the first decision stands)
-    │   └── ApprovalWithdrawn approval_withdrawn       409  (its run ended before a decision)
-    ├── CapabilityDenied      capability_denied        403
-    │   ├── ParentNotActive   parent_not_active        403
-    │   ├── LinkRevoked       link_revoked             403
-    │   ├── ApprovalNotAllowed  approval_not_allowed   403  (a read-only link cannot decide)
-    │   ├── NotYours          not_yours                403  (the ownership ledger gives it to another)
-    │   └── ConfinementUnavailable  confinement_unavailable  403  (runtime/sandbox.py)
-    ├── PayloadTooLarge       payload_too_large        413
-    ├── ProviderError         provider_error           502
-    │   └── ProviderPathUnreachable  provider_path_unreachable  502  (providers/reach.py)
-    ├── GitError              git_error                500
-    ├── VersionSkew           version_skew             502  (a linked peerd too old for a call: update it)
-    ├── HomeNewer             home_newer               (serve exits 2; homeformat.py: a newer peerd's home)
-    └── Unavailable           unavailable              503  (retry later)
-        ├── StorageUnavailable  storage_unavailable    503  (disk full, read-only, locked)
-        └── ShuttingDown      shutting_down            503
+Each class says once what its failure is:
 
-Handlers raise these; the HTTP layer maps `code` to a status in one place (`HTTP_STATUS`), and the
-CLI prints `code: message`. Anything else that escapes is a bug: it is logged with its traceback and
-the client gets `internal_error` without details.
+    code         the stable string on the wire (`{"code", "message"}`), the CLI's `code: message`
+    http_status  what the API answers with it (inherited: a `NotFound` is 404 unless it says else)
+    transient    retrying later can succeed with nothing changed here (the class's own, not inherited)
+    ends_link    the link itself is unusable: a task through it cannot succeed (own, not inherited)
+    wire_fields  typed extra fields the wire carries, in `details`, with the values they may take
+
+and `PeerdError.__init_subclass__` registers it by its code (`REGISTRY`): a class without a code of
+its own, or with another class's code, is refused when it is defined. Everything else is computed
+from the registry: `HTTP_STATUS`, `from_wire` (every code comes back as its class), `is_transient`
+and `classify` (how the follower, delegation and a thread's move treat a failure), and the table of
+error codes in docs/reference/api.md (`tools/gen_openapi.py`).
+
+All the classes live here, whichever layer raises them: this module imports only the standard
+library, so one cheap import (the CLI's start-up is benchmarked) gives every caller the whole
+registry, and `from_wire` knows every code whatever was imported first. `tests/unit/test_errors.py`
+holds that no other module defines one, and round-trips each class over the wire.
+
+Handlers raise these; the HTTP layer answers `to_wire()` with `http_status(code)`, and the CLI
+prints `code: message`. Anything else that escapes is a bug: it is logged with its traceback and
+the client gets `internal_error` without details. Decide on the class or the code, never on the
+message: the message is for a person and may change.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from peerd.core.constants import RuntimeMode
+
+Failure = Literal["transient", "link", "task"]
+
+# The values of `PairingRejected.reason`, `RefreshRejected.reason` and `AccessExceedsCode`'s access
+# levels (`core/constants.py:RUNTIME_MODES`, not imported: this module stays the standard library's
+# only, as cheap as it can be; tests/unit/test_errors.py compares).
+PairingReason = Literal["unknown_code", "wrong_secret", "expired", "used", "burnt", "cancelled"]
+PAIRING_REASONS: tuple[PairingReason, ...] = (
+    "unknown_code",
+    "wrong_secret",
+    "expired",
+    "used",
+    "burnt",
+    "cancelled",
+)
+RefreshReason = Literal["unknown", "reused", "revoked", "expired"]
+REFRESH_REASONS: tuple[RefreshReason, ...] = ("unknown", "reused", "revoked", "expired")
+ACCESS_LEVELS: tuple[str, ...] = (
+    "read-only",
+    "approval-required",
+    "auto-accept-edits",
+    "auto",
+    "full-access",
+)
+
+REGISTRY: dict[str, type[PeerdError]] = {}  # code -> its one class, in the order defined
+HTTP_STATUS: dict[str, int] = {}  # code -> its class's status, kept with the registry
 
 
 class PeerdError(Exception):
-    """A failure with a stable code and a message a person can act on."""
+    """A bug in peerd: the daemon's log has the traceback.
+
+    The root of the tree: raised as itself, `internal_error`; every other failure is a subclass
+    with a code of its own."""
 
     code: ClassVar[str] = "internal_error"
+    http_status: ClassVar[int] = 500
+    transient: ClassVar[bool] = False
+    ends_link: ClassVar[bool] = False
+    wire_fields: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in cls.__dict__:
+            raise TypeError(f"{cls.__qualname__} declares no code of its own (peerd/errors.py)")
+        taken = REGISTRY.get(cls.code)
+        if taken is not None:
+            raise TypeError(f"{cls.__qualname__}: code {cls.code!r} is {taken.__qualname__}'s already")
+        for flag in ("transient", "ends_link"):  # a narrower failure says these itself
+            if flag not in cls.__dict__:
+                setattr(cls, flag, False)
+        REGISTRY[cls.code] = cls
+        HTTP_STATUS[cls.code] = cls.http_status
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
+        """`code`: only for a code this peerd does not know (a newer peer's, via `from_wire`);
+        a known code is raised as its own class."""
         super().__init__(message)
         self.message = message
-        if code is not None:
-            self.code = code  # type: ignore[misc]  # per-instance override of the class code
+        if code is not None and code != self.code:
+            if code in REGISTRY:
+                raise TypeError(
+                    f"raise {REGISTRY[code].__qualname__} for {code!r}, not {type(self).__name__}"
+                )
+            self.code = code  # type: ignore[misc]  # per-instance: a code from a newer peer
 
-    def to_wire(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+    def details(self) -> dict[str, str]:
+        """The typed extra fields this error carries on the wire (`wire_fields`) that are set."""
+        found = {name: getattr(self, name, None) for name in self.wire_fields}
+        return {name: value for name, value in found.items() if isinstance(value, str)}
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"code": self.code, "message": self.message}
+        details = self.details()
+        if details:
+            wire["details"] = details
+        return wire
+
+
+REGISTRY[PeerdError.code] = PeerdError
+HTTP_STATUS[PeerdError.code] = PeerdError.http_status
+
+
+# --- the request ----------------------------------------------------------------------------------
 
 
 class InvalidRequest(PeerdError):
+    """The request is malformed or impossible (the message names the field and what is wrong)."""
+
     code = "invalid_request"
+    http_status = 400
 
 
 class NotLinked(InvalidRequest):
     """This environment has no link to the one named (never linked, or forgotten here)."""
 
     code = "not_linked"
+    ends_link = True
+
+
+class ProviderUnavailable(InvalidRequest):
+    """The provider's binary is not found on the daemon's PATH; nothing was made."""
+
+    code = "provider_unavailable"
+
+
+class MoveRefused(InvalidRequest):
+    """The environment named cannot take the thread in a move (the message says why)."""
+
+    code = "move_refused"
+
+
+class TargetRequired(PeerdError):
+    """A delegation to a linked machine needs more of its target (a model, or a project there)."""
+
+    code = "target_required"
+    http_status = 400
+
+
+class ConfigInvalid(PeerdError):
+    """A config file or a flag of `peerd serve` is wrong: the message names it and what is wrong."""
+
+    code = "config_invalid"
+    http_status = 400
+
+
+class PayloadTooLarge(PeerdError):
+    """The request body is larger than the daemon takes."""
+
+    code = "payload_too_large"
+    http_status = 413
+
+
+class MethodNotAllowed(PeerdError):
+    """The endpoint exists but does not take that method."""
+
+    code = "method_not_allowed"
+    http_status = 405
+
+
+# --- not found ------------------------------------------------------------------------------------
 
 
 class NotFound(PeerdError):
+    """No such endpoint, agent tool, pairing code or client."""
+
     code = "not_found"
+    http_status = 404
 
 
 class ProjectNotFound(NotFound):
+    """No project with that id or name."""
+
     code = "project_not_found"
 
 
 class ThreadNotFound(NotFound):
+    """No thread with that id."""
+
     code = "thread_not_found"
 
 
 class RunNotFound(NotFound):
+    """No such run, or not in that thread."""
+
     code = "run_not_found"
 
 
 class ItemNotFound(NotFound):
+    """No such item in that thread."""
+
     code = "item_not_found"
 
 
+class ApprovalNotFound(NotFound):
+    """No approval with that id that this caller may see."""
+
+    code = "approval_not_found"
+
+
+class TaskNotFound(NotFound):
+    """No delegated task with that id (for an agent: none of its own thread)."""
+
+    code = "task_not_found"
+
+
+class MoveNotFound(NotFound):
+    """No move of a thread with that id here."""
+
+    code = "move_not_found"
+
+
+class OrchestrationNotFound(NotFound):
+    """No orchestration with that id."""
+
+    code = "orchestration_not_found"
+
+
+# --- conflicts ------------------------------------------------------------------------------------
+
+
 class Conflict(PeerdError):
+    """The thread or project is in a state that forbids the request."""
+
     code = "conflict"
+    http_status = 409
 
 
 class IdempotencyKeyReused(Conflict):
+    """The `clientRequestId` was used already, for a different request."""
+
     code = "idempotency_key_reused"
 
 
 class ProjectExists(Conflict):
+    """The checkout is registered already, or another project has that name."""
+
     code = "project_exists"
 
 
-class CapabilityDenied(PeerdError):
-    code = "capability_denied"
+class BranchTaken(Conflict):
+    """A launch named a branch that exists or belongs to another thread."""
+
+    code = "branch_taken"
 
 
-class ParentNotActive(CapabilityDenied):
-    code = "parent_not_active"
+class WorktreeDirty(Conflict):
+    """Archiving would delete uncommitted or untracked files (the message names them)."""
+
+    code = "worktree_dirty"
 
 
-class LinkRevoked(CapabilityDenied):
-    """The link a run or request acts for was revoked or expired on this machine."""
+class DirtyCheckout(Conflict):
+    """`peerd orchestrate` would change a checkout that has changes of its owner's."""
 
-    code = "link_revoked"
-
-
-class ApprovalNotFound(NotFound):
-    code = "approval_not_found"
+    code = "checkout_dirty"
 
 
 class ApprovalDecided(Conflict):
@@ -132,6 +283,69 @@ class ApprovalWithdrawn(ApprovalDecided):
     code = "approval_withdrawn"
 
 
+class NoPlacement(Conflict):
+    """`auto` found no environment that can take the work (the message gives each one's reason)."""
+
+    code = "no_placement"
+
+
+class ThreadMoving(Conflict):
+    """The thread is being moved: it takes no new runs here (the message names the thread there)."""
+
+    code = "thread_moving"
+
+
+class ThreadMoved(Conflict):
+    """The thread was moved: it lives on in the environment the message names."""
+
+    code = "thread_moved"
+
+
+class ThreadBusy(Conflict):
+    """The thread has a live run: a move waits for none, so stop it first (`--interrupt`)."""
+
+    code = "thread_busy"
+
+
+class AlreadyRunning(PeerdError):
+    """`peerd serve`: another daemon holds the home's lock."""
+
+    code = "already_running"
+    http_status = 409
+
+
+class ReceiptMissing(PeerdError):
+    """`peerd orchestrate`: a hop was about to start without the previous hop's receipt (a bug)."""
+
+    code = "receipt_missing"
+    http_status = 409
+
+
+# --- denied ---------------------------------------------------------------------------------------
+
+
+class CapabilityDenied(PeerdError):
+    """The caller may not do this (a web page, a refused token, a revoked, expired or read-only
+    link, another's thread)."""
+
+    code = "capability_denied"
+    http_status = 403
+    ends_link = True
+
+
+class ParentNotActive(CapabilityDenied):
+    """An agent tool call with the token of a run that has ended (or no run to wake)."""
+
+    code = "parent_not_active"
+
+
+class LinkRevoked(CapabilityDenied):
+    """The link a run or request acts for was revoked or expired on this machine."""
+
+    code = "link_revoked"
+    ends_link = True
+
+
 class ApprovalNotAllowed(CapabilityDenied):
     """This caller may see the approval but not decide it (a read-only link)."""
 
@@ -145,12 +359,148 @@ class NotYours(CapabilityDenied):
     code = "not_yours"
 
 
-class PayloadTooLarge(PeerdError):
-    code = "payload_too_large"
+class ConfinementUnavailable(CapabilityDenied):
+    """A link's run that may run only confined, on a machine where peerd cannot confine it."""
+
+    code = "confinement_unavailable"
+
+
+class RuntimeModeEscalationDenied(PeerdError):
+    """A runtime mode wider than the caller's cap (a link's level, an agent's own run)."""
+
+    code = "runtime_mode_escalation_denied"
+    http_status = 403
+
+
+class InteractionModeEscalationDenied(PeerdError):
+    """An interaction mode wider than the caller's cap."""
+
+    code = "interaction_mode_escalation_denied"
+    http_status = 403
+
+
+# --- linking --------------------------------------------------------------------------------------
+
+
+class SelfLink(PeerdError):
+    """`peerd link`: the pairing code is this environment's own."""
+
+    code = "self"
+    http_status = 400
+
+
+class AccessExceedsCode(PeerdError):
+    """`peerd link` asked for more access than the pairing code allows."""
+
+    code = "access_exceeds_code"
+    http_status = 400
+    wire_fields = {"requested": ACCESS_LEVELS, "ceiling": ACCESS_LEVELS}
+
+    def __init__(
+        self, message: str, *, requested: RuntimeMode | None = None, ceiling: RuntimeMode | None = None
+    ) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.ceiling = ceiling
+
+
+class PairingRejected(PeerdError):
+    """The box refused the pairing code; `reason` says why (absent when the box did not say)."""
+
+    code = "pairing_rejected"
+    http_status = 400
+    wire_fields = {"reason": PAIRING_REASONS}
+
+    def __init__(self, message: str, *, reason: PairingReason | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class RefreshRejected(PeerdError):
+    """The box refused a refresh token (OAuth's `invalid_grant`; `reason` says why)."""
+
+    code = "invalid_grant"
+    http_status = 400
+    wire_fields = {"reason": REFRESH_REASONS}
+
+    def __init__(
+        self, message: str, *, reason: RefreshReason | None = None, client_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.client_id = client_id  # for the box's log; never a token, never on the wire
+
+
+class RateLimited(PeerdError):
+    """The box refuses pairing attempts for a while (too many failures); retry later."""
+
+    code = "rate_limited"
+    http_status = 429
+    transient = True
+
+
+# --- a linked environment -------------------------------------------------------------------------
+
+
+class PeerUnreachable(PeerdError):
+    """The linked machine did not answer at its addresses (asleep, network down, restarting), or
+    answered 5xx."""
+
+    code = "unreachable"
+    http_status = 503
+    transient = True
+
+
+class PinMismatch(PeerdError):
+    """Something answered with another certificate than the pinned one; nothing secret was sent."""
+
+    code = "pin_mismatch"
+    http_status = 502
+    ends_link = True
+
+
+class NotAPeerd(PeerdError):
+    """What answered at the address is not a peerd."""
+
+    code = "not_a_peerd"
+    http_status = 502
+    ends_link = True
+
+
+class WrongEnvironment(PeerdError):
+    """What answered at the address is another environment than the one linked."""
+
+    code = "wrong_environment"
+    http_status = 502
+    ends_link = True
+
+
+class Incompatible(PeerdError):
+    """The linked peerd speaks a protocol version this one does not."""
+
+    code = "incompatible"
+    http_status = 502
+    ends_link = True
+
+
+class VersionSkew(PeerdError):
+    """A linked environment answers, but runs a peerd without what this call needs (an older
+    release): the message names the machine to update. Waited out until it is updated, never a
+    reason to fail the link's tasks."""
+
+    code = "version_skew"
+    http_status = 502
+    transient = True
+
+
+# --- peerd's own work -----------------------------------------------------------------------------
 
 
 class ProviderError(PeerdError):
+    """A provider could not start (recorded as the failed run's reason)."""
+
     code = "provider_error"
+    http_status = 502
 
 
 class ProviderPathUnreachable(ProviderError):
@@ -162,15 +512,12 @@ class ProviderPathUnreachable(ProviderError):
 
 
 class GitError(PeerdError):
+    """A git command failed; the message carries git's own error (credentials removed)."""
+
     code = "git_error"
 
 
-class VersionSkew(PeerdError):
-    """A linked environment answers, but runs a peerd without what this call needs (an older
-    release): the message names the machine to update. Transient for the follower (it backs off and
-    retries until the machine is updated), never a reason to fail the link's tasks."""
-
-    code = "version_skew"
+# --- this daemon and its home ---------------------------------------------------------------------
 
 
 class HomeNewer(PeerdError):
@@ -179,89 +526,58 @@ class HomeNewer(PeerdError):
     code = "home_newer"
 
 
+class HomeUnusable(PeerdError):
+    """The home directory cannot be created, written or locked (a file in the way, no permission)."""
+
+    code = "home_unusable"
+
+
+class StoreRefused(PeerdError):
+    """The daemon will not start over this store (the message names the file and the way out)."""
+
+    code = "store_refused"
+
+
+class IdentityError(PeerdError):
+    """The identity files exist but cannot be used; never overwritten, so the id is not lost."""
+
+    code = "identity_unusable"
+
+
 class Unavailable(PeerdError):
+    """The daemon is starting, or a part of it is not there yet; retry shortly."""
+
     code = "unavailable"
+    http_status = 503
+    transient = True
 
 
 class LinkClockSkew(Unavailable):
     """The box called the link expired while this machine's own record of it (the lifetime the box
     gave at its last refresh, counted on this machine's clock) says it is still valid: the box's
-    clock is wrong (ahead). Transient: nothing is marked expired, no new pairing is needed, and
-    the link works again once that clock is right (issue 26, case 9)."""
+    clock is wrong (ahead). Nothing is marked expired, no new pairing is needed, and the link works
+    again once that clock is right."""
 
     code = "clock_skew"
+    transient = True
 
 
 class StorageUnavailable(Unavailable):
     """The store cannot be written now (disk full, read-only, locked); nothing was changed."""
 
     code = "storage_unavailable"
+    transient = True
 
 
 class ShuttingDown(Unavailable):
-    """The daemon is stopping; the request was not carried out. Retry once it is back."""
+    """The daemon is stopping (or was stopped while it started); the request was not carried out.
+    Retry once it is back."""
 
     code = "shutting_down"
+    transient = True
 
 
-HTTP_STATUS: dict[str, int] = {
-    "invalid_request": 400,
-    "provider_unavailable": 400,
-    "not_linked": 400,
-    "not_found": 404,
-    "project_not_found": 404,
-    "thread_not_found": 404,
-    "run_not_found": 404,
-    "item_not_found": 404,
-    "approval_not_found": 404,
-    "approval_decided": 409,
-    "approval_withdrawn": 409,
-    "approval_not_allowed": 403,
-    "conflict": 409,
-    "idempotency_key_reused": 409,
-    "branch_taken": 409,
-    "worktree_dirty": 409,
-    "checkout_dirty": 409,
-    "project_exists": 409,
-    "no_placement": 409,
-    "capability_denied": 403,
-    "parent_not_active": 403,
-    "link_revoked": 403,
-    "confinement_unavailable": 403,
-    "not_yours": 403,
-    "runtime_mode_escalation_denied": 403,
-    "interaction_mode_escalation_denied": 403,
-    "payload_too_large": 413,
-    "method_not_allowed": 405,
-    "already_running": 409,
-    "self": 400,
-    "access_exceeds_code": 400,
-    "pairing_rejected": 400,
-    "rate_limited": 429,
-    "unreachable": 503,
-    "pin_mismatch": 502,
-    "not_a_peerd": 502,
-    "wrong_environment": 502,
-    "incompatible": 502,
-    "version_skew": 502,
-    "task_not_found": 404,
-    "thread_moving": 409,
-    "thread_moved": 409,
-    "thread_busy": 409,
-    "move_refused": 400,
-    "move_not_found": 404,
-    "orchestration_not_found": 404,
-    "receipt_missing": 409,
-    "config_invalid": 400,
-    "target_required": 400,
-    "provider_error": 502,
-    "provider_path_unreachable": 502,
-    "git_error": 500,
-    "unavailable": 503,
-    "storage_unavailable": 503,
-    "shutting_down": 503,
-    "internal_error": 500,
-}
+# --- computed from the registry -------------------------------------------------------------------
 
 
 def http_status(code: str) -> int:
@@ -269,37 +585,34 @@ def http_status(code: str) -> int:
     return HTTP_STATUS.get(code, 500)
 
 
-_BY_CODE: dict[str, type[PeerdError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidRequest,
-        NotLinked,
-        NotFound,
-        ProjectNotFound,
-        ThreadNotFound,
-        RunNotFound,
-        ItemNotFound,
-        ApprovalNotFound,
-        Conflict,
-        ApprovalDecided,
-        ApprovalWithdrawn,
-        IdempotencyKeyReused,
-        ProjectExists,
-        CapabilityDenied,
-        ParentNotActive,
-        ApprovalNotAllowed,
-        NotYours,
-        PayloadTooLarge,
-        ProviderError,
-        ProviderPathUnreachable,
-        GitError,
-        VersionSkew,
-        Unavailable,
-    )
-}
+def is_transient(code: str) -> bool:
+    """Whether retrying later can succeed with nothing changed here (an unknown code: no)."""
+    cls = REGISTRY.get(code)
+    return cls is not None and cls.transient
 
 
-def from_wire(code: str, message: str) -> PeerdError:
-    """Rebuild the typed error a daemon reported (the client side of `to_wire`)."""
-    cls = _BY_CODE.get(code, PeerdError)
-    return cls(message, code=code)
+def classify(code: str) -> Failure:
+    """Transient (back off, retry without limit), the whole link (end its tasks), or one task."""
+    cls = REGISTRY.get(code)
+    if cls is not None and cls.transient:
+        return "transient"
+    if cls is not None and cls.ends_link:
+        return "link"
+    return "task"
+
+
+def from_wire(code: str, message: str, details: object = None) -> PeerdError:
+    """Rebuild the typed error a daemon reported (the client side of `to_wire`): its class, with
+    the typed fields `details` carries that the class knows (a value it does not know is left
+    out). A code this peerd does not know (a newer peer's) is a `PeerdError` with that code."""
+    cls = REGISTRY.get(code)
+    if cls is None:
+        return PeerdError(message, code=code)
+    given = details if isinstance(details, Mapping) else {}
+    kept = {name: given[name] for name, allowed in cls.wire_fields.items() if given.get(name) in allowed}
+    return cls(message, **kept)
+
+
+def from_body(body: Mapping[str, Any]) -> PeerdError:
+    """`from_wire` of an answer's JSON body `{"code", "message", "details"?}`."""
+    return from_wire(str(body["code"]), str(body.get("message", "")), body.get("details"))

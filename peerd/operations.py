@@ -18,21 +18,23 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from peerd import contracts as c
-from peerd.core.access import (
-    InteractionModeEscalationDenied,
-    ModeCap,
-    RuntimeModeEscalationDenied,
-    cap_for,
-    interaction_rank,
-    require_write,
-    resolve_modes,
-    runtime_rank,
-)
+from peerd.core.access import ModeCap, cap_for, interaction_rank, require_write, resolve_modes, runtime_rank
 from peerd.core.idempotency import request_hash
 from peerd.core.ownership import Owner, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
-from peerd.errors import CapabilityDenied, Conflict, InvalidRequest, LinkRevoked, NotYours, RunNotFound
+from peerd.errors import (
+    CapabilityDenied,
+    Conflict,
+    InteractionModeEscalationDenied,
+    InvalidRequest,
+    LinkRevoked,
+    NotYours,
+    ProviderUnavailable,
+    RunNotFound,
+    RuntimeModeEscalationDenied,
+    WorktreeDirty,
+)
 from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
@@ -643,14 +645,6 @@ class Operations:
                 cursor = events[-1].seq if events else req.after
                 return c.EventsResult(events=events, next_cursor=cursor)
             await self.feed.wait(changed, remaining)
-
-
-class WorktreeDirty(Conflict):
-    code = "worktree_dirty"
-
-
-class ProviderUnavailable(InvalidRequest):
-    code = "provider_unavailable"
 
 
 def _listed(paths: list[str], most: int = 10) -> str:

@@ -65,7 +65,8 @@ def render_md() -> str:
     out += ["", "## Errors", ""]
     out.append(
         'An error is `{"code", "message"}`: `code` is stable (decide on it), `message` is one sentence '
-        'for a person. OAuth\'s endpoints answer RFC 6749\'s `{"error", "error_description"}` instead.'
+        "for a person (never decide on it). A few codes carry typed fields in `details` (the table of "
+        'codes below). OAuth\'s endpoints answer RFC 6749\'s `{"error", "error_description"}` instead.'
     )
     out += ["", "Every operation can also return these (each listed once here, not per operation):", ""]
     out += ["| status | code | where | when |", "| --- | --- | --- | --- |"]
@@ -75,9 +76,7 @@ def render_md() -> str:
             out.append(
                 f"| {status} | `{code}` | {where.get(kind, LISTENER_NAMES.get(kind, kind))} | {when} |"
             )
-    statuses = doc["x-peerd-error-statuses"]
-    out += ["", "Every code and its status:", ""]
-    out.append(", ".join(f"`{code}` {status}" for code, status in statuses.items()) + ".")
+    out += _error_codes(doc["x-peerd-errors"])
     schemas = doc["components"]["schemas"]
     for tag in (t["name"] for t in doc["tags"]):
         out += ["", f"## {tag.capitalize()}"]
@@ -86,6 +85,27 @@ def render_md() -> str:
                 if op["tags"] == [tag]:
                     out += _operation(method.upper(), path, op, schemas)
     return "\n".join(out) + "\n"
+
+
+def _error_codes(codes: dict[str, dict[str, Any]]) -> list[str]:
+    """The table of every error code (`x-peerd-errors`, from peerd/errors.py's registry)."""
+    out = ["", "### Error codes", ""]
+    out.append(
+        "Every code, from the exception tree (`peerd/errors.py`). *Transient*: retrying later can "
+        "succeed with nothing changed on the caller's side; a linked machine's follower backs off and "
+        "retries, and so does a thread's move. *Ends link*: the link is unusable, so a follower ends "
+        "every open task of it with the reason. Any other failure ends only the one task or move."
+    )
+    out += ["", "| code | status | kind | details | meaning |", "| --- | --- | --- | --- | --- |"]
+    for code, entry in codes.items():
+        kind = "transient" if entry["transient"] else "ends link" if entry["endsLink"] else ""
+        details = "; ".join(
+            f"`{name}`: {', '.join(f'`{v}`' for v in values)}"
+            for name, values in entry.get("details", {}).items()
+        )
+        meaning = entry["description"].replace("|", "\\|")
+        out.append(f"| `{code}` | {entry['status']} | {kind} | {details} | {meaning} |")
+    return out
 
 
 def _operation(method: str, path: str, op: dict[str, Any], schemas: dict[str, Any]) -> list[str]:

@@ -37,6 +37,8 @@ from peerd import contracts as c
 from peerd.errors import (
     CapabilityDenied,
     InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
     PayloadTooLarge,
     PeerdError,
     ShuttingDown,
@@ -140,13 +142,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPRequestEntityTooLarge:
         return error_response(PayloadTooLarge(f"The request body is larger than {MAX_BODY_BYTES} bytes."))
     except web.HTTPNotFound:
-        return error_response(
-            PeerdError(f"No such endpoint: {request.method} {request.path}", code="not_found")
-        )
+        return error_response(NotFound(f"No such endpoint: {request.method} {request.path}"))
     except web.HTTPMethodNotAllowed:
-        return error_response(
-            PeerdError(f"{request.method} is not allowed on {request.path}.", code="method_not_allowed")
-        )
+        return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.path}."))
     except web.HTTPException:
         raise
     except Exception:

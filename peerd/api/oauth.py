@@ -40,12 +40,11 @@ from pydantic import BaseModel, Field
 from peerd.api import examples as ex
 from peerd.api.routes import Example, Route, add_routes
 from peerd.core.access import ACCESS_LEVELS, DEFAULT_LINK_ACCESS
-from peerd.errors import InvalidRequest, NotFound
+from peerd.errors import AccessExceedsCode, InvalidRequest, NotFound, PairingRejected, RefreshRejected
 from peerd.logs import get_logger
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import ACCESS_TOKEN_TTL_S, TokenRejected, sign_access_token, verify_access_token
 from peerd.store import clients
-from peerd.store.clients import AccessExceedsCode, PairingRejected, RefreshRejected
 from peerd.store.db import Database
 from peerd.store.pairing import check_max_age
 
@@ -229,7 +228,7 @@ class OAuthEndpoints:
                     f"most {exc.ceiling}. Link with --access {exc.ceiling} (or lower), or run "
                     f"`peerd pair --access {exc.requested}` on {self.name} for a code that allows it."
                 ),
-                "access_exceeds_code",
+                AccessExceedsCode.code,
             ) from None
         log.info("oauth.linked", code_id=code_id, client_id=redeemed.client.id, access=access)
         return self._token_body(redeemed, now)
@@ -246,7 +245,7 @@ class OAuthEndpoints:
         except InvalidRequest as exc:
             raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
 
-    def _pairing_text(self, reason: str) -> str:
+    def _pairing_text(self, reason: str | None) -> str:
         texts = {
             "unknown_code": f"{self.name} has no such pairing code.",
             "wrong_secret": "The pairing code's secret does not match; copy the whole code again. "
@@ -256,7 +255,7 @@ class OAuthEndpoints:
             "burnt": "This pairing code was burnt after too many wrong attempts.",
             "cancelled": f"This pairing code was cancelled on {self.name}.",
         }
-        return f"{texts.get(reason, 'This pairing code cannot be used.')} {self._new_code()}"
+        return f"{texts.get(reason or '', 'This pairing code cannot be used.')} {self._new_code()}"
 
     async def _refresh(self, form: Form) -> dict[str, Any]:
         token = _required(form, "refresh_token")
@@ -268,7 +267,7 @@ class OAuthEndpoints:
             raise _Reject(InvalidGrantError(description=self._refresh_text(exc.reason)), exc.reason) from None
         return self._token_body(rotated, now)
 
-    def _refresh_text(self, reason: str) -> str:
+    def _refresh_text(self, reason: str | None) -> str:
         texts = {
             "unknown": f"{self.name} does not know this refresh token.",
             "reused": f"This refresh token was already used once, so {self.name} revoked the link to be "
@@ -276,7 +275,7 @@ class OAuthEndpoints:
             "revoked": f"The link to {self.name} was revoked there.",
             "expired": f"The link to {self.name} expired.",
         }
-        return f"{texts.get(reason, 'This refresh token cannot be used.')} {self._relink()}"
+        return f"{texts.get(reason or '', 'This refresh token cannot be used.')} {self._relink()}"
 
     def _token_body(self, grant: clients.Redeemed | clients.Rotated, now: float) -> dict[str, Any]:
         client = grant.client

@@ -10,10 +10,12 @@ holds) covers every listener; each operation names the listeners that serve it
 (`x-peerd-listeners`) and its credentials on each as security alternatives. `document("network")`
 is what the network listener serves to a link: that listener's routes with only its credentials.
 
-Errors are `ErrorBody {code, message}` (OAuth's are RFC 6749's own): per operation, each status
-lists the codes it can carry (an enum on `code`), the route's own and the generic ones (`GENERIC`:
-a malformed body, a request from a web page, a daemon that is stopping ...), which every route can
-return and which are said once in `info`.
+Errors are `ErrorBody {code, message, details?}` (OAuth's are RFC 6749's own): per operation, each
+status lists the codes it can carry (an enum on `code`), the route's own and the generic ones
+(`GENERIC`: a malformed body, a request from a web page, a daemon that is stopping ...), which every
+route can return and which are said once in `info`. Every code, with its status, whether it is
+transient, the typed fields it carries and what it means, is `x-peerd-errors`, computed from the
+exception tree's registry (`peerd.errors.REGISTRY`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from peerd.api import (
 )
 from peerd.api.routes import Example, Route, View
 from peerd.core.constants import INTERACTION_MODES, RUNTIME_MODES
-from peerd.errors import HTTP_STATUS
+from peerd.errors import HTTP_STATUS, REGISTRY
 from peerd.peer.client import MODE_LIMIT_HEADER
 
 SCHEMAS = "#/components/schemas/"
@@ -422,7 +424,26 @@ def document(view: View | None = None) -> dict[str, Any]:
             "securitySchemes": {k: v for k, v in SECURITY_SCHEMES.items() if k in used},
         },
         "x-peerd-error-statuses": dict(sorted(HTTP_STATUS.items())),
+        "x-peerd-errors": error_codes(),
     }
+
+
+def error_codes() -> dict[str, dict[str, Any]]:
+    """Every error code from the registry: its status, whether retrying later can succeed
+    (`transient`), whether it makes a link unusable (`endsLink`), the typed fields it carries in
+    `details` with their values, and what it means (its class's docstring)."""
+    found: dict[str, dict[str, Any]] = {}
+    for code, cls in sorted(REGISTRY.items()):
+        entry: dict[str, Any] = {
+            "status": cls.http_status,
+            "transient": cls.transient,
+            "endsLink": cls.ends_link,
+        }
+        if cls.wire_fields:
+            entry["details"] = {name: list(values) for name, values in cls.wire_fields.items()}
+        entry["description"] = " ".join((cls.__doc__ or "").split("\n\n")[0].split())  # 1st paragraph
+        found[code] = entry
+    return found
 
 
 def served(view: View) -> dict[str, Any]:
@@ -434,8 +455,9 @@ _INTRO = """\
 peerd's HTTP API: the owner socket, the network listener (linked machines), the agent socket and \
 the loopback MCP listener. Each operation names the listeners that serve it (`x-peerd-listeners`); \
 its security alternatives are those listeners' credentials. Bodies and answers are JSON with \
-camelCase fields; unknown fields are refused. Errors are `{code, message}` with a stable `code`; \
-`x-peerd-error-statuses` maps every code to its status.
+camelCase fields; unknown fields are refused. Errors are `{code, message}` with a stable `code` \
+(and, for a few codes, typed `details`); `x-peerd-errors` describes every code, \
+`x-peerd-error-statuses` maps each to its status.
 
 """
 

@@ -329,6 +329,5 @@ def _decided_error(first: Approval) -> ApprovalDecided:
         if (first.decided_by or "").startswith("link:"):
             who = "the linked machine that started the work"
     return ApprovalDecided(
-        f"That approval was already decided ({first.status}) by {who}; the first decision stands.",
-        code="approval_decided",
+        f"That approval was already decided ({first.status}) by {who}; the first decision stands."
     )

@@ -36,14 +36,13 @@ from peerd.cli.output import (
 )
 from peerd.cli.stream import to_a_pipe
 from peerd.core.text import path_segment
-from peerd.errors import ApprovalNotFound, PeerdError
+from peerd.errors import ApprovalNotFound, ShuttingDown
 
 PATH = "/v1/approvals"
 DECIDE = "POST /v1/approvals/{id}/decision"
 WATCH_TIMEOUT_S = 50.0  # the daemon's long-poll bound (contracts.LONG_POLL_MAX_S)
 RECONNECT_TRIES = 3  # a dropped long-poll is tried again this often before it is an error
 RECONNECT_PAUSE_S = 0.5
-SHUTTING_DOWN = "shutting_down"  # the daemon is stopping: the watch ends as if it were not running
 
 Json = dict[str, Any]
 
@@ -356,9 +355,7 @@ def approval_watch(ctx: click.Context, as_json: JsonOutput | None) -> None:
                 Watch(client, as_json, bell=sys.stdout.isatty()).run()
         except KeyboardInterrupt:
             return  # Ctrl-C ends a watch: nothing went wrong
-        except PeerdError as exc:
-            if exc.code != SHUTTING_DOWN:
-                raise
+        except ShuttingDown:  # the daemon is stopping: the watch ends as if it were not running
             raise DaemonNotRunning(cli_context(ctx).paths.socket) from None  # it stopped: as for any command
 
     with_client(ctx, go)

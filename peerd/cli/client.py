@@ -11,7 +11,7 @@ The request/answer rules, shared by both:
 - `path` is already encoded (ids as `core.text.path_segment`s) and sent as is; query values are
   percent-encoded here, booleans as `true`/`false`, `None` values left out;
 - an answer that is not JSON is a `PeerdError`; an error answer `{code, message}` is raised as the
-  typed error of its code (`errors.from_wire`);
+  typed error of its code (`errors.from_body`);
 - no daemon at the socket -> `DaemonNotRunning`; a daemon that drops the connection, or says
   nothing for `READ_TIMEOUT_S`, -> `DaemonConnectionError`.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from peerd.errors import PeerdError, from_wire
+from peerd.errors import PeerdError, from_body
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 70.0  # long-polls last up to 50 s on the wire; allow for that plus slack
@@ -96,7 +96,7 @@ def decode_answer(status: int, raw: bytes) -> Any:
         raise PeerdError(f"The daemon sent a response that is not JSON (HTTP {status}).") from None
     if status >= 400:
         if isinstance(data, dict) and "code" in data and "message" in data:
-            raise from_wire(str(data["code"]), str(data["message"]))
+            raise from_body(data)
         raise PeerdError(f"The daemon answered HTTP {status}.")
     return data
 

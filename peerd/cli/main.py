@@ -204,7 +204,7 @@ def serve(
     import socket  # noqa: PLC0415
 
     from peerd import boot  # noqa: PLC0415
-    from peerd.errors import PeerdError  # noqa: PLC0415
+    from peerd.errors import ConfigInvalid, HomeNewer, PeerdError, StoreRefused  # noqa: PLC0415
 
     try:
         home = cli_context(ctx)
@@ -226,8 +226,8 @@ def serve(
             effective_listen = None if no_listen else (listen or from_file)
             if effective_listen:
                 boot.parse_listen(effective_listen, tls=tls)
-        except PeerdError as exc:
-            raise boot.BadStart(f"{exc.code}: {exc.message}") from None
+        except PeerdError as exc:  # a wrong file or flag: what is wrong, and where
+            raise ConfigInvalid(f"{exc.code}: {exc.message}") from None
         return boot.DaemonConfig(
             home=home.home,
             label=label or settings.label or socket.gethostname(),
@@ -246,9 +246,8 @@ def serve(
     try:
         asyncio.run(boot.serve(early, settle=settle))
     except PeerdError as exc:
-        if isinstance(exc, boot.BadStart):  # the config file or a flag: what is wrong, and where
-            fail(exc.message, EXIT_USAGE)
-        if exc.code in ("store_refused", "home_newer"):  # a damaged, foreign, missing or newer store
+        # The config file or a flag (what is wrong, and where); a damaged, foreign, missing or newer store.
+        if isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)):
             fail(exc.message, EXIT_USAGE)
         fail(f"{exc.code}: {exc.message}")
 

@@ -27,7 +27,7 @@ from peerd.console.owner import Env, Owner
 from peerd.console.pages import owner
 from peerd.console.render import render_text
 from peerd.console.server import CONSOLE, shown_error
-from peerd.errors import PeerdError
+from peerd.errors import PeerdError, ShuttingDown
 
 log = structlog.get_logger(__name__)
 
@@ -107,7 +107,7 @@ async def thread_stream(request: web.Request) -> web.StreamResponse:
                 await response.write(b": keep-alive\n\n")
             cursor = events.next_cursor
     except PeerdError as exc:
-        if exc.code != "shutting_down":
+        if not isinstance(exc, ShuttingDown):
             log.info("console.stream_problem", code=exc.code)
             with contextlib.suppress(ConnectionError):
                 await response.write(sse("problem", f"{position}.{cursor or 0}", shown_error(exc)))

@@ -13,19 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from peerd.contracts import INTERACTION_MODES, RUNTIME_MODES, InteractionMode, RuntimeMode
-from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
+from peerd.errors import (
+    CapabilityDenied,
+    InteractionModeEscalationDenied,
+    InvalidRequest,
+    RuntimeModeEscalationDenied,
+)
 
 AccessLevel = RuntimeMode
 ACCESS_LEVELS: tuple[AccessLevel, ...] = RUNTIME_MODES
 DEFAULT_LINK_ACCESS: AccessLevel = "approval-required"
-
-
-class RuntimeModeEscalationDenied(PeerdError):
-    code = "runtime_mode_escalation_denied"
-
-
-class InteractionModeEscalationDenied(PeerdError):
-    code = "interaction_mode_escalation_denied"
 
 
 def runtime_rank(mode: RuntimeMode) -> int:

@@ -15,9 +15,10 @@ A move of thread X from here to environment E:
 - **moving**: the steps, each recorded when done, so a resumed move skips it and repeats nothing
   (`next_step`): the snapshot commit, sending it and landing the branch there, the launch there
   (keyed by the move id), then the lineage there and `moved`.
-- **failed**: a refusal that retrying cannot change (`is_transient` says which are not) before the
-  thread there exists; the thread here is released (its queue as it was). After the launch
-  there answered, a move only ends `moved`.
+- **failed**: a refusal that retrying cannot change before the thread there exists (`is_transient`,
+  peerd/errors.py, from the error classes' own `transient` flag, says which can; a move retries
+  those forever); the thread here is released (its queue as it was). After the launch there
+  answered, a move only ends `moved`.
 - **Branches there** (`landing`): a branch tip only moves to a descendant of itself.
 """
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from peerd.core.ownership import Right
+from peerd.errors import is_transient as is_transient  # noqa: PLC0414  # the registry's, used here
 from peerd.handoff.wire import BranchOutcome, MoveState
 
 OPEN: frozenset[MoveState] = frozenset({"waiting", "moving"})
@@ -44,10 +46,6 @@ TRANSCRIPT_TOTAL_CHARS = 60_000
 # down for a day gets its move when it is back).
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 60.0
-# Codes a retry can change: the link or the box is away, busy or stopping.
-TRANSIENT_CODES = frozenset(
-    {"unreachable", "unavailable", "storage_unavailable", "shutting_down", "rate_limited", "internal_error"}
-)
 
 
 def on_message(state: MoveState | None) -> Reaction:
@@ -86,10 +84,6 @@ def next_step(progress: Progress) -> Step:
     if progress.there_thread_id is None:
         return "launch"
     return "finish"
-
-
-def is_transient(code: str) -> bool:
-    return code in TRANSIENT_CODES
 
 
 def retry_delay(attempt: int) -> float:

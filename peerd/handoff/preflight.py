@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 
 from peerd import contracts as c
-from peerd.errors import PeerdError
-from peerd.handoff.wire import Candidate, MoveRefused, TakeAnswer
-from peerd.operations import Caller, Operations, ProviderUnavailable
+from peerd.errors import MoveRefused, PeerdError, ProviderUnavailable
+from peerd.handoff.wire import Candidate, TakeAnswer
+from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
 from peerd.store import links as link_store
 

@@ -24,22 +24,11 @@ from peerd.core.access import ModeCap, cap_for
 from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import InvalidRequest, MoveRefused, PeerdError, ThreadBusy, ThreadMoved, ThreadMoving
 from peerd.handoff import gitwork, machine
 from peerd.handoff import store as moves
 from peerd.handoff.preflight import candidates, preflight
-from peerd.handoff.wire import (
-    BranchLanded,
-    Candidate,
-    MoveAnswer,
-    MoveInfo,
-    MoveRefused,
-    TakeAnswer,
-    ThreadBusy,
-    ThreadMove,
-    ThreadMoved,
-    ThreadMoving,
-)
+from peerd.handoff.wire import BranchLanded, Candidate, MoveAnswer, MoveInfo, TakeAnswer, ThreadMove
 from peerd.operations import Caller, Operations, started_by
 from peerd.orchestrate.transport import GitTransport
 from peerd.peer.links import LinkService

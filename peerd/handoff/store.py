@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from peerd.errors import Conflict, NotFound
+from peerd.errors import Conflict, MoveNotFound
 from peerd.handoff.machine import Message, may_commit
 from peerd.handoff.wire import MovedRef, MoveInfo
 from peerd.store.db import Database
@@ -28,10 +28,6 @@ _FIELDS = frozenset(
     {"remote_project", "base_commit", "snapshot", "there_branch", "kept_ref", "prompt", "there_thread_id",
      "there_run_id", "error"}
 )  # fmt: skip
-
-
-class MoveNotFound(NotFound):
-    code = "move_not_found"
 
 
 def info(row: aiosqlite.Row, *, replayed: bool = False) -> MoveInfo:

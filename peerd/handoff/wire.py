@@ -9,7 +9,6 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.contracts import MovedRef as MovedRef  # noqa: PLC0414  # re-exported for the handoff modules
-from peerd.errors import Conflict, InvalidRequest
 
 MoveState = Literal["waiting", "moving", "moved", "cancelled", "failed"]
 # `not-yours`: the branch there belongs to someone else by the ownership ledger (core/ownership.py).
@@ -19,30 +18,6 @@ MAX_MOVE_MESSAGE_CHARS = 8_000
 # A move's id names refs (`refs/peerd/moved/<id>`): peerd's own ids only.
 MOVE_ID = r"^mov_[0-9a-f]{20}$"
 SHA = r"^[0-9a-f]{40,64}$"
-
-
-class ThreadMoving(Conflict):
-    """The thread is being moved: it takes no new runs here (the message names the thread there)."""
-
-    code = "thread_moving"
-
-
-class ThreadMoved(Conflict):
-    """The thread was moved: it lives on in the environment the message names."""
-
-    code = "thread_moved"
-
-
-class ThreadBusy(Conflict):
-    """The thread has a live run: a move waits for none, so stop it first (`--interrupt`)."""
-
-    code = "thread_busy"
-
-
-class MoveRefused(InvalidRequest):
-    """The environment named cannot take the thread (the message says why)."""
-
-    code = "move_refused"
 
 
 class ThreadMove(c.Input):

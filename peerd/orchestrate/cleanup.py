@@ -22,10 +22,9 @@ from peerd import contracts as c
 from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
-from peerd.errors import Conflict, PeerdError
+from peerd.errors import Conflict, PeerdError, PeerUnreachable
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
-from peerd.peer.client import PeerUnreachable
 from peerd.runtime import git
 from peerd.store import ownership, projects
 

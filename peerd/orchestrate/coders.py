@@ -29,8 +29,8 @@ from typing import Literal
 
 import pydantic
 
-from peerd.config import BUILTIN_KINDS, ConfigInvalid, problems
-from peerd.errors import InvalidRequest
+from peerd.config import BUILTIN_KINDS, problems
+from peerd.errors import ConfigInvalid, InvalidRequest
 from peerd.orchestrate.models import (
     CoderChoice,
     CoderSpec,

@@ -19,12 +19,11 @@ from peerd import contracts as c
 from peerd.core.runs import DAEMON_STOPPED
 from peerd.core.text import path_segment
 from peerd.core.usage import Budget
-from peerd.errors import Conflict, InvalidRequest, PeerdError
+from peerd.errors import Conflict, InvalidRequest, PeerdError, PeerUnreachable, ReceiptMissing
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.models import CoderChoice, can_transition
 from peerd.orchestrate.transport import GitTransport
-from peerd.peer.client import PeerUnreachable
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database
@@ -38,10 +37,6 @@ RETRY_LIMIT = 1  # per class: content, environmental, redispatch, changes, plan,
 
 def feed_key(run_id: str) -> str:
     return f"orch:{run_id}"
-
-
-class ReceiptMissing(PeerdError):
-    code = "receipt_missing"
 
 
 def _access(value: Any) -> c.RuntimeMode:

@@ -32,11 +32,11 @@ from typing import Any
 
 import structlog
 
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing
 from peerd.operations import Operations
 from peerd.orchestrate import cleanup, spend, userwork
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.context import OrchestrationContext, ReceiptMissing, Settings, feed_key
+from peerd.orchestrate.context import OrchestrationContext, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
 from peerd.orchestrate.integrate import deliver_run, integrate
 from peerd.orchestrate.models import PacketSpec, PlanReceipt

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from peerd.errors import ReceiptMissing
 from peerd.orchestrate import gitops, scope, spend
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, ReceiptMissing, Settings
+from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, Settings
 from peerd.orchestrate.implement import record_impl
 from peerd.orchestrate.models import CoderChoice, PacketSpec, ReviewReceipt, VerificationResult
 from peerd.orchestrate.prompts import reviewer_prompt, scripted_review, scripted_reviewer_prompt, tail

@@ -9,17 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peerd.core.ownership import Owner
-from peerd.errors import NotFound
+from peerd.errors import OrchestrationNotFound
 from peerd.store import ownership
 from peerd.store.db import Database
 from peerd.store.ids import new_id
 
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
 TERMINAL_PACKET = frozenset({"integrated", "parked", "failed", "cancelled"})
-
-
-class OrchestrationNotFound(NotFound):
-    code = "orchestration_not_found"
 
 
 @dataclass

@@ -28,7 +28,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from peerd.errors import Conflict, InvalidRequest
+from peerd.errors import DirtyCheckout, InvalidRequest
 from peerd.orchestrate.containment import changed_paths, in_scope
 from peerd.orchestrate.gitbase import commit_all, head
 from peerd.orchestrate.models import PacketSpec
@@ -36,10 +36,6 @@ from peerd.runtime import git
 
 MAX_DIRTY_PATHS = 10_000
 _CHUNK = 1 << 20
-
-
-class DirtyCheckout(Conflict):
-    code = "checkout_dirty"
 
 
 def content_hash(path: Path) -> str:

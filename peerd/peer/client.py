@@ -4,7 +4,7 @@ One `aiohttp.ClientSession` per daemon; TLS pinned to the box's certificate fing
 cached `aiohttp.Fingerprint` per peer, so connections are pooled); the access token refreshed
 under a per-link lock, the rotated refresh token persisted before the new access token is used.
 
-Errors are typed; their codes say whether retrying can help (`peerd.tasks.rules.classify`): an
+Errors are typed; their codes say whether retrying can help (`peerd.errors.classify`): an
 unreachable box (`unreachable`, also any 5xx answer) is transient; a pin mismatch, a revoked,
 expired or missing (`not_linked`) link, or a typed refusal from the box is terminal. aiohttp's
 `ServerFingerprintMismatch` subclasses `ClientConnectionError`, so it is caught first.
@@ -44,15 +44,20 @@ import yarl
 
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
-from peerd.core.access import RuntimeModeEscalationDenied, require_write, runtime_rank
+from peerd.core.access import require_write, runtime_rank
 from peerd.errors import (
     CapabilityDenied,
+    Incompatible,
     InvalidRequest,
     LinkClockSkew,
+    NotAPeerd,
     NotLinked,
     PeerdError,
+    PeerUnreachable,
+    PinMismatch,
+    RuntimeModeEscalationDenied,
     VersionSkew,
-    from_wire,
+    from_body,
 )
 from peerd.peer.identity import pinned_fingerprint
 from peerd.peer.skew import REQUIRED_PROTOCOL, PeerProtocol, skew_message
@@ -91,30 +96,6 @@ async def read_answer(resp: aiohttp.ClientResponse) -> Any:
         if len(raw) > MAX_ANSWER_BYTES:
             raise ValueError(f"an answer over {MAX_ANSWER_BYTES} bytes")
     return json.loads(raw) if raw else None
-
-
-class PeerUnreachable(PeerdError):
-    """Transient: the box did not answer (asleep, network down, restarting)."""
-
-    code = "unreachable"
-
-
-class PinMismatch(PeerdError):
-    """Terminal: something answered with another certificate; nothing secret was sent."""
-
-    code = "pin_mismatch"
-
-
-class NotAPeerd(PeerdError):
-    code = "not_a_peerd"
-
-
-class WrongEnvironment(PeerdError):
-    code = "wrong_environment"
-
-
-class Incompatible(PeerdError):
-    code = "incompatible"
 
 
 def keepalive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
@@ -478,7 +459,7 @@ class PeerClient:
                 await self._outcome(link, "reachable", None)
             if status >= 400:
                 if isinstance(data, dict) and "code" in data:
-                    raise from_wire(str(data["code"]), str(data.get("message", "")))
+                    raise from_body(data)
                 raise PeerdError(f"{link.label} answered HTTP {status}.")
             return data
         raise AssertionError("unreachable")  # pragma: no cover  # the loop always returns or raises

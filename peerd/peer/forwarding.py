@@ -18,7 +18,7 @@ from peerd import contracts as c
 from peerd.core.idempotency import scoped_request_id
 from peerd.errors import CapabilityDenied, InvalidRequest, NotLinked
 from peerd.peer.client import PeerClient, not_linked_message
-from peerd.peer.identity import InvalidEnvId, normalize_env_id
+from peerd.peer.identity import normalize_env_id
 from peerd.store import links
 
 
@@ -37,7 +37,7 @@ class Forwarder:
             return None
         try:
             env_id: str | None = normalize_env_id(environment_id)
-        except InvalidEnvId:
+        except InvalidRequest:  # not an id: a link's label
             env_id = None
         if env_id == self.own_env_id:
             return None

@@ -39,13 +39,11 @@ from peerd.core.envid import GROUP_LEN as _GROUP_LEN
 from peerd.core.envid import GROUPS as _GROUPS
 from peerd.core.envid import env_id_from_public_key
 from peerd.core.envid import luhn32 as _luhn32
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import IdentityError, InvalidRequest
 from peerd.logs import get_logger
 
 __all__ = [
     "Identity",
-    "IdentityError",
-    "InvalidEnvId",
     "env_id_from_certificate",
     "env_id_from_public_key",
     "env_id_matches",
@@ -63,16 +61,6 @@ ENV_ID_LEN = _GROUPS * (_GROUP_LEN + 1)  # 24 significant characters, dashes not
 _TYPOS = str.maketrans({"0": "O", "1": "I", "8": "B"})  # Syncthing's untypeoify
 _CERT_VALIDITY = timedelta(days=20 * 365 + 5)  # 20 years, leap days included
 _FP_PREFIX = "sha256:"
-
-
-class InvalidEnvId(InvalidRequest):
-    """An environment id a person typed or pasted is malformed; the message says what to fix."""
-
-    code = "invalid_request"
-
-
-class IdentityError(PeerdError):
-    """The identity files exist but cannot be used; never overwritten, so the id is not lost."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +90,7 @@ class Identity:
 
 
 def normalize_env_id(text: str) -> str:
-    """Canonical form of a typed environment id, or ``InvalidEnvId`` saying what is wrong.
+    """Canonical form of a typed environment id, or ``InvalidRequest`` saying what is wrong.
 
     Accepts any case, missing or misplaced dashes and spaces, and the typos 0->O, 1->I, 8->B
     (base32 has none of 0, 1, 8). Every group's check character must be right.
@@ -110,22 +98,22 @@ def normalize_env_id(text: str) -> str:
     example = "e.g. ABCDEF-GHIJKL-MNOPQR-STUVWX"
     compact = "".join(text.split()).replace("-", "").upper().translate(_TYPOS)
     if not compact:
-        raise InvalidEnvId(f"environment id is empty; expected 4 groups of 6 characters, {example}")
+        raise InvalidRequest(f"environment id is empty; expected 4 groups of 6 characters, {example}")
     bad = sorted({ch for ch in compact if ch not in _B32})
     if bad:
         shown = ", ".join(repr(ch) for ch in bad)
-        raise InvalidEnvId(
+        raise InvalidRequest(
             f"environment id {text.strip()!r} contains {shown}; only letters A-Z and digits 2-7 are used"
         )
     if len(compact) != ENV_ID_LEN:
-        raise InvalidEnvId(
+        raise InvalidRequest(
             f"environment id {text.strip()!r} has {len(compact)} characters without dashes; "
             f"expected {ENV_ID_LEN} (4 groups of 6, {example})"
         )
     groups = [compact[i : i + _GROUP_LEN + 1] for i in range(0, ENV_ID_LEN, _GROUP_LEN + 1)]
     for n, group in enumerate(groups, start=1):
         if _luhn32(group[:-1]) != group[-1]:
-            raise InvalidEnvId(
+            raise InvalidRequest(
                 f"environment id {text.strip()!r}: group {n} ({group}) fails its check character, "
                 "so a character in it was mistyped; copy the id again from the other machine"
             )
@@ -157,7 +145,7 @@ def env_id_matches(env_id: str, raw_public_key: bytes) -> bool:
     try:
         expected = env_id_from_public_key(raw_public_key)
         given = normalize_env_id(env_id)
-    except (ValueError, InvalidEnvId):
+    except (ValueError, InvalidRequest):
         return False
     return hmac.compare_digest(given, expected)
 

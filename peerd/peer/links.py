@@ -25,14 +25,23 @@ import structlog
 from peerd import contracts as c
 from peerd.core.access import ACCESS_LEVELS, access_within
 from peerd.core.text import clean_label
-from peerd.errors import InvalidRequest, NotLinked, PeerdError
+from peerd.errors import (
+    PAIRING_REASONS,
+    AccessExceedsCode,
+    InvalidRequest,
+    NotLinked,
+    PairingRejected,
+    PeerdError,
+    PeerUnreachable,
+    PinMismatch,
+    RateLimited,
+    SelfLink,
+    WrongEnvironment,
+)
 from peerd.peer import pairing_code
 from peerd.peer.client import (
     PAIRING_GRANT,
     PeerClient,
-    PeerUnreachable,
-    PinMismatch,
-    WrongEnvironment,
     check_url,
     is_loopback_url,
     not_linked_message,
@@ -52,22 +61,6 @@ MAX_LIFETIME_S = 10 * 365 * 24 * 3600.0  # no token lifetime a box sends may be 
 # `environment list`/`show` wait at most this long for the boxes' answers.
 LIVE_CHECK_S = 2.0
 LATE_MESSAGE = f"It did not answer within {LIVE_CHECK_S:g} s; the status shown is the last one known."
-
-
-class SelfLink(PeerdError):
-    code = "self"
-
-
-class AccessExceedsCode(PeerdError):
-    code = "access_exceeds_code"
-
-
-class PairingRefused(PeerdError):
-    code = "pairing_rejected"
-
-
-class RateLimited(PeerdError):
-    code = "rate_limited"
 
 
 async def peer_certificate(url: str) -> bytes:
@@ -104,7 +97,7 @@ def _lifetime(body: dict[str, Any], key: str, label: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise PairingRefused(f"{label} answered the link with an unusable {key}; nothing was stored.")
+        raise PairingRejected(f"{label} answered the link with an unusable {key}; nothing was stored.")
     return float(min(max(value, 0.0), MAX_LIFETIME_S))
 
 
@@ -200,7 +193,9 @@ class LinkService:
         if not access_within(req.access, code.access):
             raise AccessExceedsCode(
                 f"Access {req.access} exceeds what this pairing code allows ({code.access}). Ask for "
-                f"--access {code.access} or lower, or make a new code with `peerd pair --access {req.access}`."
+                f"--access {code.access} or lower, or make a new code with `peerd pair --access {req.access}`.",
+                requested=req.access,
+                ceiling=code.access,
             )
         urls = list(dict.fromkeys(check_url(u) for u in [*req.urls, *code.urls]))
         good: list[str] = []
@@ -265,7 +260,7 @@ class LinkService:
         if not isinstance(body, dict) or not all(
             isinstance(body.get(k), str) and body[k] for k in ("client_id", "refresh_token", "access_token")
         ):
-            raise PairingRefused(f"{label} answered the link in a shape this peerd does not understand.")
+            raise PairingRejected(f"{label} answered the link in a shape this peerd does not understand.")
         now = self.clock()
         refresh_in = _lifetime(body, "refresh_expires_in", label)  # 0 means now, not never
         access_in = _lifetime(body, "expires_in", label) or 0.0
@@ -316,14 +311,16 @@ class LinkService:
             return RateLimited(
                 f"{label} is refusing pairing attempts for a while (too many failures); try later."
             )
-        if reason == "access_exceeds_code":
+        if reason == AccessExceedsCode.code:
             return AccessExceedsCode(str(described or "The requested access exceeds the pairing code's."))
-        if error == "invalid_grant":
-            why = _REASONS.get(str(reason), "it refused the code")
-            return PairingRefused(
-                f"{label} did not accept the pairing code: {why}. Run `peerd pair` there for a new one."
+        if error == "invalid_grant":  # RFC 6749's error for a code it refused
+            known = next((r for r in PAIRING_REASONS if r == reason), None)
+            why = _REASONS.get(known or "", "it refused the code")
+            return PairingRejected(
+                f"{label} did not accept the pairing code: {why}. Run `peerd pair` there for a new one.",
+                reason=known,
             )
-        return PairingRefused(f"{label} refused the link: {described or error or f'HTTP {status}'}.")
+        return PairingRejected(f"{label} refused the link: {described or error or f'HTTP {status}'}.")
 
     async def environment_list(self, *, probe: bool = True) -> list[c.LinkInfo]:
         """Every link; with `probe`, each box is asked now (in parallel, at most LIVE_CHECK_S)."""

@@ -20,15 +20,11 @@ from dataclasses import dataclass
 
 from peerd.core.access import AccessLevel, parse_access
 from peerd.errors import InvalidRequest
-from peerd.peer.identity import InvalidEnvId, normalize_env_id
+from peerd.peer.identity import normalize_env_id
 
 PREFIX = "peerd-pair:"
 VERSION = 1
 SECRET_BYTES = 16  # 128 bits
-
-
-class InvalidPairingCode(InvalidRequest):
-    pass
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ def decode(text: str) -> PairingCode:
     """Parse a pasted code; whitespace and line breaks from copying are ignored."""
     compact = "".join(text.split())
     if not compact.startswith(PREFIX):
-        raise InvalidPairingCode(
+        raise InvalidRequest(
             "This is not a peerd pairing code (it should start with 'peerd-pair:'). "
             "Run `peerd pair` on the machine to link to, and copy the whole line it prints."
         )
@@ -83,9 +79,9 @@ def decode(text: str) -> PairingCode:
         raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
         body = json.loads(raw)
     except (binascii.Error, ValueError):
-        raise InvalidPairingCode("The pairing code is damaged; copy the whole line again.") from None
+        raise InvalidRequest("The pairing code is damaged; copy the whole line again.") from None
     if not isinstance(body, dict) or body.get("v") != VERSION:
-        raise InvalidPairingCode(
+        raise InvalidRequest(
             "This pairing code comes from a peerd version this one does not understand; update both."
         )
     try:
@@ -94,11 +90,11 @@ def decode(text: str) -> PairingCode:
         urls = tuple(str(u) for u in body["u"])
         access = parse_access(str(body["a"]))
     except (KeyError, TypeError, ValueError, InvalidRequest):
-        raise InvalidPairingCode("The pairing code is damaged; copy the whole line again.") from None
+        raise InvalidRequest("The pairing code is damaged; copy the whole line again.") from None
     if len(fingerprint) != 32 or not urls or not code_id or len(secret) < 22:
-        raise InvalidPairingCode("The pairing code is damaged; copy the whole line again.")
+        raise InvalidRequest("The pairing code is damaged; copy the whole line again.")
     try:
         env_id = normalize_env_id(env_id)
-    except InvalidEnvId:
-        raise InvalidPairingCode("The pairing code is damaged; copy the whole line again.") from None
+    except InvalidRequest:
+        raise InvalidRequest("The pairing code is damaged; copy the whole line again.") from None
     return PairingCode(code_id, secret, env_id, fingerprint, urls, access)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from peerd.contracts import Capacity, Placed, Preference, RuntimeMode
 from peerd.core.access import runtime_rank
-from peerd.errors import Conflict
+from peerd.errors import NoPlacement
 
 MAX_AGE_S = 60.0  # a capacity report older than this is read again before choosing
 WEIGHT: dict[Preference, float] = {"prefer": 0.5, "normal": 1.0, "less": 2.0, "manual-only": 0.0}
@@ -27,10 +27,6 @@ SHOWN: dict[Preference, str] = {
 }
 FLOOR = 0.1  # an idle box still has a score, so its preference still counts
 LOAD_CAP = 2.0  # load per CPU past this says no more about the box
-
-
-class NoPlacement(Conflict):
-    code = "no_placement"
 
 
 @dataclass(frozen=True)

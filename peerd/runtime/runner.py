@@ -32,7 +32,13 @@ from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
-from peerd.errors import CapabilityDenied, PeerdError, ProviderPathUnreachable
+from peerd.errors import (
+    CapabilityDenied,
+    ConfinementUnavailable,
+    PeerdError,
+    ProviderPathUnreachable,
+    StorageUnavailable,
+)
 from peerd.paths import Paths
 from peerd.providers.base import (
     ItemProduced,
@@ -46,7 +52,7 @@ from peerd.providers.base import (
 from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.meter import RunMeter
-from peerd.runtime.sandbox import Confinement, ConfinementUnavailable
+from peerd.runtime.sandbox import Confinement
 from peerd.runtime.slots import Slot, StartSlots, default_start_slots
 from peerd.store import projects
 from peerd.store import threads as store
@@ -75,7 +81,7 @@ def is_storage_fault(exc: BaseException) -> bool:
     for _ in range(4):
         if seen is None:
             return False
-        if isinstance(seen, PeerdError) and seen.code == "storage_unavailable":
+        if isinstance(seen, StorageUnavailable):
             return True
         name = getattr(seen, "sqlite_errorname", None)
         if (

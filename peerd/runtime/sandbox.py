@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from peerd.errors import CapabilityDenied
+from peerd.errors import ConfinementUnavailable
 from peerd.runtime import runas
 from peerd.runtime.runas import Grant, RunAs
 
@@ -94,12 +94,6 @@ RUNAS_SCRIPT = Path(runas.__file__).resolve()
 
 # What a run finds at a path inside its sandbox (`Confinement.sees`).
 Sight = Literal["hidden", "read", "write"]
-
-
-class ConfinementUnavailable(CapabilityDenied):
-    """A link's run that may run only confined, on a machine where peerd cannot confine it."""
-
-    code = "confinement_unavailable"
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,22 @@ from __future__ import annotations
 import hmac
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import aiosqlite
 
 from peerd.contracts import MAX_LINK_AGE_S, ClientInfo, ClientStatus
 from peerd.core.access import AccessLevel, access_within
 from peerd.core.text import clean_label
-from peerd.errors import InvalidRequest, NotFound, PeerdError
+from peerd.errors import (
+    AccessExceedsCode,
+    InvalidRequest,
+    NotFound,
+    PairingReason,
+    PairingRejected,
+    RefreshReason,
+    RefreshRejected,
+)
 from peerd.peer.pairing_code import secret_hash
 from peerd.peer.tokens import new_refresh_token, refresh_hash
 from peerd.store.db import Database, Tx
@@ -41,38 +49,6 @@ REUSE_REASON = "A refresh token was used twice; the link was revoked to be safe.
 UNLINKED_REASON = "The linked machine unlinked itself."
 MAX_LABEL_CHARS = 200
 MAX_ENV_ID_CHARS = 64
-
-PairingReason = Literal["unknown_code", "wrong_secret", "expired", "used", "burnt", "cancelled"]
-RefreshReason = Literal["unknown", "reused", "revoked", "expired"]
-
-
-class PairingRejected(PeerdError):
-    code: ClassVar[str] = "pairing_rejected"
-
-    def __init__(self, reason: PairingReason, message: str) -> None:
-        super().__init__(message)
-        self.reason: PairingReason = reason
-
-
-class AccessExceedsCode(PeerdError):
-    code: ClassVar[str] = "access_exceeds_code"
-
-    def __init__(self, requested: AccessLevel, ceiling: AccessLevel) -> None:
-        super().__init__(
-            f"Access {requested} is above this pairing code's ceiling ({ceiling}). Link with "
-            f"--access {ceiling} or lower, or make a new code with `peerd pair --access {requested}`."
-        )
-        self.requested = requested
-        self.ceiling = ceiling
-
-
-class RefreshRejected(PeerdError):
-    code: ClassVar[str] = "invalid_grant"
-
-    def __init__(self, reason: RefreshReason, message: str, *, client_id: str | None = None) -> None:
-        super().__init__(message)
-        self.reason: RefreshReason = reason
-        self.client_id = client_id  # for the box's log; never a token
 
 
 @dataclass(frozen=True)
@@ -137,11 +113,20 @@ def check_redemption(*, label: str | None, env_id: str | None, max_age_s: float 
 
 
 def pairing_rejected(reason: PairingReason) -> PairingRejected:
-    return PairingRejected(reason, _PAIRING_MESSAGES[reason])
+    return PairingRejected(_PAIRING_MESSAGES[reason], reason=reason)
+
+
+def access_exceeds_code(requested: AccessLevel, ceiling: AccessLevel) -> AccessExceedsCode:
+    return AccessExceedsCode(
+        f"Access {requested} is above this pairing code's ceiling ({ceiling}). Link with "
+        f"--access {ceiling} or lower, or make a new code with `peerd pair --access {requested}`.",
+        requested=requested,
+        ceiling=ceiling,
+    )
 
 
 def refresh_rejected(reason: RefreshReason, client_id: str | None = None) -> RefreshRejected:
-    return RefreshRejected(reason, _REFRESH_MESSAGES[reason], client_id=client_id)
+    return RefreshRejected(_REFRESH_MESSAGES[reason], reason=reason, client_id=client_id)
 
 
 # `refresh_expires_at`: the newest refresh token's expiry, which is when a sliding link lapses.
@@ -246,7 +231,7 @@ async def redeem_pairing_code(
             failure = pairing_rejected("burnt" if burnt else "wrong_secret")
         elif not access_within(access, code["access"]):
             # The right secret with too wide a request: nothing is spent, the user may ask again.
-            raise AccessExceedsCode(access, code["access"])
+            raise access_exceeds_code(access, code["access"])
         else:
             # A code stored before max ages were bounded may hold one that is not: refused before
             # anything is written, so the code is not spent.

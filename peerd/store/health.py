@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from peerd.errors import PeerdError
+from peerd.errors import InvalidRequest, StorageUnavailable, StoreRefused
 from peerd.store.db import APPLICATION_ID
 from peerd.store.schema import MIGRATIONS
 
@@ -29,12 +29,6 @@ CHECK_TIMEOUT_S = 5.0
 State = Literal[
     "ok", "missing", "empty", "not_sqlite", "truncated", "damaged", "foreign", "newer", "unreadable"
 ]
-
-
-class StoreRefused(PeerdError):
-    """The daemon will not start over this store (the message names the file and the way out)."""
-
-    code = "store_refused"
 
 
 @dataclass(frozen=True)
@@ -201,9 +195,7 @@ def backup(source: Path, dest: Path) -> StoreHealth:
     the same time is neither blocked for long nor seen half-way. The copy is made beside `dest`
     and renamed into place once it passed `inspect`; it uses a rollback journal, so it is one file."""
     if dest.exists():
-        raise PeerdError(
-            f"{dest} exists; choose a new file name, or remove it first.", code="invalid_request"
-        )
+        raise InvalidRequest(f"{dest} exists; choose a new file name, or remove it first.")
     partial = sidecar(dest, ".partial")
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
@@ -214,9 +206,8 @@ def backup(source: Path, dest: Path) -> StoreHealth:
             out.execute("PRAGMA journal_mode = DELETE")
         found = inspect(partial)
         if not found.ok:
-            raise PeerdError(
-                f"the copy of {source} is not a healthy peerd store: it {found.detail}; run `peerd doctor`.",
-                code="storage_unavailable",
+            raise StorageUnavailable(
+                f"the copy of {source} is not a healthy peerd store: it {found.detail}; run `peerd doctor`."
             )
         fd = os.open(partial, os.O_RDONLY)
         try:
@@ -238,9 +229,8 @@ def restore(candidate: Path, dest: Path, *, stamp: str) -> Path | None:
     The caller holds the home lock, so no daemon has `dest` open."""
     found = inspect(candidate)
     if not found.ok:
-        raise PeerdError(
-            f"{candidate} {found.detail}; nothing was restored. Choose a backup made by `peerd backup`.",
-            code="invalid_request",
+        raise InvalidRequest(
+            f"{candidate} {found.detail}; nothing was restored. Choose a backup made by `peerd backup`."
         )
     staged = sidecar(dest, ".restoring")
     for stale in (staged, sidecar(staged, "-journal")):

@@ -29,7 +29,7 @@ from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
-from peerd.errors import InvalidRequest, NotFound, ParentNotActive, PeerdError
+from peerd.errors import InvalidRequest, NotFound, ParentNotActive, PeerdError, TargetRequired, TaskNotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
@@ -67,14 +67,6 @@ def _launch_of(task: TaskRow, lineage: c.DelegatedFrom | None = None) -> c.Threa
 def _seconds(timeout_ms: int | None) -> float:
     """A wait's length: as asked (0 = just look), else as long as tool calls safely last."""
     return WAIT_CAP_S if timeout_ms is None else timeout_ms / 1000
-
-
-class TaskNotFound(NotFound):
-    code = "task_not_found"
-
-
-class TargetRequired(PeerdError):
-    code = "target_required"
 
 
 class FollowerNotifier(Protocol):

@@ -16,7 +16,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
-from peerd.errors import PeerdError
+from peerd.errors import Failure as Failure  # noqa: PLC0414  # the registry's, re-exported here
+from peerd.errors import PeerdError, StorageUnavailable
+from peerd.errors import classify as classify  # noqa: PLC0414  # the registry's, re-exported here
 
 TaskStatus = Literal["pending", "running", "completed", "failed", "cancelled", "interrupted"]
 Wake = Literal["always", "settled_only"]
@@ -176,36 +178,12 @@ def settlement(
 
 # --- failures, by typed code -----------------------------------------------------------------------
 
-Failure = Literal["transient", "link", "task"]
-
-# Worth retrying with backoff: the box did not answer (or answered 5xx), or this daemon's store or
-# the box cannot serve right now, or the box runs an older peerd without what is needed
-# (`version_skew`: waited out until it is updated, like an outage; the tasks are not failed).
-TRANSIENT_CODES: frozenset[str] = frozenset(
-    {"unreachable", "unavailable", "storage_unavailable", "shutting_down", "clock_skew", "version_skew"}
-)
-# The link itself is unusable: every open task of the link ends with the reason.
-LINK_CODES: frozenset[str] = frozenset(
-    {
-        "capability_denied",  # revoked, expired, read-only
-        "link_revoked",
-        "not_linked",  # forgotten here
-        "pin_mismatch",
-        "not_a_peerd",
-        "wrong_environment",
-        "incompatible",
-    }
-)
-STORE_FAULT = "storage_unavailable"
-
-
-def classify(code: str) -> Failure:
-    """Transient (back off, retry without limit), the whole link (end its tasks), or one task."""
-    if code in TRANSIENT_CODES:
-        return "transient"
-    if code in LINK_CODES:
-        return "link"
-    return "task"
+# `classify` (peerd/errors.py) sorts a failure by its code, from the error classes' own flags:
+# `transient` (back off and retry without limit: the box did not answer or answered 5xx, this
+# daemon's store or the box cannot serve now, the box runs an older peerd than is needed), the
+# whole link (`ends_link`: revoked, expired, read-only, forgotten here, another certificate or
+# environment; every open task of the link ends with the reason), else the one task.
+STORE_FAULT = StorageUnavailable.code
 
 
 def error_code(exc: BaseException) -> str:

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from peerd.api.localclient import LocalClient
-from peerd.errors import PeerdError
+from peerd.errors import PeerdError, ReceiptMissing
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.engine import ReceiptMissing
 from peerd.orchestrate.implement import start_packet
 from peerd.orchestrate.integrate import integrate
 from tests.helpers import DaemonProcess, client_for, git, running_daemon, two_daemons

@@ -7,17 +7,8 @@ from typing import Any
 import pytest
 
 from peerd import contracts as c
-from peerd.placement.rules import (
-    MAX_AGE_S,
-    Candidate,
-    Need,
-    NoPlacement,
-    choose,
-    is_stale,
-    judge,
-    score,
-    standing,
-)
+from peerd.errors import NoPlacement
+from peerd.placement.rules import MAX_AGE_S, Candidate, Need, choose, is_stale, judge, score, standing
 
 KEY = "github.com/peerd/demo"
 NOW = 1_000_000.0

@@ -5,7 +5,7 @@ the rule it guards."""
 
 from __future__ import annotations
 
-from peerd.errors import PeerdError
+from peerd.errors import CapabilityDenied, NotFound
 from peerd.tasks.feedclient import feed_code, feed_message
 from peerd.tasks.machine import EndTask, FollowerMachine, OpenTask, Poll, PollAnswer, RunReport, Subscribe
 from peerd.tasks.rules import classify
@@ -256,10 +256,10 @@ def test_runs_past_the_cap_wait_and_join_when_one_leaves() -> None:
 def test_a_box_without_the_change_feed_is_waited_out_not_a_dead_link() -> None:
     """Rule (old boxes): a box that answers `not_found` for the feed's routes backs the link off
     with a sentence saying to update peerd there; its tasks are not failed."""
-    gone = PeerdError("No such endpoint: POST /v1/feed/changes", code="not_found")
+    gone = NotFound("No such endpoint: POST /v1/feed/changes")
     assert classify(feed_code(gone)) == "transient"
     assert (
         feed_message(gone, "box")
         == "box runs a peerd without the change feed; update peerd there (the tasks wait)."
     )
-    assert feed_code(PeerdError("refused", code="capability_denied")) == "capability_denied"
+    assert feed_code(CapabilityDenied("refused")) == "capability_denied"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from peerd.config import HIDDEN, ConfigInvalid, default_path, load
+from peerd.config import HIDDEN, default_path, load
+from peerd.errors import ConfigInvalid
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -20,11 +20,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 from pytest_aiohttp import AiohttpServer
 
-from peerd.errors import InvalidRequest, PeerdError
+from peerd.errors import IdentityError, InvalidRequest, PeerdError
 from peerd.peer.identity import (
     Identity,
-    IdentityError,
-    InvalidEnvId,
     _luhn32,
     env_id_from_public_key,
     env_id_matches,
@@ -197,7 +195,7 @@ def test_normalize_rejects_every_single_changed_character() -> None:
     for pos, ch in enumerate(compact):
         for replacement in (B32[(B32.index(ch) + 1) % 32], B32[(B32.index(ch) + 17) % 32]):
             broken = compact[:pos] + replacement + compact[pos + 1 :]
-            with pytest.raises(InvalidEnvId) as info:
+            with pytest.raises(InvalidRequest) as info:
                 normalize_env_id(broken)
             group = pos // 6 + 1
             assert f"group {group}" in info.value.message
@@ -205,7 +203,7 @@ def test_normalize_rejects_every_single_changed_character() -> None:
 
 
 def test_invalid_env_id_is_an_invalid_request() -> None:
-    with pytest.raises(InvalidEnvId) as info:
+    with pytest.raises(InvalidRequest) as info:
         normalize_env_id("ABCDEF")
     err = info.value
     assert isinstance(err, InvalidRequest)
@@ -225,7 +223,7 @@ def test_invalid_env_id_is_an_invalid_request() -> None:
     ],
 )
 def test_normalize_explains_malformed_ids(text: str, needle: str) -> None:
-    with pytest.raises(InvalidEnvId, match=re.escape(needle)):
+    with pytest.raises(InvalidRequest, match=re.escape(needle)):
         normalize_env_id(text)
 
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from peerd.config import ConfigInvalid
-from peerd.errors import InvalidRequest
+from peerd.errors import ConfigInvalid, InvalidRequest
 from peerd.orchestrate.coders import (
     CoderSpec,
     OrchestrateConfig,

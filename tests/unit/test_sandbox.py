@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from peerd.config import Config, ConfigInvalid, LinksConfig, ProviderConfig, _validate, link_may_use
+from peerd.config import Config, LinksConfig, ProviderConfig, _validate, link_may_use
 from peerd.doctor import ConfinementFacts, check_confinement, run_checks
+from peerd.errors import ConfigInvalid
 from peerd.runtime import runas, sandbox, sandbox_profile
 from peerd.runtime.runas import Grant, RunAs
 from peerd.runtime.sandbox import Confinement, Mount, bwrap_args, clean_env, decide

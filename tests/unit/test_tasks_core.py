@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from peerd.errors import NotLinked, PeerdError, StorageUnavailable, ThreadNotFound
+from peerd.errors import NotLinked, PeerdError, PeerUnreachable, StorageUnavailable, ThreadNotFound
 from peerd.tasks.rules import (
     BACKOFF_MAX_S,
     RunFact,
@@ -147,13 +147,23 @@ def test_a_continuation_after_a_restart_is_the_childs_own_work() -> None:
         ("storage_unavailable", "transient"),
         ("shutting_down", "transient"),
         ("unavailable", "transient"),
+        ("clock_skew", "transient"),  # the box's clock: right again, the link works again
+        ("version_skew", "transient"),  # the box's peerd: updated, the call works
+        ("rate_limited", "transient"),
         ("capability_denied", "link"),
         ("not_linked", "link"),
         ("link_revoked", "link"),
         ("pin_mismatch", "link"),
+        ("not_a_peerd", "link"),
+        ("wrong_environment", "link"),
+        ("incompatible", "link"),
+        ("parent_not_active", "task"),  # narrower than capability_denied: one task, not the link
+        ("not_yours", "task"),
         ("thread_not_found", "task"),
         ("invalid_request", "task"),
         ("idempotency_key_reused", "task"),
+        ("internal_error", "task"),  # a bug is not retried for ever
+        ("a_code_from_a_newer_peerd", "task"),
     ],
 )
 def test_failures_are_sorted_by_code(code: str, kind: str) -> None:
@@ -163,7 +173,8 @@ def test_failures_are_sorted_by_code(code: str, kind: str) -> None:
 def test_error_codes_of_exceptions() -> None:
     assert error_code(NotLinked("This environment is not linked to x.")) == "not_linked"
     assert error_code(ThreadNotFound("not linked")) == "thread_not_found", "the message is never read"
-    assert error_code(PeerdError("x", code="unreachable")) == "unreachable"
+    assert error_code(PeerUnreachable("x")) == "unreachable"
+    assert error_code(PeerdError("x", code="newer_than_this")) == "newer_than_this"  # a newer peer's
     assert error_code(sqlite3.OperationalError("database or disk is full")) == "storage_unavailable"
     assert error_code(RuntimeError("bug")) == "internal_error"
     assert is_store_fault(StorageUnavailable("full")) and not is_store_fault(ValueError())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from peerd.errors import BranchTaken
 from peerd.store import threads
 from peerd.store.db import Database
 from tests.queryplans import scans, statements
@@ -155,7 +156,7 @@ async def test_a_launch_checks_a_named_branch_outside_the_transaction_and_a_gene
         db, key=key("k1"), spec=spec("orchestrate/free"), prompt="p", now=1.0, branch_exists=branch_exists
     )
     assert asked == [("orchestrate/free", False)]  # asked, and not while the writer was held
-    with pytest.raises(threads.BranchTaken):
+    with pytest.raises(BranchTaken):
         await threads.launch(
             db,
             key=key(None),
@@ -164,7 +165,7 @@ async def test_a_launch_checks_a_named_branch_outside_the_transaction_and_a_gene
             now=1.0,
             branch_exists=branch_exists,
         )
-    with pytest.raises(threads.BranchTaken):  # another thread's branch: refused in the transaction
+    with pytest.raises(BranchTaken):  # another thread's branch: refused in the transaction
         await threads.launch(db, key=key(None), spec=spec("orchestrate/free"), prompt="p", now=1.0)
     # A retried key replays its thread although its branch now exists.
     again, replayed = await threads.launch(

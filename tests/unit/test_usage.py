@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from peerd.core.usage import Budget, Usage, describe, exceeded, total
+from peerd.errors import ConfigInvalid
 from peerd.providers.base import UsageReported
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.codex_events import CodexEvents
@@ -187,7 +188,7 @@ def test_an_estimate_is_marked_in_sums_lines_and_budgets() -> None:
 
 
 def test_the_price_table_in_config_toml(tmp_path: Any) -> None:
-    from peerd.config import ConfigInvalid, load  # noqa: PLC0415
+    from peerd.config import load  # noqa: PLC0415
     from peerd.core.usage import Price  # noqa: PLC0415
 
     path = tmp_path / "config.toml"

@@ -34,7 +34,6 @@ from peerd.store.threads.recovery import live_run_groups, recover
 from peerd.store.threads.rows import Idempotency, NewThread, item_from_row
 from peerd.store.threads.writes import (
     Admit,
-    BranchTaken,
     add_item,
     archive,
     event,
@@ -49,7 +48,6 @@ from peerd.store.threads.writes import (
 
 __all__ = [
     "Admit",
-    "BranchTaken",
     "Idempotency",
     "NewThread",
     "add_item",

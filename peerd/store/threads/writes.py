@@ -13,7 +13,7 @@ from peerd.contracts import Item, Run, RunStatus, Thread
 from peerd.core.idempotency import replay
 from peerd.core.ownership import owner_of_thread
 from peerd.core.runs import check_transition, is_terminal, next_to_start
-from peerd.errors import Conflict, InvalidRequest, NotYours, RunNotFound, ThreadNotFound
+from peerd.errors import BranchTaken, InvalidRequest, NotYours, RunNotFound, ThreadNotFound
 from peerd.store import ownership, receipts
 from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
@@ -100,10 +100,6 @@ async def new_run(
     )
     await insert_item(tx, thread_id, run_id, "user_message", prompt, {}, now)
     return run_id
-
-
-class BranchTaken(Conflict):
-    code = "branch_taken"
 
 
 async def launch(
