@@ -18,7 +18,7 @@ from peerd.approvals.rules import Approval
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
+from tests.support.delegation import delegate, runs_script
 
 Json = dict[str, Any]
 

@@ -13,7 +13,7 @@ from peerd.api.localclient import LocalClient
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
+from tests.support.delegation import delegate, runs_script
 
 Json = dict[str, Any]
 

@@ -35,10 +35,10 @@ from peerd.doctor.network import check_link
 from peerd.paths import Paths
 from tests.compat.release import OldDaemon, Release, new_peerd
 from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import READ_AND_REPORT, delegate, items, runs_script, tasks_of
-from tests.integration.test_delegation import wait_task as wait_task_unbounded
 from tests.integration.test_delegation_durability import eventually, free_port
 from tests.realcli import signal_dir
+from tests.support.delegation import READ_AND_REPORT, delegate, items, runs_script, tasks_of
+from tests.support.delegation import wait_task as wait_task_unbounded
 
 CHUNK_S = 2.0
 WAIT_S = 30.0

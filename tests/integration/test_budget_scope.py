@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.integration.test_delegation import READ_AND_REPORT, delegate, runs_script
+from tests.support.delegation import READ_AND_REPORT, delegate, runs_script
 
 
 def spend(tokens: int) -> dict[str, Any]:

@@ -34,16 +34,10 @@ from peerd.tasks import store as task_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.follower import Follower
 from tests.helpers import DaemonProcess, client_for, git, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import (
-    READ_AND_REPORT,
-    delegate,
-    items,
-    runs_script,
-    tasks_of,
-)
-from tests.integration.test_delegation import wait_run_number as wait_run_number_unbounded
-from tests.integration.test_delegation import wait_task as wait_task_unbounded
 from tests.realcli import signal_dir
+from tests.support.delegation import READ_AND_REPORT, delegate, items, runs_script, tasks_of
+from tests.support.delegation import wait_run_number as wait_run_number_unbounded
+from tests.support.delegation import wait_task as wait_task_unbounded
 
 CHUNK_S = 2.0  # the laptop follower's long-poll chunk in these tests
 WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it

@@ -23,7 +23,6 @@ from peerd.tasks import store as task_store
 from peerd.tasks.rules import backoff_delay
 from tests.faultproxy import FaultProxy
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script, tasks_of
 from tests.integration.test_delegation_durability import (
     CHUNK_S,
     Machines,
@@ -39,6 +38,7 @@ from tests.integration.test_delegation_durability import (
     wait_run_number,
 )
 from tests.realcli import signal_dir
+from tests.support.delegation import delegate, runs_script, tasks_of
 
 SETTLE_S = 5.0  # results arrive within this long of the first successful contact after an outage
 

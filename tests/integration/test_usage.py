@@ -18,7 +18,7 @@ from peerd.errors import PeerdError
 from peerd.store.threads import usage as usage_store
 from tests.helpers import make_repo, script, two_daemons, wait_terminal
 from tests.integration.test_cli import ok, peerd
-from tests.integration.test_delegation import linked_pair
+from tests.support.delegation import linked_pair
 
 Json = dict[str, Any]
 

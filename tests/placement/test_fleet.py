@@ -23,7 +23,7 @@ from peerd.errors import PeerdError
 from peerd.placement import capacity
 from peerd.placement.service import Placement
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
+from tests.support.delegation import delegate, runs_script
 
 GIB = 2**30
 NO_CODEX = {"codex": ProviderConfig(binary="/nonexistent/codex")}  # codex is installed nowhere

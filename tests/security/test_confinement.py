@@ -27,8 +27,8 @@ from peerd.errors import PeerdError
 from peerd.runtime import sandbox
 from tests.fakemodel import FakeModel
 from tests.helpers import Pair, make_repo, processes_in, script, two_daemons, wait_terminal
-from tests.integration.test_delegation import items, linked_pair
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
+from tests.support.delegation import items, linked_pair
 
 PROBE = r"""
 import http.client, json, os, socket, subprocess, sys

@@ -17,8 +17,8 @@ import pytest
 from peerd.paths import Paths
 from peerd.tasks import store as task_store
 from tests.helpers import script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script, tasks_of
 from tests.integration.test_delegation_durability import Machines, eventually, task_ended
+from tests.support.delegation import delegate, runs_script, tasks_of
 
 STEP_S = 600.0
 

@@ -16,8 +16,8 @@ from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.subscription import set_hash
 from tests.helpers import script, wait_terminal
-from tests.integration.test_delegation import wait_task
 from tests.integration.test_delegation_durability import WAIT_S, Machines, delegated_and_running, eventually
+from tests.support.delegation import wait_task
 
 
 def box_hub(m: Machines) -> FeedHub:
