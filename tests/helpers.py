@@ -59,6 +59,13 @@ def script(*steps: dict[str, Any]) -> str:
     return "```peerd-script\n" + json.dumps({"steps": list(steps)}) + "\n```"
 
 
+def free_port() -> int:
+    """A loopback port free now: for a daemon that must listen at the same address after a restart."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @asynccontextmanager
 async def running_daemon(
     home: Path,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,7 @@ from peerd.approvals import store as approvals_store
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
 from tests.fakemodel import FakeModel
-from tests.helpers import Pair, client_for, make_repo, running_daemon
+from tests.helpers import Pair, client_for, free_port, make_repo, running_daemon
 from tests.realcli import fake_marker, offline_settings, secure_dir
 
 CLIS = ("claude", "codex", "gemini")
@@ -65,12 +64,6 @@ REASON = "DENIED-BY-ALICE: not on Fridays"
 def fake() -> Iterator[FakeModel]:
     with FakeModel(SCRIPTS, default="three") as model:
         yield model
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @asynccontextmanager

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ from typing import Any
 from peerd.api.localclient import LocalClient
 from peerd.paths import Paths
 from tests.faults.invariant import backwards_runs, violations
-from tests.helpers import git, make_repo, wait_started
+from tests.helpers import free_port, git, make_repo, wait_started
 
 FULL = os.environ.get("PEERD_FAULTS", "") == "full"  # `make faults`: the whole matrix
 SEED = int(os.environ.get("PEERD_FAULT_SEED", "12"))
@@ -37,12 +36,6 @@ SETTLE_S = 60.0  # a trial not settled by then counts as stuck
 WAKE_GRACE_S = 8.0  # once everything is terminal, how long an owed wake may take to show up
 TERMINAL_RUN = {"completed", "failed", "cancelled", "interrupted"}
 TERMINAL_TASK = {"completed", "failed", "cancelled", "interrupted"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def runs_script(*runs: list[dict[str, Any]]) -> str:

@@ -12,8 +12,7 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
-from tests.faults.harness import free_port
-from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal
+from tests.helpers import client_for, free_port, git, make_repo, running_daemon, script, wait_terminal
 
 # The thread here: one commit on its branch, an uncommitted edit of a tracked file, a new file.
 WORK = script(

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from peerd.handoff import boxside
-from tests.faults.harness import free_port
 from tests.handoff.conftest import WORK, box_daemon, clones, items, move_ended
-from tests.helpers import DaemonProcess, client_for, script, wait_terminal
+from tests.helpers import DaemonProcess, client_for, free_port, script, wait_terminal
 
 
 @pytest.mark.parametrize("held", ["landing", "launch"])

@@ -19,8 +19,7 @@ import pytest
 
 from peerd.peer.links import LATE_MESSAGE, LIVE_CHECK_S
 from tests.faultproxy import FaultProxy
-from tests.faults.harness import free_port
-from tests.helpers import Pair, client_for, running_daemon
+from tests.helpers import Pair, client_for, free_port, running_daemon
 
 
 @pytest.fixture
