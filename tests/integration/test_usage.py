@@ -17,7 +17,7 @@ from peerd.daemon import Daemon
 from peerd.errors import PeerdError
 from peerd.store.threads import usage as usage_store
 from tests.helpers import make_repo, script, two_daemons, wait_terminal
-from tests.integration.test_cli import ok, peerd
+from tests.support.cli import ok, peerd
 from tests.support.delegation import linked_pair
 
 Json = dict[str, Any]
