@@ -1,10 +1,12 @@
-"""What the real-CLI approval tests share: a person in a test (`Gate`), running a provider to its
-end, what the model said and read, and waiting for a daemon's pending approvals."""
+"""What the approval tests share: a person in a test (`Gate`), running a provider to its end, what
+the model said and read, launching a run that asks (here, or on a linked box), and waiting for a
+daemon's pending approvals."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from peerd.api.localclient import LocalClient
@@ -12,6 +14,10 @@ from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.providers.base import ItemProduced, ProviderEvent, RunSpec
 from peerd.providers.coders import CoderProvider
 from tests.fakemodel import FakeModel
+from tests.helpers import Pair, make_repo
+from tests.support.eventually import eventually
+
+Json = dict[str, Any]
 
 
 class Gate:
@@ -47,12 +53,44 @@ def model_saw(fake: FakeModel, text: str) -> bool:
     return any(text in json.dumps(r["body"]) for r in fake.requests[1:])
 
 
-async def pending_approvals(client: LocalClient, *, seconds: float = 30) -> list[dict[str, Any]]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
+async def pending_approvals(client: LocalClient, count: int = 1, *, seconds: float = 15) -> list[Json]:
+    """Until `client`'s daemon lists at least `count` pending approvals: the list."""
+    page = await eventually(
+        lambda: client.call("GET", "/v1/approvals"),
+        what=f"at least {count} pending approval(s)",
+        until=lambda page: len(page["items"]) >= count,
+        within=seconds,
+    )
+    return list(page["items"])
+
+
+async def new_approval(client: LocalClient, known: set[str], *, seconds: float = 20) -> Json:
+    """The first pending approval not in `known` (which it is added to)."""
+
+    async def unknown() -> Json | None:
         page = await client.call("GET", "/v1/approvals")
-        if page["items"]:
-            return list(page["items"])
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending approval after {seconds} s")
+        return next((dict(a) for a in page["items"] if a["id"] not in known), None)
+
+    found = await eventually(unknown, what=f"a pending approval other than {sorted(known)}", within=seconds)
+    known.add(found["id"])
+    return found
+
+
+async def set_up(tmp_path: Path, pair: Pair, access: str = "approval-required") -> Json:
+    repo = make_repo(tmp_path / "box-repo")
+    await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
+    await pair.link(access)
+    projects = await pair.lc.call("GET", "/v1/projects", params={"environmentId": pair.box_id})
+    return dict(projects["items"][0])
+
+
+async def launch_on_box(pair: Pair, project: Json, prompt: str) -> Json:
+    body = {"projectId": project["id"], "prompt": prompt, "environmentId": pair.box_id}
+    launched: Json = await pair.lc.call("POST", "/v1/threads", body=body)
+    return launched
+
+
+async def launch(client: LocalClient, project: Json, prompt: str) -> Json:
+    body = {"projectId": project["id"], "prompt": prompt, "runtimeMode": "approval-required", "inPlace": True}
+    result: Json = await client.call("POST", "/v1/threads", body=body)
+    return result
