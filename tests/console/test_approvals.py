@@ -10,9 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.console.conftest import console_settings, console_url, shot, signed_in
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
 from tests.support.approvals import launch, launch_on_box, new_approval, pending_approvals, set_up
+from tests.support.console import console_settings, console_url, shot, signed_in
 
 pytestmark = pytest.mark.browser
 WAIT_MS = 30_000
