@@ -145,6 +145,11 @@ async def wait_terminal(
         run_id = result["runId"]
 
 
+async def items(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:
+    """A thread's items (its first page)."""
+    return list((await client.call("GET", f"/v1/threads/{thread_id}/items"))["items"])
+
+
 class DaemonProcess:
     """`peerd serve` as a real subprocess, for crash and signal tests."""
 

@@ -11,17 +11,12 @@ import pytest
 from peerd.api.localclient import LocalClient
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+from tests.helpers import client_for, items, make_repo, running_daemon, script, wait_terminal
 from tests.support.approvals import launch, new_approval, pending_approvals
 from tests.support.delegation import delegate, runs_script
 from tests.support.eventually import eventually
 
 Json = dict[str, Any]
-
-
-async def items(client: LocalClient, thread_id: str) -> list[Json]:
-    page = await client.call("GET", f"/v1/threads/{thread_id}/items")
-    return list(page["items"])
 
 
 async def test_approve_runs_the_command_and_deny_tells_the_coder_why(

@@ -34,9 +34,9 @@ from peerd import contracts as c
 from peerd.doctor.network import check_link
 from peerd.paths import Paths
 from tests.compat.release import OldDaemon, Release, new_peerd
-from tests.helpers import client_for, free_port, git, make_repo, running_daemon, script, wait_terminal
+from tests.helpers import client_for, free_port, git, items, make_repo, running_daemon, script, wait_terminal
 from tests.realcli import signal_dir
-from tests.support.delegation import READ_AND_REPORT, delegate, items, runs_script, tasks_of
+from tests.support.delegation import READ_AND_REPORT, delegate, runs_script, tasks_of
 from tests.support.delegation import wait_task as wait_task_unbounded
 from tests.support.eventually import eventually
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from peerd.handoff import boxside
-from tests.handoff.conftest import WORK, box_daemon, clones, items, move_ended
-from tests.helpers import DaemonProcess, client_for, free_port, script, wait_terminal
+from tests.helpers import DaemonProcess, client_for, free_port, items, script, wait_terminal
+from tests.support.handoff import WORK, box_daemon, clones, move_ended
 
 
 @pytest.mark.parametrize("held", ["landing", "launch"])

@@ -10,8 +10,8 @@ import pytest
 
 from peerd.api.localclient import LocalClient
 from peerd.errors import PeerdError
-from tests.handoff.conftest import Linked, items, linked, move_ended, worked_thread
-from tests.helpers import git, script, wait_terminal
+from tests.helpers import git, items, script, wait_terminal
+from tests.support.handoff import Linked, linked, move_ended, worked_thread
 
 
 async def test_a_thread_moves_with_its_commits_edits_new_files_and_transcript(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import contextlib
 from pathlib import Path
 
 from peerd.handoff.service import HandoffService
-from tests.handoff.conftest import box_daemon, items, laptop_daemon, linked, move_ended, worked_thread
-from tests.helpers import client_for, git, script, wait_terminal
+from tests.helpers import client_for, git, items, script, wait_terminal
+from tests.support.handoff import box_daemon, laptop_daemon, linked, move_ended, worked_thread
 
 
 def stop_at(service: HandoffService, step: str) -> asyncio.Event:

@@ -10,11 +10,10 @@ import aiohttp
 
 from peerd.api.localclient import LocalClient
 from peerd.peer.client import REVOKED_MESSAGE
-from tests.helpers import Pair, git, script, wait_terminal
+from tests.helpers import Pair, git, items, script, wait_terminal
 from tests.support.delegation import (
     READ_AND_REPORT,
     delegate,
-    items,
     linked,
     linked_pair,
     runs_script,

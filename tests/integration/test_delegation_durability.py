@@ -27,8 +27,8 @@ import pytest
 from peerd.paths import Paths
 from peerd.peer.client import not_linked_message
 from peerd.tasks import store as task_store
-from tests.helpers import DaemonProcess, client_for, script, wait_terminal
-from tests.support.delegation import READ_AND_REPORT, delegate, items, runs_script, tasks_of
+from tests.helpers import DaemonProcess, client_for, items, script, wait_terminal
+from tests.support.delegation import READ_AND_REPORT, delegate, runs_script, tasks_of
 from tests.support.delegation import wait_task as wait_task_unbounded
 from tests.support.eventually import eventually
 from tests.support.machines import (

@@ -16,7 +16,7 @@ from peerd.core.usage import Usage as CoreUsage
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
 from peerd.store.threads import usage as usage_store
-from tests.helpers import make_repo, script, two_daemons, wait_terminal
+from tests.helpers import items, make_repo, script, two_daemons, wait_terminal
 from tests.support.cli import ok, peerd
 from tests.support.delegation import linked_pair
 
@@ -41,11 +41,6 @@ async def ended(client: LocalClient, launched: Json) -> Json:
     run: Json = (await run_of(client, launched["threadId"]))["latestRun"]
     assert run["id"] == launched["runId"]
     return run
-
-
-async def items_of(client: LocalClient, thread_id: str) -> list[Json]:
-    page: Json = await client.call("GET", f"/v1/threads/{thread_id}/items")
-    return list(page["items"])
 
 
 async def test_a_runs_usage_is_stored_exactly_and_summed_per_thread(
@@ -125,7 +120,7 @@ async def test_a_token_budget_stops_the_run_mid_way_and_fails_it_with_the_reason
     assert final["status"] == "failed"
     assert final["reason"] == "budget exceeded: 51,200 of 50,000 tokens"
     assert not never.exists()
-    texts = [item["text"] for item in await items_of(client, launched["threadId"])]
+    texts = [item["text"] for item in await items(client, launched["threadId"])]
     assert "step two" in texts
     assert "budget exceeded: 51,200 of 50,000 tokens" in texts  # the error item says it too
     assert final["usage"]["totalTokens"] == 51200
@@ -206,7 +201,7 @@ async def woken_reply(client: LocalClient, parent: str, total: float = 30) -> st
         latest = (await run_of(client, parent))["latestRun"]
         if latest["number"] >= 2:
             await wait_terminal(client, parent, latest["id"])
-            texts = [i["text"] for i in await items_of(client, parent) if i["kind"] == "assistant_message"]
+            texts = [i["text"] for i in await items(client, parent) if i["kind"] == "assistant_message"]
             return texts[-1]
         await asyncio.sleep(0.1)
     raise AssertionError("the parent was never woken")
@@ -387,9 +382,7 @@ async def test_a_link_started_runs_own_delegation_counts_against_the_links_ceili
         )
         assert task["result"] == why
         replies = [
-            i["text"]
-            for i in await items_of(pair.bc, launched["threadId"])
-            if i["kind"] == "assistant_message"
+            i["text"] for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "assistant_message"
         ]
         assert replies[-1] == f"DELEGATED failed: {why}"
         # the box's owner delegating from their own run is not limited

@@ -26,9 +26,9 @@ from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
 from peerd.runtime import sandbox
 from tests.fakemodel import FakeModel
-from tests.helpers import Pair, make_repo, processes_in, script, two_daemons, wait_terminal
+from tests.helpers import Pair, items, make_repo, processes_in, script, two_daemons, wait_terminal
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
-from tests.support.delegation import items, linked_pair
+from tests.support.delegation import linked_pair
 
 PROBE = r"""
 import http.client, json, os, socket, subprocess, sys

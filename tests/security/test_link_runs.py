@@ -17,8 +17,18 @@ import pytest
 
 from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
-from tests.helpers import Pair, client_for, git, make_repo, running_daemon, script, two_daemons, wait_terminal
-from tests.support.delegation import items, linked_pair
+from tests.helpers import (
+    Pair,
+    client_for,
+    git,
+    items,
+    make_repo,
+    running_daemon,
+    script,
+    two_daemons,
+    wait_terminal,
+)
+from tests.support.delegation import linked_pair
 
 Linked = tuple[Pair, dict[str, Any]]
 

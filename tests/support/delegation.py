@@ -32,10 +32,6 @@ READ_AND_REPORT = [
 ]
 
 
-async def items(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:
-    return list((await client.call("GET", f"/v1/threads/{thread_id}/items"))["items"])
-
-
 async def tasks_of(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:
     return list((await client.call("GET", "/v1/tasks", params={"threadId": thread_id}))["items"])
 
