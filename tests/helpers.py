@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,36 @@ async def wait_terminal(
         if result["terminal"] or loop.time() > deadline:
             return result
         run_id = result["runId"]
+
+
+async def events_until(
+    client: LocalClient,
+    thread_id: str,
+    found: Callable[[dict[str, Any]], bool],
+    *,
+    after: int = 0,
+    total: float = 15,
+) -> tuple[dict[str, Any], int]:
+    """Long-poll the event cursor until an event matches; (that event, the cursor after it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
+    while loop.time() < deadline:
+        page = await client.call(
+            "GET", f"/v1/threads/{thread_id}/events", params={"after": after, "timeout": 5}
+        )
+        for event in page["events"]:
+            if found(event):
+                return event, event["seq"]
+        after = page["nextCursor"]
+    raise AssertionError(f"no matching event on thread {thread_id} within {total} s")
+
+
+async def wait_status(client: LocalClient, thread_id: str, run_id: str, status: str) -> int:
+    def match(e: dict[str, Any]) -> bool:
+        return e["type"] == "run.updated" and e["data"]["runId"] == run_id and e["data"]["status"] == status
+
+    _, cursor = await events_until(client, thread_id, match)
+    return cursor
 
 
 async def items(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:

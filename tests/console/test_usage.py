@@ -11,9 +11,17 @@ import pytest
 
 from peerd.config import ConsoleConfig, PriceConfig
 from tests.helpers import client_for, running_daemon, script, wait_terminal
-from tests.orchestrate.support import finished, packet, project_repo, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 from tests.support.console import console_url, shot, signed_in
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    finished,
+    packet,
+    project_repo,
+    settings,
+    start,
+    steps,
+)
 
 pytestmark = pytest.mark.browser
 

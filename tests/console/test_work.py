@@ -10,10 +10,10 @@ import pytest
 
 from peerd.config import ConsoleConfig
 from tests.helpers import client_for, git, make_repo, running_daemon, script, two_daemons, wait_terminal
-from tests.orchestrate.support import finished, packet, project_repo, settings, start, steps
 from tests.realcli import signal_dir
 from tests.support.console import console_settings, console_url, shot, signed_in
 from tests.support.eventually import eventually
+from tests.support.orchestrate import finished, packet, project_repo, settings, start, steps
 
 pytestmark = pytest.mark.browser
 

@@ -18,7 +18,7 @@ from peerd.tasks import feedstore
 from tests.faults.harness import REPORT, Outcome, Row, child_script, parent_script, rows, table, until
 from tests.faults.inproc import linked_pair
 from tests.realcli import signal_dir
-from tests.tasks.test_feed_cut_look import Gate
+from tests.support.follower import Gate
 
 CHUNK_S = 4.0
 DELIVERED_WITHIN_S = 5 * CHUNK_S  # the first backoff (2 s + jitter) and a poll; stuck: never

@@ -19,7 +19,16 @@ from peerd.core.runs import DAEMON_STOPPED, stop_reason
 from peerd.daemon import Daemon
 from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.paths import Paths
-from tests.helpers import DaemonProcess, client_for, git, running_daemon, script, wait_terminal
+from tests.helpers import (
+    DaemonProcess,
+    client_for,
+    events_until,
+    git,
+    running_daemon,
+    script,
+    wait_status,
+    wait_terminal,
+)
 
 Json = dict[str, Any]
 
@@ -45,31 +54,6 @@ async def show_run(client: LocalClient, thread_id: str, run_id: str) -> Json:
         "GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": 0}
     )
     return result
-
-
-async def events_until(
-    client: LocalClient, thread_id: str, found: Callable[[Json], bool], *, after: int = 0, total: float = 15
-) -> tuple[Json, int]:
-    """Long-poll the event cursor until an event matches; (that event, the cursor after it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
-    while loop.time() < deadline:
-        page = await client.call(
-            "GET", f"/v1/threads/{thread_id}/events", params={"after": after, "timeout": 5}
-        )
-        for event in page["events"]:
-            if found(event):
-                return event, event["seq"]
-        after = page["nextCursor"]
-    raise AssertionError(f"no matching event on thread {thread_id} within {total} s")
-
-
-async def wait_status(client: LocalClient, thread_id: str, run_id: str, status: str) -> int:
-    def match(e: Json) -> bool:
-        return e["type"] == "run.updated" and e["data"]["runId"] == run_id and e["data"]["status"] == status
-
-    _, cursor = await events_until(client, thread_id, match)
-    return cursor
 
 
 def held(flag: Path, *after: dict[str, Any]) -> str:

@@ -23,8 +23,8 @@ import pytest
 from peerd.api.app import MAX_BODY_BYTES
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient, Pair, script, wait_terminal
-from tests.integration.test_mcp_http import live_run
 from tests.support.delegation import linked_pair
+from tests.support.mcp import live_run
 
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 

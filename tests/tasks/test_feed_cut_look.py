@@ -31,6 +31,7 @@ from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.feedwire import FeedPoll, FeedSubscribe
 from peerd.tasks.subscription import set_hash
+from tests.support.follower import Gate
 
 
 def link() -> Caller:
@@ -58,25 +59,6 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
         )
     yield database
     await database.close()
-
-
-class Gate:
-    """A fault hook in the look's window: the first read of a reply blocks until released."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.calls = 0
-
-    def wrap(self, real: object) -> object:
-        async def last_reply(*args: object) -> str | None:
-            self.calls += 1
-            if self.calls == 1:
-                self.entered.set()
-                await self.release.wait()
-            return await real(*args)  # type: ignore[operator]
-
-        return last_reply
 
 
 @pytest.mark.parametrize("next_cursor", ["none (the laptop restarted)", "the cut poll's cursor"])
