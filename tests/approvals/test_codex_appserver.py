@@ -188,10 +188,7 @@ async def test_an_interrupt_while_a_person_decides_ends_the_run_promptly(
         run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it.")
     )
     consumer = asyncio.create_task(collect(run.events()))
-    for _ in range(400):
-        if gate.asked:
-            break
-        await asyncio.sleep(0.05)
+    await asyncio.wait_for(gate.was_asked.wait(), 20)
     assert gate.asked
     await run.interrupt()
     events = await asyncio.wait_for(consumer, 10)

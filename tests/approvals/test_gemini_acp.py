@@ -175,9 +175,7 @@ async def test_an_interrupt_while_a_person_decides_ends_the_run_promptly(
         seen.extend([event async for event in run.events()])
 
     consumer = asyncio.create_task(consume())
-    async with asyncio.timeout(30):
-        while not gate.asked:
-            await asyncio.sleep(0.05)
+    await asyncio.wait_for(gate.was_asked.wait(), 30)
     await run.interrupt()
     await asyncio.wait_for(consumer, 10)
     assert isinstance(seen[-1], RunFinished) and seen[-1].status == "interrupted", seen

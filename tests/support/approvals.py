@@ -22,16 +22,19 @@ Json = dict[str, Any]
 
 class Gate:
     """A person in a test: answers each question with `allow` (and `reason`), after `delay`
-    seconds and once `hold` is set (when given); remembers each question."""
+    seconds and once `hold` is set (when given); remembers each question (`was_asked` is set at the
+    first)."""
 
     def __init__(
         self, allow: bool, reason: str = "", *, hold: asyncio.Event | None = None, delay: float = 0.0
     ) -> None:
         self.allow, self.reason, self.hold, self.delay = allow, reason, hold, delay
         self.asked: list[ApprovalAsk] = []
+        self.was_asked = asyncio.Event()  # set at the first question
 
     async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
         self.asked.append(ask)
+        self.was_asked.set()
         if self.hold is not None:
             await self.hold.wait()
         await asyncio.sleep(self.delay)
