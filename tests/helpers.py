@@ -26,6 +26,7 @@ from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.paths import Paths
 from peerd.peer.identity import Identity, server_ssl_context
+from tests.support.eventually import eventually
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "peerd tests",
@@ -108,21 +109,16 @@ async def wait_started(
     def tail() -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            async with client_for(home) as client:
-                if (await client.call("GET", "/v1/status")).get("state") != "starting":
-                    return
-        except DaemonNotRunning:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{label} exited: {tail()}") from None
-            if loop.time() > deadline:
-                raise
-        if loop.time() > deadline:
-            raise TimeoutError(f"{label} did not finish starting: {tail()}")
-        await asyncio.sleep(0.05)  # a socket that does not exist yet has no event to wait on
+    async def started() -> bool:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{label} exited: {tail()}")
+        async with client_for(home) as client:
+            return bool((await client.call("GET", "/v1/status")).get("state") != "starting")
+
+    try:  # a socket that does not exist yet has no event to wait on
+        await eventually(started, what=f"{label} started", within=timeout, ignoring=(DaemonNotRunning,))
+    except AssertionError as late:
+        raise TimeoutError(f"{late}; its log: {tail()}") from None
 
 
 @asynccontextmanager

@@ -3,7 +3,6 @@ reporting synthetic usage per step (issue 20)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from peerd.errors import PeerdError
 from peerd.store.threads import usage as usage_store
 from tests.helpers import items, make_repo, script, two_daemons, wait_terminal
 from tests.support.cli import ok, peerd
-from tests.support.delegation import linked_pair
+from tests.support.delegation import linked_pair, wait_run_number
 
 Json = dict[str, Any]
 
@@ -195,16 +194,9 @@ def parent_prompt(**arguments: Any) -> str:
 
 async def woken_reply(client: LocalClient, parent: str, total: float = 30) -> str:
     """The parent's reply in its wake run (run 2)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
-    while loop.time() < deadline:
-        latest = (await run_of(client, parent))["latestRun"]
-        if latest["number"] >= 2:
-            await wait_terminal(client, parent, latest["id"])
-            texts = [i["text"] for i in await items(client, parent) if i["kind"] == "assistant_message"]
-            return texts[-1]
-        await asyncio.sleep(0.1)
-    raise AssertionError("the parent was never woken")
+    await wait_run_number(client, parent, 2, total=total)  # followed on the parent's events
+    texts = [i["text"] for i in await items(client, parent) if i["kind"] == "assistant_message"]
+    return texts[-1]
 
 
 async def test_a_delegated_tasks_budget_stops_its_child_and_wakes_the_parent_with_why(
