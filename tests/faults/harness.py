@@ -28,6 +28,7 @@ from peerd.api.localclient import LocalClient
 from peerd.paths import Paths
 from tests.faults.invariant import backwards_runs, violations
 from tests.helpers import free_port, git, make_repo, wait_started
+from tests.support.eventually import eventually
 
 FULL = os.environ.get("PEERD_FAULTS", "") == "full"  # `make faults`: the whole matrix
 SEED = int(os.environ.get("PEERD_FAULT_SEED", "12"))
@@ -425,11 +426,10 @@ def table(report: list[Row]) -> list[str]:
 
 
 async def until(check: Callable[[], Awaitable[bool]], *, timeout: float, step: float = 0.05) -> bool:
-    """Poll a state no event reports (a run's status in another process's store) until it holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(step)
+    """Whether a state no event reports (a run's status in another process's store) comes within
+    `timeout`: what a trial measures (a test that requires it uses `eventually` itself)."""
+    try:
+        await eventually(check, what="the state a trial measures", within=timeout, every=step)
+    except AssertionError:
+        return False
     return True

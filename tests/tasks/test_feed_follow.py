@@ -18,6 +18,7 @@ from peerd.tasks.subscription import set_hash
 from tests.helpers import script, wait_terminal
 from tests.support.delegation import wait_task
 from tests.support.eventually import eventually
+from tests.support.follower import poll_in_flight
 from tests.support.machines import WAIT_S, Machines, delegated_and_running
 
 
@@ -28,19 +29,9 @@ def box_hub(m: Machines) -> FeedHub:
 
 
 async def polling(m: Machines) -> None:
-    """A poll with a cursor is in flight: not the link's first, which the box answers at once with
-    its cursor (`resynced`)."""
-
-    async def in_flight() -> bool:
-        follower = m.follower()
-        return (
-            follower is not None
-            and follower.machine.polling
-            and follower.machine.sub.settled
-            and follower.machine.sub.cursor is not None
-        )
-
-    await eventually(in_flight, what="the follower's settled poll in flight", within=20)
+    await eventually(
+        lambda: poll_in_flight(m.laptop, m.box_id), what="the follower's settled poll in flight", within=20
+    )
 
 
 async def test_a_new_task_joins_the_poll_in_flight_without_restarting_it(
