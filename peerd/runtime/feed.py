@@ -29,7 +29,6 @@ class ChangeFeed:
         self._events: dict[str, asyncio.Event] = {}
         self._listeners: dict[str, set[Listener]] = {}
         self._closed = asyncio.Event()
-        self.waiting = 0  # long-polls waiting now: what a test waits for to know one is on the wire
 
     @property
     def closed(self) -> bool:
@@ -74,11 +73,9 @@ class ChangeFeed:
         waiters = [asyncio.ensure_future(e.wait()) for e in events] + [
             asyncio.ensure_future(self._closed.wait())
         ]
-        self.waiting += 1
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self.waiting -= 1
             for waiter in waiters:
                 waiter.cancel()
             for waiter in waiters:

@@ -17,6 +17,7 @@ from tests.helpers import client_for, make_repo, running_daemon, script, two_dae
 from tests.support.approvals import launch, launch_on_box, new_approval, pending_approvals, set_up
 from tests.support.cli import ok, peerd
 from tests.support.eventually import eventually
+from tests.support.inflight import awaiting
 
 Json = dict[str, Any]
 LINE_TIMEOUT_S = 30.0
@@ -124,7 +125,8 @@ async def test_watch_prints_a_new_one_and_its_decision_and_ends_on_ctrl_c(tmp_pa
         proc = watch(daemon.paths.home)
         try:
             await eventually(
-                lambda: daemon.feed.waiting, what="the watch in its long-poll before the run asks"
+                lambda: awaiting("ApprovalDesk.listing", "ChangeFeed.wait_any"),
+                what="the watch in its long-poll before the run asks",
             )
             launched = await launch(client, project, script({"run": "echo hi"}, {"reply": "done"}))
             asked = await line_of(proc)
@@ -142,7 +144,10 @@ async def test_watch_prints_a_new_one_and_its_decision_and_ends_on_ctrl_c(tmp_pa
             if proc.poll() is None:
                 proc.kill()
         proc = watch(daemon.paths.home)
-        await eventually(lambda: daemon.feed.waiting, what="the watch in its long-poll when the daemon stops")
+        await eventually(
+            lambda: awaiting("ApprovalDesk.listing", "ChangeFeed.wait_any"),
+            what="the watch in its long-poll when the daemon stops",
+        )
     try:
         # The daemon stopped while the watch waited: it ends with the usual message.
         code, err = await ended(proc)

@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from tests.helpers import (
     wait_terminal,
 )
 from tests.support.eventually import eventually
+from tests.support.inflight import awaiting
 
 Json = dict[str, Any]
 
@@ -96,19 +96,9 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
-def _await_chain(task: asyncio.Task[Any]) -> Iterator[str]:
-    obj: Any = task.get_coro()
-    while obj is not None:
-        code = getattr(obj, "cr_code", None) or getattr(obj, "gi_code", None)
-        if code is None:
-            return
-        yield code.co_qualname
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
-
-
 def wait_handlers() -> list[asyncio.Task[Any]]:
     """Tasks of this loop currently inside `Operations.thread_wait` (the long-poll handler)."""
-    return [t for t in asyncio.all_tasks() if "Operations.thread_wait" in _await_chain(t)]
+    return awaiting("Operations.thread_wait")
 
 
 # --- 1. long-poll wait --------------------------------------------------------------------------

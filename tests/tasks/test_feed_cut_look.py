@@ -75,7 +75,7 @@ async def test_a_poll_cut_mid_look_loses_no_settled_run(
     first = await hub.changes(link(), FeedPoll(timeout=0))
     assert first.runs == [], "nothing settled yet"
     polling = asyncio.ensure_future(hub.changes(link(), FeedPoll(cursor=first.cursor, timeout=20)))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the poll starts (its first look, or the change, reaches the gate)
     async with db.write() as tx:  # the box's child ends
         await tx.execute("UPDATE runs SET status = 'completed', reason = 'done' WHERE id = 'run_0'")
     feed.changed("thr_0")
