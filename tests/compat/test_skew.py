@@ -195,7 +195,7 @@ async def test_the_laptop_first_then_the_box(previous_release: Release, tmp_path
                 # Followed through the old box's watch: a long-poll at a time, never a busy loop
                 # (each waits the chunk less its margin, 1 s here; the busy loop sent hundreds).
                 sent = follower.syncs + follower.requests
-                await asyncio.sleep(3.0)
+                await asyncio.sleep(3.0)  # the quantity measured is requests per unit of idle time
                 assert follower.syncs + follower.requests - sent <= 6, (
                     "the follower is not waiting on the box"
                 )

@@ -335,7 +335,7 @@ async def settle(
             break
         await asyncio.sleep(0.1)  # two stores, several tables: no one event says "settled"
     if out.settled:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a run's processes end a moment after its status says so
         for side in ("laptop", "box"):
             left = live_processes_under(w.side(side).home / "worktrees")
             if left:

@@ -112,7 +112,7 @@ async def test_the_agent_tool_moves_its_own_thread_once_its_run_ends(tmp_path: P
             await pair.lc.call("GET", f"/v1/threads/{here}/wait", params={"timeout": 0.1})
         [recorded] = [e for e in events["events"] if e["type"] == "move.updated"]
         # While the agent's run is live the move waits: one live copy, nothing launched there.
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # a time for a wrong commit point to come: an absence has no event
         waiting = await pair.lc.call("GET", f"/v1/moves/{recorded['data']['moveId']}")
         assert waiting["state"] == "waiting", waiting
         assert (await pair.bc.call("GET", "/v1/threads"))["items"] == []
