@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
@@ -18,6 +20,8 @@ from tests.support.approvals import launch, launch_on_box, new_approval, pending
 from tests.support.cli import ok, peerd
 from tests.support.eventually import eventually
 from tests.support.inflight import awaiting
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 Json = dict[str, Any]
 LINE_TIMEOUT_S = 30.0

@@ -35,6 +35,8 @@ from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import REPO, fake_marker, offline_settings, sandbox_binds, secure_dir, system_view
 from tests.support.approvals import Gate, pending_approvals
 
+pytestmark = pytest.mark.slow  # the real coder CLIs
+
 RUN_IDS = itertools.count(1)
 RAN = "shell-ran.txt"
 SHELL = f"python3 -c \"open('{RAN}', 'w').write('x')\"; echo RAN-OK"

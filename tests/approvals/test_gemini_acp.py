@@ -29,6 +29,8 @@ from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir, system_view
 from tests.support.approvals import Gate, model_saw, pending_approvals, replies, run_to_end
 
+pytestmark = pytest.mark.slow  # the real coder CLIs
+
 SHELL = "python3 -c \"open('shell-ran.txt', 'w').write('yes')\" && echo SHELL-OUTPUT-42"
 REASON = "DENIED-BY-ALICE: not on Fridays"
 SHELL_STEP = {

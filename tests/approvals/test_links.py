@@ -21,6 +21,8 @@ from tests.support.approvals import launch_on_box, pending_approvals, set_up
 from tests.support.delegation import delegate, runs_script
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 Json = dict[str, Any]
 
 

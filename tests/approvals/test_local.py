@@ -16,6 +16,8 @@ from tests.support.approvals import launch, new_approval, pending_approvals
 from tests.support.delegation import delegate, runs_script
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
+
 Json = dict[str, Any]
 
 

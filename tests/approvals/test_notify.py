@@ -16,6 +16,8 @@ from peerd.config import ApprovalsConfig, Config
 from tests.helpers import client_for, make_repo, running_daemon, script
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # over half a second each
+
 SECRET = "sk-live-0123456789abcdef"  # a stand-in secret a command line might carry
 
 

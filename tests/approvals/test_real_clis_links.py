@@ -25,6 +25,8 @@ from tests.realcli import fake_marker, offline_settings, secure_dir
 from tests.support.approvals import new_approval
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 CLIS = ("claude", "codex", "gemini")
 
 

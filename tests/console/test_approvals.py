@@ -14,7 +14,7 @@ from tests.helpers import client_for, make_repo, running_daemon, script, two_dae
 from tests.support.approvals import launch, launch_on_box, new_approval, pending_approvals, set_up
 from tests.support.console import console_settings, console_url, shot, signed_in
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 WAIT_MS = 30_000
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from peerd.config import Config, ConsoleConfig
 from peerd.daemon import Daemon
@@ -75,6 +76,7 @@ async def test_open_hands_the_browser_a_private_page_not_the_token(tmp_path: Pat
         assert url.replace("&", "&amp;") in page.read_text()
 
 
+@pytest.mark.slow
 async def test_without_a_console_it_says_why(tmp_path: Path) -> None:
     off = Config(console=ConsoleConfig(enabled=False))
     async with running_daemon(tmp_path / "off", settings=off) as daemon:

@@ -10,7 +10,7 @@ import pytest
 from tests.helpers import two_daemons
 from tests.support.console import console_settings, console_url, shot, signed_in
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 async def test_pair_on_the_box_link_on_the_laptop_see_it_live_and_revoke_it(

@@ -15,7 +15,7 @@ from peerd.daemon import Daemon
 from tests.helpers import client_for, running_daemon
 from tests.support.console import console_settings, console_url, login_url, shot, signed_in
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from tests.helpers import client_for, make_repo, running_daemon, script, wait_te
 from tests.realcli import signal_dir
 from tests.support.console import console_settings, console_url, shot, signed_in
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def reply(items: Any, text: str) -> Any:

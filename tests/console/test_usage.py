@@ -23,7 +23,7 @@ from tests.support.orchestrate import (
     steps,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def used(n_in: int, n_out: int, **more: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from tests.support.console import console_settings, console_url, shot, signed_in
 from tests.support.eventually import eventually
 from tests.support.orchestrate import finished, packet, project_repo, settings, start, steps
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 async def task_status(client: Any, task_id: str, *, until: str, total: float = 30.0) -> dict[str, Any]:

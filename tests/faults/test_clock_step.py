@@ -24,12 +24,13 @@ from tests.realcli import signal_dir
 from tests.support.eventually import eventually
 from tests.support.follower import poll_in_flight
 
+pytestmark = pytest.mark.slow  # two daemons
+
 CHUNK_S = 4.0
 STEP_S = 600.0
 DELIVERED_WITHIN_S = 30.0  # the backoff then (a few seconds) and a poll; stepped: > 420 s
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_a_wall_clock_stepped_back_during_a_backoff_delays_no_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -21,11 +21,12 @@ from tests.realcli import signal_dir
 from tests.support.eventually import eventually
 from tests.support.follower import Gate, poll_in_flight
 
+pytestmark = pytest.mark.slow  # two daemons
+
 CHUNK_S = 4.0
 DELIVERED_WITHIN_S = 5 * CHUNK_S  # the first backoff (2 s + jitter) and a poll; stuck: never
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_a_poll_cut_while_the_box_looks_at_the_ended_child_delivers_the_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -10,11 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from peerd.cli.common import EXIT_USAGE
 from peerd.paths import Paths
 from tests.faults.damage import DAMAGES, SAID, checkpointed
 from tests.faults.harness import REPORT, Outcome, Row, table
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
+
+pytestmark = pytest.mark.slow  # two daemons
 
 
 async def used_home(tmp: Path) -> Path:

@@ -30,6 +30,8 @@ from tests.faults.smalldisk import SmallDisk, available
 from tests.realcli import signal_dir
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 FULL_FOR_S = 20.0 if FULL else 3.0
 SETTLE_S = 60.0
 

@@ -35,6 +35,8 @@ from tests.faults.harness import (
 )
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 CHILD_WAIT_S = 1.0
 # The subset: the phases that lost work before (a wake run cut on the laptop, a child cut on the box,
 # the laptop killed as the box's child ended: its poll cut while the box looked at the child, issue

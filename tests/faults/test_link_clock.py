@@ -22,11 +22,12 @@ import pytest
 from peerd.errors import PeerdError
 from tests.faults.harness import linked_world, rows
 
+pytestmark = pytest.mark.slow  # two daemons
+
 SHIFT = Path(__file__).parent / "clockshift"
 AHEAD_S = 31 * 86400.0
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_a_box_clock_31_days_ahead_does_not_expire_the_link(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

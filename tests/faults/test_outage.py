@@ -27,6 +27,8 @@ from tests.realcli import signal_dir
 from tests.support.eventually import eventually
 from tests.support.follower import poll_in_flight
 
+pytestmark = pytest.mark.slow  # two daemons
+
 CHUNK_S = 4.0  # the laptop follower's long-poll chunk here
 OUTAGE_S = 60.0 if FULL else 8.0
 DELIVERED_WITHIN_S = 5.0  # after the first successful exchange with the box

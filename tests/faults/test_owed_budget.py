@@ -39,6 +39,8 @@ from tests.faults.harness import (
 from tests.faults.invariant import assert_invariant
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 BUDGET = {"tokens": 50_000}
 
 

@@ -8,10 +8,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.cli.client import DaemonNotRunning
 from peerd.errors import PeerdError
 from tests.faults.harness import FULL, REPORT, Outcome, Row, linked_world, table
 from tests.helpers import script
+
+pytestmark = pytest.mark.slow  # two daemons
 
 WAIT_S = 40.0  # the forwarded wait's own timeout: far longer than a stop may take
 STOP_WITHIN_S = 1.0

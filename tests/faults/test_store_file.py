@@ -17,9 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.errors import PeerdError
 from tests.faults.harness import FULL, REPORT, Outcome, Row, Serve, rows, table
 from tests.helpers import make_repo, script
+
+pytestmark = pytest.mark.slow  # two daemons
 
 HOW = ("replaced", "removed", "replaced, then kill -9", "truncated") if FULL else ("replaced", "removed")
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from peerd.api.mcp_http import MCP_ACCESS
@@ -17,6 +18,8 @@ from peerd.api.routes import VIEW, registered
 from peerd.daemon import Daemon
 from peerd.peer.identity import pinned_fingerprint
 from tests.helpers import two_daemons
+
+pytestmark = pytest.mark.slow  # two daemons
 
 ACCESS_TO_LISTENER = {"owner": "owner", "agent": "agent", "tcp": "mcp"}
 

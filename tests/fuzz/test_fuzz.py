@@ -43,6 +43,10 @@ from schemathesis.specs.openapi.checks import (
 from peerd.api.openapi import document
 from tests.fuzz.harness import Fleet, Rows, Seeds, pinned_session, unix_session
 
+# Two daemons (a laptop and a box) fuzzed through every listener; the last test counts what the
+# others sent, so the module runs whole or not at all.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("PEERD_FUZZ_EXAMPLES", "10"))
 MAX_WAIT_S = 0.2
 COVERAGE = os.environ.get("PEERD_FUZZ_COVERAGE", "0") == "1"  # boundary values per field: slow

@@ -11,6 +11,8 @@ from peerd.errors import PeerdError
 from tests.helpers import git, script, wait_terminal
 from tests.support.handoff import linked
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 async def test_a_link_never_moves_a_branch_another_thread_owns(tmp_path: Path) -> None:
     async with linked(tmp_path) as pair:

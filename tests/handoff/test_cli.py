@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.handoff import linked, worked_thread
+
+pytestmark = pytest.mark.slow  # two daemons
 
 
 async def peerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

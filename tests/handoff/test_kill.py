@@ -14,6 +14,8 @@ from peerd.handoff import boxside
 from tests.helpers import DaemonProcess, client_for, free_port, items, script, wait_terminal
 from tests.support.handoff import WORK, box_daemon, clones, move_ended
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 @pytest.mark.parametrize("held", ["landing", "launch"])
 async def test_a_killed_laptop_resumes_the_move_to_one_live_copy(

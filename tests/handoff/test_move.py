@@ -13,6 +13,8 @@ from peerd.errors import PeerdError
 from tests.helpers import git, items, script, wait_terminal
 from tests.support.handoff import Linked, linked, move_ended, worked_thread
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 async def test_a_thread_moves_with_its_commits_edits_new_files_and_transcript(tmp_path: Path) -> None:
     async with linked(tmp_path) as pair:

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from peerd.orchestrate import store as ostore
 from peerd.store import ownership
 from tests.helpers import git, script, wait_terminal
 from tests.support.handoff import linked
+
+pytestmark = pytest.mark.slow  # two daemons
 
 
 def _child_of(repo: Path, tip: str, message: str) -> str:

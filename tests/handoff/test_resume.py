@@ -7,10 +7,14 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import pytest
+
 from peerd.handoff.service import HandoffService
 from tests.helpers import client_for, git, items, script, wait_terminal
 from tests.support.eventually import eventually
 from tests.support.handoff import box_daemon, laptop_daemon, linked, move_ended, worked_thread
+
+pytestmark = pytest.mark.slow  # two daemons
 
 
 def stop_at(service: HandoffService, step: str) -> asyncio.Event:

@@ -21,6 +21,7 @@ import time
 from itertools import count
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,8 @@ from peerd.runtime import git as rgit
 from peerd.runtime.gitrun import GitLocation
 from tests.helpers import git, make_repo
 from tests.support.handoff import loc_git, tree_files
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 # `make test`: 25 examples, the same ones every run; `make fuzz`: more, new ones each run.
 FUZZING = bool(os.environ.get("PEERD_FUZZ_EXAMPLES"))

@@ -18,6 +18,8 @@ from peerd.runtime.gitrun import GitLocation
 from tests.helpers import git
 from tests.support.handoff import loc_git, next_second, project, stat_as_recorded
 
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
+
 
 def blob(repo: Path, commit: str, path: str) -> bytes:
     done = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=repo, capture_output=True, check=True)

@@ -164,6 +164,7 @@ async def test_an_unknown_project_is_project_not_found(
     assert await snapshot(client) == before
 
 
+@pytest.mark.slow
 async def test_an_unknown_thread_is_thread_not_found(
     raw: aiohttp.ClientSession, client: LocalClient, thread: dict[str, Any]
 ) -> None:
@@ -181,6 +182,7 @@ async def test_an_unknown_thread_is_thread_not_found(
     assert await snapshot(client) == before
 
 
+@pytest.mark.slow
 async def test_an_unknown_run_on_wait_is_run_not_found(
     raw: aiohttp.ClientSession, client: LocalClient, thread: dict[str, Any]
 ) -> None:
@@ -201,6 +203,7 @@ async def test_an_unknown_provider_is_refused_listing_the_known_ones(
     assert await snapshot(client) == before
 
 
+@pytest.mark.slow
 async def test_a_wait_over_the_long_poll_limit_is_refused(
     raw: aiohttp.ClientSession, client: LocalClient, thread: dict[str, Any]
 ) -> None:
@@ -215,6 +218,7 @@ async def test_a_wait_over_the_long_poll_limit_is_refused(
     assert await snapshot(client) == before
 
 
+@pytest.mark.slow
 async def test_a_bad_cursor_is_refused(
     raw: aiohttp.ClientSession, client: LocalClient, thread: dict[str, Any]
 ) -> None:
@@ -296,6 +300,7 @@ async def test_adding_a_project_twice_is_project_exists(
     assert await snapshot(client) == before
 
 
+@pytest.mark.slow
 async def test_removing_a_project_with_an_active_thread_is_a_conflict(
     raw: aiohttp.ClientSession, client: LocalClient, project: dict[str, Any], thread: dict[str, Any]
 ) -> None:
@@ -396,6 +401,7 @@ async def _git_init_many(dirs: list[Path]) -> None:
             config.write(f'[remote "origin"]\n\turl = https://github.com/o/r{i}.git\n')
 
 
+@pytest.mark.slow
 async def test_projects_list_in_pages_of_100(client: LocalClient, tmp_path: Path) -> None:
     total = PAGE_LIMIT + 1
     dirs = [tmp_path / "many" / f"p{i:03d}" for i in range(total)]
@@ -433,6 +439,7 @@ async def test_projects_list_in_pages_of_100(client: LocalClient, tmp_path: Path
     assert walked == ids
 
 
+@pytest.mark.slow
 async def test_threads_list_pages_follow_the_cursor(client: LocalClient, project: dict[str, Any]) -> None:
     launched = []
     for i in range(3):

@@ -7,8 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.support.delegation import READ_AND_REPORT, delegate, runs_script, wait_run_number
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 def spend(tokens: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from peerd.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK, EXIT_TIMED_OUT, EXIT_USAGE
@@ -50,6 +51,7 @@ async def test_commands_exit_3_with_a_hint_when_no_daemon_runs(tmp_path: Path) -
         assert done.stdout == ""
 
 
+@pytest.mark.slow
 async def test_usage_errors_exit_2(tmp_path: Path) -> None:
     home = tmp_path / "idle-home"
     unknown_option, no_project, no_prompt = await asyncio.gather(
@@ -66,6 +68,7 @@ async def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "--prompt" in no_prompt.stderr
 
 
+@pytest.mark.slow
 async def test_serve_refuses_plain_http_off_loopback(tmp_path: Path) -> None:
     home = tmp_path / "serve-home"
     everywhere = "0.0.0.0"  # noqa: S104  # the point: plain HTTP on all interfaces is refused
@@ -134,6 +137,7 @@ async def test_an_unknown_thread_exits_1_with_the_error_code(daemon: Daemon) -> 
         assert done.stdout == ""
 
 
+@pytest.mark.slow
 async def test_project_add_list_show_remove(daemon: Daemon, repo: Path) -> None:
     home = home_of(daemon)
     added = ok(await peerd(home, "project", "add", str(repo), "--name", "demo"))
@@ -162,6 +166,7 @@ async def test_project_add_list_show_remove(daemon: Daemon, repo: Path) -> None:
     assert gone.stderr.startswith("error: project_not_found:"), gone.stderr
 
 
+@pytest.mark.slow
 async def test_thread_launch_show_send_wait_list_archive(daemon: Daemon, project: dict[str, Any]) -> None:
     home = home_of(daemon)
     prompt = script({"reply_repeat": {"text": "abcde", "times": 9000}})
@@ -200,6 +205,7 @@ async def test_thread_launch_show_send_wait_list_archive(daemon: Daemon, project
     assert [(t["id"], t["status"]) for t in with_archived] == [(thread_id, "archived")]
 
 
+@pytest.mark.slow
 async def test_wait_times_out_on_a_held_run_and_stop_holds_the_queue(
     daemon: Daemon, project: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers import Pair, script, wait_terminal
 from tests.support.delegation import delegate
 from tests.support.forwarding import linked  # noqa: F401  # the fixture
+
+pytestmark = pytest.mark.slow  # two daemons
 
 
 async def peerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

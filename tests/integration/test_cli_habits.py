@@ -16,11 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.cli.common import EXIT_USAGE
 from peerd.daemon import Daemon
 from tests.helpers import script
 from tests.support.cli import home_of, ok, peerd
 from tests.support.tasks import GONE, seed
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 ISO_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 LINE_TIMEOUT_S = 60.0

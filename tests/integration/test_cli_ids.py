@@ -24,6 +24,7 @@ def test_path_segment_escapes_what_would_leave_the_segment() -> None:
     assert path_segment("thr_abc") == "thr_abc"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "code"),
     [

@@ -25,6 +25,7 @@ def refused(done: subprocess.CompletedProcess[str], field: str) -> None:
     assert "Nothing was sent." in done.stderr
 
 
+@pytest.mark.slow
 async def test_an_unknown_field_changes_nothing(
     daemon: Daemon, client: LocalClient, project: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -42,6 +43,7 @@ async def test_an_unknown_field_changes_nothing(
     assert '"threadId"' in out and '"wait"' in out
 
 
+@pytest.mark.slow
 def test_the_generated_answer_fields_are_current() -> None:
     done = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tools" / "gen_answer_fields.py"), "--check"],

@@ -25,6 +25,8 @@ from peerd.peer import pairing_code
 from peerd.peer.client import REVOKED_MESSAGE
 from tests.helpers import client_for, running_daemon
 
+pytestmark = pytest.mark.slow  # two daemons
+
 CLI_TIMEOUT_S = 60.0
 
 

@@ -28,6 +28,7 @@ async def finished_thread(
     return launched
 
 
+@pytest.mark.slow
 async def test_archive_refuses_a_worktree_with_uncommitted_work_unless_forced(
     daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -55,6 +56,7 @@ async def test_archive_of_a_clean_worktree_needs_no_force(
     assert "worktree removed" in out and "discarded" not in out
 
 
+@pytest.mark.slow
 async def test_archive_keeps_the_branch_unless_asked_and_deletes_it_also_later(
     daemon: Daemon, client: LocalClient, project: dict[str, Any], repo: Path
 ) -> None:

@@ -98,6 +98,7 @@ def test_no_cli_module_imports_anything_heavy_at_load() -> None:
     assert heavy_in(modules) == [], "a peerd.cli module imports these at load; import them where used"
 
 
+@pytest.mark.slow
 async def test_the_quick_commands_import_nothing_heavy(daemon: Daemon, tmp_path: Path) -> None:
     home = str(daemon.paths.home)
     for args in (
@@ -140,6 +141,7 @@ def test_top_help_is_what_click_prints_with_every_command_loaded(
 # --- --home after the subcommand ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_home_after_the_subcommand(daemon: Daemon, tmp_path: Path) -> None:
     home = str(daemon.paths.home)
     elsewhere = str(tmp_path / "no-daemon-here")
@@ -162,6 +164,7 @@ async def test_home_after_the_subcommand(daemon: Daemon, tmp_path: Path) -> None
     assert {s["envId"] for s in statuses} == {daemon.identity.env_id}
 
 
+@pytest.mark.slow
 async def test_not_running_hint_names_the_home_as_it_was_given(tmp_path: Path) -> None:
     home = tmp_path / "idle"
     by_flag, after_subcommand, by_env, by_default = await asyncio.gather(
@@ -183,6 +186,7 @@ async def test_not_running_hint_names_the_home_as_it_was_given(tmp_path: Path) -
 # --- peerd status --wait -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_status_wait_answers_once_a_just_started_daemon_does(tmp_path: Path) -> None:
     """The README's `peerd serve &` then `peerd status --wait 10`: no failure while it starts."""
     proc = DaemonProcess(tmp_path / "home")
@@ -195,6 +199,7 @@ async def test_status_wait_answers_once_a_just_started_daemon_does(tmp_path: Pat
         proc.kill()
 
 
+@pytest.mark.slow
 async def test_status_wait_exits_3_when_no_daemon_answers(tmp_path: Path) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()

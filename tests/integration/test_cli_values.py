@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_USAGE
 from peerd.daemon import Daemon
 from tests.helpers import script
 from tests.support.cli import home_of, peerd
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 async def test_bad_values_are_usage_errors_and_change_nothing(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from peerd.api.localclient import LocalClient
 from peerd.peer.client import REVOKED_MESSAGE
@@ -27,6 +28,7 @@ __all__ = ["linked"]  # the fixture (tests/support/delegation.py)
 # --- local ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_local_task_wakes_its_parent_with_the_result(
     client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -56,6 +58,7 @@ async def test_a_local_task_wakes_its_parent_with_the_result(
     )
 
 
+@pytest.mark.slow
 async def test_wait_mode_returns_the_result_in_the_call_and_wakes_nobody(
     client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -71,6 +74,7 @@ async def test_wait_mode_returns_the_result_in_the_call_and_wakes_nobody(
     assert thread["latestRun"]["number"] == 1, "the waiting call took the result: no wake run"
 
 
+@pytest.mark.slow
 async def test_a_failed_child_reports_its_error(client: LocalClient, project: dict[str, Any]) -> None:
     prompt = script(
         delegate(task=script({"fail": "compiler exploded"}), mode="wait"), {"reply": "${status}: ${result}"}
@@ -118,6 +122,7 @@ async def test_a_token_of_an_ended_run_is_refused(client: LocalClient, project: 
 # --- remote -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_task_on_the_box_wakes_the_parent_with_its_reply(linked: tuple[Pair, dict[str, Any]]) -> None:
     pair, here = linked
     child = script({"write": {"path": "pricing.txt", "content": "fixed\n"}}, {"reply": "BOX DONE"})
@@ -147,6 +152,7 @@ async def test_a_task_on_the_box_wakes_the_parent_with_its_reply(linked: tuple[P
     assert git(laptop_repo, "status", "--porcelain") == "", "the laptop's checkout stayed clean"
 
 
+@pytest.mark.slow
 async def test_a_revoked_link_fails_the_task_with_the_reason(tmp_path: Path) -> None:
     # The laptop's watch chunk is the full 50 s: the box ends the revoked client's long-poll at once,
     # so the laptop learns of the revocation now, not at the end of its chunk.

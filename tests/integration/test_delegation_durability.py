@@ -48,6 +48,8 @@ from tests.support.machines import (
     wait_task,
 )
 
+pytestmark = pytest.mark.slow  # two daemons
+
 __all__ = ["m", "signals"]  # the fixtures (tests/support/machines.py)
 
 

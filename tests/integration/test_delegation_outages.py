@@ -39,6 +39,8 @@ from tests.support.machines import (
     wait_run_number,
 )
 
+pytestmark = pytest.mark.slow  # two daemons
+
 SETTLE_S = 5.0  # results arrive within this long of the first successful contact after an outage
 
 

@@ -27,6 +27,7 @@ async def run_parent(pair: Pair, here: dict[str, Any], *steps: dict[str, Any], *
     return str(launched["threadId"])
 
 
+@pytest.mark.slow
 async def test_a_45000_character_reply_from_the_box_arrives_whole(
     linked: tuple[Pair, dict[str, Any]],
 ) -> None:
@@ -58,6 +59,7 @@ def test_a_later_run_someone_else_started_is_never_the_result() -> None:
     assert settlement(launched, [launched], open_children=True, queue_held=False)[0] is False
 
 
+@pytest.mark.slow
 async def test_the_same_key_from_another_thread_is_another_task_and_thread_there(
     linked: tuple[Pair, dict[str, Any]],
 ) -> None:
@@ -73,6 +75,7 @@ async def test_the_same_key_from_another_thread_is_another_task_and_thread_there
     assert len((await pair.bc.call("GET", "/v1/threads"))["items"]) == 2
 
 
+@pytest.mark.slow
 async def test_project_matching_there(linked: tuple[Pair, dict[str, Any]], tmp_path: Path) -> None:
     pair, here = linked
     # A second clone of the same origin on the box makes the match ambiguous.
@@ -94,6 +97,7 @@ async def test_project_matching_there(linked: tuple[Pair, dict[str, Any]], tmp_p
     assert (await tool_results(pair, parent))[0]["error"] is None
 
 
+@pytest.mark.slow
 async def test_no_matching_project_there_lists_how_to_pick_one(
     linked: tuple[Pair, dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -110,6 +114,7 @@ async def test_no_matching_project_there_lists_how_to_pick_one(
     assert "No project there has this repository (github.com/someone/else)" in error["message"]
 
 
+@pytest.mark.slow
 async def test_another_provider_there_needs_a_model(linked: tuple[Pair, dict[str, Any]]) -> None:
     pair, here = linked
     step = delegate(task="x", target={"environmentId": pair.box_id, "provider": "codex"})
@@ -117,6 +122,7 @@ async def test_another_provider_there_needs_a_model(linked: tuple[Pair, dict[str
     assert (await tool_results(pair, parent))[0]["error"]["code"] == "target_required"
 
 
+@pytest.mark.slow
 async def test_modes_asked_for_are_checked_against_the_parent(linked: tuple[Pair, dict[str, Any]]) -> None:
     pair, here = linked
     step = delegate(task="x", target={"environmentId": pair.box_id}, runtimeMode="full-access")
@@ -127,6 +133,7 @@ async def test_modes_asked_for_are_checked_against_the_parent(linked: tuple[Pair
     assert await tasks_of(pair.lc, parent) == [], "nothing recorded either"
 
 
+@pytest.mark.slow
 async def test_a_task_is_read_only_by_its_parent(linked: tuple[Pair, dict[str, Any]]) -> None:
     pair, here = linked
     owner = await run_parent(pair, here, delegate(task=script({"reply": "x"}), mode="wait"))
@@ -139,6 +146,7 @@ async def test_a_task_is_read_only_by_its_parent(linked: tuple[Pair, dict[str, A
     assert f"does not belong to thread {snoop}" in error["message"]
 
 
+@pytest.mark.slow
 async def test_a_forwarded_key_reused_with_another_body_is_refused(
     linked: tuple[Pair, dict[str, Any]],
 ) -> None:
@@ -156,6 +164,7 @@ async def test_a_forwarded_key_reused_with_another_body_is_refused(
     assert err.value.code == "idempotency_key_reused"
 
 
+@pytest.mark.slow
 async def test_a_failed_run_there_reports_its_error_and_the_model_is_inherited(
     linked: tuple[Pair, dict[str, Any]],
 ) -> None:
@@ -171,6 +180,7 @@ async def test_a_failed_run_there_reports_its_error_and_the_model_is_inherited(
     assert there["model"] == "model-a", "provider and model inherit from the parent"
 
 
+@pytest.mark.slow
 async def test_a_cancel_after_the_result_keeps_it_and_still_stops_follow_up_work_there(
     linked: tuple[Pair, dict[str, Any]],
 ) -> None:
@@ -186,6 +196,7 @@ async def test_a_cancel_after_the_result_keeps_it_and_still_stops_follow_up_work
     assert cancelled["stopOwed"] is False
 
 
+@pytest.mark.slow
 async def test_a_cancel_the_box_refuses_says_so_and_owes_nothing(
     linked: tuple[Pair, dict[str, Any]], tmp_path: Path
 ) -> None:

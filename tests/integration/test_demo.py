@@ -17,6 +17,8 @@ import pytest
 
 from tests.realcli import CLI_DIR, cli_binary
 
+pytestmark = pytest.mark.slow  # the demo
+
 REPO = Path(__file__).resolve().parents[2]
 
 

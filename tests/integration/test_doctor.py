@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.cli.common import EXIT_ERROR, EXIT_OK
 from tests.helpers import running_daemon, two_daemons
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 CLI_TIMEOUT_S = 60.0
 

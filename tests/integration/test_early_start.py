@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from peerd import boot
@@ -137,6 +138,7 @@ async def _projects(_request: web.Request) -> web.Response:
     return web.json_response({"items": [], "servedBy": "daemon"})
 
 
+@pytest.mark.slow
 async def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tmp_path: Path) -> None:
     home = tmp_path / "home"
     repo = make_repo(tmp_path / "repo")
@@ -159,6 +161,7 @@ async def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwh
         proc.wait(30)
 
 
+@pytest.mark.slow
 async def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path: Path) -> None:
     """The signal's default action would kill the process (exit -15) mid-start; peerd handles
     SIGTERM from its first step, so a start that is stopped still exits 0 and answers what it held."""
@@ -174,6 +177,7 @@ async def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path:
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_status_wait_waits_for_the_whole_daemon_not_its_early_answer(tmp_path: Path) -> None:
     """`peerd serve & peerd status --wait 30`: the answer is the started daemon's (its network
     listener up), not the early one that says "starting"."""
@@ -215,6 +219,7 @@ def test_serve_reaches_the_early_status_with_the_standard_library_only() -> None
     assert {m for m in outside if not m.startswith("__editable__")} == set(), done.stdout
 
 
+@pytest.mark.slow
 def test_a_bad_config_file_found_after_the_early_start_exits_2_and_leaves_no_socket(tmp_path: Path) -> None:
     home = tmp_path / "home"
     load_or_create_identity(home)  # an identity: the early socket is bound before the file is read

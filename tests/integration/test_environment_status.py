@@ -22,6 +22,8 @@ from tests.faultproxy import FaultProxy
 from tests.helpers import Pair, client_for, free_port, running_daemon
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 @pytest.fixture
 async def proxied(tmp_path: Path) -> AsyncIterator[tuple[Pair, FaultProxy]]:

@@ -12,6 +12,8 @@ from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
 from tests.helpers import Pair, script, wait_terminal
 from tests.support.forwarding import linked
 
+pytestmark = pytest.mark.slow  # two daemons
+
 __all__ = ["linked"]  # the fixture (tests/support/forwarding.py)
 
 

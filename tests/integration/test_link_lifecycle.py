@@ -32,6 +32,8 @@ from peerd.store.clients import UNLINKED_REASON
 from tests.helpers import Pair as BasePair
 from tests.helpers import make_repo, running_daemon, two_daemons
 
+pytestmark = pytest.mark.slow  # two daemons
+
 EXPIRED = "The link to box expired. Link it again with a new pairing code from box."
 
 

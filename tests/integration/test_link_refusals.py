@@ -29,6 +29,8 @@ from peerd.peer.client import is_loopback_url
 from peerd.peer.identity import Identity, load_or_create_identity
 from tests.helpers import client_for, pinned_server, running_daemon
 
+pytestmark = pytest.mark.slow  # two daemons
+
 OFF_LOOPBACK = "http://192.0.2.1:7433"  # TEST-NET-1: never routed, and never contacted here
 
 

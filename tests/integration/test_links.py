@@ -17,6 +17,8 @@ from peerd.peer import pairing_code
 from peerd.peer.client import REVOKED_MESSAGE
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:

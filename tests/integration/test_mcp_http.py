@@ -41,6 +41,7 @@ def text_of(result: types.CallToolResult) -> str:
     return block.text
 
 
+@pytest.mark.slow
 async def test_the_loopback_endpoint_serves_the_tools_as_the_run(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -62,6 +63,7 @@ async def test_the_loopback_endpoint_serves_the_tools_as_the_run(
     )
 
 
+@pytest.mark.slow
 async def test_the_bridge_reaches_mcp_on_the_agent_socket_with_the_run_token(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -157,6 +159,7 @@ async def test_without_the_daemon_or_the_run_the_bridge_still_says_why(tmp_path:
     assert by_id[3]["error"]["message"].startswith(f"{code}: ")
 
 
+@pytest.mark.slow
 def test_the_daemon_does_not_import_the_mcp_sdk_before_it_answers(tmp_path: Path) -> None:
     """Start-up never pays for the SDK (about a second): it is imported in a thread afterwards."""
     probe = f"""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import pytest
 from mcp import Client, StdioServerParameters
 
 from peerd.agent_tools import TOOL_SPECS
@@ -74,6 +75,7 @@ async def test_without_a_run_token_tools_act_as_the_owner(daemon: Daemon, projec
     assert "limit" in payload(invalid)["message"]
 
 
+@pytest.mark.slow
 async def test_a_run_token_file_binds_the_tools_to_that_run(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -118,6 +120,7 @@ async def test_a_removed_token_file_never_falls_back_to_the_owner(tmp_path: Path
     assert result.is_error and payload(result)["code"] == "parent_not_active"
 
 
+@pytest.mark.slow
 async def test_a_wait_that_times_out_says_how_to_continue(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:

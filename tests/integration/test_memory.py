@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 async def test_the_run_manager_keeps_no_lock_for_a_thread_once_its_runs_ended(tmp_path: Path) -> None:

@@ -175,6 +175,7 @@ async def test_default_access_is_approval_required(box: Box) -> None:
     assert body["scope"] == "approval-required"
 
 
+@pytest.mark.slow
 async def test_an_unknown_code_is_refused(box: Box) -> None:
     expect(await box.redeem("nosuchcode", "x" * 22), 400, "invalid_grant", "unknown_code")
 

@@ -38,6 +38,8 @@ from tests.realcli import signal_dir
 from tests.support.delegation import delegate, runs_script
 from tests.support.machines import Machines, link, setup_repos, started_file, wait_file
 
+pytestmark = pytest.mark.slow  # two daemons
+
 Json = dict[str, Any]
 WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it
 

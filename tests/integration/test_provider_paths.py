@@ -82,6 +82,7 @@ def assert_refused(done: dict[str, Any], items: list[dict[str, Any]], path: Path
     assert "No such file" not in sentence and sentence.endswith("name its new place in config.toml.")
 
 
+@pytest.mark.slow
 async def test_a_confined_run_sees_the_files_its_config_names_below_tmp(tmp_path: Path, tools: Path) -> None:
     async with (
         running_daemon(
@@ -116,6 +117,7 @@ async def test_a_file_in_peerds_home_named_by_the_config_fails_the_run_before_it
         assert not (Path(launched["worktreePath"]) / "STARTED").exists(), "the command never started"
 
 
+@pytest.mark.slow
 async def test_a_links_run_never_gets_the_box_users_home_because_the_config_names_it(
     tmp_path: Path, tools: Path
 ) -> None:

@@ -96,6 +96,7 @@ async def test_an_approved_command_runs_with_its_spec_and_worktree(
     assert trusted["run"]["status"] == "completed"
 
 
+@pytest.mark.slow
 async def test_approval_binds_to_the_exact_command(
     custom: tuple[Daemon, LocalClient, dict[str, Any], str],
 ) -> None:
@@ -108,6 +109,7 @@ async def test_approval_binds_to_the_exact_command(
     assert listed["mine"]["approved"] is False
 
 
+@pytest.mark.slow
 async def test_provider_list_shows_found_versions_and_commands(
     custom: tuple[Daemon, LocalClient, dict[str, Any], str],
 ) -> None:
@@ -140,6 +142,7 @@ async def test_config_show_hides_secrets(tmp_path: Path) -> None:
     assert data["label"] == "test" and data["home"] == str(daemon.paths.home)
 
 
+@pytest.mark.slow
 async def test_editing_an_approved_command_withdraws_the_approval(tmp_path: Path) -> None:
     coder = tmp_path / "coder.py"
     coder.write_text(CODER)
@@ -158,6 +161,7 @@ async def test_editing_an_approved_command_withdraws_the_approval(tmp_path: Path
     assert "--and-more" in result["run"]["reason"]
 
 
+@pytest.mark.slow
 async def test_config_show_without_a_daemon_reads_the_file(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text('label = "box"\n[providers.codex]\nenv = { OPENAI_API_KEY = "sk-file-secret" }\n')

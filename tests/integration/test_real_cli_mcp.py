@@ -20,6 +20,8 @@ from tests.helpers import LocalClient, processes_in, wait_terminal
 from tests.realcli import CLIS, fake_marker
 from tests.support.realclis import cli_client, cli_daemon, cli_project, fake, launch
 
+pytestmark = pytest.mark.slow  # the real coder CLIs
+
 # The fixtures (tests/support/realclis.py): a daemon whose providers are the real CLIs on the fake model.
 __all__ = ["cli_client", "cli_daemon", "cli_project", "fake"]
 

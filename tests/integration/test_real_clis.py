@@ -34,6 +34,8 @@ from tests.support.realclis import (
     launch,
 )
 
+pytestmark = pytest.mark.slow  # the real coder CLIs
+
 __all__ = ["cli_client", "cli_daemon", "cli_project", "fake"]  # the fixtures (tests/support/realclis.py)
 
 

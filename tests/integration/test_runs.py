@@ -146,6 +146,7 @@ async def test_wait_returns_when_the_run_completes(
     assert result["status"] == "completed" and result["runId"] == run_id
 
 
+@pytest.mark.slow
 async def test_wait_times_out_while_the_run_stays_live(
     client: LocalClient, project: Json, tmp_path: Path
 ) -> None:
@@ -172,6 +173,7 @@ async def test_wait_longer_than_50_seconds_is_refused(client: LocalClient, proje
     assert "timeout" in err.value.message
 
 
+@pytest.mark.slow
 async def test_a_disconnected_long_poll_is_cancelled_on_the_server(tmp_path: Path, repo: Path) -> None:
     flag = tmp_path / "release"
     home = tmp_path / "home"
@@ -225,6 +227,7 @@ async def test_a_disconnected_long_poll_is_cancelled_on_the_server(tmp_path: Pat
 # --- 2. interrupt kills the group ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_interrupt_kills_the_whole_process_group(
     daemon: Daemon, client: LocalClient, project: Json
 ) -> None:
@@ -260,6 +263,7 @@ async def test_interrupt_kills_the_whole_process_group(
 # --- 3. the queue -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_send_during_a_live_run_queues_and_starts_after_it(
     client: LocalClient, project: Json, tmp_path: Path
 ) -> None:
@@ -296,6 +300,7 @@ async def test_a_send_during_a_live_run_queues_and_starts_after_it(
     ]
 
 
+@pytest.mark.slow
 async def test_stop_holds_the_queue_until_the_next_send(
     client: LocalClient, project: Json, tmp_path: Path
 ) -> None:
@@ -335,6 +340,7 @@ async def test_stop_holds_the_queue_until_the_next_send(
     assert thread["queueHeld"] is False
 
 
+@pytest.mark.slow
 async def test_interrupt_without_a_live_run(client: LocalClient, project: Json) -> None:
     launched = await launch(client, project, script({"reply": "x"}))
     await wait_terminal(client, launched["threadId"], launched["runId"])
@@ -346,6 +352,7 @@ async def test_interrupt_without_a_live_run(client: LocalClient, project: Json) 
 # --- 4. restart after a crash -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_restart_after_a_crash_marks_live_runs_interrupted(tmp_path: Path, repo: Path) -> None:
     """A person's own thread cut by a crash is interrupted, saying whose daemon stopped, with an
     error item carrying the code `daemon_stopped`; it is not continued (only owed work is)."""
@@ -395,6 +402,7 @@ async def test_a_restart_after_a_crash_marks_live_runs_interrupted(tmp_path: Pat
 # --- 5. graceful shutdown -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sigterm_answers_long_polls_interrupts_runs_and_exits_cleanly(
     tmp_path: Path, repo: Path
 ) -> None:
@@ -463,6 +471,7 @@ async def test_sigterm_answers_long_polls_interrupts_runs_and_exits_cleanly(
 # --- 6. agent tools -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_run_lists_projects_through_its_tool(client: LocalClient, project: Json) -> None:
     launched = await launch(client, project, script({"tool": {"name": "project_list", "arguments": {}}}))
     done = await wait_terminal(client, launched["threadId"], launched["runId"])
@@ -488,6 +497,7 @@ async def test_a_made_up_run_token_is_refused(daemon: Daemon) -> None:
     assert body["code"] == "parent_not_active"
 
 
+@pytest.mark.slow
 async def test_tool_launch_retries_are_scoped_to_the_calling_thread(
     client: LocalClient, project: Json
 ) -> None:
@@ -565,6 +575,7 @@ async def test_archive_with_a_live_run_is_refused(client: LocalClient, project: 
 # --- 8. the event cursor ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_events_read_in_order_from_a_cursor(client: LocalClient, project: Json) -> None:
     launched = await launch(client, project, script({"reply": "hi"}))
     thread_id, run_id = launched["threadId"], launched["runId"]
@@ -609,6 +620,7 @@ async def test_events_read_in_order_from_a_cursor(client: LocalClient, project: 
     assert [e["seq"] for e in after["events"]] == seqs[3:]
 
 
+@pytest.mark.slow
 async def test_an_events_long_poll_returns_when_a_send_arrives(client: LocalClient, project: Json) -> None:
     launched = await launch(client, project, script({"reply": "hi"}))
     thread_id = launched["threadId"]
@@ -633,6 +645,7 @@ async def test_an_events_long_poll_returns_when_a_send_arrives(client: LocalClie
     await wait_terminal(client, thread_id, sent["runId"])
 
 
+@pytest.mark.slow
 async def test_an_events_long_poll_returns_when_a_send_queues_behind_a_live_run(
     client: LocalClient, project: Json, tmp_path: Path
 ) -> None:

@@ -205,6 +205,7 @@ async def test_invalid_script(tmp_path: Path, prompt: str, message: str) -> None
     assert (finish(events).error or "").startswith("Invalid script")
 
 
+@pytest.mark.slow
 async def test_session_resume_with_a_runs_script(tmp_path: Path) -> None:
     runs = {"runs": [{"steps": [{"reply": "first"}]}, {"steps": [{"reply": "second"}]}]}
     first = await run_prompt(tmp_path, "```peerd-script\n" + json.dumps(runs) + "\n```")

@@ -189,6 +189,7 @@ async def stopped_home(tmp_path: Path) -> Path:
     return home
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGES))
 async def test_a_damaged_or_foreign_store_is_refused_at_start(tmp_path: Path, damage: str) -> None:
     home = await stopped_home(tmp_path)
@@ -219,6 +220,7 @@ async def test_a_store_only_its_integrity_check_finds_wrong_is_damaged(tmp_path:
     )
 
 
+@pytest.mark.slow
 async def test_a_refused_start_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     DAMAGES["garbled-middle-page"](home)
@@ -251,6 +253,7 @@ async def daemon_in(home: Path, *, new_store: bool = False) -> AsyncIterator[Dae
         await daemon.shutdown()
 
 
+@pytest.mark.slow
 async def test_new_store_gives_an_identity_a_new_store_but_never_replaces_a_file(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     env_id = (home / "identity" / "key.pem").read_bytes()
@@ -287,6 +290,7 @@ async def test_a_first_start_makes_the_store_and_a_crash_while_making_it_leaves_
         assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
+@pytest.mark.slow
 async def test_a_store_from_before_the_application_id_is_accepted_and_marked(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     with contextlib.closing(sqlite3.connect(Paths(home).db)) as conn:
@@ -298,6 +302,7 @@ async def test_a_store_from_before_the_application_id_is_accepted_and_marked(tmp
         assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
 
 
+@pytest.mark.slow
 async def test_a_store_of_a_newer_peerd_is_refused_with_upgrade(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     with contextlib.closing(sqlite3.connect(Paths(home).db)) as conn:
@@ -331,6 +336,7 @@ async def launch_done(home: Path, project_id: str, prompt: str) -> str:
     return str(launched["threadId"])
 
 
+@pytest.mark.slow
 async def test_backup_while_running_then_restore_once_stopped(tmp_path: Path) -> None:
     home, backup = tmp_path / "home", tmp_path / "backups" / "peerd-1.db"
     backup.parent.mkdir()
@@ -365,6 +371,7 @@ async def test_backup_while_running_then_restore_once_stopped(tmp_path: Path) ->
     assert ids == in_backup
 
 
+@pytest.mark.slow
 async def test_restore_refuses_a_damaged_or_foreign_file_and_changes_nothing(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     before = Paths(home).db.read_bytes()
@@ -384,6 +391,7 @@ async def integrity(home: Path) -> dict[str, Any]:
     return checks["database-integrity"].wire()
 
 
+@pytest.mark.slow
 async def test_doctor_runs_the_integrity_check(tmp_path: Path) -> None:
     home = await stopped_home(tmp_path)
     good = await integrity(home)

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from peerd.approvals import store as approvals_store
 from peerd.approvals.rules import Approval
 from peerd.core.liveness import ORPHAN_QUESTION, ORPHAN_RUN
 from peerd.store.threads.writes import new_run
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 async def test_the_sweep_ends_or_reowns_what_nothing_owns(tmp_path: Path) -> None:

@@ -64,6 +64,7 @@ def fake_systemd(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fak
         yield FakeSystemd(sock, value)
 
 
+@pytest.mark.slow
 async def test_ready_once_serving_then_watchdog_pings_then_stopping_on_sigterm(
     tmp_path: Path, fake_systemd: FakeSystemd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,6 +97,7 @@ async def test_ready_once_serving_then_watchdog_pings_then_stopping_on_sigterm(
         daemon.kill()
 
 
+@pytest.mark.slow
 async def test_a_watchdog_meant_for_another_process_is_not_pinged(
     tmp_path: Path, fake_systemd: FakeSystemd, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -37,6 +37,7 @@ def where(t: dict[str, Any]) -> str | None:
     return (t.get("remoteChild") or {}).get("environmentId")
 
 
+@pytest.mark.slow
 async def test_all_tasks_newest_first_paged_and_filtered(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "shop")
     async with (

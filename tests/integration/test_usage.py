@@ -42,6 +42,7 @@ async def ended(client: LocalClient, launched: Json) -> Json:
     return run
 
 
+@pytest.mark.slow
 async def test_a_runs_usage_is_stored_exactly_and_summed_per_thread(
     client: LocalClient, project: Json
 ) -> None:
@@ -125,6 +126,7 @@ async def test_a_token_budget_stops_the_run_mid_way_and_fails_it_with_the_reason
     assert final["usage"]["totalTokens"] == 51200
 
 
+@pytest.mark.slow
 async def test_a_run_within_its_budget_completes(client: LocalClient, project: Json) -> None:
     launched = await launch(
         client,
@@ -136,6 +138,7 @@ async def test_a_run_within_its_budget_completes(client: LocalClient, project: J
     assert final["status"] == "completed", final
 
 
+@pytest.mark.slow
 async def test_a_seconds_budget_stops_a_run_that_reports_nothing(client: LocalClient, project: Json) -> None:
     launched = await launch(client, project, script({"wait": 30}), budget={"seconds": 0.5})
     final = await ended(client, launched)
@@ -143,6 +146,7 @@ async def test_a_seconds_budget_stops_a_run_that_reports_nothing(client: LocalCl
     assert final["reason"].startswith("budget exceeded: ") and final["reason"].endswith(" of 0.5 seconds")
 
 
+@pytest.mark.slow
 async def test_a_usd_budget_stops_the_run(client: LocalClient, project: Json) -> None:
     launched = await launch(
         client,
@@ -199,6 +203,7 @@ async def woken_reply(client: LocalClient, parent: str, total: float = 30) -> st
     return texts[-1]
 
 
+@pytest.mark.slow
 async def test_a_delegated_tasks_budget_stops_its_child_and_wakes_the_parent_with_why(
     client: LocalClient, project: Json
 ) -> None:
@@ -211,6 +216,7 @@ async def test_a_delegated_tasks_budget_stops_its_child_and_wakes_the_parent_wit
     assert (child["status"], child["reason"]) == ("failed", "budget exceeded: 51,200 of 50,000 tokens")
 
 
+@pytest.mark.slow
 async def test_a_task_on_a_linked_box_is_stopped_by_its_budget_there(tmp_path: Path) -> None:
     async with linked_pair(tmp_path, watch_chunk_s=5) as (pair, here):
         prompt = parent_prompt(
@@ -227,6 +233,7 @@ async def test_a_task_on_a_linked_box_is_stopped_by_its_budget_there(tmp_path: P
         assert there["latestRun"]["usage"]["totalTokens"] == 51200
 
 
+@pytest.mark.slow
 async def test_a_tasks_usage_is_its_childs_and_their_delegations_not_the_parents(
     daemon: Daemon, client: LocalClient, project: Json
 ) -> None:
@@ -251,6 +258,7 @@ async def test_a_tasks_usage_is_its_childs_and_their_delegations_not_the_parents
     assert "130 tokens (107 in, 0 cached; 23 out, 0 reasoning), $0.5000" in printed
 
 
+@pytest.mark.slow
 async def test_a_task_on_a_linked_box_reports_its_usage_with_the_result(tmp_path: Path) -> None:
     """The box sends what its thread spent (with that thread's own delegations) in the change
     feed's report; the laptop keeps it with the task, apart from the parent's own usage."""
@@ -273,6 +281,7 @@ async def test_a_task_on_a_linked_box_reports_its_usage_with_the_result(tmp_path
 # --- a box owner's ceilings per link -------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_links_ceilings_refuse_a_launch_and_say_which_limit(tmp_path: Path) -> None:
     settings = Config(links=LinksConfig(max_runs=2, max_usd_per_day=1.0))
     async with two_daemons(tmp_path, settings=settings) as pair:
@@ -310,6 +319,7 @@ async def test_a_links_ceilings_refuse_a_launch_and_say_which_limit(tmp_path: Pa
         assert own["runId"]
 
 
+@pytest.mark.slow
 async def test_a_links_run_ceiling_counts_the_last_24_hours(tmp_path: Path) -> None:
     settings = Config(links=LinksConfig(max_runs=1))
     async with two_daemons(tmp_path, settings=settings) as pair:
@@ -324,6 +334,7 @@ async def test_a_links_run_ceiling_counts_the_last_24_hours(tmp_path: Path) -> N
         assert "at most 1 runs a day (links.max_runs" in refused.value.message
 
 
+@pytest.mark.slow
 async def test_a_retried_launch_at_the_ceiling_reaches_its_first_thread(tmp_path: Path) -> None:
     """A retry (same clientRequestId) is answered with its first result, never refused for what
     that first copy spent: the ceiling is checked after the retry was answered, in one transaction."""
@@ -347,6 +358,7 @@ async def test_a_retried_launch_at_the_ceiling_reaches_its_first_thread(tmp_path
         assert refused.value.code == "capability_denied"
 
 
+@pytest.mark.slow
 async def test_a_link_started_runs_own_delegation_counts_against_the_links_ceiling(tmp_path: Path) -> None:
     """On the box, a run a link started delegates a local task: the child is launched as the link
     (tasks/delegation.py `_launch_local`), so with `links.max_runs` reached by the parent's own run

@@ -16,6 +16,8 @@ from peerd.store.threads import usage as usage_store
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
 from tests.support.cli import ok, peerd
 
+pytestmark = pytest.mark.slow  # over half a second each
+
 Json = dict[str, Any]
 # $1.25 per million input tokens ($0.125 cached), $10 per million output tokens
 PRICE = PriceConfig(input_per_mtok=1.25, cached_input_per_mtok=0.125, output_per_mtok=10.0)

@@ -43,6 +43,7 @@ def add_worktrees(repo: Path, root: Path, n: int) -> None:
         run_git(repo, "worktree", "add", "-q", "-b", f"fill/{i}", str(root / f"fill-{i}"))
 
 
+@pytest.mark.slow
 async def test_a_new_worktree_is_two_git_processes_whatever_the_repository_holds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import client_for, running_daemon
 from tests.support.approvals import pending_approvals
 from tests.support.orchestrate import (
@@ -19,6 +21,8 @@ from tests.support.orchestrate import (
     start,
     steps,
 )
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 async def test_an_implementers_edit_waits_for_a_person_and_goes_on_when_approved(tmp_path: Path) -> None:

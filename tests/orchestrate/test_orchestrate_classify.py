@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, running_daemon
 from tests.support.orchestrate import (
@@ -24,6 +26,8 @@ from tests.support.orchestrate import (
     start,
     steps,
 )
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 # A real test failure whose own assertion message says the words the old rule matched.
 CHECK_WORDY = "python3 -c 'import calc; assert calc.add(2, 3) == 5, \"permission denied: add() is wrong\"'"

@@ -27,6 +27,8 @@ from tests.support.orchestrate import (
     steps,
 )
 
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
+
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[tuple[Daemon, LocalClient, dict[str, Any], Path]]:

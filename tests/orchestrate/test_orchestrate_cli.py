@@ -7,10 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.cli.common import EXIT_OK, EXIT_USAGE
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, git, running_daemon
 from tests.support.orchestrate import CHECK_ADD, FIX_ADD, peerd_in, project_repo, settings, steps
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 def plan_dir(root: Path) -> Path:

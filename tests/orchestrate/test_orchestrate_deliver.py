@@ -64,6 +64,7 @@ async def env(tmp_path: Path) -> AsyncIterator[tuple[LocalClient, dict[str, Any]
 PLAN = [packet("fix-add", "Fix add().\n\n" + steps(FIX_ADD), ["calc.py"], CHECK_ADD)]
 
 
+@pytest.mark.slow
 async def test_pr_pushes_to_a_local_bare_origin_and_opens_a_draft_with_the_report(
     env: tuple[LocalClient, dict[str, Any], Path, Path], gh_bin: Path
 ) -> None:
@@ -95,6 +96,7 @@ async def test_pr_pushes_to_a_local_bare_origin_and_opens_a_draft_with_the_repor
     assert "--draft" not in last and last[last.index("--head") + 1] == again["branch"]
 
 
+@pytest.mark.slow
 async def test_pr_says_exactly_what_is_missing(
     env: tuple[LocalClient, dict[str, Any], Path, Path], gh_bin: Path
 ) -> None:
@@ -111,6 +113,7 @@ async def test_pr_says_exactly_what_is_missing(
     assert not [c for c in gh_calls(gh_bin) if c["argv"][:2] == ["pr", "create"]]
 
 
+@pytest.mark.slow
 async def test_pr_without_gh_installed_says_so(
     env: tuple[LocalClient, dict[str, Any], Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,6 +144,7 @@ SHARED = [
 ]
 
 
+@pytest.mark.slow
 async def test_packets_sharing_files_are_warned_about_and_can_be_serialized(
     env: tuple[LocalClient, dict[str, Any], Path, Path],
 ) -> None:

@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import GIT_ENV, git, running_daemon
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "user" / "orchestrate.md"
 MARKER = "<!-- the scripted example: tests/orchestrate/test_orchestrate_docs.py runs this block -->"

@@ -58,6 +58,7 @@ async def wait_for(client: LocalClient, run_id: str, check: Any) -> dict[str, An
     return info
 
 
+@pytest.mark.slow
 async def test_a_restart_mid_run_resumes_where_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,6 +95,7 @@ async def test_a_restart_mid_run_resumes_where_it_was(
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
 
 
+@pytest.mark.slow
 async def test_a_packet_runs_on_a_linked_box_and_comes_back_as_commits(tmp_path: Path) -> None:
     origin = tmp_path / "origin.git"
     seed = project_repo(tmp_path / "seed")
@@ -252,6 +254,7 @@ class Proxy:
                 end.close()
 
 
+@pytest.mark.slow
 async def test_a_cancel_the_box_cannot_hear_is_owed_until_it_lands(tmp_path: Path) -> None:
     origin = tmp_path / "origin.git"
     seed = project_repo(tmp_path / "seed")
@@ -289,6 +292,7 @@ async def test_a_cancel_the_box_cannot_hear_is_owed_until_it_lands(tmp_path: Pat
     assert packets_of(cancelled)["slow"]["stopOwed"] == [box_thread]
 
 
+@pytest.mark.slow
 async def test_an_edit_that_escaped_into_the_boxs_checkout_is_never_taken_from_there(tmp_path: Path) -> None:
     """Containment recovery is only for the orchestrator's own local packets: a box commits only the
     thread's worktree (a link may not name the box owner's files), so an escaped edit is not the
@@ -320,6 +324,7 @@ async def test_an_edit_that_escaped_into_the_boxs_checkout_is_never_taken_from_t
     assert (" M calc.py" in git(box_repo, "status", "--porcelain")) == escaped
 
 
+@pytest.mark.slow
 async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,7 @@ async def env(tmp_path: Path) -> AsyncIterator[tuple[Daemon, LocalClient, dict[s
         yield daemon, client, project, repo
 
 
+@pytest.mark.slow
 async def test_three_packets_with_a_dependency_two_coders_round_robin(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -99,6 +100,7 @@ async def test_three_packets_with_a_dependency_two_coders_round_robin(
     assert git(repo, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 async def test_a_content_failure_goes_back_once_then_parks(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -128,6 +130,7 @@ async def test_a_content_failure_goes_back_once_then_parks(
     assert [r["verification"]["classification"] for r in tries] == ["content", "content"]
 
 
+@pytest.mark.slow
 async def test_an_empty_diff_is_redispatched_to_another_coder(
     tmp_path: Path,
 ) -> None:
@@ -157,6 +160,7 @@ async def test_an_empty_diff_is_redispatched_to_another_coder(
     assert git(repo, "status", "--porcelain") == ""  # .peerd/ was excluded from git, as the seed says
 
 
+@pytest.mark.slow
 async def test_an_edit_that_escaped_into_the_checkout_is_recovered_in_scope_only(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -193,6 +197,7 @@ async def test_an_edit_that_escaped_into_the_checkout_is_recovered_in_scope_only
     ]
 
 
+@pytest.mark.slow
 async def test_request_changes_goes_back_to_the_implementer_once(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     verdicts = {
@@ -231,6 +236,7 @@ async def test_request_changes_goes_back_to_the_implementer_once(tmp_path: Path)
     ]
 
 
+@pytest.mark.slow
 async def test_a_merge_conflict_parks_the_later_packet_and_shows_it(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -279,6 +285,7 @@ def plan_reply(packets: list[dict[str, Any]]) -> str:
     return "Here is the plan.\n```json\n" + json.dumps({"packets": packets}) + "\n```"
 
 
+@pytest.mark.slow
 async def test_a_planner_coder_makes_the_plan_and_an_invalid_plan_goes_back_once(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -295,6 +302,7 @@ async def test_a_planner_coder_makes_the_plan_and_an_invalid_plan_goes_back_once
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
 
 
+@pytest.mark.slow
 async def test_a_plan_invalid_twice_stops_the_run_with_the_reason(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -310,6 +318,7 @@ async def test_a_plan_invalid_twice_stops_the_run_with_the_reason(
     assert done["packets"] == []
 
 
+@pytest.mark.slow
 async def test_a_coder_past_the_packet_time_limit_is_stopped_and_replaced(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     config = settings(tmp_path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, git, running_daemon, two_daemons
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
@@ -20,6 +22,8 @@ from tests.support.orchestrate import (
     start,
     steps,
 )
+
+pytestmark = pytest.mark.slow  # the real coder CLIs
 
 FIX_PATCH = (
     "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n*** End Patch\n"

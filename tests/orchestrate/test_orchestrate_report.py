@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.config import ProviderConfig
 from peerd.orchestrate.report import pr_body, progress, render
 from tests.helpers import client_for, running_daemon
@@ -34,6 +36,7 @@ DOCSTRING = {
 }
 
 
+@pytest.mark.slow
 async def test_the_full_check_line_says_nothing_merged_when_verify_was_given(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     async with (
@@ -51,6 +54,7 @@ async def test_the_full_check_line_says_nothing_merged_when_verify_was_given(tmp
     assert "nothing merged" in done["reason"]
 
 
+@pytest.mark.slow
 async def test_the_report_says_everything(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     marker = tmp_path / "flaky"

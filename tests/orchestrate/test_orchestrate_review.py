@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, git, running_daemon
 from tests.support.orchestrate import (
@@ -23,6 +25,8 @@ from tests.support.orchestrate import (
     start,
     steps,
 )
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 DOCSTRING = {
     "edit": {"path": "calc.py", "old": "    return a + b", "new": '    """Sum."""\n    return a + b'}

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.orchestrate import report
 from peerd.runtime import sandbox
 from tests.helpers import client_for, git, running_daemon
@@ -32,6 +34,8 @@ from tests.support.orchestrate import (
     textkit_repo,
     worktree_of,
 )
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 # Who could have written the checkout: with bwrap here the coder ran confined.
 NOBODY_ELSE = "confined" if sandbox.available() else "no_coder_write"

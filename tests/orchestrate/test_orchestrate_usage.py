@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.cli.common import EXIT_USAGE
 from peerd.orchestrate.report import render
 from tests.helpers import client_for, git, running_daemon, two_daemons
@@ -23,6 +25,8 @@ from tests.support.orchestrate import (
     start,
     steps,
 )
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 DOCS = {"write": {"path": "docs/usage.md", "content": "add\n"}}
 DOCS_CHECK = "test -f docs/usage.md"

@@ -77,6 +77,7 @@ async def test_a_packet_over_the_users_uncommitted_work_is_refused_at_plan_time(
     untouched(repo, before)
 
 
+@pytest.mark.slow
 async def test_a_planners_packet_over_the_users_work_ends_the_run_with_the_paths(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -97,6 +98,7 @@ def _json(value: Any) -> str:
     return json.dumps(value)
 
 
+@pytest.mark.slow
 async def test_include_dirty_starts_from_the_working_state_and_leaves_the_checkout_alone(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -130,6 +132,7 @@ async def test_include_dirty_starts_from_the_working_state_and_leaves_the_checko
     untouched(repo, before)  # the checkout: exactly as the user left it
 
 
+@pytest.mark.slow
 async def test_an_escaped_edit_that_does_not_apply_is_left_and_reported_not_parked(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     async with (
@@ -159,6 +162,7 @@ async def test_an_escaped_edit_that_does_not_apply_is_left_and_reported_not_park
     assert "return a * b" in (repo / "calc.py").read_text()
 
 
+@pytest.mark.slow
 async def test_the_users_own_edit_during_a_run_is_not_recovered_when_it_was_theirs_before(
     tmp_path: Path,
 ) -> None:

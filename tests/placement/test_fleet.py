@@ -26,6 +26,8 @@ from tests.helpers import client_for, make_repo, running_daemon, script, wait_te
 from tests.support.delegation import delegate, runs_script, tasks_of
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 GIB = 2**30
 NO_CODEX = {"codex": ProviderConfig(binary="/nonexistent/codex")}  # codex is installed nowhere
 

@@ -35,6 +35,7 @@ def test_auto_is_an_environment_of_a_coder_spec() -> None:
         parse_coder_spec("studio/codex", known_environments=["box"])
 
 
+@pytest.mark.slow
 async def test_on_auto_places_each_packet_and_the_report_says_why(tmp_path: Path) -> None:
     origin = tmp_path / "origin.git"
     seed = project_repo(tmp_path / "seed")

@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.api.localclient import LocalClient
 from tests.helpers import script, wait_terminal
 from tests.support.approvals import pending_approvals
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 Json = dict[str, Any]
 

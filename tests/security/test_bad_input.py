@@ -54,6 +54,7 @@ def nested(depth: int, key: str = "runs") -> bytes:
 # --- deeply nested JSON -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/v1/threads", "/v1/pair", "/v1/links", "/v1/watch", "/v1/projects"])
 async def test_json_nested_100000_deep_is_a_typed_400_on_the_socket(pair: Pair, path: str) -> None:
     before = snapshot(pair)
@@ -62,6 +63,7 @@ async def test_json_nested_100000_deep_is_a_typed_400_on_the_socket(pair: Pair, 
     assert snapshot(pair) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [DEEP, 65])
 async def test_json_nested_too_deep_is_a_typed_400_for_a_read_only_link(pair: Pair, depth: int) -> None:
     await read_only(pair)
@@ -71,6 +73,7 @@ async def test_json_nested_too_deep_is_a_typed_400_for_a_read_only_link(pair: Pa
     assert snapshot(pair) == before
 
 
+@pytest.mark.slow
 async def test_json_at_the_depth_limit_is_parsed(pair: Pair) -> None:
     """The control: 64 levels reach the contract (which names the bad field), not the depth rule."""
     message = assert_invalid(await local_raw(pair, "POST", "/v1/watch", nested(63)))
@@ -82,6 +85,7 @@ async def test_json_at_the_depth_limit_is_parsed(pair: Pair) -> None:
 TOO_BIG = [str(2**63), str(2**64), "9" * 19, "9" * 40, "-1", "1e3", "0x10"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cursor", TOO_BIG)
 @pytest.mark.parametrize("path", ["/v1/threads", "/v1/projects"])
 async def test_a_cursor_beyond_64_bits_or_not_a_number_is_a_typed_400(
@@ -94,11 +98,13 @@ async def test_a_cursor_beyond_64_bits_or_not_a_number_is_a_typed_400(
     assert snapshot(pair) == before
 
 
+@pytest.mark.slow
 async def test_the_largest_cursor_is_accepted(pair: Pair) -> None:
     status, body = await local_raw(pair, "GET", f"/v1/threads?cursor={2**63 - 1}")
     assert (status, body["items"]) == (200, [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "query",
     [
@@ -121,6 +127,7 @@ async def test_integers_past_64_bits_and_non_finite_floats_in_queries_are_typed_
     assert snapshot(pair) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", ["after=inf&timeout=1", "after=nan&timeout=1", "after=-inf"])
 async def test_a_float_with_no_bound_of_its_own_still_refuses_nan_and_infinity(
     pair: Pair, query: str
@@ -143,6 +150,7 @@ def test_every_wire_model_refuses_nan_and_infinity() -> None:
 # --- NaN, Infinity and huge lifetimes: no code spent, no client made --------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "body",
     [
@@ -160,6 +168,7 @@ async def test_pairing_refuses_non_finite_and_huge_numbers(pair: Pair, body: byt
     assert snapshot(pair) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_age", ["Infinity", "NaN", "1e400", "1e300"])
 async def test_link_creation_refuses_a_bad_max_age_and_spends_nothing(pair: Pair, max_age: str) -> None:
     code = await pair.code("auto")
@@ -175,6 +184,7 @@ async def test_link_creation_refuses_a_bad_max_age_and_spends_nothing(pair: Pair
     assert (await pair.link("auto", code=code))["status"] == "reachable", "the code is still good"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [
@@ -200,6 +210,7 @@ async def test_the_token_endpoint_refuses_bad_fields_before_spending_the_code(
     assert (await pair.link("auto", code=code))["status"] == "reachable"
 
 
+@pytest.mark.slow
 async def test_a_stored_unusable_max_age_is_refused_before_the_code_is_spent(pair: Pair) -> None:
     """A code row written before max ages were bounded (Infinity): redeeming it must fail before the
     transaction writes anything, not after the client is made."""

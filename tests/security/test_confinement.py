@@ -30,6 +30,8 @@ from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
 from tests.support.delegation import linked_pair
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 PROBE = r"""
 import http.client, json, os, socket, subprocess, sys
 

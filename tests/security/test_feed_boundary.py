@@ -25,6 +25,8 @@ from peerd.tasks.subscription import MAX_FOLLOWED_RUNS, set_hash
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 from tests.support.raw import assert_invalid, code_parts, local_raw, network_raw
 
+pytestmark = pytest.mark.slow  # two daemons
+
 SUBSCRIPTION, CHANGES = "/v1/feed/subscription", "/v1/feed/changes"
 
 

@@ -24,6 +24,8 @@ from peerd.errors import PeerdError
 from peerd.orchestrate import transport
 from tests.helpers import Pair, git, make_repo, script, two_daemons, wait_terminal
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 @dataclass
 class Box:

@@ -30,6 +30,8 @@ from tests.helpers import (
 from tests.support.delegation import linked_pair
 from tests.support.eventually import eventually
 
+pytestmark = pytest.mark.slow  # two daemons
+
 Linked = tuple[Pair, dict[str, Any]]
 
 

@@ -154,6 +154,7 @@ async def wait_for(client: LocalClient, thread_id: str, kind: str, timeout: floa
     )
 
 
+@pytest.mark.slow
 async def test_pairing_linking_refresh_and_a_run_log_no_secret(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "box-repo")
     async with (

@@ -100,6 +100,7 @@ async def test_an_ended_runs_token_is_refused(
     assert (status, answer["code"]) == (401, "parent_not_active"), answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "host",
     ["evil.example:{port}", "127.0.0.1:1", "localhost", "127.0.0.1", "[::1]:{port}", "127.0.0.2:{port}"],
@@ -118,6 +119,7 @@ async def test_a_foreign_host_is_refused_before_the_token_is_read(
             assert status == 200, answer
 
 
+@pytest.mark.slow
 async def test_a_request_without_host_or_from_a_web_page_is_refused(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -148,6 +150,7 @@ def exchange(port: int, raw: bytes) -> bytes:
     return b"".join(chunks)
 
 
+@pytest.mark.slow
 async def test_an_oversized_body_is_refused_with_a_typed_error(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -159,6 +162,7 @@ async def test_an_oversized_body_is_refused_with_a_typed_error(
         assert status == 200  # the listener still serves
 
 
+@pytest.mark.slow
 async def test_only_mcp_is_served_there(
     tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
 ) -> None:
@@ -189,6 +193,7 @@ async def agent_socket_code(daemon: Daemon, token: str, name: str, arguments: di
     return None if "result" in answer else str(answer["code"])
 
 
+@pytest.mark.slow
 async def test_a_link_runs_token_over_http_acts_as_the_link_exactly(linked: Pair) -> None:
     pair = linked
     project = (await pair.bc.call("GET", "/v1/projects"))["items"][0]

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from peerd.api import peercred
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
@@ -39,6 +41,7 @@ def attack_step(tmp_path: Path, socket_path: Path, *, setsid: bool) -> dict[str,
     return {"run": f"{prefix}{sys.executable} {attack} {socket_path}"}
 
 
+@pytest.mark.slow
 async def test_a_full_access_owner_runs_command_cannot_use_the_owner_socket(
     daemon: Daemon, client: LocalClient, project: dict[str, Any], tmp_path: Path
 ) -> None:

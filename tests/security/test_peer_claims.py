@@ -72,6 +72,7 @@ def assert_clean(text: str) -> None:
     assert not bad, f"control characters printed: {bad}"
 
 
+@pytest.mark.slow
 async def test_a_client_label_with_escapes_is_stored_and_listed_clean(pair: Pair) -> None:
     code_id, secret = code_parts(await pair.code("auto"))
     form = {
@@ -95,6 +96,7 @@ async def box_project(pair: Pair, tmp_path: Path) -> dict[str, Any]:
     return project
 
 
+@pytest.mark.slow
 async def test_a_link_launch_title_with_escapes_is_stored_and_listed_clean(
     pair: Pair, tmp_path: Path
 ) -> None:
@@ -110,6 +112,7 @@ async def test_a_link_launch_title_with_escapes_is_stored_and_listed_clean(
     assert_clean(out)
 
 
+@pytest.mark.slow
 async def test_a_forged_delegated_from_is_shown_as_the_links_claim(pair: Pair, tmp_path: Path) -> None:
     project = await box_project(pair, tmp_path)
     await pair.link("auto")
@@ -167,6 +170,7 @@ async def impostor(tmp_path: Path, pair: Pair) -> AsyncIterator[Impostor]:
         yield server
 
 
+@pytest.mark.slow
 async def test_a_box_claiming_another_environments_id_is_refused(pair: Pair, impostor: Impostor) -> None:
     """The code and the descriptor both name the real box; the certificate they pin is another key."""
     real = pairing_code.decode(await pair.code("auto"))
@@ -181,6 +185,7 @@ async def test_a_box_claiming_another_environments_id_is_refused(pair: Pair, imp
     assert (await pair.lc.call("GET", "/v1/environments", params={"probe": "false"}))["items"] == []
 
 
+@pytest.mark.slow
 async def test_a_link_is_stored_under_its_certificates_id(pair: Pair) -> None:
     linked = await pair.link("auto")
     assert pair.box.identity is not None
@@ -196,6 +201,7 @@ def own_code(real: pairing_code.PairingCode, impostor: Impostor) -> str:
     return own.encode()
 
 
+@pytest.mark.slow
 async def test_a_box_label_with_escapes_is_stored_clean(pair: Pair, impostor: Impostor) -> None:
     impostor.label = f"evil{ESCAPES}box"
     code = own_code(pairing_code.decode(await pair.code("auto")), impostor)
@@ -205,6 +211,7 @@ async def test_a_box_label_with_escapes_is_stored_clean(pair: Pair, impostor: Im
     assert stored["label"] == "evil box"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "token_body",
     [
@@ -228,6 +235,7 @@ async def test_a_box_answering_with_unusable_tokens_links_nothing(
     assert snapshot(pair) == before
 
 
+@pytest.mark.slow
 async def test_a_box_cannot_widen_the_access_the_laptop_asked_for(pair: Pair, impostor: Impostor) -> None:
     impostor.token_body = (
         b'{"access_token": "a.b.c", "refresh_token": "r", "client_id": "c", "expires_in": 900,'
@@ -238,6 +246,7 @@ async def test_a_box_cannot_widen_the_access_the_laptop_asked_for(pair: Pair, im
     assert linked["access"] == "read-only"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "answer",
     [

@@ -21,9 +21,12 @@ import pytest
 
 from peerd.runtime import sandbox, sandbox_profile
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not sandbox.available(), reason="needs root (to act as both) and bubblewrap"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not sandbox.available(), reason="needs root (to act as both) and bubblewrap"
+    ),
+]
 
 NOBODY = 65534
 

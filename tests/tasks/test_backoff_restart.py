@@ -21,10 +21,11 @@ from tests.support.delegation import delegate, runs_script, tasks_of
 from tests.support.eventually import eventually
 from tests.support.machines import Machines, task_ended
 
+pytestmark = pytest.mark.slow  # two daemons
+
 STEP_S = 600.0
 
 
-@pytest.mark.slow
 async def test_a_restart_after_the_wall_clock_stepped_back_waits_the_delay_not_the_step(m: Machines) -> None:
     await m.stop("box")
     step = delegate(

@@ -21,6 +21,8 @@ from tests.support.eventually import eventually
 from tests.support.follower import poll_in_flight
 from tests.support.machines import WAIT_S, Machines, delegated_and_running
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 def box_hub(m: Machines) -> FeedHub:
     box = m._daemons["box"]

@@ -13,6 +13,8 @@ import pytest
 from peerd.peer import client as peer_client
 from tests.helpers import Pair, two_daemons
 
+pytestmark = pytest.mark.slow  # two daemons
+
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[Pair]:

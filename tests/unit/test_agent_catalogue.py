@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import mcp_types as types
+import pytest
 
 from peerd.agent_tools import CATALOGUE, HIDDEN, PARAMS, TOOL_SPECS
 from peerd.api.mcp_server import tool_list
@@ -34,6 +35,7 @@ def walk(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_catalogue_is_at_most_half_its_old_size() -> None:
     size = len(types.ListToolsResult(tools=tool_list()).model_dump_json(by_alias=True, exclude_none=True))
     assert size <= BEFORE_BYTES // 2, size

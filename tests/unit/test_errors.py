@@ -78,6 +78,7 @@ def test_the_registry_is_the_tree() -> None:
     assert len(REGISTRY) == len(TREE) == len(HTTP_STATUS)
 
 
+@pytest.mark.slow
 def test_no_module_but_peerd_errors_defines_an_error_class() -> None:
     """So `from_wire` knows every code whatever was imported first: read from the source, so a
     module nothing imported here is checked too."""

@@ -548,6 +548,7 @@ def test_hang_with_times_lets_a_resumed_session_past_it(fake: FakeModel) -> None
 # -- standalone ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_standalone_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
     scripts = tmp_path / "scripts.json"
     scripts.write_text(

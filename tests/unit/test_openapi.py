@@ -47,6 +47,7 @@ def test_the_committed_document_and_reference_are_current() -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", [None, "network"])
 def test_the_document_is_openapi_3_1_with_valid_schemas(view: Any) -> None:
     doc = json.loads(json.dumps(document(view)))

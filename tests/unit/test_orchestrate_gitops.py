@@ -301,6 +301,7 @@ async def test_create_branch_is_idempotent_at_the_same_tip(tmp_path: Path) -> No
     assert git(repo, "branch", "--show-current").strip() == "main"
 
 
+@pytest.mark.slow
 async def test_merge_into_merges_clean_branches_and_aborts_a_conflict(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     commit_file(repo, "shared.txt", "base\n")

@@ -254,6 +254,7 @@ async def test_spawning_happens_off_the_event_loop_thread(
     assert threads and threads[0] != threading.current_thread().name
 
 
+@pytest.mark.slow
 async def test_a_spawn_cancelled_midway_leaves_no_process(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     task = asyncio.ensure_future(spawn(f"touch {marker}; exec sleep 30", tmp_path))

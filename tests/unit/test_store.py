@@ -352,6 +352,7 @@ class Ticker:
         self._task.cancel()
 
 
+@pytest.mark.slow
 async def test_a_store_busy_in_another_process_is_waited_for_without_blocking_the_loop(
     db: Database, tmp_path: Path
 ) -> None:
@@ -404,6 +405,7 @@ async def test_a_store_busy_past_the_timeout_is_a_typed_fault_and_writes_work_af
     assert not db._w.in_transaction
 
 
+@pytest.mark.slow
 async def test_the_wal_is_checkpointed_off_the_loop_and_stays_bounded(
     db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

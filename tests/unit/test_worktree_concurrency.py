@@ -8,8 +8,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from peerd.runtime import git
 from tests.helpers import make_repo
+
+pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
 
 async def test_concurrent_worktree_adds_and_removes_in_one_repository_all_succeed(tmp_path: Path) -> None:
