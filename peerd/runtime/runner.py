@@ -431,17 +431,21 @@ class RunManager:
             if (cursor := page.next_cursor) is None:
                 break
         socket = tool_env.get("PEERD_SOCKET")
-        return sandbox_profile.profile(
-            home=self._home,
-            owner_socket=Paths(self._home).socket,
-            agent_socket=Path(socket) if socket else None,
-            checkouts=checkouts,
-            checkout=Path(project.path),
-            worktree=cwd,
-            scratch=scratch,
-            by_link=thread.link_origin is not None,
-            runtime_mode=thread.runtime_mode,
-            interaction_mode=thread.interaction_mode,
+        # in a thread: it looks at the filesystem (the /etc plan is walked once every 10 s)
+        return await asyncio.to_thread(
+            functools.partial(
+                sandbox_profile.profile,
+                home=self._home,
+                owner_socket=Paths(self._home).socket,
+                agent_socket=Path(socket) if socket else None,
+                checkouts=checkouts,
+                checkout=Path(project.path),
+                worktree=cwd,
+                scratch=scratch,
+                by_link=thread.link_origin is not None,
+                runtime_mode=thread.runtime_mode,
+                interaction_mode=thread.interaction_mode,
+            )
         )
 
     async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
