@@ -285,11 +285,14 @@ def test_doctor_says_whether_runs_are_confined_and_what_it_means_for_links() -> 
     works = check_confinement(facts(confinement=ConfinementFacts(True, "bubblewrap works (/usr/bin/bwrap).")))
     assert works is not None and works.status == "ok" and "linked machines' runs" in works.detail
     assert len(works.table) == len(sandbox.VISIBLE) and "absent" in works.table[-1]
-    here = ConfinementFacts(True, "works.", etc_left_out=("/etc/shadow",), readable=("/opt/tools",))
+    here = ConfinementFacts(
+        True, "works.", etc_left_out=("/etc/shadow",), readable=("/opt/tools",), run_as=65534
+    )
     shown = check_confinement(facts(confinement=here))
-    assert shown is not None and shown.table[-2:] == (
+    assert shown is not None and shown.table[-3:] == (
         "left out of /etc here     /etc/shadow",
         "added by the owner        /opt/tools",
+        "runs as                   uid 65534, not root, with no capabilities",
     )
     assert shown.wire()["table"] == list(shown.table)
     missing = ConfinementFacts(False, "bubblewrap (bwrap) is not on PATH.")
