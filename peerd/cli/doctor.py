@@ -202,7 +202,7 @@ def confinement_facts(config_home: Path | None = None) -> ConfinementFacts:
         allow_unconfined=allow,
         etc_left_out=tuple(str(p) for p in sandbox_profile.system_mounts().etc_denied),
         readable=tuple(str(p) for p in sandbox_profile.extra_readable()),
-        run_as=who.uid if (who := runas.decide(os.geteuid(), os.environ)) is not None else None,
+        run_as=who.uid if (who := runas.decide_here(os.environ)) is not None else None,
     )
 
 

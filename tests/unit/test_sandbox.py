@@ -413,6 +413,33 @@ def test_who_a_confined_run_runs_as() -> None:
     assert runas.decide(0, {runas.RUN_AS_ENV: "1234:1235"}) == RunAs(1234, 1235)
     for bad in ("0:0", "x:1", "12", ""):
         assert runas.decide(0, {runas.RUN_AS_ENV: bad}) == RunAs(65534, 65534), bad
+    # root of a user namespace that does not map the run's uid (unshare -r, a rootless container)
+    host = "         0          0 4294967295\n"
+    assert runas.decide(0, {}, uid_map=host, gid_map=host) == RunAs(65534, 65534)
+    assert runas.decide(0, {}, uid_map="0 1000 1\n", gid_map=host) is None
+    assert runas.decide(0, {}, uid_map=host, gid_map="0 1000 1\n") is None
+    assert runas.decide(0, {}, uid_map="0 100000 65536\n", gid_map="0 100000 65536\n") == RunAs(65534, 65534)
+    assert runas.mapped("0 100000 65536\n", 65535) and not runas.mapped("0 100000 65536\n", 65536)
+
+
+def test_without_acls_for_its_worktree_the_run_keeps_peerds_uid_and_says_why(tmp_path: Path) -> None:
+    unsupported = OSError(95, "Operation not supported")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runas, "grant_one", lambda *a, **k: (_ for _ in ()).throw(unsupported))
+        mp.setattr(runas, "decide_here", lambda env: RunAs(65534, 65534))
+        built = profile(
+            home=tmp_path / "home",
+            owner_socket=tmp_path / "home" / "peerd.sock",
+            agent_socket=None,
+            checkouts=[],
+            checkout=tmp_path,
+            worktree=tmp_path,
+            scratch=tmp_path / "s",
+            by_link=True,
+            runtime_mode="auto",
+            interaction_mode="default",
+        )
+    assert built.run_as is None and built.note and "no POSIX ACLs" in built.describe()
 
 
 def test_an_acl_entry_for_the_runs_uid_keeps_the_owners_bits_and_widens_the_mask() -> None:
