@@ -1,8 +1,10 @@
 """One listener's connections: admission at accept, TLS, deadlines, and aiohttp behind each.
 
-`Guard.accepted` is called with each socket the listener accepts, before anything else: past a
-cap (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) the socket
-is reset and closed at once, before any TLS and without a transport. An admitted one becomes a
+`Guard.accepted` is called with each socket the listener accepts, before anything else: when a
+cap is full (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) the
+oldest unauthenticated connection with no request in flight is evicted (aborted) to make room;
+when there is none the new socket is reset and closed at once, before any TLS and without a
+transport. An admitted one becomes a
 `GuardedConnection`: its TLS handshake (`loop.start_tls`, with a timeout), then aiohttp's own
 `RequestHandler`, to which it forwards the transport's events.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import ssl
 import struct
@@ -28,7 +31,14 @@ from aiohttp.web_protocol import RequestHandler
 
 from peerd.api import local
 from peerd.api.app import Handler
-from peerd.api.listener_rules import ConnectionGate, ListenerLimits, Pacer, Refusal, Timeline, address_key
+from peerd.api.listener_rules import (
+    ConnectionGate,
+    ListenerLimits,
+    Pacer,
+    Refusal,
+    Timeline,
+    address_key,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -50,20 +60,25 @@ class Guard:
         self.ssl_context = ssl_context
         self.server: web.Server | None = None  # aiohttp's, once set up: makes each RequestHandler
         self.loop = loop
-        self.connections: set[GuardedConnection] = set()
+        self.connections: dict[int, GuardedConnection] = {}
         self.by_handler: dict[RequestHandler, GuardedConnection] = {}
+        self._ids = itertools.count()
         self._refusals = Pacer()
+        self._evictions = Pacer()
         self._starting: set[asyncio.Task[None]] = set()
 
     def accepted(self, sock: socket.socket, peername: object) -> None:
         """A socket the listener just accepted: refused at once past a cap, else served."""
         key = address_key(peername)
-        refusal = self.gate.admit(key)
-        if refusal is not None:
-            self._refuse(sock, refusal)
+        conn_id = next(self._ids)
+        admission = self.gate.admit(conn_id, key)
+        if isinstance(admission, Refusal):
+            self._refuse(sock, admission)
             return
-        conn = GuardedConnection(self, key)
-        self.connections.add(conn)
+        if admission.evicted is not None:
+            self._evict(admission.evicted)
+        conn = GuardedConnection(self, conn_id)
+        self.connections[conn_id] = conn
         task = self.loop.create_task(conn.start(sock))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
@@ -82,11 +97,25 @@ class Guard:
                 unauthenticated=self.gate.unauthenticated,
             )
 
+    def _evict(self, conn_id: int) -> None:
+        evicted = self.connections.get(conn_id)
+        if evicted is not None:
+            evicted.evict()
+        held = self._evictions.tick(self.loop.time())
+        if held is not None:
+            log.warning(
+                "listener.connection_evicted",
+                reason="oldest unauthenticated connection, to make room",
+                left_out=held,
+                open=self.gate.total,
+                unauthenticated=self.gate.unauthenticated,
+            )
+
     def close_all(self) -> None:
         """At shutdown: connections aiohttp does not know yet (in their handshake) are dropped."""
         for task in list(self._starting):
             task.cancel()
-        for conn in list(self.connections):
+        for conn in list(self.connections.values()):
             conn.drop_if_unattached()
 
     @web.middleware
@@ -114,17 +143,16 @@ class Guard:
 class GuardedConnection(asyncio.Protocol):
     """The transport's protocol for one accepted connection; aiohttp's `RequestHandler` behind it."""
 
-    def __init__(self, guard: Guard, key: str) -> None:
+    def __init__(self, guard: Guard, conn_id: int) -> None:
         self._guard = guard
         self._loop = guard.loop
-        self._key = key  # admitted: holds a slot of the gate until _finish
+        self._id = conn_id  # admitted: holds a slot of the gate until _finish (or eviction)
         self._handler: RequestHandler | None = None
         self._transport: asyncio.Transport | None = None  # the one the handler uses (TLS or raw)
         self._raw: asyncio.Transport | None = None
         self._early: list[bytes] = []  # data the TLS layer delivered before we attached the handler
         self._early_eof = False
         self._done = False
-        self._authenticated = False
         self._timeline: Timeline | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._request: web.BaseRequest | None = None
@@ -237,10 +265,18 @@ class GuardedConnection(asyncio.Protocol):
             self._timer = None
         if self._handshake is not None:
             self._handshake.cancel()
-        self._guard.connections.discard(self)
+        self._guard.connections.pop(self._id, None)
         if self._handler is not None:
             self._guard.by_handler.pop(self._handler, None)
-        self._guard.gate.release(self._key, authenticated=self._authenticated)
+        self._guard.gate.release(self._id)
+
+    def evict(self) -> None:
+        """Made room for a newer connection (the gate has released it already): abort it now."""
+        if self._handler is not None:
+            self._abort()  # its connection_lost follows and tells aiohttp
+        elif self._raw is not None:
+            self._raw.abort()
+        self._finish()
 
     def drop_if_unattached(self) -> None:
         if self._handler is None:
@@ -283,17 +319,18 @@ class GuardedConnection(asyncio.Protocol):
 
     def request_started(self, request: web.BaseRequest) -> None:
         self._request = request
+        self._guard.gate.request(self._id, in_flight=True)
         if self._timeline is not None:
             self._timeline.on_request(self._loop.time(), body_complete=request.content.is_eof())
             self._arm()
 
     def request_answered(self) -> None:
         self._request = None
+        self._guard.gate.request(self._id, in_flight=False)
         if self._timeline is not None and not self._done:
             self._timeline.on_answered(self._loop.time())
             self._arm()
 
     def mark_authenticated(self) -> None:
-        if not self._authenticated and not self._done:
-            self._authenticated = True
-            self._guard.gate.authenticated(self._key)
+        if not self._done:
+            self._guard.gate.authenticated(self._id)

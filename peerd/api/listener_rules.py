@@ -4,8 +4,11 @@ No sockets here (`peerd.api.listener` applies these to real connections), so eac
 with plain values and a fake clock.
 
 - `ConnectionGate`: a cap on all connections of the listener, on those from one peer address, and
-  on those that have not yet completed an authenticated request. Past a cap a new connection is
-  refused (the caller closes it before the TLS handshake).
+  on those that have not yet completed an authenticated request. When a cap is full the oldest
+  unauthenticated connection with no request in flight is evicted to make room for the new one;
+  only when there is none is the new one refused (the caller closes it before the TLS handshake).
+  An authenticated connection (a link's) is never evicted and never counts against the
+  unauthenticated or per-address caps.
 - `Timeline`: one connection's current deadline. The client must finish a request's head within
   `head_s` of the connection (after TLS) or of its first byte after an idle pause (of the previous
   response, if it sent while we answered), the body within `body_s` of the head, and may stay idle
@@ -85,44 +88,94 @@ class Refusal(enum.StrEnum):
     UNAUTHENTICATED = "unauthenticated"
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A new connection takes a slot; `evicted`: the id of the connection the caller must close now
+    to make room (the gate has already released it)."""
+
+    evicted: int | None = None
+
+
 @dataclass
 class ConnectionGate:
-    """Counts of open connections (`by_address`: the not yet authenticated ones); `admit` takes a
-    slot or says which cap refuses it."""
+    """Open connections by id: `pending` the not yet authenticated ones (oldest first, with their
+    address), `known` those that completed an authenticated request, `busy` the pending ones with a
+    request in flight. `admit` takes a slot, evicting the oldest idle pending connection when a cap
+    is full, or says which cap refuses it.
+
+    A pending connection is evictable unless a request of its own is being answered (a laptop's
+    first request on a new connection is in flight: it is about to authenticate). A known one is
+    never evicted and never counts against the pending caps; only the total cap (descriptors)
+    bounds it. So a flood of unknown connections, however many addresses it comes from, only
+    pushes its own oldest out, and a link that reconnects always gets in.
+    """
 
     total_cap: int
     per_address_cap: int
     unauthenticated_cap: int
-    total: int = 0
-    unauthenticated: int = 0
+    pending: dict[int, str] = field(default_factory=dict)  # insertion order: oldest first
+    known: set[int] = field(default_factory=set)
+    busy: set[int] = field(default_factory=set)
     by_address: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def for_limits(cls, limits: ListenerLimits, nofile_soft: int) -> ConnectionGate:
         return cls(limits.total_for(nofile_soft), limits.per_address, limits.unauthenticated)
 
-    def admit(self, key: str) -> Refusal | None:
-        if self.total >= self.total_cap:
-            return Refusal.TOTAL
+    @property
+    def total(self) -> int:
+        return len(self.pending) + len(self.known)
+
+    @property
+    def unauthenticated(self) -> int:
+        return len(self.pending)
+
+    def admit(self, conn_id: int, key: str) -> Admitted | Refusal:
+        evicted: int | None = None
         if self.by_address[key] >= self.per_address_cap:
-            return Refusal.PER_ADDRESS
-        if self.unauthenticated >= self.unauthenticated_cap:
-            return Refusal.UNAUTHENTICATED
-        self.total += 1
-        self.unauthenticated += 1
+            evicted = self._oldest_idle(key)  # room from the same address, so one is enough
+            if evicted is None:
+                return Refusal.PER_ADDRESS
+        elif self.unauthenticated >= self.unauthenticated_cap or self.total >= self.total_cap:
+            evicted = self._oldest_idle(None)
+            if evicted is None:
+                return Refusal.TOTAL if self.total >= self.total_cap else Refusal.UNAUTHENTICATED
+        if evicted is not None:
+            self.release(evicted)
+        self.pending[conn_id] = key
         self.by_address[key] += 1
+        return Admitted(evicted)
+
+    def _oldest_idle(self, key: str | None) -> int | None:
+        """The oldest pending connection (of address `key`, if given) with no request in flight."""
+        for conn_id, conn_key in self.pending.items():  # at most unauthenticated_cap of them
+            if conn_id not in self.busy and (key is None or conn_key == key):
+                return conn_id
         return None
 
-    def authenticated(self, key: str) -> None:
-        """An admitted connection completed an authenticated request: it no longer counts as unknown,
-        in all or for its address."""
-        self.unauthenticated -= 1
-        self._drop(key)
+    def request(self, conn_id: int, *, in_flight: bool) -> None:
+        """A request's head is in (True) or its answer is written (False)."""
+        if in_flight and conn_id in self.pending:
+            self.busy.add(conn_id)
+        else:
+            self.busy.discard(conn_id)
 
-    def release(self, key: str, *, authenticated: bool) -> None:
-        self.total -= 1
-        if not authenticated:
-            self.unauthenticated -= 1
+    def authenticated(self, conn_id: int) -> None:
+        """An admitted connection completed an authenticated request: it is known from now on, out
+        of the pending caps, never evicted."""
+        key = self.pending.pop(conn_id, None)
+        if key is None:
+            return
+        self.busy.discard(conn_id)
+        self._drop(key)
+        self.known.add(conn_id)
+
+    def release(self, conn_id: int) -> None:
+        """The connection is gone (or evicted); a second release of it is a no-op."""
+        self.known.discard(conn_id)
+        self.busy.discard(conn_id)
+        key = self.pending.pop(conn_id, None)
+        if key is not None:
             self._drop(key)
 
     def _drop(self, key: str) -> None:

@@ -113,7 +113,9 @@ async def test_a_flood_from_one_address_is_capped_and_everyone_else_still_answer
         port = await port_of(pair.box)
         with capture_logs() as logs:
             await f.open(port, "127.0.0.2", 300)
-            assert await f.closed_within(1.0) == 290, "past the per-address cap, closed at once"
+            assert await f.closed_within(1.0) == 290, (
+                "past the per-address cap, its oldest are evicted at once"
+            )
         assert len(logs) <= 3, f"refusals are logged once a second: {len(logs)} lines"
         status = await asyncio.wait_for(pair.bc.call("GET", "/v1/status"), 10)
         assert status["label"] == "box"
@@ -124,17 +126,18 @@ async def test_a_flood_from_one_address_is_capped_and_everyone_else_still_answer
         assert await f.closed_within(10.0) == 300, "the admitted ten are closed by the handshake timeout"
 
 
-async def test_past_the_total_cap_a_new_connection_is_closed_at_once(tmp_path: Path) -> None:
+async def test_past_the_total_cap_the_oldest_unknown_connection_is_evicted(tmp_path: Path) -> None:
     limits = ListenerLimits(total=20, per_address=10, unauthenticated=100, handshake_timeout_s=5)
     async with box_daemon(tmp_path, limits) as box, client_for(box.paths.home) as bc, flood() as f:
         port = await port_of(box)
         for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
             await f.open(port, source, 10)
-        assert await f.closed_within(1.0) == 10
+        assert await f.closed_within(1.0) == 10, "each past the total evicted the oldest unknown one"
         fresh = Flood()
         try:
             await fresh.open(port, "127.0.0.9", 1)
-            assert await fresh.closed_within(2.0) == 1, "a fresh address too: the total is full"
+            assert await f.closed_within(2.0) == 11, "a fresh address makes room too: the oldest goes"
+            assert await fresh.closed_within(0.5) == 0
         finally:
             fresh.close()
         assert (await asyncio.wait_for(bc.call("GET", "/v1/status"), 10))["label"] == "box"
@@ -152,6 +155,28 @@ async def test_unauthenticated_connections_are_capped_but_an_authenticated_link_
         assert await f.closed_within(1.0) == 10, "20 unknown connections at most"
         projects = await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 10)
         assert projects["items"] == []
+
+
+async def test_a_links_new_connection_gets_in_when_unknown_ones_fill_the_budget(tmp_path: Path) -> None:
+    """Issue 27 case 1: idle unknown connections from several addresses filled the budget, and every
+    new connection of the linked laptop was reset. Now each evicts the oldest unknown one."""
+    limits = ListenerLimits(total=100, per_address=8, unauthenticated=16, handshake_timeout_s=30)
+    async with linked(tmp_path, limits) as pair, flood() as f, flood() as g:
+        assert pair.laptop.peers is not None
+        port = await port_of(pair.box)
+        for batch in (f, g):  # g's 16 push out everything older (f's, the laptop's unused probe)
+            for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+                await batch.open(port, source, 4)
+        assert await f.closed_within(1.0) + await g.closed_within(0.1) >= 16, "the budget is full"
+        for n in range(1, 4):
+            await g.open(port, "127.0.0.6", 1)  # fills the budget again (the last call's is known)
+            await pair.laptop.peers.close()  # no kept-alive connection: a new one must get in
+            await pair.laptop.peers.start()
+            projects = await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 10)
+            assert projects["items"] == []
+            # the first top-up evicted one (the budget was full), each laptop connection one more
+            assert await g.closed_within(0.5) == n + 1, "the oldest unknown connection made room"
+        assert [task.done() for task in g.ends] == [True] * 4 + [False] * 15, "oldest first"
 
 
 async def _tls_connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -13,6 +13,9 @@ from structlog.testing import capture_logs
 
 from peerd.api.listener import AcceptErrorFilter, http_logger, raise_nofile_limit
 from peerd.api.listener_rules import (
+    IDLE_TIMEOUT_S,
+    MAX_PER_ADDRESS,
+    Admitted,
     ConnectionGate,
     HostPolicy,
     ListenerLimits,
@@ -23,42 +26,93 @@ from peerd.api.listener_rules import (
     address_key,
     host_name,
 )
+from peerd.peer.client import CONNECTIONS_PER_BOX, POOL_KEEPALIVE_S
 
 
-def test_gate_caps_per_address_then_total() -> None:
-    gate = ConnectionGate(total_cap=5, per_address_cap=2, unauthenticated_cap=100)
-    assert [gate.admit("a") for _ in range(3)] == [None, None, Refusal.PER_ADDRESS]
-    assert [gate.admit("b") for _ in range(2)] == [None, None]
-    assert gate.admit("c") is None
-    assert gate.admit("d") is Refusal.TOTAL
-    gate.release("a", authenticated=False)
-    assert gate.admit("d") is None
-    assert gate.total == 5 and gate.by_address["a"] == 1
+class Admitter:
+    """Numbers the connections it admits, as the listener does."""
+
+    def __init__(self, gate: ConnectionGate) -> None:
+        self.gate, self.next = gate, 0
+
+    def __call__(self, key: str) -> tuple[int, Admitted | Refusal]:
+        self.next += 1
+        return self.next, self.gate.admit(self.next, key)
 
 
-def test_an_authenticated_connection_no_longer_counts_for_its_address() -> None:
-    gate = ConnectionGate(total_cap=10, per_address_cap=2, unauthenticated_cap=100)
-    assert gate.admit("a") is None and gate.admit("a") is None
-    assert gate.admit("a") is Refusal.PER_ADDRESS
-    gate.authenticated("a")  # a laptop's long-poll, say
-    assert gate.admit("a") is None, "only not-yet-authenticated connections are capped per address"
-    assert gate.admit("a") is Refusal.PER_ADDRESS
-    gate.release("a", authenticated=True)
-    assert gate.admit("a") is Refusal.PER_ADDRESS, "releasing an authenticated one frees no address slot"
-    gate.release("a", authenticated=False)
-    assert gate.admit("a") is None
+def test_a_full_address_evicts_its_own_oldest_idle_connection() -> None:
+    gate = ConnectionGate(total_cap=50, per_address_cap=2, unauthenticated_cap=100)
+    admit = Admitter(gate)
+    assert [admit("a") for _ in range(2)] == [(1, Admitted()), (2, Admitted())]
+    assert admit("b") == (3, Admitted())
+    assert admit("a") == (4, Admitted(evicted=1)), "the oldest of that address, not of b"
+    assert admit("a") == (5, Admitted(evicted=2))
+    assert list(gate.pending) == [3, 4, 5] and gate.by_address == {"a": 2, "b": 1}
+    gate.release(1)  # the evicted one's own close comes later: nothing counted twice
+    assert gate.total == 3
 
 
-def test_gate_caps_unauthenticated_and_an_authenticated_connection_frees_its_slot() -> None:
-    gate = ConnectionGate(total_cap=10, per_address_cap=10, unauthenticated_cap=2)
-    assert gate.admit("a") is None and gate.admit("b") is None
-    assert gate.admit("c") is Refusal.UNAUTHENTICATED
-    gate.authenticated("a")  # "a" answered a request carrying a link's token
-    assert gate.admit("c") is None
-    gate.release("a", authenticated=True)
-    gate.release("b", authenticated=False)
-    gate.release("c", authenticated=False)
-    assert (gate.total, gate.unauthenticated, dict(gate.by_address)) == (0, 0, {})
+def test_a_full_unauthenticated_budget_evicts_the_oldest_from_any_address() -> None:
+    gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=3)
+    admit = Admitter(gate)
+    for key in ("a", "b", "c"):
+        admit(key)
+    assert admit("laptop") == (4, Admitted(evicted=1))
+    assert admit("d") == (5, Admitted(evicted=2))
+    assert (gate.unauthenticated, gate.total) == (3, 3)
+
+
+def test_a_connection_with_a_request_in_flight_is_not_evicted_and_when_all_are_busy_the_new_one_is_refused() -> (
+    None
+):
+    gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=2)
+    admit = Admitter(gate)
+    admit("laptop")
+    admit("x")
+    gate.request(1, in_flight=True)  # the laptop's first request on it is being answered
+    assert admit("x") == (3, Admitted(evicted=2)), "the busy one is skipped"
+    gate.request(3, in_flight=True)
+    assert admit("x") == (4, Refusal.UNAUTHENTICATED)
+    gate.request(3, in_flight=False)
+    assert admit("x") == (5, Admitted(evicted=3))
+
+
+def test_an_authenticated_connection_is_never_evicted_nor_counted_as_unknown() -> None:
+    gate = ConnectionGate(total_cap=10, per_address_cap=2, unauthenticated_cap=2)
+    admit = Admitter(gate)
+    admit("a")
+    admit("a")
+    gate.authenticated(1)  # a laptop's long-poll, say
+    assert gate.by_address == {"a": 1} and gate.unauthenticated == 1 and gate.total == 2
+    for _ in range(20):  # a flood from the laptop's own address and others
+        for key in ("a", "b", "c"):
+            assert isinstance(admit(key)[1], Admitted)
+    assert 1 in gate.known and 1 not in gate.pending
+    assert gate.unauthenticated == 2 and gate.total == 3
+
+
+def test_past_the_total_cap_only_unauthenticated_connections_make_room() -> None:
+    gate = ConnectionGate(total_cap=3, per_address_cap=10, unauthenticated_cap=10)
+    admit = Admitter(gate)
+    for _ in range(3):
+        admit("link")
+    gate.authenticated(1)
+    gate.authenticated(2)
+    assert admit("x") == (4, Admitted(evicted=3))
+    assert admit("x") == (5, Admitted(evicted=4))
+    gate.authenticated(5)
+    assert admit("x") == (6, Refusal.TOTAL), "links are never evicted: the descriptors are theirs"
+    gate.release(5)
+    assert admit("x") == (7, Admitted())
+    for conn_id in (1, 2, 7, 7):
+        gate.release(conn_id)
+    assert (gate.total, gate.unauthenticated, dict(gate.by_address), gate.busy) == (0, 0, {}, set())
+
+
+def test_the_laptop_keeps_its_pooled_connections_less_long_than_the_box_keeps_them_idle() -> None:
+    """A pooled connection the laptop reuses is one the box still holds (and knows as a link's)."""
+    assert POOL_KEEPALIVE_S < IDLE_TIMEOUT_S
+    assert CONNECTIONS_PER_BOX < MAX_PER_ADDRESS
 
 
 def test_total_cap_is_half_the_open_file_limit_unless_set() -> None:
