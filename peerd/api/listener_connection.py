@@ -45,6 +45,13 @@ log = structlog.get_logger(__name__)
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, nothing lingers
 
 
+def reset_and_close(sock: socket.socket) -> None:
+    """Close now, with a reset: the descriptor is free at once and nothing lingers."""
+    with contextlib.suppress(OSError):  # already reset by the client
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+    sock.close()
+
+
 class Guard:
     """One listener's connections: the gate, the live connections, and the request hooks."""
 
@@ -77,16 +84,14 @@ class Guard:
             return
         if admission.evicted is not None:
             self._evict(admission.evicted)
-        conn = GuardedConnection(self, conn_id)
+        conn = GuardedConnection(self, conn_id, sock)
         self.connections[conn_id] = conn
-        task = self.loop.create_task(conn.start(sock))
+        task = self.loop.create_task(conn.start())
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
 
     def _refuse(self, sock: socket.socket, reason: Refusal) -> None:
-        with contextlib.suppress(OSError):  # already reset by the client
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
-        sock.close()
+        reset_and_close(sock)
         held = self._refusals.tick(self.loop.time())
         if held is not None:
             log.warning(
@@ -143,10 +148,13 @@ class Guard:
 class GuardedConnection(asyncio.Protocol):
     """The transport's protocol for one accepted connection; aiohttp's `RequestHandler` behind it."""
 
-    def __init__(self, guard: Guard, conn_id: int) -> None:
+    def __init__(self, guard: Guard, conn_id: int, sock: socket.socket) -> None:
         self._guard = guard
         self._loop = guard.loop
         self._id = conn_id  # admitted: holds a slot of the gate until _finish (or eviction)
+        self._sock = sock  # the accepted socket: its descriptor is the slot
+        self._started = False  # start() has handed the socket to asyncio
+        self._evicted = False  # evicted while its transport was being made: closed once it is
         self._handler: RequestHandler | None = None
         self._transport: asyncio.Transport | None = None  # the one the handler uses (TLS or raw)
         self._raw: asyncio.Transport | None = None
@@ -160,23 +168,28 @@ class GuardedConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol, before and after TLS ------------------------------------------------
 
-    async def start(self, sock: socket.socket) -> None:
+    async def start(self) -> None:
         """Make the transport for the accepted socket (this protocol's connection_made follows)."""
+        if self._done:  # evicted before it started: its socket is closed already
+            return
+        self._started = True
+        self._guard.gate.transport(self._id, ready=False)  # until connection_made
         try:
-            await self._loop.connect_accepted_socket(lambda: self, sock)
+            await self._loop.connect_accepted_socket(lambda: self, self._sock)
         except asyncio.CancelledError:
-            sock.close()
+            self._sock.close()
             self._finish()
             raise
         except OSError:
-            sock.close()
+            self._sock.close()
             self._finish()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         raw = cast(asyncio.Transport, transport)  # the raw TCP one: start_tls does not call this again
         self._raw = raw
-        if self._done:  # dropped at shutdown meanwhile
-            raw.abort()
+        self._guard.gate.transport(self._id, ready=True)
+        if self._done or self._evicted:  # dropped at shutdown, or evicted, meanwhile
+            raw.abort()  # connection_lost follows, then the descriptor is closed
             return
         if self._guard.ssl_context is None:
             self._attach(raw)
@@ -236,6 +249,7 @@ class GuardedConnection(asyncio.Protocol):
         self._handshake = None  # before _finish, which would cancel this very task
         if tls is None or self._done:  # failed, or lost during or right after the handshake
             raw.abort()
+            reset_and_close(self._sock)  # the descriptor free before the slot (see evict)
             self._finish()
             return
         self._attach(tls)
@@ -271,17 +285,29 @@ class GuardedConnection(asyncio.Protocol):
         self._guard.gate.release(self._id)
 
     def evict(self) -> None:
-        """Made room for a newer connection (the gate has released it already): abort it now."""
+        """Made room for a newer connection: abort it and close its descriptor now, before the
+        listener accepts another (the gate has released its slot: the total cap counts
+        descriptors). One whose transport is being made cannot be closed yet: connection_made
+        aborts it, and its slot (`ConnectionGate.closing`) is released once it is closed."""
+        if self._started and self._raw is None and not self._done:
+            self._evicted = True
+            return
         if self._handler is not None:
             self._abort()  # its connection_lost follows and tells aiohttp
         elif self._raw is not None:
             self._raw.abort()
+        if self._raw is not None or not self._started:
+            # Aborted (the loop no longer watches the descriptor: its later close is a no-op) or
+            # never handed to asyncio.
+            reset_and_close(self._sock)
         self._finish()
 
     def drop_if_unattached(self) -> None:
         if self._handler is None:
             if self._raw is not None:
                 self._raw.abort()
+            if not self._started:  # its start() is cancelled before it runs: nothing else closes it
+                self._sock.close()
             self._finish()
 
     def _abort(self) -> None:

@@ -108,6 +108,12 @@ class ConnectionGate:
     never evicted and never counts against the pending caps; only the total cap (descriptors)
     bounds it. So a flood of unknown connections, however many addresses it comes from, only
     pushes its own oldest out, and a link that reconnects always gets in.
+
+    The total cap counts descriptors, so however fast connections arrive there are never more: an
+    evicted connection's descriptor is closed at once by the caller, except one whose transport is
+    being made (`opening`, for a turn of the event loop), which is closed when that is done and is
+    counted (`closing`) until then. When the descriptors are at the total cap only a connection that
+    can be closed at once makes room.
     """
 
     total_cap: int
@@ -116,6 +122,8 @@ class ConnectionGate:
     pending: dict[int, str] = field(default_factory=dict)  # insertion order: oldest first
     known: set[int] = field(default_factory=set)
     busy: set[int] = field(default_factory=set)
+    opening: set[int] = field(default_factory=set)
+    closing: set[int] = field(default_factory=set)
     by_address: Counter[str] = field(default_factory=Counter)
 
     @classmethod
@@ -124,34 +132,53 @@ class ConnectionGate:
 
     @property
     def total(self) -> int:
-        return len(self.pending) + len(self.known)
+        return len(self.pending) + len(self.known) + len(self.closing)
 
     @property
     def unauthenticated(self) -> int:
         return len(self.pending)
 
     def admit(self, conn_id: int, key: str) -> Admitted | Refusal:
+        at_total = self.total >= self.total_cap  # a descriptor must be freed now
         evicted: int | None = None
         if self.by_address[key] >= self.per_address_cap:
-            evicted = self._oldest_idle(key)  # room from the same address, so one is enough
+            evicted = self._oldest_idle(key, closable=at_total)  # room from the same address: one is enough
             if evicted is None:
                 return Refusal.PER_ADDRESS
-        elif self.unauthenticated >= self.unauthenticated_cap or self.total >= self.total_cap:
-            evicted = self._oldest_idle(None)
+        elif self.unauthenticated >= self.unauthenticated_cap or at_total:
+            evicted = self._oldest_idle(None, closable=at_total)
             if evicted is None:
-                return Refusal.TOTAL if self.total >= self.total_cap else Refusal.UNAUTHENTICATED
+                return Refusal.TOTAL if at_total else Refusal.UNAUTHENTICATED
         if evicted is not None:
-            self.release(evicted)
+            self._evict(evicted)
         self.pending[conn_id] = key
         self.by_address[key] += 1
         return Admitted(evicted)
 
-    def _oldest_idle(self, key: str | None) -> int | None:
-        """The oldest pending connection (of address `key`, if given) with no request in flight."""
+    def _oldest_idle(self, key: str | None, *, closable: bool) -> int | None:
+        """The oldest pending connection (of address `key`, if given) with no request in flight;
+        `closable`: only one whose descriptor can be closed at once."""
         for conn_id, conn_key in self.pending.items():  # at most unauthenticated_cap of them
-            if conn_id not in self.busy and (key is None or conn_key == key):
+            if conn_id in self.busy or (closable and conn_id in self.opening):
+                continue
+            if key is None or conn_key == key:
                 return conn_id
         return None
+
+    def _evict(self, conn_id: int) -> None:
+        """Out of the pending caps at once; its descriptor counts until closed if it is opening."""
+        opening = conn_id in self.opening
+        self.release(conn_id)
+        if opening:
+            self.closing.add(conn_id)
+
+    def transport(self, conn_id: int, *, ready: bool) -> None:
+        """Its transport is being made (False: its descriptor cannot be closed at once) or is in
+        hand (True)."""
+        if not ready and conn_id in self.pending:
+            self.opening.add(conn_id)
+        else:
+            self.opening.discard(conn_id)
 
     def request(self, conn_id: int, *, in_flight: bool) -> None:
         """A request's head is in (True) or its answer is written (False)."""
@@ -167,13 +194,16 @@ class ConnectionGate:
         if key is None:
             return
         self.busy.discard(conn_id)
+        self.opening.discard(conn_id)
         self._drop(key)
         self.known.add(conn_id)
 
     def release(self, conn_id: int) -> None:
-        """The connection is gone (or evicted); a second release of it is a no-op."""
+        """The connection is gone, its descriptor closed; a second release of it is a no-op."""
         self.known.discard(conn_id)
         self.busy.discard(conn_id)
+        self.opening.discard(conn_id)
+        self.closing.discard(conn_id)
         key = self.pending.pop(conn_id, None)
         if key is not None:
             self._drop(key)

@@ -11,17 +11,20 @@ import asyncio
 import contextlib
 import os
 import resource
+import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from structlog.testing import capture_logs
 
+from peerd.api.listener_connection import Guard
 from peerd.api.listener_rules import ListenerLimits
 from peerd.daemon import Daemon
 from tests.helpers import Pair, client_for, make_repo, running_daemon, script
@@ -157,6 +160,15 @@ async def test_unauthenticated_connections_are_capped_but_an_authenticated_link_
         assert projects["items"] == []
 
 
+async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait (a generous upper bound) until `check()` holds: a test's setup, not what it measures."""
+    for _ in range(int(timeout / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"not within {timeout} s: {what}")
+
+
 async def test_a_links_new_connection_gets_in_when_unknown_ones_fill_the_budget(tmp_path: Path) -> None:
     """Issue 27 case 1: idle unknown connections from several addresses filled the budget, and every
     new connection of the linked laptop was reset. Now each evicts the oldest unknown one."""
@@ -177,6 +189,54 @@ async def test_a_links_new_connection_gets_in_when_unknown_ones_fill_the_budget(
             # the first top-up evicted one (the budget was full), each laptop connection one more
             assert await g.closed_within(0.5) == n + 1, "the oldest unknown connection made room"
         assert [task.done() for task in g.ends] == [True] * 4 + [False] * 15, "oldest first"
+
+
+@pytest.mark.parametrize("first", ["set up", "being set up"])
+async def test_the_descriptors_stay_under_the_total_cap_while_a_burst_evicts(first: str) -> None:
+    """The total cap counts descriptors. The listener accepts up to 64 connections in a row without
+    a turn of the event loop; an evicted connection's descriptor is closed at once, or, while its
+    transport is being made (a turn of the loop), counted until it is. Else a fast flood holds up
+    to 64 descriptors past the cap (EMFILE at a low open-file limit)."""
+    loop = asyncio.get_running_loop()
+    guard = Guard(ListenerLimits(total=12, per_address=100, unauthenticated=8), 1024, None, loop)
+
+    async def answer(request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response()
+
+    guard.server = web.Server(answer)
+    ours: list[socket.socket] = []
+    theirs: list[socket.socket] = []
+
+    def accept(source: str) -> None:
+        server_side, client_side = socket.socketpair()
+        server_side.setblocking(False)
+        ours.append(server_side)
+        theirs.append(client_side)
+        guard.accepted(server_side, (source, 1))
+
+    def open_descriptors() -> int:
+        return sum(sock.fileno() != -1 for sock in ours)
+
+    try:
+        for _ in range(8):
+            accept("10.0.0.1")
+        if first == "set up":
+            await until(lambda: all(conn._raw is not None for conn in guard.connections.values()), "set up")
+        else:
+            await asyncio.sleep(0)  # their start() ran: transports made, connection_made not yet
+            assert guard.gate.opening == set(guard.gate.pending)
+        for n in range(40):  # one burst: no turn of the loop between these accepts
+            accept(f"10.0.1.{n}")
+            assert open_descriptors() <= 12, f"accept {n}: {open_descriptors()} descriptors"
+        assert guard.gate.total <= 12
+        await until(lambda: not guard.gate.closing, "the evicted ones being set up are closed")
+        assert open_descriptors() == guard.gate.total == 8
+    finally:
+        guard.close_all()
+        for sock in theirs:
+            sock.close()
+        await asyncio.sleep(0.05)
+        await guard.server.shutdown()
 
 
 async def _tls_connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -77,6 +77,29 @@ def test_a_connection_with_a_request_in_flight_is_not_evicted_and_when_all_are_b
     assert admit("x") == (5, Admitted(evicted=3))
 
 
+def test_an_evicted_connection_whose_transport_is_being_made_counts_until_its_descriptor_is_closed() -> None:
+    """An evicted connection's descriptor is closed at once, except one whose transport is being
+    made: that one counts against the total until it is closed, and at the total cap only one that
+    can be closed at once makes room (else a fast flood holds more descriptors than the cap)."""
+    gate = ConnectionGate(total_cap=4, per_address_cap=10, unauthenticated_cap=3)
+    admit = Admitter(gate)
+    for key in ("a", "a", "b"):
+        conn_id, _ = admit(key)
+        gate.transport(conn_id, ready=False)
+    assert admit("c") == (4, Admitted(evicted=1)), "the budget is full, the total is not"
+    assert (gate.closing, gate.unauthenticated, gate.total) == ({1}, 3, 4)
+    gate.transport(4, ready=False)
+    assert admit("d") == (5, Refusal.TOTAL), "at the total cap, and nothing can be closed at once"
+    gate.transport(4, ready=True)
+    assert admit("d") == (6, Admitted(evicted=4)), "c's can be closed at once: it goes"
+    assert gate.closing == {1} and gate.total == 4
+    gate.release(1)  # its transport was made, aborted, and its descriptor closed
+    assert (gate.closing, gate.total) == (set(), 3)
+    gate.transport(2, ready=True)
+    gate.authenticated(3)
+    assert gate.opening == set()
+
+
 def test_an_authenticated_connection_is_never_evicted_nor_counted_as_unknown() -> None:
     gate = ConnectionGate(total_cap=10, per_address_cap=2, unauthenticated_cap=2)
     admit = Admitter(gate)
