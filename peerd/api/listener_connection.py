@@ -1,12 +1,12 @@
 """One listener's connections: admission at accept, TLS, deadlines, and aiohttp behind each.
 
 `Guard.accepted` is called with each socket the listener accepts, before anything else: when a
-cap is full (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) the
-oldest unauthenticated connection with no request in flight is evicted (aborted) to make room;
-when there is none the new socket is reset and closed at once, before any TLS and without a
-transport. An admitted one becomes a
-`GuardedConnection`: its TLS handshake (`loop.start_tls`, with a timeout), then aiohttp's own
-`RequestHandler`, to which it forwards the transport's events.
+cap is full (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) an
+unauthenticated connection is evicted (aborted) to make room, the one least likely to be a link's
+(`ConnectionGate.victim`); when there is none the new socket is reset and closed at once, before
+any TLS and without a transport. An admitted one becomes a `GuardedConnection`: its TLS handshake
+(`loop.start_tls`, with a timeout), then aiohttp's own `RequestHandler`, to which it forwards the
+transport's events.
 
 Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
 request head, the body, the idle time between requests. `Guard.middleware` (outermost in the app)

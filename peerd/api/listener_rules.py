@@ -4,11 +4,11 @@ No sockets here (`peerd.api.listener` applies these to real connections), so eac
 with plain values and a fake clock.
 
 - `ConnectionGate`: a cap on all connections of the listener, on those from one peer address, and
-  on those that have not yet completed an authenticated request. When a cap is full the oldest
-  unauthenticated connection with no request in flight is evicted to make room for the new one;
-  only when there is none is the new one refused (the caller closes it before the TLS handshake).
-  An authenticated connection (a link's) is never evicted and never counts against the
-  unauthenticated or per-address caps.
+  on those that have not yet made an authenticated request. When a cap is full an unauthenticated
+  connection is evicted to make room for the new one, the one least likely to be a link's (see
+  `ConnectionGate.victim`); only when there is none is the new one refused (the caller closes it
+  before the TLS handshake). An authenticated connection (a link's) is never evicted and never
+  counts against the unauthenticated or per-address caps.
 - `Timeline`: one connection's current deadline. The client must finish a request's head within
   `head_s` of the connection (after TLS) or of its first byte after an idle pause (of the previous
   response, if it sent while we answered), the body within `body_s` of the head, and may stay idle
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -34,6 +34,9 @@ from urllib.parse import urlsplit
 # below this (`peer/client.py:CONNECTIONS_PER_BOX`).
 MAX_PER_ADDRESS = 32
 MAX_UNAUTHENTICATED = 128
+# How many addresses a link has authenticated from the gate remembers (most recent kept): an
+# unauthenticated connection from one of them is evicted last (see `ConnectionGate.victim`).
+LINK_ADDRESSES_KEPT = 256
 TOTAL_SHARE_OF_NOFILE = 0.5
 RESERVED_FDS = 64
 
@@ -83,6 +86,8 @@ def address_key(peername: object) -> str:
 
 
 class Refusal(enum.StrEnum):
+    """Why a new connection was reset: its cap is full and no connection can be evicted for it."""
+
     TOTAL = "total"
     PER_ADDRESS = "per_address"
     UNAUTHENTICATED = "unauthenticated"
@@ -99,21 +104,34 @@ class Admitted:
 @dataclass
 class ConnectionGate:
     """Open connections by id: `pending` the not yet authenticated ones (oldest first, with their
-    address), `known` those that completed an authenticated request, `busy` the pending ones with a
-    request in flight. `admit` takes a slot, evicting the oldest idle pending connection when a cap
-    is full, or says which cap refuses it.
-
-    A pending connection is evictable unless a request of its own is being answered (a laptop's
-    first request on a new connection is in flight: it is about to authenticate). A known one is
-    never evicted and never counts against the pending caps; only the total cap (descriptors)
-    bounds it. So a flood of unknown connections, however many addresses it comes from, only
-    pushes its own oldest out, and a link that reconnects always gets in.
+    address), `known` those that made an authenticated request, `busy` the pending ones with a
+    request in flight, `opening` the pending ones whose transport is being made, `closing` evicted
+    ones whose descriptor is not closed yet, `link_addresses` the addresses links authenticated
+    from (most recent last, at most `LINK_ADDRESSES_KEPT`). `admit` takes a slot, evicting a
+    pending connection when a cap is full, or says which cap refuses it.
 
     The total cap counts descriptors, so however fast connections arrive there are never more: an
     evicted connection's descriptor is closed at once by the caller, except one whose transport is
     being made (`opening`, for a turn of the event loop), which is closed when that is done and is
     counted (`closing`) until then. When the descriptors are at the total cap only a connection that
     can be closed at once makes room.
+
+    A known connection is never evicted and never counts against the pending caps; only the total
+    cap (descriptors) bounds it. A pending one is evicted in this order (`victim`), so a flood of
+    unknown connections, however fast it reconnects, pushes out its own and not a link's new
+    connection in its TLS handshake or first request:
+
+    1. not from an address a link authenticated from, before one that is (a laptop reconnects from
+       where its link's other connections are);
+    2. from the address holding the most pending connections first (a flood holds many per
+       address, a laptop one or a few; it takes a flood from more addresses than the budget has
+       slots to tie with a laptop);
+    3. one with no request in flight before one with a request in flight (pairing, a token
+       refresh, a link's first request until its token is checked);
+    4. the oldest first.
+
+    At a full per-address cap the new connection evicts one of its own address's idle ones (or is
+    refused): an address only ever pushes out its own.
     """
 
     total_cap: int
@@ -125,6 +143,7 @@ class ConnectionGate:
     opening: set[int] = field(default_factory=set)
     closing: set[int] = field(default_factory=set)
     by_address: Counter[str] = field(default_factory=Counter)
+    link_addresses: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     @classmethod
     def for_limits(cls, limits: ListenerLimits, nofile_soft: int) -> ConnectionGate:
@@ -142,11 +161,11 @@ class ConnectionGate:
         at_total = self.total >= self.total_cap  # a descriptor must be freed now
         evicted: int | None = None
         if self.by_address[key] >= self.per_address_cap:
-            evicted = self._oldest_idle(key, closable=at_total)  # room from the same address: one is enough
+            evicted = self._oldest_idle_of(key, closable=at_total)  # its own: one is enough
             if evicted is None:
                 return Refusal.PER_ADDRESS
         elif self.unauthenticated >= self.unauthenticated_cap or at_total:
-            evicted = self._oldest_idle(None, closable=at_total)
+            evicted = self.victim(closable=at_total)
             if evicted is None:
                 return Refusal.TOTAL if at_total else Refusal.UNAUTHENTICATED
         if evicted is not None:
@@ -155,13 +174,24 @@ class ConnectionGate:
         self.by_address[key] += 1
         return Admitted(evicted)
 
-    def _oldest_idle(self, key: str | None, *, closable: bool) -> int | None:
-        """The oldest pending connection (of address `key`, if given) with no request in flight;
-        `closable`: only one whose descriptor can be closed at once."""
-        for conn_id, conn_key in self.pending.items():  # at most unauthenticated_cap of them
-            if conn_id in self.busy or (closable and conn_id in self.opening):
+    def victim(self, *, closable: bool = False) -> int | None:
+        """The pending connection to evict for a new one (the order in the class's docstring), or
+        None when there is none; `closable`: only one whose descriptor can be closed at once. One
+        pass over at most `unauthenticated_cap` connections."""
+        chosen: int | None = None
+        best: tuple[bool, int, bool] | None = None
+        for conn_id, key in self.pending.items():  # oldest first: a tie keeps the older
+            if closable and conn_id in self.opening:
                 continue
-            if key is None or conn_key == key:
+            rank = (key in self.link_addresses, -self.by_address[key], conn_id in self.busy)
+            if best is None or rank < best:
+                chosen, best = conn_id, rank
+        return chosen
+
+    def _oldest_idle_of(self, key: str, *, closable: bool) -> int | None:
+        """The oldest pending connection of address `key` with no request in flight."""
+        for conn_id, conn_key in self.pending.items():  # at most unauthenticated_cap of them
+            if conn_key == key and conn_id not in self.busy and not (closable and conn_id in self.opening):
                 return conn_id
         return None
 
@@ -188,8 +218,8 @@ class ConnectionGate:
             self.busy.discard(conn_id)
 
     def authenticated(self, conn_id: int) -> None:
-        """An admitted connection completed an authenticated request: it is known from now on, out
-        of the pending caps, never evicted."""
+        """An admitted connection carried a link's valid token: it is known from now on, out of the
+        pending caps, never evicted; its address is a link's."""
         key = self.pending.pop(conn_id, None)
         if key is None:
             return
@@ -197,6 +227,10 @@ class ConnectionGate:
         self.opening.discard(conn_id)
         self._drop(key)
         self.known.add(conn_id)
+        self.link_addresses[key] = None
+        self.link_addresses.move_to_end(key)
+        while len(self.link_addresses) > LINK_ADDRESSES_KEPT:
+            self.link_addresses.popitem(last=False)
 
     def release(self, conn_id: int) -> None:
         """The connection is gone, its descriptor closed; a second release of it is a no-op."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import resource
 import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from peerd.api.listener import GUARD
 from peerd.api.listener_connection import Guard
 from peerd.api.listener_rules import ListenerLimits
 from peerd.daemon import Daemon
+from tests.faults.harness import free_port
 from tests.helpers import Pair, client_for, make_repo, running_daemon, script
 
 
@@ -67,6 +70,9 @@ class Flood:
             reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
             self.writers.append(writer)
             self.ends.append(asyncio.create_task(_until_closed(reader)))
+
+    def closed(self) -> int:
+        return sum(task.done() for task in self.ends)
 
     async def closed_within(self, seconds: float) -> int:
         await asyncio.wait(self.ends, timeout=seconds)
@@ -160,6 +166,16 @@ async def test_unauthenticated_connections_are_capped_but_an_authenticated_link_
         assert projects["items"] == []
 
 
+async def guard_of(daemon: Daemon) -> Guard:
+    """The daemon's network listener's connections (its gate: `(await guard_of(box)).gate`)."""
+    port = await port_of(daemon)
+    return next(
+        runner.app[GUARD]
+        for runner in daemon._runners
+        if GUARD in runner.app and any(address[1] == port for address in runner.addresses)
+    )
+
+
 async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
     """Wait (a generous upper bound) until `check()` holds: a test's setup, not what it measures."""
     for _ in range(int(timeout / 0.01)):
@@ -169,26 +185,222 @@ async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> 
     pytest.fail(f"not within {timeout} s: {what}")
 
 
+async def drop_kept_connections(pair: Pair) -> None:
+    """The laptop's next call opens a new connection."""
+    assert pair.laptop.peers is not None
+    await pair.laptop.peers.close()
+    await pair.laptop.peers.start()
+
+
+async def new_connection_call(pair: Pair) -> Any:
+    """A link call on a new connection."""
+    await drop_kept_connections(pair)
+    return await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 30)
+
+
 async def test_a_links_new_connection_gets_in_when_unknown_ones_fill_the_budget(tmp_path: Path) -> None:
     """Issue 27 case 1: idle unknown connections from several addresses filled the budget, and every
-    new connection of the linked laptop was reset. Now each evicts the oldest unknown one."""
+    new connection of the linked laptop was reset. Now each evicts one of theirs."""
     limits = ListenerLimits(total=100, per_address=8, unauthenticated=16, handshake_timeout_s=30)
-    async with linked(tmp_path, limits) as pair, flood() as f, flood() as g:
-        assert pair.laptop.peers is not None
+    async with linked(tmp_path, limits) as pair, flood() as f:
+        gate = (await guard_of(pair.box)).gate
         port = await port_of(pair.box)
-        for batch in (f, g):  # g's 16 push out everything older (f's, the laptop's unused probe)
+        for n in range(3):
+            await drop_kept_connections(pair)
+            await until(lambda: "127.0.0.1" not in gate.by_address, "the laptop's kept connections are gone")
             for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
-                await batch.open(port, source, 4)
-        assert await f.closed_within(1.0) + await g.closed_within(0.1) >= 16, "the budget is full"
-        for n in range(1, 4):
-            await g.open(port, "127.0.0.6", 1)  # fills the budget again (the last call's is known)
-            await pair.laptop.peers.close()  # no kept-alive connection: a new one must get in
-            await pair.laptop.peers.start()
-            projects = await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 10)
-            assert projects["items"] == []
-            # the first top-up evicted one (the budget was full), each laptop connection one more
-            assert await g.closed_within(0.5) == n + 1, "the oldest unknown connection made room"
-        assert [task.done() for task in g.ends] == [True] * 4 + [False] * 15, "oldest first"
+                await f.open(port, source, 5)
+            await until(lambda: gate.unauthenticated == 16, "the flood fills the budget")
+            before = f.closed()
+            assert (await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 30))["items"] == []
+            await until(
+                lambda b=before: f.closed() > b, f"call {n}: one of the flood's connections made room"
+            )
+
+
+class SlowRoute:
+    """A TCP proxy in front of the box that holds every chunk `delay_s` each way (a long route, so a
+    TLS handshake takes a few round trips of it); its connections reach the box from `source()`."""
+
+    def __init__(self, box_port: int, delay_s: float, source: Callable[[], str]) -> None:
+        self.box_port, self.delay_s, self.source = box_port, delay_s, source
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> SlowRoute:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(
+                "127.0.0.1", self.box_port, local_addr=(self.source(), 0)
+            )
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers |= {writer, up_writer}
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                await asyncio.sleep(self.delay_s)
+                writer.write(data)
+                await writer.drain()
+        writer.transport.abort()
+
+
+CHURN = r"""
+import asyncio, sys
+port, first, addresses, rate = (int(x) for x in sys.argv[1:5])
+
+
+async def one(source, slots):
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        try:
+            await reader.read()  # sends nothing; until the box closes it
+        finally:
+            writer.transport.abort()
+    except OSError:
+        pass
+    finally:
+        slots.release()
+
+
+async def main():
+    slots = asyncio.Semaphore(4 * addresses)
+    print("ready", flush=True)
+    for n in range(10**9):
+        await slots.acquire()
+        asyncio.ensure_future(one(f"127.0.{first + n % addresses // 250}.{1 + n % addresses % 250}", slots))
+        await asyncio.sleep(1 / rate)
+
+
+asyncio.run(main())
+"""
+
+
+@contextlib.asynccontextmanager
+async def churn(port: int, first: int, addresses: int, rate: int = 400) -> AsyncIterator[None]:
+    """Another process connects (plain TCP, nothing sent) about `rate` times a second, round robin
+    from `addresses` addresses 127.0.FIRST.1 and up, and reconnects as the box closes them."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CHURN,
+        *(str(x) for x in (port, first, addresses, rate)),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def linked_over_a_slow_route(
+    tmp_path: Path, limits: ListenerLimits, source: Callable[[], str]
+) -> AsyncIterator[Pair]:
+    box_port = free_port()
+    async with (
+        SlowRoute(box_port, 0.1, source) as route,
+        running_daemon(tmp_path / "laptop", label="laptop") as laptop,
+        running_daemon(
+            tmp_path / "box",
+            label="box",
+            listen=f"127.0.0.1:{box_port}",
+            advertise=(route.url,),
+            listener_limits=limits,
+        ) as box,
+        client_for(laptop.paths.home) as lc,
+        client_for(box.paths.home) as bc,
+    ):
+        pair = Pair(laptop, box, lc, bc)
+        await pair.link("auto")
+        yield pair
+
+
+def fresh_addresses() -> Callable[[], str]:
+    numbers: Iterator[int] = itertools.count(1)
+    return lambda: f"127.0.1.{next(numbers)}"
+
+
+CALLS_IN_A_FLOOD = 5
+FLOOD_LIMITS = ListenerLimits(total=200, per_address=8, unauthenticated=16)
+
+
+async def test_a_flood_reconnecting_faster_than_a_handshake_does_not_push_out_a_laptops_new_connection(
+    tmp_path: Path,
+) -> None:
+    """The laptop's connections take 0.3 s from the box's accept to their first request's head (a
+    slow route); the flood from four addresses replaces the whole budget many times meanwhile. Each
+    call comes from an address the box has not seen a link at: only the flood's weight (its
+    addresses hold more) keeps the laptop's connection in."""
+    async with linked_over_a_slow_route(tmp_path, FLOOD_LIMITS, fresh_addresses()) as pair:
+        port = await port_of(pair.box)
+        async with churn(port, first=3, addresses=4):
+            for _ in range(CALLS_IN_A_FLOOD):
+                assert (await new_connection_call(pair))["items"] == []
+
+
+async def test_a_flood_from_as_many_addresses_as_the_budget_does_not_push_out_a_laptops_new_connection(
+    tmp_path: Path,
+) -> None:
+    """As above, but the flood comes from 64 addresses (at most one of its connections each in the
+    budget of 16, as light as the laptop's): the laptop's address is where its link authenticated
+    from, so its new connection goes last."""
+    async with linked_over_a_slow_route(tmp_path, FLOOD_LIMITS, lambda: "127.0.1.1") as pair:
+        assert (await new_connection_call(pair))["items"] == []  # the box knows the address now
+        async with churn(await port_of(pair.box), first=3, addresses=64):
+            for _ in range(CALLS_IN_A_FLOOD):
+                assert (await new_connection_call(pair))["items"] == []
+
+
+async def test_unknown_connections_holding_slow_requests_cannot_keep_a_link_out(tmp_path: Path) -> None:
+    """A request in flight protects its connection only after the idle ones: sixteen token requests
+    whose bodies never come fill the budget, and the laptop's new connection still gets in."""
+    limits = ListenerLimits(total=100, per_address=8, unauthenticated=16, body_timeout_s=60)
+    async with linked(tmp_path, limits) as pair:
+        gate = (await guard_of(pair.box)).gate
+        port = await port_of(pair.box)
+        await drop_kept_connections(pair)
+        await until(lambda: not gate.pending, "the laptop's kept connections are gone")
+        writers = []
+        try:
+            for n in range(16):
+                source = f"127.0.0.{2 + n % 4}"
+                _, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=insecure_tls(), server_hostname="box", local_addr=(source, 0)
+                )
+                writer.write(
+                    b"POST /oauth/token HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n"
+                )
+                writers.append(writer)
+            await until(lambda: len(gate.busy) == 16, "sixteen requests in flight fill the budget")
+            assert (await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 30))["items"] == []
+            assert len(gate.busy) == 15, "one of them made room"
+        finally:
+            for writer in writers:
+                writer.transport.abort()
 
 
 @pytest.mark.parametrize("first", ["set up", "being set up"])

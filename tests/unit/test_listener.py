@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from peerd.api.listener import AcceptErrorFilter, http_logger, raise_nofile_limit
 from peerd.api.listener_rules import (
     IDLE_TIMEOUT_S,
+    LINK_ADDRESSES_KEPT,
     MAX_PER_ADDRESS,
     Admitted,
     ConnectionGate,
@@ -52,7 +53,7 @@ def test_a_full_address_evicts_its_own_oldest_idle_connection() -> None:
     assert gate.total == 3
 
 
-def test_a_full_unauthenticated_budget_evicts_the_oldest_from_any_address() -> None:
+def test_a_full_budget_evicts_the_oldest_when_every_address_holds_as_many() -> None:
     gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=3)
     admit = Admitter(gate)
     for key in ("a", "b", "c"):
@@ -62,19 +63,83 @@ def test_a_full_unauthenticated_budget_evicts_the_oldest_from_any_address() -> N
     assert (gate.unauthenticated, gate.total) == (3, 3)
 
 
-def test_a_connection_with_a_request_in_flight_is_not_evicted_and_when_all_are_busy_the_new_one_is_refused() -> (
-    None
-):
-    gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=2)
+def test_a_flood_evicts_its_own_and_not_a_lighter_addresses_connection() -> None:
+    """Issue 27 case 1: a flood that reconnects faster than a laptop's TLS handshake takes would push
+    the laptop's new connection out if the oldest went first; the heaviest address goes first."""
+    gate = ConnectionGate(total_cap=500, per_address_cap=32, unauthenticated_cap=16)
+    admit = Admitter(gate)
+    for _ in range(3):
+        admit("a")
+    laptop, _ = admit("laptop")  # a new connection, in its TLS handshake: idle, not yet known
+    evicted = []
+    for n in range(200):  # the flood reconnects from four addresses
+        _, admission = admit("abcd"[n % 4])
+        assert isinstance(admission, Admitted)
+        evicted.append(admission.evicted)
+    assert laptop in gate.pending and laptop not in evicted
+    assert gate.by_address["laptop"] == 1 and sum(gate.by_address.values()) == 16
+
+
+def test_among_the_heaviest_addresses_the_oldest_goes_first() -> None:
+    gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=5)
+    admit = Admitter(gate)
+    for key in ("a", "b", "b", "a", "c"):
+        admit(key)
+    assert admit("d") == (6, Admitted(evicted=1)), "a and b hold two each: a's is the oldest"
+    assert admit("d") == (7, Admitted(evicted=2)), "now b holds the most"
+
+
+def test_a_connection_from_an_address_a_link_authenticated_from_is_evicted_last() -> None:
+    """A flood spread over as many addresses as the budget has slots ties with, or is lighter than,
+    a laptop's new connections; the laptop's address is known from its link's earlier connection."""
+    gate = ConnectionGate(total_cap=500, per_address_cap=32, unauthenticated_cap=8)
+    admit = Admitter(gate)
+    earlier, _ = admit("laptop")
+    gate.authenticated(earlier)
+    gate.release(earlier)  # that connection is gone; its address is remembered
+    laptop = [admit("laptop")[0] for _ in range(2)]  # the heaviest address now, and idle
+    for n in range(100):  # every flood connection from its own address
+        admit(f"10.0.{n}.1")
+    assert [conn_id in gate.pending for conn_id in laptop] == [True, True]
+    assert gate.by_address["laptop"] == 2 and gate.unauthenticated == 8
+
+
+def test_the_link_addresses_remembered_are_bounded_most_recent_kept() -> None:
+    gate = ConnectionGate(total_cap=10_000, per_address_cap=32, unauthenticated_cap=10_000)
+    admit = Admitter(gate)
+    for n in range(LINK_ADDRESSES_KEPT + 10):
+        conn_id, _ = admit(f"10.0.{n // 250}.{n % 250}")
+        gate.authenticated(conn_id)
+        gate.release(conn_id)
+    assert len(gate.link_addresses) == LINK_ADDRESSES_KEPT
+    assert "10.0.0.0" not in gate.link_addresses and "10.0.1.15" in gate.link_addresses
+
+
+def test_a_connection_with_a_request_in_flight_goes_after_idle_ones_and_a_busy_flood_refuses_nobody() -> None:
+    gate = ConnectionGate(total_cap=50, per_address_cap=10, unauthenticated_cap=4)
     admit = Admitter(gate)
     admit("laptop")
-    admit("x")
+    for _ in range(3):
+        admit("x")
     gate.request(1, in_flight=True)  # the laptop's first request on it is being answered
-    assert admit("x") == (3, Admitted(evicted=2)), "the busy one is skipped"
-    gate.request(3, in_flight=True)
-    assert admit("x") == (4, Refusal.UNAUTHENTICATED)
-    gate.request(3, in_flight=False)
-    assert admit("x") == (5, Admitted(evicted=3))
+    gate.request(2, in_flight=True)  # x sends a body one byte a second
+    assert admit("y") == (5, Admitted(evicted=3)), "x's idle one, although x's busy one is older"
+    gate.request(4, in_flight=True)
+    gate.request(5, in_flight=True)
+    assert admit("z") == (6, Admitted(evicted=2)), "all busy: the heaviest's oldest, never a refusal"
+    assert list(gate.pending) == [1, 4, 5, 6] and gate.busy == {1, 4, 5}
+
+
+def test_at_its_per_address_cap_an_address_only_pushes_out_its_own_idle_connections() -> None:
+    gate = ConnectionGate(total_cap=50, per_address_cap=2, unauthenticated_cap=100)
+    admit = Admitter(gate)
+    admit("a")
+    admit("a")
+    gate.request(1, in_flight=True)
+    gate.request(2, in_flight=True)
+    assert admit("a") == (3, Refusal.PER_ADDRESS)
+    gate.request(2, in_flight=False)
+    assert admit("a") == (4, Admitted(evicted=2))
 
 
 def test_an_evicted_connection_whose_transport_is_being_made_counts_until_its_descriptor_is_closed() -> None:
