@@ -250,6 +250,7 @@ async def start_tcp(
     guard = Guard(limits, nofile_soft, ssl_context, asyncio.get_running_loop())
     app[HOST_POLICY] = HostPolicy.for_bind(host, advertise)
     app.middlewares.insert(0, cast(Any, guard.middleware))  # outermost: it sees every answer
+    app.middlewares.append(cast(Any, guard.inner_middleware))  # innermost: after the app's auth
     app[GUARD] = guard
     runner = web.AppRunner(
         app,

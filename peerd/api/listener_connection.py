@@ -11,8 +11,9 @@ transport's events.
 Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
 request head, the body, the idle time between requests. `Guard.middleware` (outermost in the app)
 tells the connection when a request's head is in and when its answer is written; when a deadline
-passes the connection is aborted. A connection counts as authenticated once a request carrying a
-link's token (`CALLER_KEY` set) has been answered.
+passes the connection is aborted. A connection counts as authenticated (a link's) as soon as a
+request's link token has been checked (`Guard.inner_middleware`, innermost, sees `CALLER_KEY` set
+before the handler runs), or once a request carrying a caller has been answered.
 """
 
 from __future__ import annotations
@@ -143,6 +144,17 @@ class Guard:
             return response
         finally:
             conn.request_answered()
+
+    @web.middleware
+    async def inner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Innermost: a request whose link token was checked (`CALLER_KEY` set by the app's auth)
+        makes its connection a link's before the handler runs, so a long-poll, or a slow first
+        request on a new connection, never waits as an unknown connection that could be evicted."""
+        if local.CALLER_KEY in request:
+            conn = self.by_handler.get(request.protocol)
+            if conn is not None:
+                conn.mark_authenticated()
+        return await handler(request)
 
 
 class GuardedConnection(asyncio.Protocol):

@@ -403,6 +403,26 @@ async def test_unknown_connections_holding_slow_requests_cannot_keep_a_link_out(
                 writer.transport.abort()
 
 
+async def test_a_links_connection_is_known_as_soon_as_its_token_is_checked(tmp_path: Path) -> None:
+    """A long-poll on a new connection is a link's while it waits, not an unknown connection that
+    holds a slot of the budget (and could be evicted) until it is answered."""
+    async with linked(tmp_path, ListenerLimits()) as pair:
+        gate = (await guard_of(pair.box)).gate
+        project = await pair.bc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "repo"))})
+        body = {"projectId": project["id"], "prompt": script({"wait": 3}, {"reply": "slow"})}
+        launched = await pair.bc.call("POST", "/v1/threads", body=body)
+        await drop_kept_connections(pair)
+        await until(lambda: not gate.known, "the laptop's earlier connections are gone")
+        path = f"/v1/threads/{launched['threadId']}/wait"
+        waiting = asyncio.create_task(pair.remote("GET", path, params={"timeout": 20}))
+        try:
+            await until(lambda: bool(gate.known) or waiting.done(), "the long-poll is known or answered")
+            assert not waiting.done(), "known only once answered"
+        finally:
+            done = await asyncio.wait_for(waiting, 30)
+        assert (done["terminal"], done["status"]) == (True, "completed")
+
+
 @pytest.mark.parametrize("first", ["set up", "being set up"])
 async def test_the_descriptors_stay_under_the_total_cap_while_a_burst_evicts(first: str) -> None:
     """The total cap counts descriptors. The listener accepts up to 64 connections in a row without
