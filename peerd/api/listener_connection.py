@@ -6,7 +6,7 @@ unauthenticated connection is evicted (aborted) to make room, the one least like
 (`ConnectionGate.victim`); when there is none the new socket is reset and closed at once, before
 any TLS and without a transport. An admitted one becomes a `GuardedConnection`: its TLS handshake
 (`loop.start_tls`, with a timeout), then aiohttp's own `RequestHandler`, to which it forwards the
-transport's events.
+transport's events. Evictions and refusals together are logged at most once a second.
 
 Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
 request head, the body, the idle time between requests. `Guard.middleware` (outermost in the app)
@@ -34,8 +34,8 @@ from peerd.api import local
 from peerd.api.app import Handler
 from peerd.api.listener_rules import (
     ConnectionGate,
+    CrowdLog,
     ListenerLimits,
-    Pacer,
     Refusal,
     Timeline,
     address_key,
@@ -71,8 +71,7 @@ class Guard:
         self.connections: dict[int, GuardedConnection] = {}
         self.by_handler: dict[RequestHandler, GuardedConnection] = {}
         self._ids = itertools.count()
-        self._refusals = Pacer()
-        self._evictions = Pacer()
+        self._crowded = CrowdLog()  # one line a second for evictions and refusals together
         self._starting: set[asyncio.Task[None]] = set()
 
     def accepted(self, sock: socket.socket, peername: object) -> None:
@@ -93,28 +92,19 @@ class Guard:
 
     def _refuse(self, sock: socket.socket, reason: Refusal) -> None:
         reset_and_close(sock)
-        held = self._refusals.tick(self.loop.time())
-        if held is not None:
-            log.warning(
-                "listener.connection_refused",
-                cap=str(reason),
-                left_out=held,
-                open=self.gate.total,
-                unauthenticated=self.gate.unauthenticated,
-            )
+        self._log_crowded(reason)
 
     def _evict(self, conn_id: int) -> None:
         evicted = self.connections.get(conn_id)
         if evicted is not None:
             evicted.evict()
-        held = self._evictions.tick(self.loop.time())
-        if held is not None:
+        self._log_crowded(None)
+
+    def _log_crowded(self, refusal: Refusal | None) -> None:
+        line = self._crowded.note(self.loop.time(), refusal)
+        if line is not None:
             log.warning(
-                "listener.connection_evicted",
-                reason="oldest unauthenticated connection, to make room",
-                left_out=held,
-                open=self.gate.total,
-                unauthenticated=self.gate.unauthenticated,
+                "listener.crowded", **line, open=self.gate.total, unauthenticated=self.gate.unauthenticated
             )
 
     def close_all(self) -> None:

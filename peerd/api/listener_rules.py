@@ -15,6 +15,7 @@ with plain values and a fake clock.
   between requests `idle_s`. Our own answer has no deadline: long-polls answer after up to 50 s.
 - `HostPolicy`: which `Host` headers a listener accepts (DNS rebinding).
 - `Pacer`: at most one log line a second for a repeating event, with the count of those left out.
+- `CrowdLog`: the evictions and refusals of the gate, together at most one line a second.
 """
 
 from __future__ import annotations
@@ -371,3 +372,29 @@ class Pacer:
             return None
         self.last, held, self.held = now, self.held, 0
         return held
+
+
+@dataclass
+class CrowdLog:
+    """The gate's evictions and refusals, reported together at most once per `pacer.every_s`: each
+    line says how many of each happened since the previous line (this one included)."""
+
+    pacer: Pacer = field(default_factory=Pacer)
+    evicted: int = 0
+    refused: int = 0
+    refused_by: Refusal | None = None  # the cap of the latest refusal counted
+
+    def note(self, now: float, refusal: Refusal | None = None) -> dict[str, object] | None:
+        """One eviction (`refusal` None) or refusal; the fields of a line to log now, or None."""
+        if refusal is None:
+            self.evicted += 1
+        else:
+            self.refused, self.refused_by = self.refused + 1, refusal
+        if self.pacer.tick(now) is None:
+            return None
+        line: dict[str, object] = {"evicted": self.evicted, "refused": self.refused}
+        if self.refused_by is not None:
+            line["refused_by"] = str(self.refused_by)
+        self.evicted = self.refused = 0
+        self.refused_by = None
+        return line

@@ -18,6 +18,7 @@ from peerd.api.listener_rules import (
     MAX_PER_ADDRESS,
     Admitted,
     ConnectionGate,
+    CrowdLog,
     HostPolicy,
     ListenerLimits,
     Pacer,
@@ -294,6 +295,20 @@ def test_pacer_lets_one_a_second_through_and_counts_the_rest() -> None:
     pacer = Pacer(every_s=1.0)
     got = [pacer.tick(now=i / 100) for i in range(250)]  # 100 a second for 2.5 s
     assert [(i, g) for i, g in enumerate(got) if g is not None] == [(0, 0), (100, 99), (200, 99)]
+
+
+def test_evictions_and_refusals_together_are_logged_once_a_second_with_their_counts() -> None:
+    crowd = CrowdLog(Pacer(every_s=1.0))
+    lines = []
+    for i in range(250):  # 100 a second for 2.5 s, one in five a refusal
+        line = crowd.note(i / 100, Refusal.TOTAL if i % 5 == 4 else None)
+        if line is not None:
+            lines.append((i, line))
+    assert lines == [
+        (0, {"evicted": 1, "refused": 0}),
+        (100, {"evicted": 80, "refused": 20, "refused_by": "total"}),
+        (200, {"evicted": 80, "refused": 20, "refused_by": "total"}),
+    ]
 
 
 def _accept_context(code: int) -> dict[str, Any]:
