@@ -423,6 +423,24 @@ async def test_a_links_connection_is_known_as_soon_as_its_token_is_checked(tmp_p
         assert (done["terminal"], done["status"]) == (True, "completed")
 
 
+async def test_a_link_call_20_s_after_the_last_reuses_its_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The laptop keeps an idle connection 25 s (aiohttp's default is 15 s), under the box's 30 s
+    idle timeout: its next call reuses a connection the box knows as the link's, which no flood can
+    evict. (The laptop's pool is told 20 s have passed; the box's idle timeout is not reached.)"""
+    async with linked(tmp_path, ListenerLimits()) as pair:
+        gate = (await guard_of(pair.box)).gate
+        await drop_kept_connections(pair)
+        await until(lambda: not gate.pending and not gate.known, "the laptop's connections are gone")
+        await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 30)
+        (first,) = gate.known
+        real = aiohttp.connector.monotonic
+        monkeypatch.setattr(aiohttp.connector, "monotonic", lambda: real() + 20)
+        await asyncio.wait_for(pair.remote("GET", "/v1/projects"), 30)
+        assert (set(gate.known), set(gate.pending)) == ({first}, set()), "the same connection"
+
+
 @pytest.mark.parametrize("first", ["set up", "being set up"])
 async def test_the_descriptors_stay_under_the_total_cap_while_a_burst_evicts(first: str) -> None:
     """The total cap counts descriptors. The listener accepts up to 64 connections in a row without
