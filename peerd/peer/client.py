@@ -216,11 +216,17 @@ class PeerClient:
         self._session = aiohttp.ClientSession(
             timeout=timeout,
             connector=aiohttp.TCPConnector(
-                limit=0, limit_per_host=CONNECTIONS_PER_BOX, socket_factory=keepalive_socket
+                limit=0,
+                limit_per_host=CONNECTIONS_PER_BOX,
+                keepalive_timeout=POOL_KEEPALIVE_S,
+                socket_factory=keepalive_socket,
             ),
         )
         self._long_session = aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(limit=0, socket_factory=keepalive_socket)
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(
+                limit=0, keepalive_timeout=POOL_KEEPALIVE_S, socket_factory=keepalive_socket
+            ),
         )
 
     async def close(self) -> None:
@@ -536,6 +542,11 @@ REACHED_REFRESH_S = 60.0  # how stale a link's stored "last reached" may get whi
 # At most this many connections per box for calls other than long-polls: below the box's cap on
 # connections per address that have not yet made an authenticated request (api/listener_rules.py).
 CONNECTIONS_PER_BOX = 16
+# An idle pooled connection is kept this long for the next call (aiohttp's default is 15 s): under
+# the box's idle timeout (api/listener_rules.py IDLE_TIMEOUT_S, 30 s), so the laptop never reuses
+# one the box is about to close, and long enough that a link's calls rarely need a new connection
+# (a kept one is authenticated at the box: no flood of unknown connections can evict it).
+POOL_KEEPALIVE_S = 25.0
 
 
 def is_long_poll(method: str, path: str) -> bool:
