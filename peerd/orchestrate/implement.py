@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
 from peerd import contracts as c
 from peerd.errors import Conflict, PeerdError
@@ -20,6 +19,7 @@ from peerd.orchestrate.context import (
     Settings,
 )
 from peerd.orchestrate.escapes import Collected
+from peerd.orchestrate.memo import PacketMemo
 from peerd.orchestrate.models import (
     Classification,
     CoderChoice,
@@ -64,7 +64,7 @@ async def start_packet(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
         coder=coder.model_dump(mode="json"),
         environment=coder.environment,
         branch=f"orchestrate/{run.id}/{packet.packet_id}",
-        retries={"base": base, "sends": 0},
+        memo=PacketMemo(base=base),
     )
 
 
@@ -100,18 +100,19 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     settings = Settings.from_request(run.request)
     spec = PacketSpec.model_validate(packet.spec)
     coder = coder_of(packet)
-    memo = dict(packet.retries)
+    memo = packet.memo.copy_for_update()
+    base = memo.base or run.base_commit
     if packet.thread_id is None:
         prompt = implementer_prompt(
             spec,
             workspace_root=f"the git worktree you start in (branch {packet.branch})",
-            base_commit=str(memo["base"]),
+            base_commit=base,
             branch=str(packet.branch),
             workarounds=settings.workarounds,
-            previous_failure=memo.get("previous_failure"),
+            previous_failure=memo.previous_failure,
             review_changes=None,
         )
-        memo["prompt"] = prompt
+        memo.prompt = prompt
         key = f"{packet.packet_id}:impl:{packet.attempt}"
         launched = await ctx.launch(
             run,
@@ -119,38 +120,35 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             prompt,
             key=key,
             runtime_mode=settings.access,
-            base=str(memo["base"]),
+            base=base,
             role="implementer",
             packet_id=packet.packet_id,
             branch=packet.branch,
             budget=await spend.budget_for(ctx, run, packet.packet_id, key),
         )
-        memo["deadline"] = _deadline(ctx, settings)
-        memo["hop_started"] = ctx.clock()
-        memo["hop_runs"] = [launched.run_id]
+        memo.deadline = _deadline(ctx, settings)
+        memo.hop_started = ctx.clock()
+        memo.hop_runs = [launched.run_id]
         await ctx.set(
-            run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, retries=memo
+            run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, memo=memo
         )
         packet.thread_id, packet.run_id = launched.thread_id, launched.run_id
-    pending = memo.get("pending_send")
-    if isinstance(pending, str) and packet.run_id == memo.get("pending_after"):
-        n = int(memo.get("sends", 0)) + 1
+    pending = memo.pending_send
+    if pending is not None and packet.run_id == memo.pending_after:
+        n = memo.sends + 1
         key = f"{packet.packet_id}:send:{n}"
         budget = await spend.budget_for(ctx, run, packet.packet_id, key)
         run_id = await ctx.send(run.id, packet.thread_id, coder.environment, pending, key=key, budget=budget)
-        memo.update(
-            sends=n,
-            pending_send=None,
-            pending_after=None,
-            deadline=_deadline(ctx, settings),
-            hop_started=ctx.clock(),
-            hop_runs=[run_id],
-        )
-        await ctx.set(run.id, packet.packet_id, run_id=run_id, retries=memo)
+        memo.sends = n
+        memo.pending_send = memo.pending_after = None
+        memo.deadline = _deadline(ctx, settings)
+        memo.hop_started = ctx.clock()
+        memo.hop_runs = [run_id]
+        await ctx.set(run.id, packet.packet_id, run_id=run_id, memo=memo)
         packet.run_id = run_id
     assert packet.thread_id is not None and packet.run_id is not None  # noqa: S101  # set just above
     status = await ctx.wait(
-        run.id, packet.thread_id, packet.run_id, coder.environment, deadline=memo.get("deadline")
+        run.id, packet.thread_id, packet.run_id, coder.environment, deadline=memo.deadline
     )
     await spend.record_run(
         ctx, run.id, packet.packet_id, packet.thread_id, packet.run_id, coder.environment, "implementer"
@@ -172,22 +170,22 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     if status == "interrupted" and await ctx.stopped_by_shutdown(run.id, packet.thread_id, coder.environment):
         # A daemon restart (here or on the box) cut the coder off: it goes on in the same
         # session, without counting as a retry.
-        n = int(memo.get("resumes", 0)) + 1
+        n = memo.resumes + 1
         text = (
             "peerd restarted while you were working; what you did so far is in your workspace. Continue "
-            "the task below from where you were, then report.\n\n" + str(memo.get("prompt") or "")
+            "the task below from where you were, then report.\n\n" + (memo.prompt or "")
         )
         key = f"{packet.packet_id}:resume:{n}"
         budget = await spend.budget_for(ctx, run, packet.packet_id, key)
         run_ref = await ctx.send(run.id, packet.thread_id, coder.environment, text, key=key, budget=budget)
-        memo["resumes"] = n
-        memo["hop_runs"] = [*(memo.get("hop_runs") or []), run_ref]
-        memo["deadline"] = _deadline(ctx, settings)
-        await ctx.set(run.id, packet.packet_id, run_id=run_ref, retries=memo)
+        memo.resumes = n
+        memo.hop_runs = [*memo.hop_runs, run_ref]
+        memo.deadline = _deadline(ctx, settings)
+        await ctx.set(run.id, packet.packet_id, run_id=run_ref, memo=memo)
         return
     outcome = await ctx.outcome(run.id, packet.thread_id, packet.run_id, coder.environment)
-    memo["report"] = outcome.reply
-    memo["coder_errors"] = outcome.problems
+    memo.report = outcome.reply
+    memo.coder_errors = outcome.problems
     denial = _denial_evidence(outcome)
     if status != "completed":
         detail = f"The coder's run ended {status}." + _quoted(outcome)
@@ -195,19 +193,19 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
             ctx, run, packet, memo, denial[0] if denial else "coder_error", detail, denial
         )
         return
-    found = await collect(ctx, run, packet, coder, list(memo.get("hop_runs") or [packet.run_id]))
-    memo.update(found.memo())
-    if found.tip is None or found.tip == memo["base"]:
+    found = await collect(ctx, run, packet, coder, memo.hop_runs or [packet.run_id])
+    found.record(memo)
+    if found.tip is None or found.tip == base:
         detail = "The coder changed nothing." + _quoted(outcome)
         await redispatch_or_park(
             ctx, run, packet, memo, denial[0] if denial else "empty_diff", detail, denial
         )
         return
-    await ctx.set(run.id, packet.packet_id, state="verifying", commit_sha=found.tip, retries=memo)
+    await ctx.set(run.id, packet.packet_id, state="verifying", commit_sha=found.tip, memo=memo)
 
 
 async def _over_budget(
-    ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, memo: dict[str, Any], why: str
+    ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, memo: PacketMemo, why: str
 ) -> None:
     """The hop's runs passed a budget: its receipt says so (with what they spent), the packet parks."""
     stopped = VerificationResult(
@@ -280,7 +278,7 @@ async def redispatch_or_park(
     ctx: OrchestrationContext,
     run: ostore.RunRow,
     packet: ostore.PacketRow,
-    memo: dict[str, Any],
+    memo: PacketMemo,
     why: Classification,
     detail: str,
     denial: tuple[Classification, str] | None = None,
@@ -297,7 +295,7 @@ async def redispatch_or_park(
         evidence=denial[1] if denial else _COMMON_EVIDENCE.get(why, ""),
     )
     await record_impl(ctx, run, packet, memo, None, failed)
-    if int(memo.get("redispatch", 0)) >= RETRY_LIMIT:
+    if memo.redispatch >= RETRY_LIMIT:
         await ctx.park(run.id, packet.packet_id, f"{detail} (already re-dispatched once)")
         return
     current = coder_of(packet)
@@ -311,7 +309,8 @@ async def redispatch_or_park(
         return
     nxt = others[0].model_copy(update={"reason": f"re-dispatched after {why} from {current.spec}"})
     nxt = await place_coder(ctx, run, nxt, f"{packet.packet_id}:redispatch", runtime_mode=settings.access)
-    memo.update(redispatch=int(memo.get("redispatch", 0)) + 1, previous_failure=detail)
+    memo.redispatch += 1
+    memo.previous_failure = detail
     if packet.thread_id is not None and current.environment is None:
         # The first coder's worktree goes (its branch stays, for a look); the next coder
         # starts clean from the same base on a branch of its own.
@@ -327,7 +326,7 @@ async def redispatch_or_park(
         thread_id=None,
         run_id=None,
         branch=f"orchestrate/{run.id}/{packet.packet_id}-{packet.attempt + 1}",
-        retries=memo,
+        memo=memo,
     )
 
 
@@ -335,13 +334,13 @@ async def record_impl(
     ctx: OrchestrationContext,
     run: ostore.RunRow,
     packet: ostore.PacketRow,
-    memo: dict[str, Any],
+    memo: PacketMemo,
     commit: str | None,
     verification: VerificationResult,
 ) -> None:
     project = await projects.get(ctx.db, run.project_id)
     repo = Path(project.path)
-    base = str(memo.get("base", run.base_commit))
+    base = memo.base or run.base_commit
     files: list[str] = []
     stat = ""
     if commit is not None and commit != base:
@@ -361,21 +360,21 @@ async def record_impl(
         files_changed=files,
         diff_stat=stat,
         verification=verification,
-        report=str(memo.get("report") or ""),
-        recovered_paths=list(memo.get("recovered") or []),
-        not_recovered=list(memo.get("not_recovered") or []),
-        recovery_problem=memo.get("recovery_problem"),
-        stray_paths=list(memo.get("stray") or []),
-        user_paths=list(memo.get("user_paths") or []),
-        left_paths=list(memo.get("left") or []),
-        checkout_changes=list(memo.get("checkout") or []),
+        report=memo.report or "",
+        recovered_paths=list(memo.recovered),
+        not_recovered=list(memo.not_recovered),
+        recovery_problem=memo.recovery_problem,
+        stray_paths=list(memo.stray),
+        user_paths=list(memo.user_paths),
+        left_paths=list(memo.left),
+        checkout_changes=list(memo.checkout),
         out_of_scope=scope.outside(files, spec.files),
-        coder_errors=list(memo.get("coder_errors") or []),
-        started_at=memo.get("hop_started"),
+        coder_errors=list(memo.coder_errors),
+        started_at=memo.hop_started,
         ended_at=ctx.clock(),
-        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("hop_runs") or []),
+        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.hop_runs),
     )
-    memo["hop_runs"] = []  # the next receipt of this packet is for the runs after this one
+    memo.hop_runs = []  # the next receipt of this packet is for the runs after this one
     await ostore.add_receipt(
         ctx.db, run.id, packet.packet_id, "implementation", receipt.wire(), now=ctx.clock()
     )

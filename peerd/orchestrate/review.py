@@ -22,7 +22,7 @@ from peerd.store import projects
 
 async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow) -> None:
     spec = PacketSpec.model_validate(packet.spec)
-    memo = dict(packet.retries)
+    memo = packet.memo.copy_for_update()
     assert packet.commit_sha is not None and packet.branch is not None  # noqa: S101
     project = await projects.get(ctx.db, run.project_id)
     repo = Path(project.path)
@@ -33,15 +33,15 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     try:
         check = await gitops.run_check(worktree, spec.verify)
         verification = verification_of(spec.verify, check, evidence=_first_evidence(check, where))
-        if not check.passed and not check.timed_out and int(memo.get("reruns", 0)) < RETRY_LIMIT:
+        if not check.passed and not check.timed_out and memo.reruns < RETRY_LIMIT:
             # Environmental only by evidence: peerd runs the same check on the same commit again
             # (once per packet); a failure that does not repeat was the machine's, one that
             # repeats is the code's. Never decided on words in the output.
-            memo["reruns"] = int(memo.get("reruns", 0)) + 1
+            memo.reruns += 1
             again = await gitops.run_check(worktree, spec.verify)
             verification = _after_rerun(spec.verify, check, again, where)
             if again.passed:
-                memo["environmental"] = int(memo.get("environmental", 0)) + 1
+                memo.environmental += 1
             check = again
         elif not check.passed and not check.timed_out:
             verification = verification.model_copy(
@@ -54,17 +54,17 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     kind = verification.classification
     await record_impl(ctx, run, packet, memo, packet.commit_sha, verification)
     if verification.passed:
-        memo["review_started"] = ctx.clock()
-        await ctx.set(run.id, packet.packet_id, state="reviewing", hop="review", retries=memo)
+        memo.review_started = ctx.clock()
+        await ctx.set(run.id, packet.packet_id, state="reviewing", hop="review", memo=memo)
         return
-    if kind == "content" and int(memo.get("content", 0)) < RETRY_LIMIT:
-        memo["content"] = int(memo.get("content", 0)) + 1
-        memo["pending_send"] = (
+    if kind == "content" and memo.content < RETRY_LIMIT:
+        memo.content += 1
+        memo.pending_send = (
             f"The verification command failed on your work:\n\n$ {spec.verify}\n{check.output[-8000:]}\n\n"
             "Fix it in the same workspace, run the command again, and report."
         )
-        memo["pending_after"] = packet.run_id
-        await ctx.set(run.id, packet.packet_id, state="implementing", hop="fix", retries=memo)
+        memo.pending_after = packet.run_id
+        await ctx.set(run.id, packet.packet_id, state="implementing", hop="fix", memo=memo)
         return
     await ctx.park(
         run.id,
@@ -112,12 +112,12 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         raise ReceiptMissing(f"Packet {packet.packet_id}: the passing receipt is for another commit.")
     settings = Settings.from_request(run.request)
     spec = PacketSpec.model_validate(packet.spec)
-    memo = dict(packet.retries)
+    memo = packet.memo.copy_for_update()
     reviewer = settings.reviewers.get(packet.packet_id) or settings.coders[-1]
     reviewer = await place_coder(ctx, run, reviewer, f"{packet.packet_id}:review", runtime_mode="read-only")
     project = await projects.get(ctx.db, run.project_id)
     assert packet.commit_sha is not None  # noqa: S101
-    base = str(memo.get("base", run.base_commit))
+    base = memo.base or run.base_commit
     diff = await gitops.diff_text(Path(project.path), base, packet.commit_sha)
     verification = VerificationResult.model_validate(impl["verification"])
     # What the commit changes outside the packet's files, and what of it nothing allows.
@@ -125,16 +125,14 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         list(impl.get("outOfScope") or []),
         scope.held_paths(impl.get("outOfScope") or [], spec, run_allows=scope.run_allows(run.request)),
     )
-    round_n = int(memo.get("changes", 0)) + 1
-    thread_id = memo.get("review_thread") if memo.get("review_round") == round_n else None
-    review_run = memo.get("review_run")
+    round_n = memo.changes + 1
+    thread_id = memo.review_thread if memo.review_round == round_n else None
+    review_run = memo.review_run
     env = reviewer.environment  # a reviewer on a box gets the packet's commit sent there first
     scripted = reviewer.backend == "script"
-    if not isinstance(thread_id, str):
-        previous = memo.get("review_thread")
-        if isinstance(previous, str):  # the last round's reviewer is done: its checkout can go
-            previous_env = memo.get("review_env")
-            await ctx.archive(run.id, previous, previous_env if isinstance(previous_env, str) else None)
+    if thread_id is None:
+        if memo.review_thread is not None:  # the last round's reviewer is done: its checkout can go
+            await ctx.archive(run.id, memo.review_thread, memo.review_env)
         prompt = (
             scripted_reviewer_prompt(spec, diff, verification, round_n, outside.paths, outside.held)
             if scripted
@@ -146,10 +144,12 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
             role="reviewer", packet_id=packet.packet_id, budget=await spend.budget_for(ctx, run, packet.packet_id, key),
         )  # fmt: skip
         thread_id, review_run = launched.thread_id, launched.run_id
-        memo.update(review_thread=thread_id, review_run=review_run, review_round=round_n, review_env=env)
-        memo["review_runs"] = [review_run]
-        memo.setdefault("review_started", ctx.clock())
-        await ctx.set(run.id, packet.packet_id, retries=memo)
+        memo.review_thread, memo.review_run, memo.review_round = thread_id, review_run, round_n
+        memo.review_env = env
+        memo.review_runs = [review_run]
+        if memo.review_started is None:
+            memo.review_started = ctx.clock()
+        await ctx.set(run.id, packet.packet_id, memo=memo)
     assert isinstance(review_run, str)  # noqa: S101
     by = _who(reviewer)
     verdict, errors = None, ["no reply"]
@@ -185,9 +185,9 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         key = f"{packet.packet_id}:review:{round_n}:again"
         budget = await spend.budget_for(ctx, run, packet.packet_id, key)
         review_run = await ctx.send(run.id, thread_id, env, again, key=key, budget=budget)
-        memo["review_run"] = review_run
-        memo["review_runs"] = [*(memo.get("review_runs") or []), review_run]
-        await ctx.set(run.id, packet.packet_id, retries=memo)
+        memo.review_run = review_run
+        memo.review_runs = [*memo.review_runs, review_run]
+        await ctx.set(run.id, packet.packet_id, memo=memo)
     if verdict is None:
         await ctx.park(
             run.id,
@@ -207,28 +207,28 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         round=round_n,
         out_of_scope=outside.paths,
         held=held,
-        started_at=memo.get("review_started"),
+        started_at=memo.review_started,
         ended_at=ctx.clock(),
-        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("review_runs") or [review_run]),
+        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.review_runs or [review_run]),
     )
     await ostore.add_receipt(ctx.db, run.id, packet.packet_id, "review", receipt.wire(), now=ctx.clock())
-    memo["review_started"] = None
+    memo.review_started = None
     lines = [f"- {e.file}{':' + str(e.line) if e.line else ''}: {e.reason}" for e in verdict.evidence]
     if held is not None:
         # Approved, but it changes files outside its own that nothing allows: held back whole.
-        await ctx.set(run.id, packet.packet_id, retries=memo)
+        await ctx.set(run.id, packet.packet_id, memo=memo)
         await ctx.park(
             run.id, packet.packet_id, scope.held_message(packet.packet_id, outside.held, packet.branch)
         )
     elif verdict.verdict == "approve":
-        await ctx.set(run.id, packet.packet_id, state="approved", hop=None, retries=memo)
-    elif verdict.verdict == "request_changes" and int(memo.get("changes", 0)) < RETRY_LIMIT:
-        memo["changes"] = round_n
-        memo["pending_send"] = (
+        await ctx.set(run.id, packet.packet_id, state="approved", hop=None, memo=memo)
+    elif verdict.verdict == "request_changes" and memo.changes < RETRY_LIMIT:
+        memo.changes = round_n
+        memo.pending_send = (
             "The reviewer requested changes:\n" + "\n".join(lines) + "\nMake them, verify, and report."
         )
-        memo["pending_after"] = packet.run_id
-        await ctx.set(run.id, packet.packet_id, state="implementing", hop="changes", retries=memo)
+        memo.pending_after = packet.run_id
+        await ctx.set(run.id, packet.packet_id, state="implementing", hop="changes", memo=memo)
     else:
         why = (
             "rejected it"
