@@ -201,3 +201,10 @@ async def test_the_state_lists_are_the_partial_indexes_own_and_their_queries_use
     assert len(ran) == 4
     for sql in ran:
         assert await scans(db, sql) == [], sql
+
+
+def test_only_plain_state_names_are_spelt_into_sql() -> None:
+    assert sql_list(moves.UNFINISHED) == "('waiting', 'moving')"
+    for bad in ([], ["it's"], ["Waiting"], ["a b"], ["x') OR 1=1 --"]):
+        with pytest.raises(ValueError, match="not a list of state names"):
+            sql_list(bad)
