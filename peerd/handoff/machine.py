@@ -20,6 +20,9 @@ A move of thread X from here to environment E:
   those forever); the thread here is released (its queue as it was). After the launch there
   answered, a move only ends `moved`.
 - **Branches there** (`landing`): a branch tip only moves to a descendant of itself.
+
+The states and the transitions allowed between them are one table, `core/moves.py:TRANSITIONS`
+(a waiting move may also fail); the store changes a state only through it.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from peerd.core.moves import UNFINISHED, MoveState
 from peerd.core.ownership import Right
 from peerd.errors import is_transient as is_transient  # noqa: PLC0414  # the registry's, used here
-from peerd.handoff.wire import BranchOutcome, MoveState
+from peerd.handoff.wire import BranchOutcome
 
-OPEN: frozenset[MoveState] = frozenset({"waiting", "moving"})
+OPEN: frozenset[MoveState] = frozenset(UNFINISHED)  # the states and their table: core/moves.py
 Step = Literal["snapshot", "send", "launch", "finish"]
 Reaction = Literal["cancel", "refuse_moving", "refuse_moved", "allow"]
 

@@ -41,10 +41,8 @@ def live_threads(packet: ostore.PacketRow) -> list[tuple[str, str | None]]:
     found: list[tuple[str, str | None]] = []
     if packet.thread_id:
         found.append((packet.thread_id, packet.environment))
-    review = packet.retries.get("review_thread")
-    if isinstance(review, str):
-        env = packet.retries.get("review_env")
-        found.append((review, env if isinstance(env, str) else None))
+    if packet.memo.review_thread is not None:
+        found.append((packet.memo.review_thread, packet.memo.review_env))
     return found
 
 
@@ -73,13 +71,14 @@ async def stop_packets(ctx: OrchestrationContext, run_id: str, reason: str) -> i
         if packet.terminal or packet.state == "approved":
             continue
         pending = [
-            [thread_id, env]
+            (thread_id, env)
             for thread_id, env in live_threads(packet)
             if not await stop_thread(ctx, run_id, thread_id, env)
         ]
-        memo = {**packet.retries, "stop_owed": pending}
+        memo = packet.memo.copy_for_update()
+        memo.stop_owed = pending
         await ostore.update_packet(
-            ctx.db, run_id, packet.packet_id, now=ctx.clock(), state="cancelled", failure=reason, retries=memo
+            ctx.db, run_id, packet.packet_id, now=ctx.clock(), state="cancelled", failure=reason, memo=memo
         )
         owed += len(pending)
     return owed
@@ -91,13 +90,14 @@ async def deliver_owed(ctx: OrchestrationContext, run_id: str) -> None:
     for attempt in itertools.count():
         remaining = 0
         for packet in (await ostore.get(ctx.db, run_id)).packets:
-            owed = packet.retries.get("stop_owed") or []
+            owed = packet.memo.stop_owed
             if not owed:
                 continue
             landed = [(t, e) for t, e in owed if await stop_thread(ctx, run_id, t, e)]
-            still = [[t, e] for t, e in owed if (t, e) not in landed]
-            memo = {**packet.retries, "stop_owed": still}
-            await ostore.update_packet(ctx.db, run_id, packet.packet_id, now=ctx.clock(), retries=memo)
+            memo = packet.memo.copy_for_update()
+            memo.stop_owed = [pair for pair in owed if pair not in landed]
+            still = memo.stop_owed
+            await ostore.update_packet(ctx.db, run_id, packet.packet_id, now=ctx.clock(), memo=memo)
             remaining += len(still)
             run = await ostore.get(ctx.db, run_id)
             if not Settings.from_request(run.request).keep:
@@ -115,7 +115,7 @@ async def clean_up(ctx: OrchestrationContext, run_id: str) -> None:
     run = await ostore.get(ctx.db, run_id)
     if Settings.from_request(run.request).keep:
         return
-    owed = {thread for p in run.packets for thread, _ in p.retries.get("stop_owed") or []}
+    owed = {thread for p in run.packets for thread, _ in p.memo.stop_owed}
     for thread_id, env, _role in await ctx.threads_of(run_id):
         if thread_id not in owed:  # an owed stop's thread goes once the stop lands
             await retire(ctx, run, thread_id, env)

@@ -101,7 +101,7 @@ class Engine:
             else:
                 self.spawn(run_id)
         for run_id in await ostore.all_runs(self.ctx.db, status="cancelled"):
-            if any(p.retries.get("stop_owed") for p in (await ostore.get(self.ctx.db, run_id)).packets):
+            if any(p.memo.stop_owed for p in (await ostore.get(self.ctx.db, run_id)).packets):
                 self._background(f"owed:{run_id}", cleanup.deliver_owed(self.ctx, run_id))
 
     def _background(self, key: str, coro: Coroutine[Any, Any, None]) -> None:
