@@ -1,0 +1,79 @@
+"""The one clock (`peerd/core/clock.py`), its fake (`tests/fakeclock.py`), and the retry loops
+that wait on it, driven by the fake: each waits its schedule's delays, in order, without real time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from peerd.core.clock import SYSTEM_CLOCK, Clock, SystemClock
+from peerd.errors import StorageUnavailable
+from peerd.tasks.timing import Retrier
+from tests.fakeclock import T0, FakeClock
+
+
+def test_the_system_clock_is_the_machines() -> None:
+    clock: Clock = SystemClock()
+    assert abs(clock.wall() - time.time()) < 5 and abs(clock() - time.time()) < 5
+    before = time.monotonic()
+    assert before <= clock.monotonic() <= time.monotonic()
+
+
+async def test_the_system_clock_sleeps_or_is_woken() -> None:
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    loop.call_later(0.05, wake.set)
+    await SYSTEM_CLOCK.sleep(30, wake)
+    assert loop.time() - began < 5, "the event ended the sleep"
+    await SYSTEM_CLOCK.sleep(-1)  # nothing to wait for
+
+
+def test_the_fake_moves_only_when_told() -> None:
+    clock = FakeClock()
+    assert (clock(), clock.wall(), clock.monotonic()) == (T0, T0, 1000.0)
+    clock.advance(30)
+    assert (clock.wall(), clock.monotonic()) == (T0 + 30, 1030.0)
+    clock.step_wall(-600)
+    assert (clock.wall(), clock.monotonic()) == (T0 - 570, 1030.0), "a wall step moves no interval"
+    with pytest.raises(ValueError, match="only goes forward"):
+        clock.advance(-1)
+
+
+async def test_the_fake_sleeps_until_time_is_moved_past_its_end_or_it_is_woken() -> None:
+    clock = FakeClock()
+    slept = asyncio.ensure_future(clock.sleep(10))
+    assert await clock.jump() == 10 and clock.monotonic() == 1010.0
+    await asyncio.wait_for(slept, 1)
+    wake = asyncio.Event()
+    woken = asyncio.ensure_future(clock.sleep(99, wake))
+    await asyncio.sleep(0)
+    assert clock.sleeping == [99]
+    clock.advance(50)
+    await asyncio.sleep(0)
+    assert not woken.done() and clock.sleeping == [49]
+    wake.set()
+    await asyncio.wait_for(woken, 1)
+    assert clock.sleeping == [] and clock.slept == [10, 99]
+
+
+async def test_a_tasks_store_work_is_retried_from_2_s_to_30_s_with_jitter() -> None:
+    clock = FakeClock()
+    retrier = Retrier(clock=clock, jitter=lambda: 0.5)
+    failures = 6  # the first try and five retries fail
+    done = asyncio.Event()
+
+    async def work() -> None:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise StorageUnavailable("disk full")
+        done.set()
+
+    assert await retrier.run("wake:thr_1", work) is False, "left to the retries"
+    waited = [await clock.jump() for _ in range(6)]
+    await asyncio.wait_for(done.wait(), 1)
+    assert waited == [2.5, 4.5, 8.5, 16.5, 30.5, 30.5]
+    await retrier.close()
