@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
 from peerd.core.clock import SYSTEM_CLOCK, Clock, SystemClock
 from peerd.errors import StorageUnavailable
+from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.runner import STORE_RETRY, RunManager
 from peerd.tasks.timing import Retrier
 from tests.fakeclock import T0, FakeClock
 
@@ -57,6 +60,59 @@ async def test_the_fake_sleeps_until_time_is_moved_past_its_end_or_it_is_woken()
     wake.set()
     await asyncio.wait_for(woken, 1)
     assert clock.sleeping == [] and clock.slept == [10, 99]
+
+
+async def test_a_live_runs_store_write_is_retried_on_its_schedule_until_it_goes_through(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    manager = RunManager(
+        None,  # type: ignore[arg-type]  # `_write` touches no store of its own
+        ChangeFeed(),
+        {},
+        state_dir=tmp_path / "state",
+        tool_env={},
+        clock=clock,
+    )
+    failures = 9
+
+    async def op() -> str:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise StorageUnavailable("disk full")
+        return "written"
+
+    write = asyncio.ensure_future(manager._write(op))
+    waited = [await clock.jump() for _ in range(9)]
+    assert await asyncio.wait_for(write, 1) == "written"
+    assert waited == [0.5, 1, 2, 4, 8, 16, 30, 30, 30] == [STORE_RETRY.delay(n) for n in range(1, 10)]
+    assert manager.store_retries == 9
+
+
+async def test_a_store_write_waiting_to_be_retried_gives_up_at_shutdown(tmp_path: Path) -> None:
+    clock = FakeClock()
+    manager = RunManager(
+        None,  # type: ignore[arg-type]
+        ChangeFeed(),
+        {},
+        state_dir=tmp_path / "state",
+        tool_env={},
+        clock=clock,
+    )
+
+    async def op() -> None:
+        raise StorageUnavailable("disk full")
+
+    write = asyncio.ensure_future(manager._write(op))
+    async with asyncio.timeout(5):
+        while not clock.sleeping:
+            await asyncio.sleep(0.001)
+    manager._closing = True
+    manager._closed.set()  # what `shutdown` sets: the wait ends without the clock moving
+    with pytest.raises(StorageUnavailable):
+        await asyncio.wait_for(write, 1)
+    assert clock.monotonic() == 1000.0
 
 
 async def test_a_tasks_store_work_is_retried_from_2_s_to_30_s_with_jitter() -> None:
