@@ -1,4 +1,5 @@
-"""The one backoff schedule (`peerd/core/backoff.py`), pure: first, doubling, cap, jitter bounds."""
+"""The one backoff schedule (`peerd/core/backoff.py`), pure: first, doubling, cap, jitter bounds;
+and each retry loop's own numbers, as they were before the loops shared it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import random
 import pytest
 
 from peerd.core.backoff import Backoff
+from peerd.handoff import machine as moves
+from peerd.orchestrate import cleanup, context
+from peerd.runtime import runner
+from peerd.store import db
+from peerd.tasks import rules
 
 
 def test_the_first_retry_waits_first_then_each_doubles_up_to_the_cap() -> None:
@@ -61,3 +67,36 @@ def test_no_jitter_means_the_same_delay_whatever_the_draw() -> None:
 def test_a_schedule_that_makes_no_sense_is_refused(first: float, cap: float, jitter: float) -> None:
     with pytest.raises(ValueError, match="a backoff needs"):
         Backoff(first=first, cap=cap, jitter=jitter)
+
+
+# --- each loop's schedule: its first delay, its cap and its jitter, as before ---------------------
+
+
+def numbers(b: Backoff) -> tuple[float, float, float]:
+    return b.first, b.cap, b.jitter
+
+
+def test_the_follower_backs_off_from_2_s_to_5_minutes_plus_up_to_1_s() -> None:
+    assert numbers(rules.LINK_BACKOFF) == (2.0, 300.0, 1.0)
+
+
+def test_this_daemons_store_is_retried_from_2_s_to_30_s_plus_up_to_1_s() -> None:
+    """The follower's own store faults and the task ender's retries (`tasks/timing.py:Retrier`)."""
+    assert numbers(rules.STORE_RETRY) == (2.0, 30.0, 1.0)
+
+
+def test_a_live_runs_store_writes_are_retried_from_half_a_second_to_30_s() -> None:
+    assert numbers(runner.STORE_RETRY) == (0.5, 30.0, 0.0)
+
+
+def test_a_move_is_retried_from_1_s_to_a_minute() -> None:
+    assert numbers(moves.RETRY) == (1.0, 60.0, 0.0)
+
+
+def test_orchestrations_wait_out_a_box_from_2_s_to_a_minute_and_owe_stops_up_to_5_minutes() -> None:
+    assert numbers(context.UNREACHABLE_BACKOFF) == (2.0, 60.0, 0.0)
+    assert numbers(cleanup.OWED_STOP_BACKOFF) == (2.0, 300.0, 0.0)
+
+
+def test_a_locked_store_is_waited_for_from_1_ms_to_100_ms() -> None:
+    assert numbers(db.BUSY_BACKOFF) == (0.001, 0.1, 0.0)

@@ -1,16 +1,23 @@
 """The one clock (`peerd/core/clock.py`), its fake (`tests/fakeclock.py`), and the retry loops
-that wait on it, driven by the fake: each waits its schedule's delays, in order, without real time."""
+that wait on it, driven by the fake: each waits its schedule's delays, in order, without real time
+(the follower's: tests/tasks/test_follower_machine.py and tests/integration/test_fake_clock.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from peerd.core.backoff import Backoff
 from peerd.core.clock import SYSTEM_CLOCK, Clock, SystemClock
-from peerd.errors import StorageUnavailable
+from peerd.errors import PeerUnreachable, StorageUnavailable
+from peerd.handoff import service as handoff_service
+from peerd.handoff.machine import RETRY
+from peerd.handoff.service import HandoffService
+from peerd.orchestrate.context import UNREACHABLE_BACKOFF, OrchestrationContext
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import STORE_RETRY, RunManager
 from peerd.tasks.timing import Retrier
@@ -133,3 +140,63 @@ async def test_a_tasks_store_work_is_retried_from_2_s_to_30_s_with_jitter() -> N
     await asyncio.wait_for(done.wait(), 1)
     assert waited == [2.5, 4.5, 8.5, 16.5, 30.5, 30.5]
     await retrier.close()
+
+
+class _Ops:
+    """What the orchestration and move loops read of `Operations` here: the clock, the feed's state,
+    and a wait that fails while the box is away."""
+
+    def __init__(self, clock: FakeClock, away: int) -> None:
+        self.clock = clock
+        self.feed = ChangeFeed()
+        self.away = away
+
+    async def thread_wait(self, caller: object, thread_id: str, req: object) -> SimpleNamespace:
+        if self.away:
+            self.away -= 1
+            raise PeerUnreachable("the box is away")
+        return SimpleNamespace(terminal=True, status="completed")
+
+
+async def test_an_orchestration_waits_out_a_box_that_is_away_from_2_s_to_a_minute(tmp_path: Path) -> None:
+    clock = FakeClock()
+    ops = _Ops(clock, away=8)
+    ctx = OrchestrationContext(
+        None,  # type: ignore[arg-type]  # the wait reads no store
+        ops.feed,
+        ops,  # type: ignore[arg-type]
+        worktrees_dir=tmp_path,
+        clock=clock,
+    )
+    wait = asyncio.ensure_future(ctx.wait("orc_1", "thr_1", "run_1", "box"))
+    waited = [await clock.jump() for _ in range(8)]
+    assert await asyncio.wait_for(wait, 1) == "completed"
+    assert waited == [2, 4, 8, 16, 32, 60, 60, 60] == [UNREACHABLE_BACKOFF.delay(n) for n in range(1, 9)]
+
+
+async def test_a_moves_failed_steps_are_retried_from_1_s_and_a_step_that_goes_through_starts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    service = HandoffService.__new__(HandoffService)  # only its driver loop, on a fake `ops`
+    service.ops = _Ops(clock, away=0)  # type: ignore[assignment]
+    service.db = None  # type: ignore[assignment]
+    service._closed = False
+    steps = iter(["away", "away", "away", "done", "away", "away", "moved"])
+
+    async def advance(move_id: str) -> bool:
+        step = next(steps)
+        if step == "away":
+            raise PeerUnreachable("the box is away")
+        return step == "moved"
+
+    async def row(db: object, move_id: str) -> dict[str, object]:
+        return {"snapshot": None, "there_branch": None, "there_thread_id": None}
+
+    monkeypatch.setattr(service, "_advance", advance)
+    monkeypatch.setattr(handoff_service.moves, "get", row)
+    run = asyncio.ensure_future(service._run("mov_1"))
+    waited = [await clock.jump() for _ in range(5)]
+    await asyncio.wait_for(run, 1)
+    assert waited == [1, 2, 4, 1, 2], "1 s doubling; a step that went through starts it again"
+    assert Backoff(first=1.0, cap=60.0) == RETRY and RETRY.delay(30) == 60.0
