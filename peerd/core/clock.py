@@ -18,7 +18,6 @@ system's clocks; the rest of `core/` does no I/O.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Protocol
 
@@ -57,8 +56,13 @@ class SystemClock:
         if wake is None:
             await asyncio.sleep(max(seconds, 0))
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=max(seconds, 0))
+        # `asyncio.wait`, not `wait_for`: on 3.11 `wait_for` swallows a cancellation that lands as
+        # `wake` is set, and a follower stopped then would never stop (its `stop` awaits it).
+        woken = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({woken}, timeout=max(seconds, 0))
+        finally:
+            woken.cancel()
 
 
 SYSTEM_CLOCK: Clock = SystemClock()  # the default of every part built outside the daemon

@@ -41,6 +41,20 @@ async def test_the_system_clock_sleeps_or_is_woken() -> None:
     await SYSTEM_CLOCK.sleep(-1)  # nothing to wait for
 
 
+@pytest.mark.parametrize("clock", [SYSTEM_CLOCK, FakeClock()], ids=["system", "fake"])
+async def test_a_sleep_cancelled_as_it_is_woken_is_cancelled(clock: Clock) -> None:
+    """A stop that lands as the sleep's event is set stops it (`asyncio.wait_for` on 3.11 swallowed
+    it, and a follower stopped at that moment kept running while the daemon waited for it)."""
+    wake = asyncio.Event()
+    sleeping = asyncio.ensure_future(clock.sleep(30, wake))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    wake.set()
+    assert sleeping.cancel(), "still sleeping"
+    with pytest.raises(asyncio.CancelledError):
+        await sleeping
+
+
 def test_the_fake_moves_only_when_told() -> None:
     clock = FakeClock()
     assert (clock(), clock.wall(), clock.monotonic()) == (T0, T0, 1000.0)
