@@ -104,6 +104,8 @@ async def test_a_laptop_on_a_fake_clock_backs_off_to_five_minutes_and_the_box_ba
         for n, delay in enumerate(delays, start=1):
             base = min(2.0 * 2 ** (n - 1), 300.0)
             assert base <= delay < base + 1.0, f"try {n}: {delay:.2f} s, not {base:g} s plus < 1 s"
+            # jittered, past the cap too (a draw of exactly 0 has odds of 2**-53)
+            assert delay > base, f"try {n}: {delay:.2f} s, no jitter"
         assert max(delays) < 301.0, "never more than 5 minutes (and the jitter)"
 
         await m.start("box")
