@@ -10,7 +10,6 @@ stop a box cannot hear now is owed (kept in the packet's memo) and retried until
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 import structlog
 
 from peerd import contracts as c
+from peerd.core.backoff import Backoff
 from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
@@ -30,8 +30,8 @@ from peerd.store import ownership, projects
 
 log = structlog.get_logger(__name__)
 
-# A cancel a box could not be told: retried after these pauses, then every 5 minutes.
-OWED_STOP_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+# A cancel a box could not be told: retried after 2 s, 4 s ... then every 5 minutes, until it lands.
+OWED_STOP_BACKOFF = Backoff(first=2.0, cap=300.0)
 # How long a stopped thread's run gets to end before its worktree is removed anyway (next time).
 STOP_SETTLE_S = 15.0
 
@@ -87,7 +87,7 @@ async def stop_packets(ctx: OrchestrationContext, run_id: str, reason: str) -> i
 async def deliver_owed(ctx: OrchestrationContext, run_id: str) -> None:
     """Owed stops, retried with backoff (across restarts, from the store) until each lands; then
     that thread is cleaned up like the others."""
-    for attempt in itertools.count():
+    for attempt in itertools.count(1):
         remaining = 0
         for packet in (await ostore.get(ctx.db, run_id)).packets:
             owed = packet.memo.stop_owed
@@ -106,7 +106,7 @@ async def deliver_owed(ctx: OrchestrationContext, run_id: str) -> None:
         ctx.changed(run_id)
         if not remaining:
             return
-        await asyncio.sleep(OWED_STOP_BACKOFF_S[min(attempt, len(OWED_STOP_BACKOFF_S) - 1)])
+        await ctx.clock.sleep(OWED_STOP_BACKOFF.delay(attempt))
 
 
 async def clean_up(ctx: OrchestrationContext, run_id: str) -> None:

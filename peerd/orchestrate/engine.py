@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing
 from peerd.operations import Operations
 from peerd.orchestrate import cleanup, spend, userwork
@@ -78,7 +78,7 @@ class Engine:
         *,
         worktrees_dir: Path,
         assign_more: Callable[[dict[str, Any], list[PacketSpec]], Awaitable[dict[str, Any]]],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.ctx = OrchestrationContext(db, feed, ops, worktrees_dir=worktrees_dir, clock=clock)
         # Coders for packets a planner produced: resolved like the request's own packets.
