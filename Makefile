@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults fuzz chromium
+.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults fuzz chromium mutants
 
 # One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
@@ -91,6 +91,11 @@ fuzz: $(STAMP) sandbox
 # `make test` runs its short, deterministic subset.
 faults: $(STAMP) sandbox
 	PEERD_FAULTS=full $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults
+
+# Mutation checks: each critical rule of tools/mutants.toml broken on purpose, one at a time in a
+# scratch copy; every test it names must then fail (a few minutes; not part of `make test`).
+mutants: $(STAMP) sandbox
+	$(PY) tools/mutants.py
 
 bench: $(STAMP)
 	$(PY) bench/wake.py

@@ -10,7 +10,7 @@ from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from peerd.runtime.sandbox_profile import READABLE_ENV
 from tests.helpers import client_for, make_repo, running_daemon
-from tests.realcli import REPO, SIGNALS
+from tests.realcli import CLI_DIR, REPO, SIGNALS
 
 
 @pytest.fixture
@@ -42,5 +42,5 @@ def _repository_readable_in_sandboxes() -> None:
     fixtures (scripts, the pinned CLIs) stay readable to confined runs, as they are from a clone
     elsewhere. Only those: the test homes in `.cache/test-homes` stay out of sight (deny by
     default is what the security tests check)."""
-    fixtures = [REPO / "tests", REPO / "examples", REPO / ".cache" / "coder-clis", SIGNALS]
+    fixtures = [REPO / "tests", REPO / "examples", CLI_DIR, SIGNALS]
     os.environ[READABLE_ENV] = ":".join(str(p) for p in fixtures)

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.paths import Paths
 from peerd.peer.identity import Identity, server_ssl_context
+from tests.support.eventually import eventually
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "peerd tests",
@@ -57,6 +58,13 @@ def make_repo(path: Path, *, origin: str | None = "git@github.com:peerd/demo.git
 def script(*steps: dict[str, Any]) -> str:
     """A prompt holding an inline script for the `script` provider."""
     return "```peerd-script\n" + json.dumps({"steps": list(steps)}) + "\n```"
+
+
+def free_port() -> int:
+    """A loopback port free now: for a daemon that must listen at the same address after a restart."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager
@@ -101,21 +109,16 @@ async def wait_started(
     def tail() -> str:
         return "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            async with client_for(home) as client:
-                if (await client.call("GET", "/v1/status")).get("state") != "starting":
-                    return
-        except DaemonNotRunning:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{label} exited: {tail()}") from None
-            if loop.time() > deadline:
-                raise
-        if loop.time() > deadline:
-            raise TimeoutError(f"{label} did not finish starting: {tail()}")
-        await asyncio.sleep(0.05)  # a socket that does not exist yet has no event to wait on
+    async def started() -> bool:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{label} exited: {tail()}")
+        async with client_for(home) as client:
+            return bool((await client.call("GET", "/v1/status")).get("state") != "starting")
+
+    try:  # a socket that does not exist yet has no event to wait on
+        await eventually(started, what=f"{label} started", within=timeout, ignoring=(DaemonNotRunning,))
+    except AssertionError as late:
+        raise TimeoutError(f"{late}; its log: {tail()}") from None
 
 
 @asynccontextmanager
@@ -136,6 +139,41 @@ async def wait_terminal(
         if result["terminal"] or loop.time() > deadline:
             return result
         run_id = result["runId"]
+
+
+async def events_until(
+    client: LocalClient,
+    thread_id: str,
+    found: Callable[[dict[str, Any]], bool],
+    *,
+    after: int = 0,
+    total: float = 15,
+) -> tuple[dict[str, Any], int]:
+    """Long-poll the event cursor until an event matches; (that event, the cursor after it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
+    while loop.time() < deadline:
+        page = await client.call(
+            "GET", f"/v1/threads/{thread_id}/events", params={"after": after, "timeout": 5}
+        )
+        for event in page["events"]:
+            if found(event):
+                return event, event["seq"]
+        after = page["nextCursor"]
+    raise AssertionError(f"no matching event on thread {thread_id} within {total} s")
+
+
+async def wait_status(client: LocalClient, thread_id: str, run_id: str, status: str) -> int:
+    def match(e: dict[str, Any]) -> bool:
+        return e["type"] == "run.updated" and e["data"]["runId"] == run_id and e["data"]["status"] == status
+
+    _, cursor = await events_until(client, thread_id, match)
+    return cursor
+
+
+async def items(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:
+    """A thread's items (its first page)."""
+    return list((await client.call("GET", f"/v1/threads/{thread_id}/items"))["items"])
 
 
 class DaemonProcess:

@@ -29,7 +29,9 @@ from peerd.runtime.sandbox import Mount
 from tests.fakemodel import FakeModel
 
 REPO = Path(__file__).resolve().parent.parent
-CLI_DIR = Path(os.environ.get("PEERD_TEST_CLIS", REPO / ".cache" / "coder-clis"))
+# Resolved: a worktree may share its .cache as a symlink, which a sandbox shows as nothing.
+CACHE = (REPO / ".cache").resolve()
+CLI_DIR = Path(os.environ.get("PEERD_TEST_CLIS", CACHE / "coder-clis"))
 CLIS = ("codex", "claude", "gemini")
 CODEX_MODEL = "fake-model"
 GEMINI_MODEL = "gemini-2.5-flash"
@@ -144,7 +146,7 @@ def offline_settings(scratch: Path, fake: FakeModel, **extra: ProviderConfig) ->
 def secure_base() -> Path:
     """The repository's .cache when no directory above it is writable by others, else one in the
     user's own cache directory (a clone under /tmp, as CI may make, is below such a directory)."""
-    for base in (REPO / ".cache" / "test-homes", Path.home() / ".cache" / "peerd-test-homes"):
+    for base in (CACHE / "test-homes", Path.home() / ".cache" / "peerd-test-homes"):
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         if writable_ancestor(base / "x") is None:
             return base
@@ -162,7 +164,7 @@ def secure_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-SIGNALS = REPO / ".cache" / "test-signals"
+SIGNALS = CACHE / "test-signals"
 
 
 def signal_base() -> Path:

@@ -13,26 +13,14 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
-from tests.approvals.test_links import launch_on_box, set_up, wait_pending
-from tests.approvals.test_local import launch
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
-from tests.integration.test_cli import ok, peerd
+from tests.support.approvals import launch, launch_on_box, new_approval, pending_approvals, set_up
+from tests.support.cli import ok, peerd
+from tests.support.eventually import eventually
+from tests.support.inflight import awaiting
 
 Json = dict[str, Any]
 LINE_TIMEOUT_S = 30.0
-
-
-async def next_pending(client: LocalClient, known: set[str], *, seconds: float = 20) -> Json:
-    """The first pending approval not in `known` (which it is added to)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
-        for view in (await client.call("GET", "/v1/approvals"))["items"]:
-            if view["id"] not in known:
-                known.add(view["id"])
-                return dict(view)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no new pending approval after {seconds} s")
 
 
 async def test_list_show_approve_and_deny_with_each_option(
@@ -53,7 +41,7 @@ async def test_list_show_approve_and_deny_with_each_option(
         ),
     )
     known: set[str] = set()
-    first = await next_pending(client, known)
+    first = await new_approval(client, known)
 
     listed = ok(await peerd(home, "approval", "list"))
     header, row = listed.splitlines()[:2]
@@ -79,18 +67,18 @@ async def test_list_show_approve_and_deny_with_each_option(
     again = await peerd(home, "approval", "deny", first["id"])
     assert again.returncode == EXIT_ERROR and "approval_decided" in again.stderr, again.stderr
 
-    second = await next_pending(client, known)
+    second = await new_approval(client, known)
     denied = ok(await peerd(home, "approval", "deny", second["id"], "--reason", "not b"))
     assert denied.startswith("Denied: run `echo b > b.txt`")
 
-    third = await next_pending(client, known)
+    third = await new_approval(client, known)
     assert third["detail"]["command"] == "echo c >> c.txt"
     made = json.loads(
         ok(await peerd(home, "approval", "approve", third["id"], "--always-for-this-command", "--json"))
     )
     assert made["status"] == "approved" and made["scope"] == "command" and made["decidedBy"] == "owner"
 
-    fourth = await next_pending(client, known)  # the second `echo c` was not asked about
+    fourth = await new_approval(client, known)  # the second `echo c` was not asked about
     assert fourth["detail"]["command"] == "echo d > d.txt"
     done = ok(await peerd(home, "approval", "approve", fourth["id"], "--always-for-this-run"))
     assert done.startswith("Approved for the rest of its run: run `echo d > d.txt`")
@@ -136,7 +124,10 @@ async def test_watch_prints_a_new_one_and_its_decision_and_ends_on_ctrl_c(tmp_pa
         project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
         proc = watch(daemon.paths.home)
         try:
-            await asyncio.sleep(1.0)  # the watch is in its long-poll before the run asks
+            await eventually(
+                lambda: awaiting("ApprovalDesk.listing", "ChangeFeed.wait_any"),
+                what="the watch in its long-poll before the run asks",
+            )
             launched = await launch(client, project, script({"run": "echo hi"}, {"reply": "done"}))
             asked = await line_of(proc)
             (pending,) = (await client.call("GET", "/v1/approvals"))["items"]
@@ -153,7 +144,10 @@ async def test_watch_prints_a_new_one_and_its_decision_and_ends_on_ctrl_c(tmp_pa
             if proc.poll() is None:
                 proc.kill()
         proc = watch(daemon.paths.home)
-        await asyncio.sleep(1.0)
+        await eventually(
+            lambda: awaiting("ApprovalDesk.listing", "ChangeFeed.wait_any"),
+            what="the watch in its long-poll when the daemon stops",
+        )
     try:
         # The daemon stopped while the watch waited: it ends with the usual message.
         code, err = await ended(proc)
@@ -167,7 +161,7 @@ async def test_a_boxs_approval_is_listed_on_box_and_decided_from_the_laptop(tmp_
     async with two_daemons(tmp_path) as pair:
         project = await set_up(tmp_path, pair)
         launched = await launch_on_box(pair, project, script({"run": "echo hi > there.txt"}, {"reply": "ok"}))
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         home = pair.laptop.paths.home
         row = ok(await peerd(home, "approval", "list")).splitlines()[1]
         assert seen["id"] in row and "on box" in row and "run `echo hi > there.txt`" in row

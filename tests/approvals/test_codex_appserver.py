@@ -30,10 +30,10 @@ from peerd.providers.base import (
 from peerd.providers.coders import CoderProvider
 from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED, toml_value
 from peerd.runtime.sandbox import Confinement
-from tests.approvals.support import Gate, pending_approvals
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import REPO, fake_marker, offline_settings, sandbox_binds, secure_dir, system_view
+from tests.support.approvals import Gate, pending_approvals
 
 RUN_IDS = itertools.count(1)
 RAN = "shell-ran.txt"
@@ -188,10 +188,7 @@ async def test_an_interrupt_while_a_person_decides_ends_the_run_promptly(
         run_spec(tmp_path, repo, gate, f"{fake_marker('shell')} Run it.")
     )
     consumer = asyncio.create_task(collect(run.events()))
-    for _ in range(400):
-        if gate.asked:
-            break
-        await asyncio.sleep(0.05)
+    await asyncio.wait_for(gate.was_asked.wait(), 20)
     assert gate.asked
     await run.interrupt()
     events = await asyncio.wait_for(consumer, 10)
@@ -300,7 +297,7 @@ async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_th
                 "inPlace": True,
             }
             launched = await client.call("POST", "/v1/threads", body=body)
-            (approval,) = await pending_approvals(client)
+            (approval,) = await pending_approvals(client, seconds=30)
             assert approval["kind"] == "command" and approval["tool"] == "exec_command"
             assert approval["detail"]["cwd"] == str(repo) and "echo RAN-OK" in approval["detail"]["command"]
             assert not (repo / RAN).exists()

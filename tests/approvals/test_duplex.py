@@ -12,6 +12,7 @@ from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished
 from peerd.providers.cli import Launch
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send, start_duplex
+from tests.support.approvals import Gate
 
 # A tiny "CLI": reads a prompt line, asks permission for a command, runs it only if allowed.
 CLI = r"""
@@ -50,17 +51,6 @@ class Driver:
         return RunFinished("completed" if exit_code == 0 else "failed", exit_code=exit_code)
 
 
-class Gate:
-    def __init__(self, allow: bool, delay: float = 0.0) -> None:
-        self.allow, self.delay = allow, delay
-        self.asked: list[ApprovalAsk] = []
-
-    async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
-        self.asked.append(ask)
-        await asyncio.sleep(self.delay)
-        return ApprovalAnswer(self.allow, "" if self.allow else "not today")
-
-
 async def _run(tmp_path: Path, gate: Gate) -> list[ProviderEvent]:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -79,7 +69,7 @@ async def test_an_allowed_question_is_answered_and_the_cli_goes_on(tmp_path: Pat
 
 
 async def test_a_denied_question_reaches_the_cli_with_its_reason(tmp_path: Path) -> None:
-    events = await _run(tmp_path, Gate(allow=False))
+    events = await _run(tmp_path, Gate(allow=False, reason="not today"))
     assert ItemProduced("assistant_message", "refused: not today") in events
     assert isinstance(events[-1], RunFinished)
 
@@ -97,8 +87,7 @@ async def test_interrupt_while_a_person_decides_ends_the_run(tmp_path: Path) -> 
             seen.append(event)
 
     consumer = asyncio.create_task(consume())
-    while not gate.asked:
-        await asyncio.sleep(0.02)
+    await asyncio.wait_for(gate.was_asked.wait(), 30)
     await run.interrupt()
     await asyncio.wait_for(consumer, 10)
     assert isinstance(seen[-1], RunFinished)

@@ -24,10 +24,10 @@ from peerd.providers.base import (
 )
 from peerd.providers.coders import CoderProvider
 from peerd.runtime.sandbox import Confinement
-from tests.approvals.support import Gate, model_saw, pending_approvals, replies, run_to_end
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
 from tests.realcli import fake_marker, offline_settings, sandbox_binds, secure_dir, system_view
+from tests.support.approvals import Gate, model_saw, pending_approvals, replies, run_to_end
 
 SHELL = "python3 -c \"open('shell-ran.txt', 'w').write('yes')\" && echo SHELL-OUTPUT-42"
 REASON = "DENIED-BY-ALICE: not on Fridays"
@@ -175,9 +175,7 @@ async def test_an_interrupt_while_a_person_decides_ends_the_run_promptly(
         seen.extend([event async for event in run.events()])
 
     consumer = asyncio.create_task(consume())
-    async with asyncio.timeout(30):
-        while not gate.asked:
-            await asyncio.sleep(0.05)
+    await asyncio.wait_for(gate.was_asked.wait(), 30)
     await run.interrupt()
     await asyncio.wait_for(consumer, 10)
     assert isinstance(seen[-1], RunFinished) and seen[-1].status == "interrupted", seen
@@ -257,7 +255,7 @@ async def test_a_daemon_run_at_approval_required_asks_and_is_approved_through_th
                 "inPlace": True,
             }
             launched = await client.call("POST", "/v1/threads", body=body)
-            (approval,) = await pending_approvals(client)
+            (approval,) = await pending_approvals(client, seconds=30)
             assert approval["kind"] == "command" and approval["tool"] == "run_shell_command"
             assert approval["detail"] == {"command": SHELL, "cwd": str(repo)}
             assert not (repo / "shell-ran.txt").exists()

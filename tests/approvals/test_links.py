@@ -5,7 +5,6 @@ a link whose policy is deny is answered at once; a revoked link decides nothing.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -17,34 +16,12 @@ from peerd.approvals import store as approvals_store
 from peerd.approvals.rules import Approval
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
-from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
+from tests.helpers import make_repo, script, two_daemons, wait_terminal
+from tests.support.approvals import launch_on_box, pending_approvals, set_up
+from tests.support.delegation import delegate, runs_script
+from tests.support.eventually import eventually
 
 Json = dict[str, Any]
-
-
-async def set_up(tmp_path: Path, pair: Pair, access: str = "approval-required") -> Json:
-    repo = make_repo(tmp_path / "box-repo")
-    await pair.bc.call("POST", "/v1/projects", body={"path": str(repo)})
-    await pair.link(access)
-    projects = await pair.lc.call("GET", "/v1/projects", params={"environmentId": pair.box_id})
-    return dict(projects["items"][0])
-
-
-async def launch_on_box(pair: Pair, project: Json, prompt: str) -> Json:
-    body = {"projectId": project["id"], "prompt": prompt, "environmentId": pair.box_id}
-    launched: Json = await pair.lc.call("POST", "/v1/threads", body=body)
-    return launched
-
-
-async def wait_pending(client: Any, count: int = 1, seconds: float = 15) -> list[Json]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        page = await client.call("GET", "/v1/approvals")
-        if len(page["items"]) >= count:
-            return list(page["items"])
-        await asyncio.sleep(0.05)
-    raise AssertionError("no pending approval arrived")
 
 
 async def test_the_laptop_sees_the_boxs_approval_and_decides_it_over_the_link(tmp_path: Path) -> None:
@@ -53,10 +30,10 @@ async def test_the_laptop_sees_the_boxs_approval_and_decides_it_over_the_link(tm
         launched = await launch_on_box(
             pair, project, script({"run": "echo hi > from-laptop.txt"}, {"reply": "ok"})
         )
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         assert seen["onBox"] is True and seen["environmentId"] == pair.box_id
         assert seen["environmentLabel"] == "box" and seen["detail"]["command"] == "echo hi > from-laptop.txt"
-        (there,) = await wait_pending(pair.bc)  # the box's owner sees it too, and which link asks
+        (there,) = await pending_approvals(pair.bc)  # the box's owner sees it too, and which link asks
         assert there["id"] == seen["id"] and there["linkLabel"] == "laptop" and there["onBox"] is False
         body = {"decision": "approve", "decisionId": "dec-1"}
         decided = await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body=body)
@@ -78,7 +55,7 @@ async def test_the_boxs_owner_decides_first_and_the_laptops_decision_is_refused(
     async with two_daemons(tmp_path) as pair:
         project = await set_up(tmp_path, pair)
         await launch_on_box(pair, project, script({"run": "touch nope.txt"}, {"reply": "ok"}))
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         await pair.bc.call(
             "POST",
             f"/v1/approvals/{seen['id']}/decision",
@@ -150,7 +127,7 @@ async def test_a_revoked_link_decides_nothing(tmp_path: Path) -> None:
     async with two_daemons(tmp_path) as pair:
         project = await set_up(tmp_path, pair)
         await launch_on_box(pair, project, script({"run": "touch y.txt"}, {"reply": "ok"}))
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         client_id = (await pair.bc.call("GET", "/v1/clients"))["items"][0]["id"]
         await pair.bc.call("POST", f"/v1/clients/{client_id}/revoke", body={})
         with pytest.raises(PeerdError) as refused:
@@ -180,12 +157,12 @@ async def test_a_delegated_childs_approval_comes_with_the_followers_watch(tmp_pa
         )
         launched = await pair.lc.call("POST", "/v1/threads", body={"projectId": here["id"], "prompt": parent})
         assert pair.laptop.db is not None
-        end = time.monotonic() + 20
-        mirrored: list[Any] = []
-        while time.monotonic() < end and not mirrored:
-            mirrored = await approvals_store.mirrored(pair.laptop.db, pair.box_id)
-            await asyncio.sleep(0.1)
-        assert mirrored, "the follower's watch did not bring the box's approval"
+        db = pair.laptop.db
+        mirrored = await eventually(
+            lambda: approvals_store.mirrored(db, pair.box_id),
+            what="the box's approval, brought by the follower's watch",
+            within=20,
+        )
         _, body, _ = mirrored[0]
         assert body["detail"]["command"] == "echo child > child.txt"
         (task,) = (await pair.lc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
@@ -193,12 +170,12 @@ async def test_a_delegated_childs_approval_comes_with_the_followers_watch(tmp_pa
         assert shown["awaitingApproval"]["approvalId"] == body["id"]
         assert shown["awaitingApproval"]["environmentId"] == pair.box_id
         await pair.lc.call("POST", f"/v1/approvals/{body['id']}/decision", body={"decision": "approve"})
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            shown = await pair.lc.call("GET", f"/v1/tasks/{task['taskId']}")
-            if shown["status"] in ("completed", "failed", "cancelled"):
-                break
-            await asyncio.sleep(0.1)
+        shown = await eventually(
+            lambda: pair.lc.call("GET", f"/v1/tasks/{task['taskId']}"),
+            what="the task ended",
+            until=lambda t: t["status"] in ("completed", "failed", "cancelled"),
+            within=30,
+        )
         assert shown["status"] == "completed" and shown["awaitingApproval"] is None, shown
         box_child = await pair.bc.call("GET", f"/v1/threads/{shown['remoteChild']['threadId']}")
         assert (Path(box_child["worktreePath"]) / "child.txt").read_text() == "child\n"
@@ -211,15 +188,17 @@ async def test_a_decision_on_a_question_the_box_withdrew_is_refused_and_forgotte
     async with two_daemons(tmp_path) as pair:
         project = await set_up(tmp_path, pair)
         launched = await launch_on_box(pair, project, script({"run": "echo hi > late.txt"}, {"reply": "ok"}))
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         assert pair.laptop.db is not None
         assert [a["id"] for _, a, _ in await approvals_store.mirrored(pair.laptop.db)] == [seen["id"]]
         await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/interrupt", body={})
         await wait_terminal(pair.bc, launched["threadId"], launched["runId"])
-        end = time.monotonic() + 10
-        while (await pair.bc.call("GET", f"/v1/approvals/{seen['id']}"))["status"] != "cancelled":
-            assert time.monotonic() < end, "the box never withdrew the question"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: pair.bc.call("GET", f"/v1/approvals/{seen['id']}"),
+            what="the box withdrew the question",
+            until=lambda approval: approval["status"] == "cancelled",
+            within=10,
+        )
         with pytest.raises(PeerdError) as refused:
             await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "approve"})
         assert refused.value.code == "approval_withdrawn"

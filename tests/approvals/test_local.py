@@ -3,7 +3,6 @@ step at approval-required (its host protocol is the same shape as the real CLIs'
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,32 +11,12 @@ import pytest
 from peerd.api.localclient import LocalClient
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
+from tests.helpers import client_for, items, make_repo, running_daemon, script, wait_terminal
+from tests.support.approvals import launch, new_approval, pending_approvals
+from tests.support.delegation import delegate, runs_script
+from tests.support.eventually import eventually
 
 Json = dict[str, Any]
-
-
-async def launch(client: LocalClient, project: Json, prompt: str) -> Json:
-    body = {"projectId": project["id"], "prompt": prompt, "runtimeMode": "approval-required", "inPlace": True}
-    result: Json = await client.call("POST", "/v1/threads", body=body)
-    return result
-
-
-async def pending(client: LocalClient, count: int = 1, *, seconds: float = 15) -> list[Json]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
-        page = await client.call("GET", "/v1/approvals")
-        if len(page["items"]) >= count:
-            return list(page["items"])
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {count} pending approvals after {seconds} s")
-
-
-async def items(client: LocalClient, thread_id: str) -> list[Json]:
-    page = await client.call("GET", f"/v1/threads/{thread_id}/items")
-    return list(page["items"])
 
 
 async def test_approve_runs_the_command_and_deny_tells_the_coder_why(
@@ -52,7 +31,7 @@ async def test_approve_runs_the_command_and_deny_tells_the_coder_why(
             {"reply": "done"},
         ),
     )
-    (first,) = await pending(client)
+    (first,) = await pending_approvals(client)
     assert first["kind"] == "command" and first["detail"]["command"] == "echo yes > approved.txt"
     assert first["threadId"] == launched["threadId"] and first["runId"] == launched["runId"]
     assert first["onBox"] is False and first["deadlineAt"] > first["createdAt"]
@@ -60,13 +39,7 @@ async def test_approve_runs_the_command_and_deny_tells_the_coder_why(
     decided = await client.call("POST", f"/v1/approvals/{first['id']}/decision", body={"decision": "approve"})
     assert decided["status"] == "approved" and decided["decidedBy"] == "owner"
 
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 15
-    second = None
-    while second is None and loop.time() < end:
-        page = await client.call("GET", "/v1/approvals")
-        second = next((a for a in page["items"] if a["id"] != first["id"]), None)
-        await asyncio.sleep(0.05)
+    second = await new_approval(client, {first["id"]}, seconds=15)
     assert second is not None and second["detail"]["command"] == "echo no > denied.txt"
     await client.call(
         "POST", f"/v1/approvals/{second['id']}/decision", body={"decision": "deny", "reason": "not that one"}
@@ -114,7 +87,7 @@ async def test_a_restart_while_pending_withdraws_the_question(tmp_path: Path) ->
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
         project = await c.call("POST", "/v1/projects", body={"path": str(repo)})
         launched = await launch(c, project, steps)
-        (asked,) = await pending(c)
+        (asked,) = await pending_approvals(c)
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
         assert (await c.call("GET", "/v1/approvals"))["items"] == []
         record = await c.call("GET", f"/v1/approvals/{asked['id']}")
@@ -128,7 +101,7 @@ async def test_a_restart_while_pending_withdraws_the_question(tmp_path: Path) ->
         assert not (repo / "ran.txt").exists()
         # The person sends again: the run asks anew, and that question is decided as usual.
         sent = await c.call("POST", f"/v1/threads/{launched['threadId']}/runs", body={"text": "Go on."})
-        (again,) = await pending(c)
+        (again,) = await pending_approvals(c)
         assert again["id"] != asked["id"] and again["runId"] == sent["runId"]
         await c.call("POST", f"/v1/approvals/{again['id']}/decision", body={"decision": "approve"})
         done = await wait_terminal(c, launched["threadId"], sent["runId"], total=20)
@@ -147,7 +120,7 @@ async def test_a_local_childs_question_goes_to_the_person_and_shows_on_its_task(
         [{"reply": "woken"}],
     )
     launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": parent})
-    (question,) = await pending(client)
+    (question,) = await pending_approvals(client)
     (task,) = (await client.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
     shown = await client.call("GET", f"/v1/tasks/{task['taskId']}")
     assert shown["awaitingApproval"] == {
@@ -157,13 +130,12 @@ async def test_a_local_childs_question_goes_to_the_person_and_shows_on_its_task(
     }
     assert question["parentTaskId"] == task["taskId"] and question["parentThreadId"] == launched["threadId"]
     await client.call("POST", f"/v1/approvals/{question['id']}/decision", body={"decision": "approve"})
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 20
-    while loop.time() < end:
-        shown = await client.call("GET", f"/v1/tasks/{task['taskId']}")
-        if shown["status"] == "completed":
-            break
-        await asyncio.sleep(0.1)
+    shown = await eventually(
+        lambda: client.call("GET", f"/v1/tasks/{task['taskId']}"),
+        what="the local child's task completed",
+        until=lambda t: t["status"] == "completed",
+        within=20,
+    )
     assert shown["status"] == "completed" and shown["awaitingApproval"] is None
     assert "CHILD DONE" in (shown["result"] or "")
 
@@ -176,7 +148,7 @@ async def test_a_question_withdrawn_by_a_restart_queues_no_run(tmp_path: Path) -
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
         project = await c.call("POST", "/v1/projects", body={"path": str(repo)})
         launched = await launch(c, project, runs_script([{"run": "touch late.txt"}], [{"reply": "moved on"}]))
-        (asked,) = await pending(c)
+        (asked,) = await pending_approvals(c)
     async with running_daemon(home) as daemon, client_for(daemon.paths.home) as c:
         sent = await c.call("POST", f"/v1/threads/{launched['threadId']}/runs", body={"text": "Never mind."})
         await wait_terminal(c, launched["threadId"], sent["runId"], total=15)

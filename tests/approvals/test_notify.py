@@ -3,11 +3,9 @@ and a desktop notification (`notify-send`), neither carrying the command line or
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from aiohttp import web
 
 from peerd.config import ApprovalsConfig, Config
 from tests.helpers import client_for, make_repo, running_daemon, script
+from tests.support.eventually import eventually
 
 SECRET = "sk-live-0123456789abcdef"  # a stand-in secret a command line might carry
 
@@ -64,9 +63,11 @@ async def test_a_question_is_announced_without_its_command_line(
                     "runtimeMode": "approval-required",
                 },
             )
-            end = time.monotonic() + 15
-            while (not received or not shown.exists()) and time.monotonic() < end:
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: received and shown.exists(),
+                what="the webhook's post and the desktop notice",
+                within=15,
+            )
             (pending,) = (await c.call("GET", "/v1/approvals"))["items"]
             assert pending["detail"]["command"] == command  # the full question stays on the machine
     finally:

@@ -8,10 +8,7 @@ against the scripted fake model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,13 +16,14 @@ from typing import Any
 
 import pytest
 
-from peerd.api.localclient import LocalClient
 from peerd.approvals import store as approvals_store
 from peerd.config import ApprovalsConfig, Config
 from peerd.errors import PeerdError
 from tests.fakemodel import FakeModel
-from tests.helpers import Pair, client_for, make_repo, running_daemon
+from tests.helpers import Pair, client_for, free_port, make_repo, running_daemon
 from tests.realcli import fake_marker, offline_settings, secure_dir
+from tests.support.approvals import new_approval
+from tests.support.eventually import eventually
 
 CLIS = ("claude", "codex", "gemini")
 
@@ -67,12 +65,6 @@ def fake() -> Iterator[FakeModel]:
         yield model
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @asynccontextmanager
 async def linked(
     tmp_path: Path,
@@ -107,28 +99,21 @@ async def on_box(pair: Pair, repo: Path, cli: str, marker: str) -> dict[str, Any
     return launched
 
 
-async def next_question(client: LocalClient, seen: set[str], seconds: float = 60) -> dict[str, Any]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for item in (await client.call("GET", "/v1/approvals"))["items"]:
-            if item["id"] not in seen:
-                seen.add(item["id"])
-                return dict(item)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no new approval on the laptop after {seconds} s")
-
-
 async def box_run_ended(
     pair: Pair, thread_id: str, after: str | None = None, seconds: float = 90
 ) -> dict[str, Any]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        thread = await pair.bc.call("GET", f"/v1/threads/{thread_id}")
+    def ended(thread: dict[str, Any]) -> bool:
         run = thread["latestRun"]
-        if run["id"] != after and run["status"] in ("completed", "failed", "interrupted"):
-            return dict(thread)
-        await asyncio.sleep(0.2)
-    raise AssertionError("the box's run did not end")
+        return bool(run["id"] != after and run["status"] in ("completed", "failed", "interrupted"))
+
+    thread: dict[str, Any] = await eventually(
+        lambda: pair.bc.call("GET", f"/v1/threads/{thread_id}"),
+        what="the box's run ended",
+        until=ended,
+        within=seconds,
+        every=0.2,
+    )
+    return thread
 
 
 def model_saw(fake: FakeModel, text: str) -> bool:
@@ -144,16 +129,16 @@ async def test_approve_deny_and_deadline_from_the_laptop(cli: str, tmp_path: Pat
         ) as pair:  # 7 s: the third question expires
             launched = await on_box(pair, repo, cli, "three")
             seen: set[str] = set()
-            first = await next_question(pair.lc, seen)
+            first = await new_approval(pair.lc, seen, seconds=60)
             assert first["onBox"] is True and first["environmentLabel"] == "box"
             assert "ran-1.txt" in first["detail"]["command"]
             await pair.lc.call("POST", f"/v1/approvals/{first['id']}/decision", body={"decision": "approve"})
-            second = await next_question(pair.lc, seen)
+            second = await new_approval(pair.lc, seen, seconds=60)
             assert "ran-2.txt" in second["detail"]["command"]
             await pair.lc.call(
                 "POST", f"/v1/approvals/{second['id']}/decision", body={"decision": "deny", "reason": REASON}
             )
-            third = await next_question(pair.lc, seen)
+            third = await new_approval(pair.lc, seen, seconds=60)
             assert "ran-3.txt" in third["detail"]["command"]  # left alone: its deadline denies it
             thread = await box_run_ended(pair, launched["threadId"])
             worktree = Path(thread["worktreePath"])
@@ -179,7 +164,7 @@ async def test_a_box_restart_while_a_question_waits_withdraws_it(
         listen = f"127.0.0.1:{free_port()}"  # the box comes back where the laptop's link knows it
         async with linked(tmp_path, fake, box_home, laptop_home, deadline_min=30, listen=listen) as pair:
             launched = await on_box(pair, repo, cli, "again")
-            asked = await next_question(pair.lc, set())
+            asked = await new_approval(pair.lc, set(), seconds=60)
         # Both daemons stopped with the question pending; the box comes back first, then the laptop.
         async with (
             running_daemon(box_home, label="box", settings=settings, listen=listen) as box,

@@ -14,9 +14,8 @@ import pytest
 from peerd.api.localclient import LocalClient
 from peerd.approvals.rules import Approval, Decision, decide
 from peerd.errors import PeerdError
-from tests.approvals.test_links import launch_on_box, set_up, wait_pending
-from tests.approvals.test_local import launch, pending
 from tests.helpers import script, two_daemons, wait_terminal
+from tests.support.approvals import launch, launch_on_box, pending_approvals, set_up
 
 Json = dict[str, Any]
 
@@ -42,7 +41,7 @@ async def test_the_owner_resending_the_opposite_answer_is_refused(
     client: LocalClient, project: Json, repo: Path
 ) -> None:
     launched = await launch(client, project, script({"run": "echo yes > ok.txt"}, {"reply": "done"}))
-    (asked,) = await pending(client)
+    (asked,) = await pending_approvals(client)
     path = f"/v1/approvals/{asked['id']}/decision"
     first = await client.call("POST", path, body={"decision": "approve", "decisionId": "dec-1"})
     assert first["status"] == "approved"
@@ -62,7 +61,7 @@ async def test_a_link_resending_the_opposite_answer_is_refused_409(tmp_path: Pat
     async with two_daemons(tmp_path) as pair:
         project = await set_up(tmp_path, pair)
         launched = await launch_on_box(pair, project, script({"run": "echo hi > x.txt"}, {"reply": "ok"}))
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         path = f"/v1/approvals/{seen['id']}/decision"
         first = await pair.remote("POST", path, body={"decision": "approve", "decisionId": "dec-1"})
         assert first["status"] == "approved"

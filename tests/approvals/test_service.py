@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from peerd.approvals import store as approvals_store
-from peerd.approvals.gate import ApprovalAsk
+from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.approvals.rules import Decision
 from peerd.approvals.service import ApprovalService, RunContext
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
+from tests.support.eventually import eventually
 
 ASK = ApprovalAsk(
     key="t1", kind="command", tool="Bash", summary="run `make test`", detail={"command": "make test"}
@@ -41,12 +42,13 @@ def service(db: Database, **kw: object) -> ApprovalService:
 
 
 async def pending_one(db: Database) -> str:
-    for _ in range(200):
-        waiting = await approvals_store.pending(db)
-        if waiting:
-            return waiting[0].id
-        await asyncio.sleep(0.01)
-    raise AssertionError("no approval was recorded")
+    waiting = await eventually(lambda: approvals_store.pending(db), what="a recorded approval", within=2)
+    return waiting[0].id
+
+
+async def asking(s: ApprovalService, asked: asyncio.Task[ApprovalAnswer]) -> None:
+    """Until `asked` waits for a person (its question is the service's to answer), or has ended."""
+    await eventually(lambda: s._waiting or asked.done(), what="the ask waiting for a decision")
 
 
 async def test_a_question_waits_for_the_person_and_the_first_decision_wins(db: Database) -> None:
@@ -135,7 +137,7 @@ async def test_standing_grants_for_the_run_and_for_the_command(db: Database) -> 
         key="t2", kind="command", tool="Bash", summary="run `rm x`", detail={"command": "rm x"}
     )
     asked = asyncio.create_task(s.ask(RUN, other))
-    await asyncio.sleep(0.1)
+    await asking(s, asked)
     assert not asked.done()  # another command is asked
     await s.decide((await approvals_store.pending(db))[0].id, Decision("approve", "owner", scope="run"))
     await asyncio.wait_for(asked, 5)
@@ -143,7 +145,7 @@ async def test_standing_grants_for_the_run_and_for_the_command(db: Database) -> 
     assert (await asyncio.wait_for(s.ask(RUN, third), 5)).allow  # the whole run now
     # Another run of the thread is asked again.
     later = asyncio.create_task(s.ask(RunContext(run_id="run_9", thread_id="thr_1"), ASK))
-    await asyncio.sleep(0.1)
+    await asking(s, later)
     assert not later.done()
     later.cancel()
     await s.stop()
@@ -172,7 +174,7 @@ async def test_a_decision_owed_across_a_restart_lands_once(db: Database) -> None
     answer = await asyncio.wait_for(after.ask(resumed, ASK), 5)
     assert answer.allow and answer.approval_id == approval_id
     again = asyncio.create_task(after.ask(RunContext(run_id="run_4", thread_id="thr_1"), ASK))
-    await asyncio.sleep(0.1)
+    await asking(after, again)
     assert not again.done()  # a later run asks anew: the decision was used once
     again.cancel()
     await after.stop()
@@ -187,7 +189,7 @@ async def test_a_pending_question_asked_again_after_a_restart_is_the_same_record
     after = service(db)
     resumed = RunContext(run_id="run_3", thread_id="thr_1")
     again = asyncio.create_task(after.ask(resumed, ASK))
-    await asyncio.sleep(0.1)
+    await asking(after, again)
     assert [a.id for a in await approvals_store.pending(db)] == [approval_id]
     await after.decide(approval_id, Decision("approve", "owner"))
     assert (await asyncio.wait_for(again, 5)).allow
@@ -200,7 +202,7 @@ async def test_a_run_that_ends_withdraws_its_questions(db: Database) -> None:
     asked = asyncio.create_task(s.ask(RUN, ASK))
     approval_id = await pending_one(db)
     asked.cancel()
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop: the cancelled ask unwinds before the run ends
     await s.run_ended("run_1", cut=False)
     record = await approvals_store.get(db, approval_id)
     assert record is not None and record.status == "cancelled"

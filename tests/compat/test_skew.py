@@ -34,11 +34,11 @@ from peerd import contracts as c
 from peerd.doctor.network import check_link
 from peerd.paths import Paths
 from tests.compat.release import OldDaemon, Release, new_peerd
-from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import READ_AND_REPORT, delegate, items, runs_script, tasks_of
-from tests.integration.test_delegation import wait_task as wait_task_unbounded
-from tests.integration.test_delegation_durability import eventually, free_port
+from tests.helpers import client_for, free_port, git, items, make_repo, running_daemon, script, wait_terminal
 from tests.realcli import signal_dir
+from tests.support.delegation import READ_AND_REPORT, delegate, runs_script, tasks_of
+from tests.support.delegation import wait_task as wait_task_unbounded
+from tests.support.eventually import eventually
 
 CHUNK_S = 2.0
 WAIT_S = 30.0
@@ -191,11 +191,11 @@ async def test_the_laptop_first_then_the_box(previous_release: Release, tmp_path
                 async def watching() -> bool:
                     return laptop.followers is not None and laptop.followers.feed.watching(box_id)
 
-                await eventually(watching)
+                await eventually(watching, what="the follower watching the old box", within=20)
                 # Followed through the old box's watch: a long-poll at a time, never a busy loop
                 # (each waits the chunk less its margin, 1 s here; the busy loop sent hundreds).
                 sent = follower.syncs + follower.requests
-                await asyncio.sleep(3.0)
+                await asyncio.sleep(3.0)  # the quantity measured is requests per unit of idle time
                 assert follower.syncs + follower.requests - sent <= 6, (
                     "the follower is not waiting on the box"
                 )

@@ -10,20 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.async_api import async_playwright
 
-from peerd.config import Config, ConsoleConfig
-from peerd.daemon import Daemon
-from tests.helpers import client_for
-
-REPO = Path(__file__).resolve().parents[2]
-SHOTS = REPO / ".cache" / "console-shots"
-DESKTOP = {"width": 1280, "height": 860}
-PHONE = {"width": 390, "height": 844}
 INSTALL = "apt-get install -y chromium  (or: make test, which installs it when it can)"
 
 
@@ -38,21 +29,6 @@ def chromium_path() -> str:
     return found
 
 
-def console_settings(*, public_url: str | None = None, **extra: Any) -> Config:
-    return Config(console=ConsoleConfig(listen="127.0.0.1:0", public_url=public_url), **extra)
-
-
-def console_url(daemon: Daemon) -> str:
-    assert daemon.console is not None and daemon.console.url is not None, daemon.console
-    return daemon.console.url
-
-
-async def login_url(daemon: Daemon) -> str:
-    async with client_for(daemon.paths.home) as client:
-        data = await client.call("POST", "/v1/console/login-token")
-    return str(data["url"])
-
-
 @pytest.fixture
 async def browser() -> AsyncIterator[Any]:
     path = chromium_path()
@@ -62,42 +38,3 @@ async def browser() -> AsyncIterator[Any]:
             yield launched
         finally:
             await launched.close()
-
-
-async def signed_in(browser: Any, daemon: Daemon) -> Any:
-    """A fresh browser context signed in to `daemon`'s console, at its Environment page."""
-    context = await browser.new_context(viewport=DESKTOP)
-    page = await context.new_page()
-    await page.goto(await login_url(daemon))
-    await page.wait_for_url(console_url(daemon) + "/")
-    return page
-
-
-DOCS = REPO / "docs" / "user" / "console"
-DOC_DESKTOP = {"width": 1024, "height": 720}
-# The shots docs/user/console.md shows: written there (the visible part only, to stay small) when
-# PEERD_CONSOLE_DOC_SHOTS=1; the tests compare nothing against them.
-DOC_SHOTS = {
-    "environment": ("desktop",),
-    "connections": ("desktop", "phone"),
-    "pair": ("desktop",),
-    "threads-fleet": ("desktop",),
-    "thread": ("desktop", "phone"),
-    "thread-lineage": ("desktop",),
-    "tasks": ("desktop", "phone"),
-    "orchestration": ("desktop",),
-    "login": ("desktop",),
-}
-
-
-async def shot(page: Any, name: str) -> None:
-    """`name` at desktop and phone width, under .cache/console-shots/."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
-        await page.set_viewport_size(size)
-        await page.screenshot(path=str(SHOTS / f"{name}-{label}.png"), full_page=True)
-        if os.environ.get("PEERD_CONSOLE_DOC_SHOTS") == "1" and label in DOC_SHOTS.get(name, ()):
-            DOCS.mkdir(parents=True, exist_ok=True)
-            await page.set_viewport_size(DOC_DESKTOP if label == "desktop" else size)
-            await page.screenshot(path=str(DOCS / f"{name}-{label}.png"))
-    await page.set_viewport_size(DESKTOP)

@@ -4,31 +4,22 @@ decide it through the console's forms (CSRF and all), and a decided one says who
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.approvals.test_links import launch_on_box, set_up, wait_pending
-from tests.approvals.test_local import launch
-from tests.console.conftest import console_settings, console_url, shot, signed_in
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
+from tests.support.approvals import launch, launch_on_box, new_approval, pending_approvals, set_up
+from tests.support.console import console_settings, console_url, shot, signed_in
 
 pytestmark = pytest.mark.browser
 WAIT_MS = 30_000
 
 
 async def pending(client: Any, *, seconds: float = 20) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + seconds
-    while loop.time() < end:
-        items = (await client.call("GET", "/v1/approvals"))["items"]
-        if items:
-            return dict(items[0])
-        await asyncio.sleep(0.05)
-    raise AssertionError("no pending approval")
+    return (await pending_approvals(client, seconds=seconds))[0]
 
 
 async def test_a_pending_approval_appears_live_and_the_buttons_decide_it(
@@ -66,14 +57,7 @@ async def test_a_pending_approval_appears_live_and_the_buttons_decide_it(
         assert "approved" in await row.inner_text() and "the owner" in await row.inner_text()
 
         # The second question (after a reload, or live): deny it with a reason.
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 20
-        second = None
-        while second is None and loop.time() < end:
-            items = (await client.call("GET", "/v1/approvals"))["items"]
-            second = next((a for a in items if a["id"] != first["id"]), None)
-            await asyncio.sleep(0.05)
-        assert second is not None
+        second = await new_approval(client, {first["id"]}, seconds=20)
         card = page.locator(f'li.approval[data-approval="{second["id"]}"]')
         await card.wait_for(timeout=WAIT_MS)
         await card.get_by_label("Reason (the model is told)").fill("not that file")
@@ -130,7 +114,7 @@ async def test_a_boxs_approval_shows_on_the_laptops_page_and_is_decided_over_the
     async with two_daemons(tmp_path, settings=console_settings()) as pair:
         project = await set_up(tmp_path, pair)
         launched = await launch_on_box(pair, project, script({"run": "echo hi > there.txt"}, {"reply": "ok"}))
-        (seen,) = await wait_pending(pair.lc)
+        (seen,) = await pending_approvals(pair.lc)
         page = await signed_in(browser, pair.laptop)
         base = console_url(pair.laptop)
         await page.goto(base + "/approvals")

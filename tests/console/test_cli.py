@@ -16,8 +16,8 @@ import aiohttp
 
 from peerd.config import Config, ConsoleConfig
 from peerd.daemon import Daemon
-from tests.console.conftest import console_settings
 from tests.helpers import running_daemon
+from tests.support.console import console_settings
 
 
 async def peerd(

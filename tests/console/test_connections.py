@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.console.conftest import console_settings, console_url, shot, signed_in
 from tests.helpers import two_daemons
+from tests.support.console import console_settings, console_url, shot, signed_in
 
 pytestmark = pytest.mark.browser
 

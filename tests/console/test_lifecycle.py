@@ -19,9 +19,9 @@ from cryptography.x509.oid import NameOID
 from peerd.config import Config, ConsoleConfig
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.errors import InvalidRequest
-from tests.console.conftest import console_settings, login_url
 from tests.helpers import client_for, make_repo, running_daemon, script
 from tests.realcli import signal_dir
+from tests.support.console import console_settings, login_url
 
 
 async def signed_in_session(daemon: Daemon, trust: ssl.SSLContext | None = None) -> aiohttp.ClientSession:

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from peerd.daemon import Daemon
-from tests.console.conftest import console_settings, console_url, login_url, shot, signed_in
 from tests.helpers import client_for, running_daemon
+from tests.support.console import console_settings, console_url, login_url, shot, signed_in
 
 pytestmark = pytest.mark.browser
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.console.conftest import console_settings, console_url, shot, signed_in
 from tests.faultproxy import FaultProxy
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
 from tests.realcli import signal_dir
+from tests.support.console import console_settings, console_url, shot, signed_in
 
 pytestmark = pytest.mark.browser
 
@@ -81,7 +81,7 @@ async def test_launch_watch_items_stream_resume_after_a_drop_and_send(browser: A
             (signals / "two").write_text("go")
             done = await wait_terminal(client, thread_id)
             assert done["status"] == "completed"
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a time for "third" not to show: nothing reports an absence
             assert await reply(items, "third").count() == 0
             await proxy.forward()
             await reply(items, "third").wait_for(timeout=20_000)

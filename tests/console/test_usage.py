@@ -10,10 +10,18 @@ from typing import Any
 import pytest
 
 from peerd.config import ConsoleConfig, PriceConfig
-from tests.console.conftest import console_url, shot, signed_in
 from tests.helpers import client_for, running_daemon, script, wait_terminal
-from tests.orchestrate.support import finished, packet, project_repo, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+from tests.support.console import console_url, shot, signed_in
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    finished,
+    packet,
+    project_repo,
+    settings,
+    start,
+    steps,
+)
 
 pytestmark = pytest.mark.browser
 

@@ -3,28 +3,30 @@ through the link), cancelling a task, and an orchestration's packet graph, repor
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from peerd.config import ConsoleConfig
-from tests.console.conftest import console_settings, console_url, shot, signed_in
 from tests.helpers import client_for, git, make_repo, running_daemon, script, two_daemons, wait_terminal
-from tests.orchestrate.support import finished, packet, project_repo, settings, start, steps
 from tests.realcli import signal_dir
+from tests.support.console import console_settings, console_url, shot, signed_in
+from tests.support.eventually import eventually
+from tests.support.orchestrate import finished, packet, project_repo, settings, start, steps
 
 pytestmark = pytest.mark.browser
 
 
 async def task_status(client: Any, task_id: str, *, until: str, total: float = 30.0) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + total
-    while True:
-        task: dict[str, Any] = await client.call("GET", f"/v1/tasks/{task_id}")
-        if task["status"] == until or asyncio.get_running_loop().time() > deadline:
-            return task
-        await asyncio.sleep(0.1)  # the task's own events are its parent's; a short poll is simpler here
+    # The task's own events are its parent's; a short poll is simpler here.
+    task: dict[str, Any] = await eventually(
+        lambda: client.call("GET", f"/v1/tasks/{task_id}"),
+        what=f"task {task_id} {until}",
+        until=lambda task: task["status"] == until,
+        within=total,
+    )
+    return task
 
 
 async def test_lineage_both_ways_opens_the_boxs_thread_and_a_task_is_cancelled(

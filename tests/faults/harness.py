@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -28,7 +27,8 @@ from typing import Any
 from peerd.api.localclient import LocalClient
 from peerd.paths import Paths
 from tests.faults.invariant import backwards_runs, violations
-from tests.helpers import git, make_repo, wait_started
+from tests.helpers import free_port, git, make_repo, wait_started
+from tests.support.eventually import eventually
 
 FULL = os.environ.get("PEERD_FAULTS", "") == "full"  # `make faults`: the whole matrix
 SEED = int(os.environ.get("PEERD_FAULT_SEED", "12"))
@@ -37,12 +37,6 @@ SETTLE_S = 60.0  # a trial not settled by then counts as stuck
 WAKE_GRACE_S = 8.0  # once everything is terminal, how long an owed wake may take to show up
 TERMINAL_RUN = {"completed", "failed", "cancelled", "interrupted"}
 TERMINAL_TASK = {"completed", "failed", "cancelled", "interrupted"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def runs_script(*runs: list[dict[str, Any]]) -> str:
@@ -341,7 +335,7 @@ async def settle(
             break
         await asyncio.sleep(0.1)  # two stores, several tables: no one event says "settled"
     if out.settled:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a run's processes end a moment after its status says so
         for side in ("laptop", "box"):
             left = live_processes_under(w.side(side).home / "worktrees")
             if left:
@@ -432,11 +426,10 @@ def table(report: list[Row]) -> list[str]:
 
 
 async def until(check: Callable[[], Awaitable[bool]], *, timeout: float, step: float = 0.05) -> bool:
-    """Poll a state no event reports (a run's status in another process's store) until it holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(step)
+    """Whether a state no event reports (a run's status in another process's store) comes within
+    `timeout`: what a trial measures (a test that requires it uses `eventually` itself)."""
+    try:
+        await eventually(check, what="the state a trial measures", within=timeout, every=step)
+    except AssertionError:
+        return False
     return True

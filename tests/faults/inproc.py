@@ -12,8 +12,8 @@ from typing import Any
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from tests.faultproxy import FaultProxy
-from tests.faults.harness import clones, free_port
-from tests.helpers import client_for, running_daemon
+from tests.faults.harness import clones
+from tests.helpers import client_for, free_port, running_daemon
 
 
 @dataclass

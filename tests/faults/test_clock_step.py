@@ -21,6 +21,8 @@ import pytest
 from tests.faults.harness import REPORT, Outcome, Row, child_script, parent_script, rows, table, until
 from tests.faults.inproc import linked_pair
 from tests.realcli import signal_dir
+from tests.support.eventually import eventually
+from tests.support.follower import poll_in_flight
 
 CHUNK_S = 4.0
 STEP_S = 600.0
@@ -62,10 +64,12 @@ async def test_a_wall_clock_stepped_back_during_a_backoff_delays_no_result(
                 )
                 return bool(found) and int(found[0]["attempts"]) >= 1
 
-            assert await until(running, timeout=30)
-            await asyncio.sleep(0.5)  # the follower's poll is on the wire
+            await eventually(running, what="the box's child running", within=30)
+            await eventually(
+                lambda: poll_in_flight(p.laptop, p.box_id), what="the follower's poll on the wire"
+            )
             await p.proxy.refuse()
-            assert await until(backing_off, timeout=30, step=0.02), "the follower backs off"
+            await eventually(backing_off, what="the follower backing off", within=30, every=0.02)
             monkeypatch.setattr(time, "time", lambda: real_time() - STEP_S)  # the step, mid-backoff
             hold.write_text("go")  # the child ends on the box during the outage
             await p.proxy.forward()

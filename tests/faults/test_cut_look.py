@@ -18,7 +18,8 @@ from peerd.tasks import feedstore
 from tests.faults.harness import REPORT, Outcome, Row, child_script, parent_script, rows, table, until
 from tests.faults.inproc import linked_pair
 from tests.realcli import signal_dir
-from tests.tasks.test_feed_cut_look import Gate
+from tests.support.eventually import eventually
+from tests.support.follower import Gate, poll_in_flight
 
 CHUNK_S = 4.0
 DELIVERED_WITHIN_S = 5 * CHUNK_S  # the first backoff (2 s + jitter) and a poll; stuck: never
@@ -52,12 +53,14 @@ async def test_a_poll_cut_while_the_box_looks_at_the_ended_child_delivers_the_re
                 t = task()
                 return t is not None and t["status"] == "running"
 
-            assert await until(running, timeout=30)
-            await asyncio.sleep(0.5)  # the follower's poll is on the wire
+            await eventually(running, what="the box's child running", within=30)
+            await eventually(
+                lambda: poll_in_flight(p.laptop, p.box_id), what="the follower's poll on the wire"
+            )
             hold.write_text("go")  # the child ends on the box; its look blocks in the hook
             await asyncio.wait_for(gate.entered.wait(), 30)
             await p.proxy.refuse()  # the laptop's connection is reset: the box's handler is cancelled
-            await asyncio.sleep(0.2)
+            await asyncio.wait_for(gate.cut.wait(), 10)
             gate.release.set()
             await p.proxy.forward()
             loop = asyncio.get_running_loop()

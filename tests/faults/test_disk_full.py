@@ -28,6 +28,7 @@ from tests.faults.harness import (
 )
 from tests.faults.smalldisk import SmallDisk, available
 from tests.realcli import signal_dir
+from tests.support.eventually import eventually
 
 FULL_FOR_S = 20.0 if FULL else 3.0
 SETTLE_S = 60.0
@@ -65,7 +66,7 @@ async def full_store(w: World, n: int, side: str, disk: SmallDisk, hold: Path) -
         task, _, child = await state(w, parent)
         return task is not None and task["status"] == "running" and child is not None
 
-    assert await until(running, timeout=30, step=0.1)
+    await eventually(running, what="the delegated child running", within=30, every=0.1)
     out = Outcome()
     await asyncio.to_thread(disk.fill)
     hold.write_text("go")  # the child ends now: on a full box, or towards a full laptop

@@ -32,8 +32,8 @@ from tests.faults.harness import (
     runs_of,
     settle,
     table,
-    until,
 )
+from tests.support.eventually import eventually
 
 CHILD_WAIT_S = 1.0
 # The subset: the phases that lost work before (a wake run cut on the laptop, a child cut on the box,
@@ -73,7 +73,7 @@ def at_phase(phase: str) -> KillWhen:
             wakes = [r for r in runs_of(w.laptop.db, parent) if r["origin"] == "wake"]
             return any(r["status"] == "running" for r in wakes)
 
-        assert await until(reached, timeout=30), f"never reached {phase}"
+        await eventually(reached, what=f"phase {phase} reached", within=30)
 
     return wait
 

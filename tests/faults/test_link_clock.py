@@ -56,7 +56,7 @@ async def test_a_box_clock_31_days_ahead_does_not_expire_the_link(
         assert shown["status"] != "expired" and "clock" in (shown["lastError"] or "")
 
         clock_file.write_text("0")  # the box's clock is set right (no restart, no new pairing)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # as above: read at most every 50 ms
         assert (await w.call("laptop", "GET", "/v1/projects", **forwarded))["items"], "the link works again"
         [link] = rows(w.laptop.db, "SELECT status FROM links WHERE env_id = ?", (w.box_id,))
         assert link["status"] == "reachable"

@@ -24,6 +24,8 @@ from tests.faults.harness import (
 )
 from tests.faults.inproc import Pair, linked_pair
 from tests.realcli import signal_dir
+from tests.support.eventually import eventually
+from tests.support.follower import poll_in_flight
 
 CHUNK_S = 4.0  # the laptop follower's long-poll chunk here
 OUTAGE_S = 60.0 if FULL else 8.0
@@ -54,8 +56,8 @@ async def outage(p: Pair, n: int, mode: str, new_work: bool, hold: Path) -> Outc
         task = await task_row(p, parent)
         return task is not None and task["status"] == "running"
 
-    assert await until(child_live, timeout=30)
-    await asyncio.sleep(0.5)  # the follower's watch is on the wire (nothing reports it)
+    await eventually(child_live, what="the box's child running", within=30)
+    await eventually(lambda: poll_in_flight(p.laptop, p.box_id), what="the follower's watch on the wire")
     began = loop.time()
     await (p.proxy.refuse() if mode == "refuse" else p.proxy.black_hole())
     hold.write_text("go")  # the child ends on the box during the outage

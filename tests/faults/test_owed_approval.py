@@ -29,6 +29,7 @@ from tests.faults.harness import (
     until,
 )
 from tests.faults.invariant import assert_invariant
+from tests.support.eventually import eventually
 
 ASK = {"run": "echo ran >> asked.txt"}
 
@@ -64,7 +65,7 @@ async def test_a_question_pending_when_the_box_dies_is_withdrawn(tmp_path: Path)
             found = pending_on_box(w.box.db)
             return bool(found) and found[0] in mirrored(w.laptop.db)
 
-        assert await until(asked_and_seen, timeout=40), "the box's question never reached the laptop"
+        await eventually(asked_and_seen, what="the box's question on the laptop", within=40)
         (first,) = pending_on_box(w.box.db)
         w.box.kill9()
         await w.box.restart()
@@ -75,7 +76,7 @@ async def test_a_question_pending_when_the_box_dies_is_withdrawn(tmp_path: Path)
             found = pending_on_box(w.box.db)
             return bool(found) and found[0] != first and found[0] in mirrored(w.laptop.db)
 
-        assert await until(asked_again, timeout=40), "the continuation's question never reached the laptop"
+        await eventually(asked_again, what="the continuation's question on the laptop", within=40)
         assert first not in mirrored(w.laptop.db)  # the laptop learnt the old one is gone
         (second,) = pending_on_box(w.box.db)
         with pytest.raises(PeerdError) as refused:

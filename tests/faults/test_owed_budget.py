@@ -37,6 +37,7 @@ from tests.faults.harness import (
     until,
 )
 from tests.faults.invariant import assert_invariant
+from tests.support.eventually import eventually
 
 BUDGET = {"tokens": 50_000}
 
@@ -88,7 +89,7 @@ async def one(w: World, n: int, *, tripped: bool) -> tuple[Outcome, list[sqlite3
         )
         return bool(live)
 
-    assert await until(child_spent, timeout=30), "the box's child never reported its usage"
+    await eventually(child_spent, what="the box's child reporting its usage", within=30)
     task = the_task()
     assert task is not None
     child_thread = task["child_thread_id"]

@@ -30,6 +30,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+from tests.support.eventually import eventually
 
 T = TypeVar("T")
 START_TIMEOUT_S = 60.0
@@ -151,13 +152,12 @@ class Fleet:
 
 
 async def _read_when_written(path: Path) -> str:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_TIMEOUT_S / 2
-    while not (path.exists() and path.read_text().strip()):
-        if loop.time() > deadline:
-            raise RuntimeError(f"the held run did not write {path.name}")
-        await asyncio.sleep(0.05)  # the run writes it from its own process: no event to wait on
-    return path.read_text().strip()
+    # The run writes it from its own process: no event to wait on.
+    return await eventually(
+        lambda: path.exists() and path.read_text().strip(),
+        what=f"{path.name} written by the held run",
+        within=START_TIMEOUT_S / 2,
+    )
 
 
 class _UnixConnection(HTTPConnection):

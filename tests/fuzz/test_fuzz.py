@@ -152,7 +152,7 @@ class Fuzzer:
         """Wait until what a request started has ended and the store holds still."""
         deadline = time.monotonic() + QUIET_TIMEOUT_S
         last = self.rows.snapshot()
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # not eventually(): two looks alike, from a thread with no loop
             time.sleep(0.05)
             now = self.rows.snapshot()
             if now == last and self.rows.live_runs(held=self.held) == 0:

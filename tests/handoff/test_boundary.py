@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from peerd.errors import PeerdError
-from tests.handoff.conftest import linked
 from tests.helpers import git, script, wait_terminal
+from tests.support.handoff import linked
 
 
 async def test_a_link_never_moves_a_branch_another_thread_owns(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.handoff.conftest import linked, worked_thread
+from tests.support.handoff import linked, worked_thread
 
 
 async def peerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from peerd.handoff import boxside
-from tests.faults.harness import free_port
-from tests.handoff.conftest import WORK, box_daemon, clones, items, move_ended
-from tests.helpers import DaemonProcess, client_for, script, wait_terminal
+from tests.helpers import DaemonProcess, client_for, free_port, items, script, wait_terminal
+from tests.support.handoff import WORK, box_daemon, clones, move_ended
 
 
 @pytest.mark.parametrize("held", ["landing", "launch"])
@@ -38,13 +37,16 @@ async def test_a_killed_laptop_resumes_the_move_to_one_live_copy(
                     "status"
                 ] == "completed"
 
-                entered, gate = asyncio.Event(), asyncio.Event()
+                entered, gate, left = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
                 def holding(real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
                     async def held_step(*args: Any, **kwargs: Any) -> Any:
                         entered.set()
                         await gate.wait()  # the laptop is killed meanwhile; then the box goes on
-                        return await real(*args, **kwargs)
+                        try:
+                            return await real(*args, **kwargs)
+                        finally:
+                            left.set()
 
                     return held_step
 
@@ -60,7 +62,7 @@ async def test_a_killed_laptop_resumes_the_move_to_one_live_copy(
             await asyncio.wait_for(entered.wait(), 30)
             laptop.kill()  # SIGKILL: nothing runs after this but what was committed
             gate.set()
-            await asyncio.sleep(0.5)  # the box finishes the held step for a laptop that is gone
+            await asyncio.wait_for(left.wait(), 30)  # the box finishes the held step for a laptop gone
             monkeypatch.undo()
             laptop.start()
             await laptop.ready()

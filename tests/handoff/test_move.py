@@ -10,8 +10,8 @@ import pytest
 
 from peerd.api.localclient import LocalClient
 from peerd.errors import PeerdError
-from tests.handoff.conftest import Linked, items, linked, move_ended, worked_thread
-from tests.helpers import git, script, wait_terminal
+from tests.helpers import git, items, script, wait_terminal
+from tests.support.handoff import Linked, linked, move_ended, worked_thread
 
 
 async def test_a_thread_moves_with_its_commits_edits_new_files_and_transcript(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ async def test_the_agent_tool_moves_its_own_thread_once_its_run_ends(tmp_path: P
             await pair.lc.call("GET", f"/v1/threads/{here}/wait", params={"timeout": 0.1})
         [recorded] = [e for e in events["events"] if e["type"] == "move.updated"]
         # While the agent's run is live the move waits: one live copy, nothing launched there.
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # a time for a wrong commit point to come: an absence has no event
         waiting = await pair.lc.call("GET", f"/v1/moves/{recorded['data']['moveId']}")
         assert waiting["state"] == "waiting", waiting
         assert (await pair.bc.call("GET", "/v1/threads"))["items"] == []

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from peerd.runtime import git as rgit
-from tests.handoff.conftest import linked, move_ended
-from tests.handoff.test_snapshot_race import loc_git, next_second, stat_as_recorded
 from tests.helpers import git, script, wait_terminal
+from tests.support.handoff import linked, loc_git, move_ended, next_second, stat_as_recorded
 
 pytestmark = pytest.mark.slow
 

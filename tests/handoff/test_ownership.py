@@ -9,8 +9,8 @@ from pathlib import Path
 
 from peerd.orchestrate import store as ostore
 from peerd.store import ownership
-from tests.handoff.conftest import linked
 from tests.helpers import git, script, wait_terminal
+from tests.support.handoff import linked
 
 
 def _child_of(repo: Path, tip: str, message: str) -> str:

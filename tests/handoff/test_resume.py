@@ -8,8 +8,9 @@ import contextlib
 from pathlib import Path
 
 from peerd.handoff.service import HandoffService
-from tests.handoff.conftest import box_daemon, items, laptop_daemon, linked, move_ended, worked_thread
-from tests.helpers import client_for, git, script, wait_terminal
+from tests.helpers import client_for, git, items, script, wait_terminal
+from tests.support.eventually import eventually
+from tests.support.handoff import box_daemon, laptop_daemon, linked, move_ended, worked_thread
 
 
 def stop_at(service: HandoffService, step: str) -> asyncio.Event:
@@ -66,8 +67,10 @@ async def test_a_box_that_is_down_mid_move_gets_the_move_when_it_is_back(tmp_pat
         assert pair.laptop.handoff is not None
         reached = asyncio.Event()
         release = asyncio.Event()
+        steps: list[str] = []
 
         async def fault(name: str) -> None:
+            steps.append(name)
             if name == "launch" and not release.is_set():
                 reached.set()
                 await release.wait()
@@ -77,7 +80,9 @@ async def test_a_box_that_is_down_mid_move_gets_the_move_when_it_is_back(tmp_pat
         await asyncio.wait_for(reached.wait(), 30)
         await pair.box.shutdown()
         release.set()
-        await asyncio.sleep(1.5)  # the launch fails (unreachable) and is retried
+        await eventually(  # the launch fails (unreachable) and is retried
+            lambda: steps.count("launch") >= 2, what="the move's launch tried again", within=30
+        )
         assert (await pair.lc.call("GET", f"/v1/moves/{answer['move']['moveId']}"))["state"] == "moving"
         async with box_daemon(tmp_path, pair.box_port) as box, client_for(box.paths.home) as bc:
             move = await move_ended(pair.lc, answer["move"]["moveId"], total=90)

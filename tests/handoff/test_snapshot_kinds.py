@@ -11,9 +11,8 @@ from peerd.handoff.gitwork import snapshot
 from peerd.orchestrate.gitbase import commit_all
 from peerd.runtime import git as rgit
 from peerd.runtime.gitrun import GitLocation
-from tests.handoff.test_snapshot_property import tree_files
-from tests.handoff.test_snapshot_race import loc_git, project
 from tests.helpers import GIT_ENV, git
+from tests.support.handoff import loc_git, project, tree_files
 
 
 async def worktree(repo: Path, tmp: Path, name: str = "wt") -> GitLocation:

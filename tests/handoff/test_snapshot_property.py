@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import subprocess
 import time
 from itertools import count
 from pathlib import Path
@@ -29,8 +28,8 @@ from peerd.handoff.gitwork import snapshot
 from peerd.orchestrate.gitbase import commit_all
 from peerd.runtime import git as rgit
 from peerd.runtime.gitrun import GitLocation
-from tests.handoff.test_snapshot_race import loc_git
 from tests.helpers import git, make_repo
+from tests.support.handoff import loc_git, tree_files
 
 # `make test`: 25 examples, the same ones every run; `make fuzz`: more, new ones each run.
 FUZZING = bool(os.environ.get("PEERD_FUZZ_EXAMPLES"))
@@ -89,25 +88,6 @@ def worktree_files(where: GitLocation) -> dict[str, tuple[str, bytes]]:
                 found[name] = (mode, Path(entry.path).read_bytes())
 
     walk(where.work_tree, "")
-    return found
-
-
-def tree_files(repo: Path, commit: str) -> dict[str, tuple[str, bytes]]:
-    """The tree of `commit`, path -> (mode, bytes); a nested repository's entry holds its commit id."""
-    listing = git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0")
-    rows = [(line.split("\t", 1)[0].split(), line.split("\t", 1)[1]) for line in listing if line]
-    found = {path: (meta[0], meta[2].encode()) for meta, path in rows if meta[1] == "commit"}
-    blobs = [(meta, path) for meta, path in rows if meta[1] == "blob"]
-    shas = "".join(f"{meta[2]}\n" for meta, _ in blobs).encode()
-    out = subprocess.run(
-        ["git", "cat-file", "--batch"], cwd=repo, input=shas, capture_output=True, check=True
-    )
-    data = out.stdout
-    for meta, path in blobs:
-        header, data = data.split(b"\n", 1)
-        size = int(header.split()[2])
-        found[path] = (meta[0], data[:size])
-        data = data[size + 1 :]
     return found
 
 

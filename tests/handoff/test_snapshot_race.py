@@ -6,10 +6,7 @@ content only while the index it reads is not newer than it, which a copied index
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -18,47 +15,8 @@ from peerd.handoff.gitwork import snapshot
 from peerd.orchestrate.gitbase import commit_all
 from peerd.runtime import git as rgit
 from peerd.runtime.gitrun import GitLocation
-from tests.helpers import GIT_ENV, git, make_repo
-
-# The kernel stamps files from a coarse clock that may lag `time.time()` by a tick (a few ms).
-_MARGIN_S = 0.02
-
-
-def project(tmp: Path) -> Path:
-    repo = make_repo(tmp / "repo", origin=None)
-    (repo / "calc.py").write_text("a - b\n")
-    git(repo, "add", "calc.py")
-    git(repo, "commit", "-q", "-m", "calc")
-    return repo
-
-
-async def next_second() -> None:
-    """Sleep until just after the wall clock's next whole second."""
-    await asyncio.sleep(1 - time.time() % 1 + _MARGIN_S)
-
-
-def loc_git(where: GitLocation, *args: str) -> str:
-    argv = ["git", f"--git-dir={where.git_dir}", f"--work-tree={where.work_tree}", *args]
-    # Looking never writes the index (`git status` would refresh it, and so hide the case).
-    env = {**os.environ, **GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"}
-    return subprocess.run(
-        argv, cwd=where.work_tree, env=env, capture_output=True, text=True, check=True
-    ).stdout
-
-
-def stat_as_recorded(where: GitLocation, path: str) -> bool:
-    """Whether `path`'s lstat is what the index recorded for it, as git compares them (whole
-    seconds of mtime and ctime, inode, size): git then calls it unchanged unless it is racy."""
-    debug = loc_git(where, "ls-files", "--debug", "--", path)
-    fields = dict(re.findall(r"(ctime|mtime|ino|size): (\d+)", debug))
-    info = os.lstat(where.work_tree / path)
-    seen = {
-        "ctime": int(info.st_ctime),
-        "mtime": int(info.st_mtime),
-        "ino": info.st_ino,
-        "size": info.st_size,
-    }
-    return all(int(fields[k]) == v for k, v in seen.items())
+from tests.helpers import git
+from tests.support.handoff import loc_git, next_second, project, stat_as_recorded
 
 
 def blob(repo: Path, commit: str, path: str) -> bytes:

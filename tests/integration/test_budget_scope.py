@@ -4,12 +4,11 @@ already past its budget fails before its provider starts."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.integration.test_delegation import READ_AND_REPORT, delegate, runs_script
+from tests.support.delegation import READ_AND_REPORT, delegate, runs_script, wait_run_number
 
 
 def spend(tokens: int) -> dict[str, Any]:
@@ -25,15 +24,12 @@ async def woken(tmp_path: Path, first: list[dict[str, Any]], wake: list[dict[str
         launched = await c.call("POST", "/v1/threads", body=body)
         thread_id = launched["threadId"]
         await wait_terminal(c, thread_id, launched["runId"])
-        for _ in range(300):  # 30 s: the child runs, its task ends, the wake runs
-            shown = await c.call("GET", f"/v1/threads/{thread_id}")
-            latest = shown["latestRun"]
-            if latest["id"] != launched["runId"] and latest["status"] in ("completed", "failed"):
-                items = await c.call("GET", f"/v1/threads/{thread_id}/items", params={"runId": latest["id"]})
-                return {**latest, "texts": [i["text"] for i in items["items"]]}
-            await asyncio.sleep(0.1)  # the wake run is made by the task's end: no one run to wait on
-        tasks = await c.call("GET", "/v1/tasks", params={"threadId": thread_id})
-        raise AssertionError(f"no wake run ended: {shown['latestRun']} {tasks}")
+        # 30 s: the child runs, its task ends, the wake (run 2) runs: followed on the thread's events.
+        await wait_run_number(c, thread_id, 2, total=30)
+        latest = (await c.call("GET", f"/v1/threads/{thread_id}"))["latestRun"]
+        assert latest["status"] in ("completed", "failed"), latest
+        items = await c.call("GET", f"/v1/threads/{thread_id}/items", params={"runId": latest["id"]})
+        return {**latest, "texts": [i["text"] for i in items["items"]]}
 
 
 CHILD = runs_script([{"reply": "CHILD"}])

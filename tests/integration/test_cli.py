@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +19,9 @@ from peerd.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK, EXIT_TIMED_O
 from peerd.cli.main import cli
 from peerd.daemon import Daemon
 from tests.helpers import script
+from tests.support.cli import home_of, ok, peerd
 
-CLI_TIMEOUT_S = 90.0
 LONG_REPLY = "abcde" * 9000  # 45,000 characters: more than two item pages
-
-
-async def peerd(home: Path, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "peerd", "--home", str(home), *args]
-    return await asyncio.to_thread(
-        subprocess.run,
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-
-
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == EXIT_OK, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
-    return done.stdout
-
-
-def home_of(daemon: Daemon) -> Path:
-    return daemon.paths.home
 
 
 def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

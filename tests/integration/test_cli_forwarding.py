@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import Pair, script, wait_terminal
-from tests.integration.test_delegation import delegate
-from tests.integration.test_forwarding import linked  # noqa: F401  # the fixture
+from tests.support.delegation import delegate
+from tests.support.forwarding import linked  # noqa: F401  # the fixture
 
 
 async def peerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

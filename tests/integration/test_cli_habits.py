@@ -19,8 +19,8 @@ from typing import Any
 from peerd.cli.common import EXIT_USAGE
 from peerd.daemon import Daemon
 from tests.helpers import script
-from tests.integration.test_cli import home_of, ok, peerd
-from tests.integration.test_task_list import GONE, seed
+from tests.support.cli import home_of, ok, peerd
+from tests.support.tasks import GONE, seed
 
 ISO_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 LINE_TIMEOUT_S = 60.0

@@ -11,7 +11,7 @@ import pytest
 from peerd.cli.common import EXIT_ERROR
 from peerd.core.text import path_segment
 from peerd.daemon import Daemon
-from tests.integration.test_cli import home_of, ok, peerd
+from tests.support.cli import home_of, ok, peerd
 
 ODD_IDS = ["/path/to/checkout", "shop?x=1", "..", ".", "50%", "a#b", "thr_1/../../projects"]
 

@@ -14,7 +14,7 @@ from peerd.cli.answer_fields import ANSWER_FIELDS
 from peerd.cli.common import EXIT_USAGE
 from peerd.daemon import Daemon
 from tests.helpers import script
-from tests.integration.test_cli import ok, peerd
+from tests.support.cli import ok, peerd
 
 ROOT = Path(__file__).resolve().parents[2]
 

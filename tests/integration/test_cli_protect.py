@@ -16,7 +16,7 @@ from peerd.cli.common import EXIT_ERROR
 from peerd.cli.main import cli
 from peerd.daemon import Daemon
 from tests.helpers import script, wait_terminal
-from tests.integration.test_cli import home_of, ok, peerd
+from tests.support.cli import home_of, ok, peerd
 
 
 async def finished_thread(

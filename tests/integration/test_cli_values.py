@@ -9,7 +9,7 @@ from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_USAGE
 from peerd.daemon import Daemon
 from tests.helpers import script
-from tests.integration.test_cli import home_of, peerd
+from tests.support.cli import home_of, peerd
 
 
 async def test_bad_values_are_usage_errors_and_change_nothing(

@@ -16,73 +16,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
 
-from peerd.api.localclient import LocalClient
-from peerd.daemon import Daemon
 from peerd.paths import Paths
 from peerd.peer.client import not_linked_message
 from peerd.tasks import store as task_store
-from peerd.tasks.delegation import Delegation
-from peerd.tasks.follower import Follower
-from tests.helpers import DaemonProcess, client_for, git, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import (
-    READ_AND_REPORT,
-    delegate,
-    items,
-    runs_script,
-    tasks_of,
+from tests.helpers import DaemonProcess, client_for, items, script, wait_terminal
+from tests.support.delegation import READ_AND_REPORT, delegate, runs_script, tasks_of
+from tests.support.delegation import wait_task as wait_task_unbounded
+from tests.support.eventually import eventually
+from tests.support.machines import (
+    CHUNK_S,
+    WAIT_S,
+    Machines,
+    delegated_and_running,
+    held_child,
+    link,
+    m,
+    setup_repos,
+    signals,
+    started_file,
+    task_ended,
+    wait_file,
+    wait_run_number,
+    wait_task,
 )
-from tests.integration.test_delegation import wait_run_number as wait_run_number_unbounded
-from tests.integration.test_delegation import wait_task as wait_task_unbounded
-from tests.realcli import signal_dir
 
-CHUNK_S = 2.0  # the laptop follower's long-poll chunk in these tests
-WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float = 20.0) -> None:
-    """For state no event reports: poll every 50 ms until `check()` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"still not true after {timeout} s")
-        await asyncio.sleep(0.05)
-
-
-async def wait_task(client: LocalClient, parent: str, task_id: str, *, while_status: str) -> dict[str, Any]:
-    return await asyncio.wait_for(
-        wait_task_unbounded(client, parent, task_id, while_status=while_status), WAIT_S
-    )
-
-
-async def task_ended(client: LocalClient, parent: str, task_id: str) -> dict[str, Any]:
-    """Until the task leaves pending and running."""
-    task = await wait_task(client, parent, task_id, while_status="pending")
-    return (
-        task
-        if task["status"] != "running"
-        else await wait_task(client, parent, task_id, while_status="running")
-    )
-
-
-async def wait_run_number(client: LocalClient, thread_id: str, number: int) -> dict[str, Any]:
-    return await asyncio.wait_for(wait_run_number_unbounded(client, thread_id, number), WAIT_S)
+__all__ = ["m", "signals"]  # the fixtures (tests/support/machines.py)
 
 
 def backoff_row(home: Path, env_id: str) -> tuple[int, float] | None:
@@ -90,166 +56,6 @@ def backoff_row(home: Path, env_id: str) -> tuple[int, float] | None:
     with contextlib.closing(sqlite3.connect(Paths(home).db)) as db:
         row = db.execute("SELECT attempts, next_at FROM link_backoff WHERE env_id = ?", (env_id,)).fetchone()
     return None if row is None else (int(row[0]), float(row[1]))
-
-
-class Machines:
-    """A laptop and a box (in this event loop) that a test can stop and start on the same homes."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.box_listen = f"127.0.0.1:{free_port()}"
-        self._stacks: dict[str, contextlib.AsyncExitStack] = {}
-        self._daemons: dict[str, Daemon] = {}
-        self._clients: dict[str, LocalClient] = {}
-        self.box_id = ""
-        self.here: dict[str, Any] = {}  # the laptop's project
-        self.there: dict[str, Any] = {}  # the box's project
-
-    def home(self, side: str) -> Path:
-        return self.tmp / side
-
-    async def start(self, side: str) -> None:
-        stack = contextlib.AsyncExitStack()
-        try:
-            if side == "laptop":
-                cm = running_daemon(self.home(side), label="laptop", watch_chunk_s=CHUNK_S)
-            else:
-                cm = running_daemon(self.home(side), label="box", listen=self.box_listen)
-            self._daemons[side] = await stack.enter_async_context(cm)
-            self._clients[side] = await stack.enter_async_context(client_for(self.home(side)))
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stacks[side] = stack
-
-    async def stop(self, side: str) -> None:
-        stack = self._stacks.pop(side)
-        self._daemons.pop(side)
-        self._clients.pop(side)
-        await stack.aclose()
-
-    async def close(self) -> None:
-        for side in ("laptop", "box"):
-            if side in self._stacks:
-                await self.stop(side)
-
-    @property
-    def laptop(self) -> Daemon:
-        return self._daemons["laptop"]
-
-    @property
-    def lc(self) -> LocalClient:
-        return self._clients["laptop"]
-
-    @property
-    def bc(self) -> LocalClient:
-        return self._clients["box"]
-
-    @property
-    def delegation(self) -> Delegation:
-        assert self.laptop.followers is not None
-        return self.laptop.followers.delegation
-
-    def follower(self) -> Follower | None:
-        assert self.laptop.followers is not None
-        return self.laptop.followers._followers.get(self.box_id)
-
-    async def parent(self, prompt: str) -> tuple[str, str]:
-        launched = await self.lc.call(
-            "POST", "/v1/threads", body={"projectId": self.here["id"], "prompt": prompt}
-        )
-        return launched["threadId"], launched["runId"]
-
-    async def box_threads(self) -> list[dict[str, Any]]:
-        return list((await self.bc.call("GET", "/v1/threads", params={"includeArchived": True}))["items"])
-
-
-async def setup_repos(tmp: Path) -> Path:
-    origin = tmp / "origin.git"
-    make_repo(tmp / "seed", origin=None)
-    git(tmp, "clone", "-q", "--bare", str(tmp / "seed"), str(origin))
-    for side in ("laptop", "box"):
-        git(tmp, "clone", "-q", str(origin), str(tmp / f"{side}-repo"))
-    return origin
-
-
-async def link(lc: LocalClient, bc: LocalClient) -> str:
-    code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
-    linked = await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
-    return str(linked["envId"])
-
-
-@pytest.fixture
-async def m(tmp_path: Path) -> AsyncIterator[Machines]:
-    """A laptop linked to a box with `auto` access; both have a clone of one origin."""
-    await setup_repos(tmp_path)
-    async with started(Machines(tmp_path), tmp_path) as machines:
-        yield machines
-
-
-M = TypeVar("M", bound="Machines")
-
-
-@contextlib.asynccontextmanager
-async def started(machines: M, tmp_path: Path) -> AsyncIterator[M]:
-    """Both daemons started, each clone added as a project, the laptop linked (`auto`)."""
-    try:
-        await machines.start("box")
-        await machines.start("laptop")
-        machines.here = await machines.lc.call(
-            "POST", "/v1/projects", body={"path": str(tmp_path / "laptop-repo")}
-        )
-        machines.there = await machines.bc.call(
-            "POST", "/v1/projects", body={"path": str(tmp_path / "box-repo")}
-        )
-        machines.box_id = await link(machines.lc, machines.bc)
-        yield machines
-    finally:
-        await machines.close()
-
-
-@pytest.fixture
-def signals() -> Iterator[Path]:
-    """Files the box's confined runs can see (read-only): outside /tmp and peerd's homes."""
-    with signal_dir() as path:
-        yield path
-
-
-async def started_file(m: Machines, thread_id: str) -> Path:
-    """Where a `held_child` running as box thread `thread_id` says it started: its worktree."""
-    return Path((await m.bc.call("GET", f"/v1/threads/{thread_id}"))["worktreePath"]) / "started"
-
-
-async def wait_file(client: LocalClient, thread_id: str, path: Path) -> None:
-    """Follow a thread's events until `path` exists with content (a step of its run writes it)."""
-
-    async def follow() -> None:
-        cursor = 0
-        while not (path.exists() and path.read_text()):
-            events = await client.call(
-                "GET", f"/v1/threads/{thread_id}/events", params={"after": cursor, "timeout": 10}
-            )
-            cursor = events["nextCursor"]
-
-    await asyncio.wait_for(follow(), WAIT_S)
-
-
-def held_child(hold: Path, reply: str = "CHILD DONE") -> str:
-    """A child that says it started (a file in its worktree), then waits for `hold`, then replies."""
-    return script({"run": "printf started > started"}, {"wait_for_file": str(hold)}, {"reply": reply})
-
-
-async def delegated_and_running(m: Machines, child: str, key: str) -> tuple[str, dict[str, Any]]:
-    """A parent whose first run delegates `child` to the box (async) and ends; the task is running."""
-    parent, run = await m.parent(
-        runs_script(
-            [delegate(task=child, target={"environmentId": m.box_id}, clientRequestId=key)], READ_AND_REPORT
-        )
-    )
-    assert (await wait_terminal(m.lc, parent, run))["status"] == "completed"
-    [task] = await tasks_of(m.lc, parent)
-    assert task["status"] == "running", task
-    return parent, task
 
 
 def wake_text(task_id: str) -> str:
@@ -326,7 +132,7 @@ async def test_task_cancel_from_the_parent_stops_the_run_there(
             bool(remote and remote.get("threadId")) and (await started_file(m, remote["threadId"])).exists()
         )
 
-    await eventually(child_started)
+    await eventually(child_started, what="the box's child started", within=20)
     cancel_now.write_text("go")
     assert (await wait_terminal(m.lc, parent, run))["status"] == "completed"
     replies = [i["text"] for i in await items(m.lc, parent) if i["kind"] == "assistant_message"]
@@ -383,7 +189,7 @@ async def test_a_stop_while_the_box_is_down_is_delivered_when_it_returns(
     async def delivered() -> bool:
         return not (await m.lc.call("GET", f"/v1/tasks/{task['taskId']}"))["stopOwed"]
 
-    await eventually(delivered)
+    await eventually(delivered, what="the owed stop delivered (stopOwed false)", within=20)
     there = await m.bc.call("GET", f"/v1/threads/{child['threadId']}")
     assert there["queueHeld"] is True, "the stop reached the box"
     final = await m.lc.call("GET", f"/v1/tasks/{task['taskId']}")
@@ -393,7 +199,7 @@ async def test_a_stop_while_the_box_is_down_is_delivered_when_it_returns(
         follower = m.follower()
         return follower is None or follower.done
 
-    await eventually(follower_done)
+    await eventually(follower_done, what="the follower done", within=20)
 
 
 # --- 4. the parent's Stop ----------------------------------------------------------------------
@@ -414,7 +220,7 @@ async def test_the_parents_stop_stops_its_remote_task(m: Machines, signals: Path
     async def delivered() -> bool:
         return not (await m.lc.call("GET", f"/v1/tasks/{task['taskId']}"))["stopOwed"]
 
-    await eventually(delivered)
+    await eventually(delivered, what="the owed stop delivered (stopOwed false)", within=20)
     there = await wait_terminal(m.bc, child["threadId"], child["runId"])
     assert there["status"] == "interrupted"
     box_thread = await m.bc.call("GET", f"/v1/threads/{child['threadId']}")
@@ -450,7 +256,7 @@ async def test_a_thread_removed_there_fails_the_task(m: Machines, tmp_path: Path
         follower = m.follower()
         return follower is not None and follower.done
 
-    await eventually(follower_done)
+    await eventually(follower_done, what="the follower done", within=20)
     follower = m.follower()
     assert follower is not None and follower.requests == 1, "one watch told it; nothing retried"
 
@@ -476,7 +282,7 @@ async def test_forgetting_the_link_fails_the_task_and_stops_the_follower(m: Mach
         follower = m.follower()
         return follower is not None and follower.done
 
-    await eventually(follower_done)
+    await eventually(follower_done, what="the follower done", within=20)
     follower = m.follower()
     assert follower is not None
     sent = follower.requests
@@ -566,7 +372,7 @@ async def test_a_crash_between_record_and_launch_leaves_one_thread_there(tmp_pat
         async def backed_off() -> bool:
             return backoff_row(laptop.home, box_id) is not None
 
-        await eventually(backed_off)
+        await eventually(backed_off, what="the laptop's stored backoff for the link", within=20)
         laptop.kill()
         row = backoff_row(laptop.home, box_id)
         assert row is not None and row[0] >= 1
@@ -705,7 +511,7 @@ async def test_many_open_tasks_share_one_poll_per_chunk(
     async def subscribed() -> bool:  # the new tasks joined the subscription, coalesced
         return follower.machine.sub.settled and len(follower.machine.sub.want) == OPEN_TASKS
 
-    await eventually(subscribed)
+    await eventually(subscribed, what="every open task in the settled subscription", within=20)
     assert follower.syncs < OPEN_TASKS / 4, "changes are coalesced, not one request per task"
     sent: list[tuple[str, dict[str, Any]]] = []
     forwarder = m.delegation.forwarder
@@ -830,7 +636,7 @@ async def test_backoff_is_stored_honoured_after_a_restart_and_cleared_on_success
     async def backed_off() -> bool:
         return await task_store.backoff(m.laptop.db, m.box_id) != (0, 0.0)
 
-    await eventually(backed_off)
+    await eventually(backed_off, what="the laptop's stored backoff for the link", within=20)
     attempts, next_at = await task_store.backoff(m.laptop.db, m.box_id)
     assert attempts >= 1 and next_at > time.time()
 
@@ -846,4 +652,4 @@ async def test_backoff_is_stored_honoured_after_a_restart_and_cleared_on_success
     async def cleared() -> bool:
         return await task_store.backoff(m.laptop.db, m.box_id) == (0, 0.0)
 
-    await eventually(cleared)
+    await eventually(cleared, what="the stored backoff cleared", within=20)

@@ -22,14 +22,14 @@ from peerd.paths import Paths
 from peerd.tasks import store as task_store
 from peerd.tasks.rules import LINK_BACKOFF
 from tests.faultproxy import FaultProxy
-from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script, tasks_of
-from tests.integration.test_delegation_durability import (
+from tests.helpers import client_for, free_port, make_repo, running_daemon, script, wait_terminal
+from tests.realcli import signal_dir
+from tests.support.delegation import delegate, runs_script, tasks_of
+from tests.support.eventually import eventually
+from tests.support.machines import (
     CHUNK_S,
     Machines,
     delegated_and_running,
-    eventually,
-    free_port,
     held_child,
     setup_repos,
     started,
@@ -38,7 +38,6 @@ from tests.integration.test_delegation_durability import (
     wait_file,
     wait_run_number,
 )
-from tests.realcli import signal_dir
 
 SETTLE_S = 5.0  # results arrive within this long of the first successful contact after an outage
 
@@ -171,7 +170,7 @@ async def test_a_black_holed_link_is_noticed_within_one_chunk_and_recovers_withi
     async def watching() -> bool:
         return follower.requests > sent  # a fresh watch is in flight
 
-    await eventually(watching)
+    await eventually(watching, what="a fresh watch in flight", within=20)
     loop = asyncio.get_running_loop()
     await pm.proxy.black_hole()
     t0 = loop.time()
@@ -179,7 +178,7 @@ async def test_a_black_holed_link_is_noticed_within_one_chunk_and_recovers_withi
     async def noticed() -> bool:
         return backoff_of(pm)[0] >= 1
 
-    await eventually(noticed, timeout=30)
+    await eventually(noticed, what="the black hole noticed (a backoff attempt)", within=30)
     noticed_in = loop.time() - t0
     assert noticed_in <= CHUNK_S + 1.0, noticed_in  # one chunk (and the poll's own step)
     [open_task] = await tasks_of(pm.lc, parent)
@@ -251,7 +250,7 @@ async def test_the_follower_survives_store_faults_and_the_task_completes(
         async def store_failed() -> bool:
             return failed["n"] >= 1  # the follower's bookkeeping of the refusal hit the full store
 
-        await eventually(store_failed)
+        await eventually(store_failed, what="the follower's bookkeeping failing on the full store", within=20)
         await pm.proxy.forward()
         hold.write_text("go")
         child = task["remoteChild"]
@@ -261,7 +260,7 @@ async def test_the_follower_survives_store_faults_and_the_task_completes(
         async def failed_again() -> bool:
             return failed["n"] > seen  # it tried again, with the result there, and failed again
 
-        await eventually(failed_again, timeout=30)
+        await eventually(failed_again, what="another failing try with the result there", within=30)
         assert not follower.done, "the follower is alive"
         assert (await pm.lc.call("GET", f"/v1/tasks/{task['taskId']}"))["status"] == "running"
     finally:

@@ -9,10 +9,10 @@ import pytest
 
 from peerd.errors import PeerdError
 from peerd.tasks.rules import RunFact, settlement
-from tests.helpers import Pair, git, script, wait_terminal
-from tests.integration.test_delegation import delegate, items, linked, runs_script, tasks_of, wait_run_number
+from tests.helpers import Pair, git, items, script, wait_terminal
+from tests.support.delegation import delegate, linked, runs_script, tasks_of, wait_run_number
 
-__all__ = ["linked"]  # the fixture, shared with test_delegation
+__all__ = ["linked"]  # the fixture (tests/support/delegation.py)
 
 
 async def tool_results(pair: Pair, thread_id: str) -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -22,6 +22,7 @@ from peerd.contracts import PROTOCOL_VERSION
 from peerd.paths import Paths
 from peerd.peer.identity import env_id_from_public_key, load_or_create_identity
 from tests.helpers import make_repo
+from tests.support.eventually import eventually
 
 
 def test_the_light_identity_is_the_one_the_daemon_loads(tmp_path: Path) -> None:
@@ -49,6 +50,11 @@ async def raw_call(path: Path, request: bytes) -> tuple[int, dict[str, object]]:
     return int(head.split()[1]), json.loads(body)
 
 
+def holding(early: boot.EarlyStart) -> bool:
+    """Whether a connection the early server holds has sent its whole request head."""
+    return any(b"\r\n\r\n" in h._buffer for h in early.held)
+
+
 async def test_status_is_answered_early_and_other_requests_wait_for_the_daemon(tmp_path: Path) -> None:
     load_or_create_identity(tmp_path)
     early = boot.EarlyStart(boot.DaemonConfig(home=tmp_path, label="early", listen=None))
@@ -65,8 +71,9 @@ async def test_status_is_answered_early_and_other_requests_wait_for_the_daemon(t
         held = asyncio.ensure_future(
             raw_call(sock, b"GET /v1/projects HTTP/1.1\r\nHost: peerd\r\nConnection: close\r\n\r\n")
         )
-        await asyncio.sleep(0.3)
-        assert not held.done()  # neither refused nor answered while the daemon is not built
+        await eventually(lambda: holding(early), what="the request held by the early server")
+        await asyncio.sleep(0.3)  # a window for a wrong answer to come: an absence has no event
+        assert not held.done() and holding(early)  # neither refused nor answered while not built
 
         app = web.Application()
         app.router.add_get("/v1/projects", _projects)
@@ -98,7 +105,7 @@ async def test_a_failed_start_answers_held_requests_unavailable(tmp_path: Path) 
                 b"POST /v1/projects HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
             )
         )
-        await asyncio.sleep(0.2)
+        await eventually(lambda: holding(early), what="the request held by the early server")
         early.refuse_held("The daemon could not start: test.")
         code, body = await held
         assert code == 503 and body["code"] == "unavailable"
@@ -108,11 +115,29 @@ async def test_a_failed_start_answers_held_requests_unavailable(tmp_path: Path) 
             early.lock.close()
 
 
+async def first_answer(client: LocalClient, proc: subprocess.Popen[Any]) -> dict[str, Any]:
+    """The first status a just-started `peerd serve` gives (polled every 5 ms: its socket appears
+    with no event to wait on), while the process lives."""
+
+    def status() -> dict[str, Any]:
+        assert proc.poll() is None, "peerd serve exited"
+        answer: dict[str, Any] = client.call("GET", "/v1/status")
+        return answer
+
+    return await eventually(
+        status,
+        what="a status answer",
+        within=60,
+        every=0.005,
+        ignoring=(DaemonNotRunning, DaemonConnectionError),
+    )
+
+
 async def _projects(_request: web.Request) -> web.Response:
     return web.json_response({"items": [], "servedBy": "daemon"})
 
 
-def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tmp_path: Path) -> None:
+async def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tmp_path: Path) -> None:
     home = tmp_path / "home"
     repo = make_repo(tmp_path / "repo")
     load_or_create_identity(home)
@@ -120,14 +145,7 @@ def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tm
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = LocalClient(Paths(home).socket)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status = client.call("GET", "/v1/status")
-                break
-            except (DaemonNotRunning, DaemonConnectionError):
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.005)
+        status = await first_answer(client, proc)
         # The first answer is usually the early one; whichever it is, the next call is served
         # by the whole daemon (held until it is built, never refused as "starting").
         assert status["envId"] and status["fingerprint"].startswith("sha256:")
@@ -141,7 +159,7 @@ def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwhile(tm
         proc.wait(30)
 
 
-def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path: Path) -> None:
+async def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path: Path) -> None:
     """The signal's default action would kill the process (exit -15) mid-start; peerd handles
     SIGTERM from its first step, so a start that is stopped still exits 0 and answers what it held."""
     home = tmp_path / "home"
@@ -149,14 +167,7 @@ def test_a_sigterm_while_the_daemon_loads_ends_the_start_cleanly(tmp_path: Path)
     argv = [sys.executable, "-m", "peerd", "--home", str(home), "serve", "--no-listen", "--new-store"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     client = LocalClient(Paths(home).socket)
-    deadline = time.monotonic() + 60
-    while True:  # the early server answers: the full daemon is (most likely) still loading
-        try:
-            status = client.call("GET", "/v1/status")
-            break
-        except (DaemonNotRunning, DaemonConnectionError):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.005)
+    status = await first_answer(client, proc)  # the early server's: the daemon is (most likely) loading
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, (status, stderr)

@@ -19,8 +19,8 @@ import pytest
 
 from peerd.peer.links import LATE_MESSAGE, LIVE_CHECK_S
 from tests.faultproxy import FaultProxy
-from tests.faults.harness import free_port
-from tests.helpers import Pair, client_for, running_daemon
+from tests.helpers import Pair, client_for, free_port, running_daemon
+from tests.support.eventually import eventually
 
 
 @pytest.fixture
@@ -99,11 +99,11 @@ async def test_a_box_that_does_not_answer_costs_the_listing_at_most_the_live_che
     # The check is not cancelled: when the box answers again, it completes and records the truth.
     await pair.bc.call("POST", f"/v1/clients/{await client_id(pair)}/revoke")
     await proxy.forward()
-    for _ in range(100):
-        if (await listed(pair, probe=False))["status"] == "revoked":
-            break
-        await asyncio.sleep(0.1)
-    assert (await listed(pair, probe=False))["status"] == "revoked"
+    await eventually(
+        lambda: listed(pair, probe=False),
+        what="the late check's answer recorded (revoked)",
+        until=lambda link: link["status"] == "revoked",
+    )
 
 
 async def test_the_box_answers_the_link_as_it_sees_it(proxied: tuple[Pair, FaultProxy]) -> None:

@@ -18,15 +18,9 @@ from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from tests.fakeclock import FakeClock
 from tests.helpers import client_for, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script, tasks_of
-from tests.integration.test_delegation_durability import (
-    CHUNK_S,
-    Machines,
-    eventually,
-    setup_repos,
-    started,
-    task_ended,
-)
+from tests.support.delegation import delegate, runs_script, tasks_of
+from tests.support.eventually import eventually
+from tests.support.machines import CHUNK_S, Machines, setup_repos, started, task_ended
 
 TRIES = 12  # the cap (300 s) is reached at the 9th
 
@@ -74,7 +68,7 @@ async def stored_backoff(m: Machines, attempts: int) -> float:
             found.append(float(row["delay_s"]))
         return bool(found)
 
-    await eventually(stored)
+    await eventually(stored, what="the link's stored backoff", within=20.0)
     return found[0]
 
 
@@ -119,4 +113,4 @@ async def test_a_laptop_on_a_fake_clock_backs_off_to_five_minutes_and_the_box_ba
                 await m.laptop.db.fetchone("SELECT 1 FROM link_backoff WHERE env_id = ?", (m.box_id,)) is None
             )
 
-        await eventually(cleared)
+        await eventually(cleared, what="the link's backoff cleared", within=20.0)

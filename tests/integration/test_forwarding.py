@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,18 +9,10 @@ import pytest
 from peerd.core.idempotency import scoped_request_id
 from peerd.core.text import path_segment
 from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
-from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
+from tests.helpers import Pair, script, wait_terminal
+from tests.support.forwarding import linked
 
-
-@pytest.fixture
-async def linked(tmp_path: Path) -> AsyncIterator[tuple[Pair, dict[str, Any], dict[str, Any]]]:
-    """A laptop linked to a box with `auto` access; one project on each side, one repository."""
-    async with two_daemons(tmp_path) as pair:
-        lc, bc = pair.lc, pair.bc
-        here = await lc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "laptop-repo"))})
-        there = await bc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "box-repo"))})
-        await pair.link("auto")
-        yield pair, here, there
+__all__ = ["linked"]  # the fixture (tests/support/forwarding.py)
 
 
 async def test_a_launch_naming_the_box_runs_there(

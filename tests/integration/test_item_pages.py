@@ -5,13 +5,13 @@ its default, and a long text still says where to read on."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from peerd import contracts as c
 from peerd.api.localclient import LocalClient
 from tests.helpers import script, wait_terminal
+from tests.support.delegation import wait_run_number
 
 DEFAULTS = {"textOffset", "textTruncated", "nextTextOffset"}
 
@@ -35,14 +35,8 @@ async def test_a_delegated_parents_first_page_has_no_default_fields(
     launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt})
     parent = launched["threadId"]
     await wait_terminal(client, parent, launched["runId"])
-    for _ in range(300):  # the wake run (run 2) is queued when the child's task ends, then ends too
-        thread = await client.call("GET", f"/v1/threads/{parent}")
-        if thread["latestRun"]["number"] == 2 and thread["latestRun"]["endedAt"]:
-            break
-        if thread["latestRun"]["number"] == 2:
-            await wait_terminal(client, parent, thread["latestRun"]["id"])
-        else:
-            await asyncio.sleep(0.1)  # run 1 ended: its wake is not queued yet
+    # The wake run (run 2) is queued when the child's task ends, then ends too.
+    await wait_run_number(client, parent, 2, total=30)
     page = await client.call("GET", f"/v1/threads/{parent}/items")
     assert len(page["items"]) >= 4, page["items"]  # prompt, tool call, wake, ...)
     size = len(json.dumps(page, separators=(",", ":")))

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,36 +24,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from peerd.agent_tools import TOOL_SPECS
 from peerd.daemon import Daemon
-from tests.helpers import LocalClient, script, wait_terminal
-
-
-@dataclass
-class LiveRun:
-    token: str
-    token_file: Path
-    thread_id: str
-    run_id: str
-    release: Path
-
-
-@asynccontextmanager
-async def live_run(client: LocalClient, project: dict[str, Any], tmp_path: Path) -> AsyncIterator[LiveRun]:
-    """A scripted run that is live until the block ends; its token, which it wrote to a file."""
-    token_file, release = tmp_path / "token", tmp_path / "release"
-    prompt = script(
-        {"run": f'printf %s "$PEERD_RUN_TOKEN" > {token_file}'},
-        {"wait_for_file": str(release)},
-        {"reply": "done"},
-    )
-    launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt})
-    while not token_file.exists() or not token_file.read_text():
-        await client.call("GET", f"/v1/threads/{launched['threadId']}/wait", params={"timeout": 0.2})
-    run = LiveRun(token_file.read_text(), token_file, launched["threadId"], launched["runId"], release)
-    try:
-        yield run
-    finally:
-        release.write_text("go")
-        await wait_terminal(client, run.thread_id, run.run_id)
+from tests.helpers import LocalClient, script
+from tests.support.mcp import live_run
 
 
 @asynccontextmanager

@@ -25,17 +25,18 @@ from peerd.config import Config
 from peerd.core.runs import CONTINUE_NOTE, DAEMON_STOPPED
 from peerd.errors import PeerdError
 from peerd.paths import Paths
-from tests.helpers import DaemonProcess, client_for, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
-from tests.integration.test_delegation_durability import (
-    Machines,
-    link,
-    setup_repos,
-    started_file,
-    wait_file,
+from tests.helpers import (
+    DaemonProcess,
+    client_for,
+    events_until,
+    running_daemon,
+    script,
+    wait_status,
+    wait_terminal,
 )
-from tests.integration.test_runs import events_until, wait_status
 from tests.realcli import signal_dir
+from tests.support.delegation import delegate, runs_script
+from tests.support.machines import Machines, link, setup_repos, started_file, wait_file
 
 Json = dict[str, Any]
 WAIT_S = 30.0  # a broken rule fails a test after this long instead of hanging it

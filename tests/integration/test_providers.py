@@ -15,8 +15,8 @@ from peerd.config import Config, ProviderConfig
 from peerd.daemon import Daemon
 from peerd.errors import Conflict, NotFound
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal
-from tests.integration.test_cli import ok, peerd
 from tests.realcli import cli_binary
+from tests.support.cli import ok, peerd
 
 # A custom coder: reads the task from {SPEC}, writes a file in {WORKTREE}, prints its report.
 CODER = """\

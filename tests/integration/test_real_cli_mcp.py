@@ -17,12 +17,11 @@ import pytest
 from peerd.daemon import Daemon
 from tests.fakemodel import FakeModel
 from tests.helpers import LocalClient, processes_in, wait_terminal
-from tests.integration import test_real_clis as real
-from tests.integration.test_real_clis import launch
 from tests.realcli import CLIS, fake_marker
+from tests.support.realclis import cli_client, cli_daemon, cli_project, fake, launch
 
-# The fixtures of test_real_clis.py: a daemon whose providers are the real CLIs on the fake model.
-fake, cli_daemon, cli_client, cli_project = real.fake, real.cli_daemon, real.cli_client, real.cli_project
+# The fixtures (tests/support/realclis.py): a daemon whose providers are the real CLIs on the fake model.
+__all__ = ["cli_client", "cli_daemon", "cli_project", "fake"]
 
 
 def every_argv() -> list[bytes]:

@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,18 @@ from peerd.core.runs import DAEMON_STOPPED, stop_reason
 from peerd.daemon import Daemon
 from peerd.errors import Conflict, InvalidRequest, PeerdError
 from peerd.paths import Paths
-from tests.helpers import DaemonProcess, client_for, git, running_daemon, script, wait_terminal
+from tests.helpers import (
+    DaemonProcess,
+    client_for,
+    events_until,
+    git,
+    running_daemon,
+    script,
+    wait_status,
+    wait_terminal,
+)
+from tests.support.eventually import eventually
+from tests.support.inflight import awaiting
 
 Json = dict[str, Any]
 
@@ -45,31 +55,6 @@ async def show_run(client: LocalClient, thread_id: str, run_id: str) -> Json:
         "GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": 0}
     )
     return result
-
-
-async def events_until(
-    client: LocalClient, thread_id: str, found: Callable[[Json], bool], *, after: int = 0, total: float = 15
-) -> tuple[Json, int]:
-    """Long-poll the event cursor until an event matches; (that event, the cursor after it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
-    while loop.time() < deadline:
-        page = await client.call(
-            "GET", f"/v1/threads/{thread_id}/events", params={"after": after, "timeout": 5}
-        )
-        for event in page["events"]:
-            if found(event):
-                return event, event["seq"]
-        after = page["nextCursor"]
-    raise AssertionError(f"no matching event on thread {thread_id} within {total} s")
-
-
-async def wait_status(client: LocalClient, thread_id: str, run_id: str, status: str) -> int:
-    def match(e: Json) -> bool:
-        return e["type"] == "run.updated" and e["data"]["runId"] == run_id and e["data"]["status"] == status
-
-    _, cursor = await events_until(client, thread_id, match)
-    return cursor
 
 
 def held(flag: Path, *after: dict[str, Any]) -> str:
@@ -103,16 +88,6 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     return members
 
 
-async def poll(condition: Callable[[], bool], what: str, total: float = 5.0) -> None:
-    """For things with no event to wait on (processes appearing or vanishing in the OS)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -121,19 +96,9 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
-def _await_chain(task: asyncio.Task[Any]) -> Iterator[str]:
-    obj: Any = task.get_coro()
-    while obj is not None:
-        code = getattr(obj, "cr_code", None) or getattr(obj, "gi_code", None)
-        if code is None:
-            return
-        yield code.co_qualname
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
-
-
 def wait_handlers() -> list[asyncio.Task[Any]]:
     """Tasks of this loop currently inside `Operations.thread_wait` (the long-poll handler)."""
-    return [t for t in asyncio.all_tasks() if "Operations.thread_wait" in _await_chain(t)]
+    return awaiting("Operations.thread_wait")
 
 
 # --- 1. long-poll wait --------------------------------------------------------------------------
@@ -169,7 +134,9 @@ async def test_wait_returns_when_the_run_completes(
     waiting = asyncio.create_task(
         client.call("GET", f"/v1/threads/{thread_id}/wait", params={"run": run_id, "timeout": 30})
     )
-    await poll(lambda: bool(wait_handlers()), "the long-poll to reach the daemon")
+    await eventually(
+        lambda: bool(wait_handlers()), what="the long-poll to reach the daemon", within=5.0, every=0.02
+    )
     assert not waiting.done()
     released = loop.time()
     flag.touch()
@@ -225,11 +192,21 @@ async def test_a_disconnected_long_poll_is_cancelled_on_the_server(tmp_path: Pat
                         await resp.read()
 
                 pending = asyncio.create_task(long_poll())
-                await poll(lambda: bool(wait_handlers()), "the long-poll handler to start")
+                await eventually(
+                    lambda: bool(wait_handlers()),
+                    what="the long-poll handler to start",
+                    within=5.0,
+                    every=0.02,
+                )
                 pending.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await pending
-                await poll(lambda: not wait_handlers(), "the server to cancel the abandoned handler", 3.0)
+                await eventually(
+                    lambda: not wait_handlers(),
+                    what="the server to cancel the abandoned handler",
+                    within=3.0,
+                    every=0.02,
+                )
 
             # The daemon still serves, long-polls included.
             status = await client.call("GET", "/v1/status")
@@ -256,7 +233,12 @@ async def test_interrupt_kills_the_whole_process_group(
     await wait_status(client, thread_id, run_id, "running")
     pgid = db_run(daemon.paths.home, run_id)["pgid"]
     assert isinstance(pgid, int) and pgid > 1
-    await poll(lambda: any(comm == "sleep" for _, comm in group_members(pgid)), "`sleep 30` to start")
+    await eventually(
+        lambda: any(comm == "sleep" for _, comm in group_members(pgid)),
+        what="`sleep 30` to start",
+        within=5.0,
+        every=0.02,
+    )
 
     answer = await client.call("POST", f"/v1/threads/{thread_id}/interrupt", body={})
     assert answer["status"] == "interrupt_requested" and answer["runId"] == run_id
@@ -264,9 +246,11 @@ async def test_interrupt_kills_the_whole_process_group(
     done = await wait_terminal(client, thread_id, run_id, total=15)
     assert done["status"] == "interrupted"
 
-    await poll(lambda: not group_members(pgid), f"every process of group {pgid} to die", 5.0)
+    await eventually(
+        lambda: not group_members(pgid), what=f"every process of group {pgid} to die", within=5.0, every=0.02
+    )
     # Zombies still count for kill(2) until they are reaped (an orphaned one by init): allow for it.
-    await poll(lambda: group_gone(pgid), f"process group {pgid} to vanish", 5.0)
+    await eventually(lambda: group_gone(pgid), what=f"process group {pgid} to vanish", within=5.0, every=0.02)
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
     items = await client.call("GET", f"/v1/threads/{thread_id}/items")

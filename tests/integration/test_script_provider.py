@@ -19,6 +19,7 @@ from peerd.errors import ProviderError
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
 from peerd.providers.script import ScriptProvider, ScriptRun
 from peerd.runtime.process import ProviderProcess
+from tests.support.eventually import eventually
 
 TOKEN = "run-token-123"
 
@@ -80,12 +81,6 @@ def session_id(events: list[ProviderEvent]) -> str:
     first = events[0]
     assert isinstance(first, SessionStarted)
     return first.session_id
-
-
-async def wait_for_path(path: Path) -> None:
-    async with asyncio.timeout(10):
-        while not path.exists():
-            await asyncio.sleep(0.01)
 
 
 def _sha(data: bytes) -> str:
@@ -306,7 +301,7 @@ async def test_interrupt_kills_the_whole_group(tmp_path: Path) -> None:
     events = run.events()
     assert isinstance(await anext(events), SessionStarted)
     assert await anext(events) == ItemProduced("assistant_message", "starting")
-    await wait_for_path(tmp_path / "wt" / "sleep.pid")
+    await eventually((tmp_path / "wt" / "sleep.pid").exists, what="the run's sleep.pid", every=0.01)
     sleep_pid = int((tmp_path / "wt" / "sleep.pid").read_text())
 
     started = time.monotonic()

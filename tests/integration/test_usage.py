@@ -3,7 +3,6 @@ reporting synthetic usage per step (issue 20)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,9 @@ from peerd.core.usage import Usage as CoreUsage
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
 from peerd.store.threads import usage as usage_store
-from tests.helpers import make_repo, script, two_daemons, wait_terminal
-from tests.integration.test_cli import ok, peerd
-from tests.integration.test_delegation import linked_pair
+from tests.helpers import items, make_repo, script, two_daemons, wait_terminal
+from tests.support.cli import ok, peerd
+from tests.support.delegation import linked_pair, wait_run_number
 
 Json = dict[str, Any]
 
@@ -41,11 +40,6 @@ async def ended(client: LocalClient, launched: Json) -> Json:
     run: Json = (await run_of(client, launched["threadId"]))["latestRun"]
     assert run["id"] == launched["runId"]
     return run
-
-
-async def items_of(client: LocalClient, thread_id: str) -> list[Json]:
-    page: Json = await client.call("GET", f"/v1/threads/{thread_id}/items")
-    return list(page["items"])
 
 
 async def test_a_runs_usage_is_stored_exactly_and_summed_per_thread(
@@ -125,7 +119,7 @@ async def test_a_token_budget_stops_the_run_mid_way_and_fails_it_with_the_reason
     assert final["status"] == "failed"
     assert final["reason"] == "budget exceeded: 51,200 of 50,000 tokens"
     assert not never.exists()
-    texts = [item["text"] for item in await items_of(client, launched["threadId"])]
+    texts = [item["text"] for item in await items(client, launched["threadId"])]
     assert "step two" in texts
     assert "budget exceeded: 51,200 of 50,000 tokens" in texts  # the error item says it too
     assert final["usage"]["totalTokens"] == 51200
@@ -200,16 +194,9 @@ def parent_prompt(**arguments: Any) -> str:
 
 async def woken_reply(client: LocalClient, parent: str, total: float = 30) -> str:
     """The parent's reply in its wake run (run 2)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
-    while loop.time() < deadline:
-        latest = (await run_of(client, parent))["latestRun"]
-        if latest["number"] >= 2:
-            await wait_terminal(client, parent, latest["id"])
-            texts = [i["text"] for i in await items_of(client, parent) if i["kind"] == "assistant_message"]
-            return texts[-1]
-        await asyncio.sleep(0.1)
-    raise AssertionError("the parent was never woken")
+    await wait_run_number(client, parent, 2, total=total)  # followed on the parent's events
+    texts = [i["text"] for i in await items(client, parent) if i["kind"] == "assistant_message"]
+    return texts[-1]
 
 
 async def test_a_delegated_tasks_budget_stops_its_child_and_wakes_the_parent_with_why(
@@ -387,9 +374,7 @@ async def test_a_link_started_runs_own_delegation_counts_against_the_links_ceili
         )
         assert task["result"] == why
         replies = [
-            i["text"]
-            for i in await items_of(pair.bc, launched["threadId"])
-            if i["kind"] == "assistant_message"
+            i["text"] for i in await items(pair.bc, launched["threadId"]) if i["kind"] == "assistant_message"
         ]
         assert replies[-1] == f"DELEGATED failed: {why}"
         # the box's owner delegating from their own run is not limited

@@ -14,7 +14,7 @@ from peerd.core.usage import Usage
 from peerd.errors import PeerdError
 from peerd.store.threads import usage as usage_store
 from tests.helpers import client_for, make_repo, running_daemon, script, two_daemons, wait_terminal
-from tests.integration.test_cli import ok, peerd
+from tests.support.cli import ok, peerd
 
 Json = dict[str, Any]
 # $1.25 per million input tokens ($0.125 cached), $10 per million output tokens

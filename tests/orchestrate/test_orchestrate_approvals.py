@@ -4,13 +4,21 @@ verification, review and integration."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 from tests.helpers import client_for, running_daemon
-from tests.orchestrate.support import finished, packet, packets_of, project_repo, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+from tests.support.approvals import pending_approvals
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    settings,
+    start,
+    steps,
+)
 
 
 async def test_an_implementers_edit_waits_for_a_person_and_goes_on_when_approved(tmp_path: Path) -> None:
@@ -23,12 +31,7 @@ async def test_an_implementers_edit_waits_for_a_person_and_goes_on_when_approved
         plan = [packet("fix-add", "Fix.\n\n" + steps(FIX_ADD, {"reply": "fixed"}), ["calc.py"], CHECK_ADD)]
         info = await start(client, project, plan=plan, coders=["script"], access="approval-required")
         assert info["access"] == "approval-required"
-        end = time.monotonic() + 30
-        pending: list[dict[str, object]] = []
-        while not pending and time.monotonic() < end:
-            pending = (await client.call("GET", "/v1/approvals"))["items"]
-            await asyncio.sleep(0.1)
-        (question,) = pending
+        (question,) = await pending_approvals(client, seconds=30)
         assert question["kind"] == "file_change" and "calc.py" in str(question["summary"])
         shown = await client.call("GET", f"/v1/orchestrations/{info['id']}")
         waiting = packets_of(shown)["fix-add"]["awaitingApproval"]

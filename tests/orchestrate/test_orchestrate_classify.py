@@ -10,7 +10,10 @@ from pathlib import Path
 
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, running_daemon
-from tests.orchestrate.support import (
+from tests.support.orchestrate import (
+    FIX_ADD,
+    FIX_ADD_AFTER_WRONG,
+    WRONG_ADD,
     finished,
     packet,
     packets_of,
@@ -21,7 +24,6 @@ from tests.orchestrate.support import (
     start,
     steps,
 )
-from tests.orchestrate.test_orchestrate_local import FIX_ADD, FIX_ADD_AFTER_WRONG, WRONG_ADD
 
 # A real test failure whose own assertion message says the words the old rule matched.
 CHECK_WORDY = "python3 -c 'import calc; assert calc.add(2, 3) == 5, \"permission denied: add() is wrong\"'"

@@ -14,8 +14,18 @@ import pytest
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import finished, packet, packets_of, project_repo, runs, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    runs,
+    settings,
+    start,
+    steps,
+)
 
 
 @pytest.fixture

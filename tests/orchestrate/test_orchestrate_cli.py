@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from peerd.cli.common import EXIT_OK, EXIT_USAGE
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import project_repo, settings, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
-
-
-async def peerd(
-    home: Path, cwd: Path, *args: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "peerd", "--home", str(home), *args]
-    return await asyncio.to_thread(
-        subprocess.run, argv, cwd=cwd, capture_output=True, text=True, timeout=120, input=stdin or ""
-    )
+from tests.support.orchestrate import CHECK_ADD, FIX_ADD, peerd_in, project_repo, settings, steps
 
 
 def plan_dir(root: Path) -> Path:
@@ -47,7 +34,7 @@ async def test_orchestrate_from_a_plan_directory_in_the_project(tmp_path: Path) 
         home = daemon.paths.home
         async with client_for(home) as client:
             await client.call("POST", "/v1/projects", body={"path": str(repo)})
-        done = await peerd(
+        done = await peerd_in(
             home, repo, "orchestrate", "--plan", str(plan), "--coder", "script", "--reviewer", "reviewer",
             "--verify", CHECK_ADD, "--non-interactive",
         )  # fmt: skip
@@ -61,9 +48,9 @@ async def test_orchestrate_from_a_plan_directory_in_the_project(tmp_path: Path) 
         assert "reviewer: reviewer (its default model, here) - --reviewer" in text  # the report
         assert "README.md: no +++ front matter" in done.stderr
         run_id = text.split("orchestration ", 1)[1].split(":", 1)[0]
-        status = await peerd(home, repo, "orchestrate", "status", run_id, "--json")
+        status = await peerd_in(home, repo, "orchestrate", "status", run_id, "--json")
         info: dict[str, Any] = json.loads(status.stdout)
-        listed = await peerd(home, repo, "orchestrate", "list")
+        listed = await peerd_in(home, repo, "orchestrate", "list")
     assert info["status"] == "completed" and [p["state"] for p in info["packets"]] == [
         "integrated",
         "integrated",
@@ -96,8 +83,8 @@ async def test_a_packet_beyond_its_files_is_held_unless_the_command_allows_it(tm
         home = daemon.paths.home
         async with client_for(home) as client:
             await client.call("POST", "/v1/projects", body={"path": str(repo)})
-        held = await peerd(home, repo, *args)
-        allowed = await peerd(home, repo, *args, "--allow-out-of-scope", "--json")
+        held = await peerd_in(home, repo, *args)
+        allowed = await peerd_in(home, repo, *args, "--allow-out-of-scope", "--json")
     assert held.returncode == 1, held.stdout + held.stderr
     assert "outside the packet's files: docs/index.md" in held.stdout
     assert "held: out_of_scope" in held.stdout and "--allow-out-of-scope" in held.stdout
@@ -113,13 +100,13 @@ async def test_orchestrate_refuses_bad_input_clearly(tmp_path: Path) -> None:
     repo = project_repo(tmp_path / "repo")
     async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
         home = daemon.paths.home
-        outside = await peerd(home, tmp_path, "orchestrate", "do it", "--coder", "script")
+        outside = await peerd_in(home, tmp_path, "orchestrate", "do it", "--coder", "script")
         assert outside.returncode == EXIT_USAGE and "not a registered project" in outside.stderr
         async with client_for(home) as client:
             await client.call("POST", "/v1/projects", body={"path": str(repo)})
-        no_dir = await peerd(home, repo, "orchestrate", "--plan", str(tmp_path / "none"))
+        no_dir = await peerd_in(home, repo, "orchestrate", "--plan", str(tmp_path / "none"))
         assert no_dir.returncode == EXIT_USAGE and "not a directory" in no_dir.stderr
-        bad_spec = await peerd(
+        bad_spec = await peerd_in(
             home, repo, "orchestrate", "x", "--coder", "nowhere/script", "--non-interactive"
         )
         assert bad_spec.returncode != EXIT_OK and "nowhere" in bad_spec.stderr
@@ -143,8 +130,8 @@ async def test_an_interactive_run_shows_a_custom_command_and_asks_first(tmp_path
         async with client_for(home) as client:
             await client.call("POST", "/v1/projects", body={"path": str(repo)})
         args = ("orchestrate", "--plan", str(plan), "--coder", "mine", "--reviewer", "reviewer")
-        declined = await peerd(home, repo, *args, stdin="n\n")
-        accepted = await peerd(home, repo, *args, stdin="y\n")
+        declined = await peerd_in(home, repo, *args, stdin="n\n")
+        accepted = await peerd_in(home, repo, *args, stdin="y\n")
     assert command in declined.stdout and "Run mine as a coder?" in declined.stdout
     assert declined.returncode != EXIT_OK  # not confirmed: nothing ran
     assert accepted.returncode == EXIT_OK, accepted.stdout + accepted.stderr

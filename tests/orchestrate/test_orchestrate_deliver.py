@@ -5,7 +5,6 @@ or says exactly what is missing. Plan time: packets that share files are warned 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -18,8 +17,14 @@ from peerd.api.localclient import LocalClient
 from peerd.errors import PeerdError
 from peerd.orchestrate.report import render
 from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import (
+from tests.support.orchestrate import (
+    ADD_MUL,
+    CHECK_ADD,
+    CHECK_MUL,
+    FIX_ADD,
+    GH_STUB,
     finished,
+    gh_calls,
     packet,
     packets_of,
     project_repo,
@@ -28,28 +33,6 @@ from tests.orchestrate.support import (
     start,
     steps,
 )
-from tests.orchestrate.test_orchestrate_local import ADD_MUL, CHECK_ADD, CHECK_MUL, FIX_ADD
-
-GH_STUB = """#!{python}
-import json, sys
-from pathlib import Path
-here = Path(__file__).resolve().parent
-args = sys.argv[1:]
-record = {{"argv": args}}
-if "--body-file" in args:
-    record["body"] = Path(args[args.index("--body-file") + 1]).read_text()
-with open(here / "gh-calls.jsonl", "a") as log:
-    log.write(json.dumps(record) + "\\n")
-if args[:2] == ["auth", "status"]:
-    sys.exit(1 if (here / "logged-out").exists() else 0)
-if args[:2] == ["pr", "view"]:
-    print("no pull requests found for branch", file=sys.stderr)
-    sys.exit(1)
-if args[:2] == ["pr", "create"]:
-    print("https://github.com/peerd/demo/pull/7")
-    sys.exit(0)
-sys.exit(2)
-"""
 
 
 @pytest.fixture
@@ -62,11 +45,6 @@ def gh_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     stub.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return bin_dir
-
-
-def gh_calls(bin_dir: Path) -> list[dict[str, Any]]:
-    log = bin_dir / "gh-calls.jsonl"
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 @pytest.fixture

@@ -18,8 +18,13 @@ from peerd.orchestrate import store as ostore
 from peerd.orchestrate.implement import start_packet
 from peerd.orchestrate.integrate import integrate
 from tests.helpers import DaemonProcess, client_for, git, running_daemon, two_daemons
-from tests.orchestrate.support import (
+from tests.support.eventually import eventually
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    GH_STUB,
     finished,
+    gh_calls,
     packet,
     packets_of,
     project_repo,
@@ -28,7 +33,6 @@ from tests.orchestrate.support import (
     start,
     steps,
 )
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 
 
 def config_file(tmp_path: Path) -> Path:
@@ -316,18 +320,9 @@ async def test_an_edit_that_escaped_into_the_boxs_checkout_is_never_taken_from_t
     assert (" M calc.py" in git(box_repo, "status", "--porcelain")) == escaped
 
 
-async def until(check: Any, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.orchestrate.test_orchestrate_deliver import GH_STUB, gh_calls  # noqa: PLC0415
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -351,7 +346,7 @@ async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
             info = await wait_for(client, info["id"], lambda i: packets_of(i)["fix-add"]["threadId"])
             thread = await client.call("GET", f"/v1/threads/{packets_of(info)['fix-add']['threadId']}")
             release = Path(thread["worktreePath"]) / "release"
-            await until(release.parent.is_dir)  # the coder is at work
+            await eventually(release.parent.is_dir, what="the coder at work (its worktree)", within=30)
         daemon.kill()  # SIGKILL: no shutdown of any kind (it may land while the worktree is made)
         daemon.start()
         await daemon.ready()
@@ -360,12 +355,17 @@ async def test_a_kill_9_mid_run_resumes_and_delivers_once_and_cleans_up(
             # at start-up, so a file written into it before that would be gone with it.
             first = thread["latestRun"]["id"]
             path = f"/v1/threads/{thread['id']}"
-            for _ in range(300):
-                latest = (await client.call("GET", path))["latestRun"]
-                if latest["id"] != first and latest["status"] == "running":
-                    break
+
+            def again(latest: dict[str, Any]) -> bool:
                 assert latest["status"] not in ("failed", "cancelled"), latest
-                await asyncio.sleep(0.1)
+                return bool(latest["id"] != first and latest["status"] == "running")
+
+            await eventually(
+                lambda: client.call("GET", path),
+                what="the coder's new run running",
+                until=lambda t: again(t["latestRun"]),
+                within=30,
+            )
             release.write_text("go")
             done = await finished(client, info["id"])
     finally:

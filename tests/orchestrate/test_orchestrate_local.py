@@ -14,7 +14,13 @@ from peerd.api.localclient import LocalClient
 from peerd.config import ProviderConfig
 from peerd.daemon import Daemon
 from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import (
+from tests.support.orchestrate import (
+    ADD_MUL,
+    CHECK_ADD,
+    CHECK_MUL,
+    FIX_ADD,
+    FIX_ADD_AFTER_WRONG,
+    WRONG_ADD,
     finished,
     packet,
     packets_of,
@@ -25,17 +31,6 @@ from tests.orchestrate.support import (
     start,
     steps,
 )
-
-FIX_ADD = {"edit": {"path": "calc.py", "old": "return a - b", "new": "return a + b"}}
-ADD_MUL = {
-    "edit": {
-        "path": "calc.py",
-        "old": "    return a + b\n",
-        "new": "    return a + b\n\n\ndef mul(a: int, b: int) -> int:\n    return a * b\n",
-    }
-}
-CHECK_ADD = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
-CHECK_MUL = "python3 -c 'import calc; assert calc.mul(2, 3) == 6'"
 
 
 @pytest.fixture
@@ -104,9 +99,6 @@ async def test_three_packets_with_a_dependency_two_coders_round_robin(
     assert git(repo, "status", "--porcelain") == ""
 
 
-WRONG_ADD = {"edit": {"path": "calc.py", "old": "return a - b", "new": "return a * b"}}
-
-
 async def test_a_content_failure_goes_back_once_then_parks(
     env: tuple[Daemon, LocalClient, dict[str, Any], Path],
 ) -> None:
@@ -134,9 +126,6 @@ async def test_a_content_failure_goes_back_once_then_parks(
     assert packets["stubborn"]["retries"].get("content") == 1
     tries = receipts_of(done, "implementation", "stubborn")
     assert [r["verification"]["classification"] for r in tries] == ["content", "content"]
-
-
-FIX_ADD_AFTER_WRONG = {"edit": {"path": "calc.py", "old": "return a * b", "new": "return a + b"}}
 
 
 async def test_an_empty_diff_is_redispatched_to_another_coder(

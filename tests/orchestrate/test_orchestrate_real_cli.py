@@ -8,9 +8,18 @@ from pathlib import Path
 
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, git, running_daemon, two_daemons
-from tests.orchestrate.support import finished, packet, packets_of, project_repo, receipts_of, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    receipts_of,
+    start,
+    steps,
+)
 
 FIX_PATCH = (
     "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n*** End Patch\n"

@@ -10,8 +10,19 @@ from typing import Any
 from peerd.config import ProviderConfig
 from peerd.orchestrate.report import pr_body, progress, render
 from tests.helpers import client_for, running_daemon
-from tests.orchestrate.support import finished, packet, packets_of, project_repo, runs, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD, WRONG_ADD
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    WRONG_ADD,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    runs,
+    settings,
+    start,
+    steps,
+)
 
 TIMES = re.compile(r"\d\d:\d\d:\d\d -> \d\d:\d\d:\d\d \(\d+\.\d s\)")
 CHANGES = {"verdict": "request_changes", "summary": "Needs a docstring.",

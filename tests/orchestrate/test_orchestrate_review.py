@@ -10,7 +10,9 @@ from pathlib import Path
 
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import (
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
     finished,
     packet,
     packets_of,
@@ -21,7 +23,6 @@ from tests.orchestrate.support import (
     start,
     steps,
 )
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 
 DOCSTRING = {
     "edit": {"path": "calc.py", "old": "    return a + b", "new": '    """Sum."""\n    return a + b'}

@@ -15,9 +15,23 @@ from typing import Any
 from peerd.orchestrate import report
 from peerd.runtime import sandbox
 from tests.helpers import client_for, git, running_daemon
-from tests.orchestrate.support import finished, packet, packets_of, receipts_of, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD, project_repo
-from tests.orchestrate.test_orchestrate_userwork import CHECK_STATS, STATS, textkit_repo, worktree_of
+from tests.support.eventually import eventually
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    CHECK_STATS,
+    FIX_ADD,
+    STATS,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    receipts_of,
+    settings,
+    start,
+    steps,
+    textkit_repo,
+    worktree_of,
+)
 
 # Who could have written the checkout: with bwrap here the coder ran confined.
 NOBODY_ELSE = "confined" if sandbox.available() else "no_coder_write"
@@ -104,10 +118,11 @@ async def test_an_unconfined_coders_write_the_user_then_changed_is_left(tmp_path
         plan = [packet("fix-add", "Fix add().\n\n" + script, ["calc.py", "go"], CHECK_ADD)]
         info = await start(client, project, plan=plan, coders=["script"], access="full-access")
         worktree = await worktree_of(client, info, "fix-add")
-        for _ in range(400):  # the coder's write into the checkout lands
-            if (repo / "calc.py").read_text() == fixed:
-                break
-            await _tick()
+        await eventually(
+            lambda: (repo / "calc.py").read_text() == fixed,
+            what="the coder's write in the checkout",
+            within=20,
+        )
         mine = fixed + "# mine\n"
         (repo / "calc.py").write_text(mine)
         (worktree / "go").write_text("")
@@ -115,12 +130,6 @@ async def test_an_unconfined_coders_write_the_user_then_changed_is_left(tmp_path
     impl = receipts_of(done, "implementation", "fix-add")[-1]
     assert impl["checkoutChanges"] == [{"path": "calc.py", "moved": False, "reason": "content_differs"}]
     assert impl["recoveredPaths"] == [] and (repo / "calc.py").read_text() == mine
-
-
-async def _tick() -> None:
-    import asyncio  # noqa: PLC0415
-
-    await asyncio.sleep(0.05)
 
 
 # --- case 3 ---------------------------------------------------------------------------------------

@@ -10,17 +10,19 @@ from typing import Any
 from peerd.cli.common import EXIT_USAGE
 from peerd.orchestrate.report import render
 from tests.helpers import client_for, git, running_daemon, two_daemons
-from tests.orchestrate.support import (
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
     finished,
     packet,
     packets_of,
+    peerd_in,
     project_repo,
     receipts_of,
     settings,
     start,
     steps,
 )
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
 
 DOCS = {"write": {"path": "docs/usage.md", "content": "add\n"}}
 DOCS_CHECK = "test -f docs/usage.md"
@@ -167,14 +169,15 @@ async def test_a_hop_on_a_linked_box_reports_its_usage_and_the_box_stops_it_at_t
 
 
 async def test_the_cli_takes_budgets_and_reports_the_usage(tmp_path: Path) -> None:
-    from tests.orchestrate.test_orchestrate_cli import peerd  # noqa: PLC0415
 
     repo = project_repo(tmp_path / "repo")
     async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
         home = daemon.paths.home
         async with client_for(home) as client:
             await client.call("POST", "/v1/projects", body={"path": str(repo)})
-        bad = await peerd(home, repo, "orchestrate", "fix it", "--coder", "script", "--budget", "tokens=lots")
+        bad = await peerd_in(
+            home, repo, "orchestrate", "fix it", "--coder", "script", "--budget", "tokens=lots"
+        )
         assert (
             bad.returncode == EXIT_USAGE
             and "--budget" in bad.stderr
@@ -186,7 +189,7 @@ async def test_the_cli_takes_budgets_and_reports_the_usage(tmp_path: Path) -> No
         (plan / "big.md").write_text(
             f'+++\nfiles = ["calc.py"]\nverify = "{CHECK_ADD}"\n+++\nFix.\n\n{big}\n'
         )
-        done = await peerd(
+        done = await peerd_in(
             home, repo, "orchestrate", "--plan", str(plan), "--coder", "script", "--reviewer", "reviewer",
             "--non-interactive", "--packet-budget", "tokens=50000", "--budget", "usd=5",
         )  # fmt: skip

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,23 +12,25 @@ import pytest
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
-from tests.helpers import client_for, git, make_repo, running_daemon
-from tests.orchestrate.support import finished, packet, packets_of, receipts_of, runs, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD, project_repo
+from tests.helpers import client_for, git, running_daemon
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    CHECK_STATS,
+    FIX_ADD,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    receipts_of,
+    runs,
+    settings,
+    start,
+    steps,
+    textkit_repo,
+    worktree_of,
+)
 
-STATS = "def total(xs):\n    return sum(xs)\n"
 USER_EDIT = "def total(xs):\n    return sum(xs)\n\n\ndef mean(xs):\n    return total(xs) / len(xs)\n"
-CHECK_STATS = "python3 -c 'from textkit import stats; assert stats.total([1, 2]) == 3'"
-
-
-def textkit_repo(root: Path) -> Path:
-    repo = make_repo(root)
-    (repo / "textkit").mkdir()
-    (repo / "textkit" / "__init__.py").write_text("")
-    (repo / "textkit" / "stats.py").write_text(STATS)
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "textkit")
-    return repo
 
 
 def dirty_the_users_way(repo: Path) -> dict[str, str]:
@@ -156,20 +157,6 @@ async def test_an_escaped_edit_that_does_not_apply_is_left_and_reported_not_park
     assert "return a + b" in git(repo, "show", f"{done['branch']}:calc.py")
     # left where it was: peerd moved nothing it could not move cleanly
     assert "return a * b" in (repo / "calc.py").read_text()
-
-
-async def worktree_of(client: LocalClient, info: dict[str, Any], pid: str) -> Path:
-    while not packets_of(info)[pid]["threadId"]:
-        info = await client.call(
-            "GET", f"/v1/orchestrations/{info['id']}", params={"after": info["updatedAt"], "timeout": 10}
-        )
-    thread = await client.call("GET", f"/v1/threads/{packets_of(info)[pid]['threadId']}")
-    worktree = Path(thread["worktreePath"])
-    for _ in range(200):  # the run makes its worktree as it starts
-        if worktree.is_dir():
-            break
-        await asyncio.sleep(0.05)
-    return worktree
 
 
 async def test_the_users_own_edit_during_a_run_is_not_recovered_when_it_was_theirs_before(

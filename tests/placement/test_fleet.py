@@ -23,7 +23,8 @@ from peerd.errors import PeerdError
 from peerd.placement import capacity
 from peerd.placement.service import Placement
 from tests.helpers import client_for, make_repo, running_daemon, script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script
+from tests.support.delegation import delegate, runs_script, tasks_of
+from tests.support.eventually import eventually
 
 GIB = 2**30
 NO_CODEX = {"codex": ProviderConfig(binary="/nonexistent/codex")}  # codex is installed nowhere
@@ -190,10 +191,11 @@ async def test_a_full_box_is_passed_by(tmp_path: Path) -> None:
             "/v1/threads",
             body={"projectId": f.projects["box"]["id"], "prompt": script({"wait_for_file": "go"})},
         )
-        for _ in range(200):
-            if (await bc.call("GET", f"/v1/threads/{busy['threadId']}"))["latestRun"]["status"] == "running":
-                break
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: bc.call("GET", f"/v1/threads/{busy['threadId']}"),
+            what="the box's one run running",
+            until=lambda thread: thread["latestRun"]["status"] == "running",
+        )
         placed = (await f.launch())["placement"]
         assert placed["label"] == "studio", placed
         assert "box: full: 1 of 1 runs, load 0.4" in placed["reason"]
@@ -241,12 +243,9 @@ async def test_a_delegated_auto_task_records_its_placement_and_the_feed_brings_c
         launched = await f.lc.call(
             "POST", "/v1/threads", body={"projectId": f.projects["laptop"]["id"], "prompt": parent_prompt}
         )
-        for _ in range(400):
-            found = (await f.lc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
-            if found:
-                break
-            await asyncio.sleep(0.05)
-        [task] = found
+        [task] = await eventually(
+            lambda: tasks_of(f.lc, launched["threadId"]), what="the parent's delegated task", within=20
+        )
         assert task["remoteChild"]["label"] == "box"
         laptop_db = f.daemons["laptop"].db
         assert laptop_db is not None
@@ -261,22 +260,22 @@ async def test_a_delegated_auto_task_records_its_placement_and_the_feed_brings_c
         placement._fed.clear()
         for link in box_followers.delegation.ender.watcher.hub._links.values():
             link.capacity_sent = None
-        for _ in range(400):
-            shown = await f.lc.call("GET", f"/v1/tasks/{task['taskId']}")
-            if shown["status"] == "completed":
-                break
-            await asyncio.sleep(0.05)
-        assert shown["status"] == "completed"
+        shown = await eventually(
+            lambda: f.lc.call("GET", f"/v1/tasks/{task['taskId']}"),
+            what="the task completed",
+            until=lambda t: t["status"] == "completed",
+            within=20,
+        )
         assert shown["placement"].startswith("box: 0 of 8 runs"), shown["placement"]
         out = ok(await peerd(f.daemons["laptop"].paths.home, "task", "show", task["taskId"]))
         assert "placement" in out and "box: 0 of 8 runs" in out
-        for _ in range(200):
-            row = await laptop_db.fetchone(
+        row = await eventually(
+            lambda: laptop_db.fetchone(
                 "SELECT body FROM link_capacity WHERE environment_id = ?", (f.env("box"),)
-            )
-            if row is not None and row["body"] is not None:
-                break
-            await asyncio.sleep(0.05)
+            ),
+            what="the box's capacity stored on the laptop",
+            until=lambda row: row is not None and row["body"] is not None,
+        )
         assert row is not None and json.loads(row["body"])["maxRuns"] == 8  # from the feed's answer
 
 
@@ -351,17 +350,15 @@ async def test_auto_in_a_links_work_never_uses_the_boxs_own_links(tmp_path: Path
             body={"projectId": f.projects["box"]["id"], "prompt": parent_prompt, "environmentId": "box"},
         )
         bc = f.clients["box"]
-        for _ in range(400):
-            found = (await bc.call("GET", "/v1/tasks", params={"threadId": launched["threadId"]}))["items"]
-            if found:
-                break
-            await asyncio.sleep(0.05)
-        [task] = found
-        for _ in range(400):  # the task is recorded before its child is launched: wait for the child
-            shown = await bc.call("GET", f"/v1/tasks/{task['taskId']}")
-            if shown["childThreadId"] is not None or shown["remoteChild"] is not None:
-                break
-            await asyncio.sleep(0.05)
+        [task] = await eventually(
+            lambda: tasks_of(bc, launched["threadId"]), what="the box thread's delegated task", within=20
+        )
+        shown = await eventually(  # the task is recorded before its child is launched: wait for the child
+            lambda: bc.call("GET", f"/v1/tasks/{task['taskId']}"),
+            what="the task's child launched",
+            until=lambda t: t["childThreadId"] is not None or t["remoteChild"] is not None,
+            within=20,
+        )
         assert shown["remoteChild"] is None and shown["childThreadId"] is not None  # here, on box
         assert shown["placement"].startswith("box: "), shown["placement"]
         assert (

@@ -13,8 +13,17 @@ from peerd.orchestrate.coders import parse_coder_spec
 from peerd.orchestrate.report import render
 from peerd.placement import capacity
 from tests.helpers import git, two_daemons
-from tests.orchestrate.support import finished, packet, packets_of, project_repo, settings, start, steps
-from tests.orchestrate.test_orchestrate_local import CHECK_ADD, FIX_ADD
+from tests.support.orchestrate import (
+    CHECK_ADD,
+    FIX_ADD,
+    finished,
+    packet,
+    packets_of,
+    project_repo,
+    settings,
+    start,
+    steps,
+)
 
 GIB = 2**30
 

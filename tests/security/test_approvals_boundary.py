@@ -4,15 +4,14 @@ the work; the agent socket and the MCP endpoints have no such route or tool."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from peerd.api.localclient import LocalClient
 from tests.helpers import script, wait_terminal
+from tests.support.approvals import pending_approvals
 
 Json = dict[str, Any]
 
@@ -48,12 +47,7 @@ async def test_an_agent_cannot_approve_a_pending_question(
             "runtimeMode": "approval-required",
         },
     )
-    end = time.monotonic() + 15
-    pending: list[Json] = []
-    while not pending and time.monotonic() < end:
-        pending = (await client.call("GET", "/v1/approvals"))["items"]
-        await asyncio.sleep(0.05)
-    (question,) = pending
+    (question,) = await pending_approvals(client, seconds=15)
     attack = tmp_path / "attack.py"
     attack.write_text(ATTACK)
     hostile = await client.call(

@@ -8,7 +8,6 @@ run may use: its worktree and peerd's agent tools through `PEERD_SOCKET`.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -26,9 +25,10 @@ from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
 from peerd.runtime import sandbox
 from tests.fakemodel import FakeModel
-from tests.helpers import Pair, make_repo, processes_in, script, two_daemons, wait_terminal
-from tests.integration.test_delegation import items, linked_pair
+from tests.helpers import Pair, items, make_repo, processes_in, script, two_daemons, wait_terminal
 from tests.realcli import CODEX_MODEL, fake_marker, offline_settings, secure_dir
+from tests.support.delegation import linked_pair
+from tests.support.eventually import eventually
 
 PROBE = r"""
 import http.client, json, os, socket, subprocess, sys
@@ -318,18 +318,14 @@ async def test_an_interrupt_ends_a_confined_run_and_its_children(linked: Linked)
     pair, _ = linked
     launched = await launch_on_box(pair, script({"run": "sleep 60 & sleep 61 & touch started; wait"}))
     worktree = launched["worktreePath"]
-    async with asyncio.timeout(20):
-        while not (Path(worktree) / "started").exists():
-            await asyncio.sleep(0.05)
+    await eventually((Path(worktree) / "started").exists, what="the confined run started", within=20)
     assert len(processes_in(worktree)) >= 3  # the agent, its shell and the two sleeps
     await pair.bc.call("POST", f"/v1/threads/{launched['threadId']}/interrupt", body={})
     done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
     assert done["status"] == "interrupted"
     run = (await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}"))["latestRun"]
     assert run["exitCode"] == 130, run  # the agent itself got SIGINT and ended as it does, not bwrap
-    async with asyncio.timeout(10):
-        while processes_in(worktree):
-            await asyncio.sleep(0.05)
+    await eventually(lambda: not processes_in(worktree), what="no process left in the worktree", within=10)
 
 
 # --- a real coder CLI: Codex at auto, driven by the fake model to run a command -------------------

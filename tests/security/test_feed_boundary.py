@@ -23,7 +23,7 @@ from peerd.peer.client import PAIRING_GRANT
 from peerd.peer.identity import pinned_fingerprint
 from peerd.tasks.subscription import MAX_FOLLOWED_RUNS, set_hash
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
-from tests.security.test_bad_input import assert_invalid, code_parts, local_raw, network_raw
+from tests.support.raw import assert_invalid, code_parts, local_raw, network_raw
 
 SUBSCRIPTION, CHANGES = "/v1/feed/subscription", "/v1/feed/changes"
 

@@ -7,7 +7,6 @@ the box through its link whose steps call the box's agent tools, or calls the bo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,19 @@ import pytest
 
 from peerd.config import Config, LinksConfig
 from peerd.errors import PeerdError
-from tests.helpers import Pair, client_for, git, make_repo, running_daemon, script, two_daemons, wait_terminal
-from tests.integration.test_delegation import items, linked_pair
+from tests.helpers import (
+    Pair,
+    client_for,
+    git,
+    items,
+    make_repo,
+    running_daemon,
+    script,
+    two_daemons,
+    wait_terminal,
+)
+from tests.support.delegation import linked_pair
+from tests.support.eventually import eventually
 
 Linked = tuple[Pair, dict[str, Any]]
 
@@ -206,12 +216,12 @@ async def start_long_link_run(pair: Pair) -> dict[str, Any]:
     project = await box_project(pair)
     body = {"projectId": project["id"], "prompt": script({"wait": 60}, {"reply": "finished"})}
     launched: dict[str, Any] = await pair.remote("POST", "/v1/threads", body=body)
-    for _ in range(200):
-        run = await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}")
-        if run["latestRun"]["status"] == "running":
-            return launched
-        await asyncio.sleep(0.05)
-    raise AssertionError("the link's run never started")
+    await eventually(
+        lambda: pair.bc.call("GET", f"/v1/threads/{launched['threadId']}"),
+        what="the link's run running",
+        until=lambda thread: thread["latestRun"]["status"] == "running",
+    )
+    return launched
 
 
 async def client_id(pair: Pair) -> str:
@@ -244,10 +254,9 @@ async def test_revoking_with_keep_runs_leaves_them_but_their_tools_no_longer_act
         "POST", f"/v1/clients/{await client_id(pair)}/revoke", body={"keepRuns": True}
     )
     assert revoked["stoppedThreads"] == []
-    for _ in range(200):  # the worktree appears when the run starts
-        if Path(thread["worktreePath"]).is_dir():
-            break
-        await asyncio.sleep(0.05)
+    await eventually(
+        Path(thread["worktreePath"]).is_dir, what="the worktree (it appears when the run starts)"
+    )
     (Path(thread["worktreePath"]) / "go").write_text("")
     done = await wait_terminal(pair.bc, launched["threadId"], launched["runId"], total=20)
     assert done["status"] == "completed"

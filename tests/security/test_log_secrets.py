@@ -15,13 +15,11 @@ without it (tracebacks carry no locals).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from peerd.api.localclient import LocalClient
 from peerd.logs import OWN_LOGGER, THIRD_PARTY_LOGGERS, configure_logging
 from peerd.peer import pairing_code
 from tests.helpers import DaemonProcess, client_for, make_repo, script
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 
@@ -115,16 +114,17 @@ def environ_of(pid: int) -> dict[str, str]:
 
 async def run_token_while_it_runs(box_home: Path, timeout: float = 30.0) -> str:
     """PEERD_RUN_TOKEN from the live scripted agent's environment (the box's, for this run)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def token() -> str | None:
         for pid in processes_running("peerd.providers.script_agent", str(box_home)):
             with contextlib.suppress(OSError):
-                token = environ_of(pid).get("PEERD_RUN_TOKEN")
-                if token:
-                    return token
-        if time.monotonic() > deadline:
-            raise AssertionError("the scripted agent never ran with a run token")
-        await asyncio.sleep(0.1)  # a process we do not control: nothing to wait on but time
+                found = environ_of(pid).get("PEERD_RUN_TOKEN")
+                if found:
+                    return found
+        return None
+
+    # A process we do not control: nothing to wait on but time.
+    return await eventually(token, what="the scripted agent running with a run token", within=timeout)
 
 
 def every_argv() -> list[bytes]:
@@ -146,12 +146,12 @@ def db_files(home: Path) -> list[Path]:
 
 
 async def wait_for(client: LocalClient, thread_id: str, kind: str, timeout: float = 30.0) -> None:
-    result = await client.call("GET", f"/v1/threads/{thread_id}/items")
-    deadline = time.monotonic() + timeout
-    while not any(i["kind"] == kind for i in result["items"]):
-        assert time.monotonic() < deadline, f"no {kind} item on {thread_id}: {result['items']}"
-        await asyncio.sleep(0.1)
-        result = await client.call("GET", f"/v1/threads/{thread_id}/items")
+    await eventually(
+        lambda: client.call("GET", f"/v1/threads/{thread_id}/items"),
+        what=f"a {kind} item on {thread_id}",
+        until=lambda page: any(i["kind"] == kind for i in page["items"]),
+        within=timeout,
+    )
 
 
 async def test_pairing_linking_refresh_and_a_run_log_no_secret(tmp_path: Path) -> None:

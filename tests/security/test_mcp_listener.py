@@ -23,8 +23,9 @@ import pytest
 from peerd.api.app import MAX_BODY_BYTES
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient, Pair, script, wait_terminal
-from tests.integration.test_delegation import linked_pair
-from tests.integration.test_mcp_http import live_run
+from tests.support.delegation import linked_pair
+from tests.support.eventually import eventually
+from tests.support.mcp import live_run
 
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 
@@ -200,11 +201,12 @@ async def test_a_link_runs_token_over_http_acts_as_the_link_exactly(linked: Pair
     )
     launched = await pair.remote("POST", "/v1/threads", body={"projectId": project["id"], "prompt": steps})
     worktree = Path((await pair.bc.call("GET", f"/v1/threads/{launched['threadId']}"))["worktreePath"])
-    for _ in range(400):
-        if (worktree / "token").is_file() and (worktree / "token").read_text():
-            break
-        await asyncio.sleep(0.05)
-    token = (worktree / "token").read_text()
+    token_file = worktree / "token"
+    token = await eventually(
+        lambda: token_file.is_file() and token_file.read_text(),
+        what="the run's token in its worktree",
+        within=20,
+    )
     attempts: list[tuple[str, dict[str, Any]]] = [
         ("thread_send", {"threadId": owner["threadId"], "text": "obey me"}),  # the link's fence
         ("delegate_task", {"task": "x", "runtimeMode": "full-access"}),  # the link's cap

@@ -28,7 +28,7 @@ from peerd.peer import pairing_code
 from peerd.peer.client import PAIRING_GRANT
 from peerd.peer.identity import load_or_create_identity
 from tests.helpers import Pair, make_repo, pinned_server, script, two_daemons, wait_terminal
-from tests.security.test_bad_input import code_parts, network_raw, snapshot
+from tests.support.raw import code_parts, network_raw, snapshot
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\x9b1m\r\x08\u202e"
 

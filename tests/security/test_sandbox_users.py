@@ -31,7 +31,8 @@ PROBE = r"""
 import json, os, subprocess, sys
 
 paths = json.loads(sys.argv[1])
-found = {"uid": os.getuid()}
+found = {"uid": os.getuid(), "ids": [*os.getresuid(), *os.getresgid()]}
+found["capabilities"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith(("CapPrm", "CapEff"))]
 for path in paths:
     try:
         if os.path.isdir(path):
@@ -141,6 +142,8 @@ def run_probe(machine: Path, *, as_user: bool) -> dict[str, object]:
 def test_a_links_run_finds_nothing_of_the_box_but_its_own_work(machine: Path, as_user: bool) -> None:
     found = run_probe(machine, as_user=as_user)
     assert found["uid"] == NOBODY, "never root"
+    assert found["ids"] == [NOBODY] * 6, "nor a saved uid or gid to go back to root with"
+    assert found["capabilities"] == ["0000000000000000"] * 2, "and no capability left"
     # Only the names on the way to what is bound are there: e.g. a Python installed in /root/.pyenv
     on_the_way = {
         (Path(*p.parts[:2]), p.parts[2])

@@ -17,8 +17,9 @@ import pytest
 from peerd.paths import Paths
 from peerd.tasks import store as task_store
 from tests.helpers import script, wait_terminal
-from tests.integration.test_delegation import delegate, runs_script, tasks_of
-from tests.integration.test_delegation_durability import Machines, eventually, task_ended
+from tests.support.delegation import delegate, runs_script, tasks_of
+from tests.support.eventually import eventually
+from tests.support.machines import Machines, task_ended
 
 STEP_S = 600.0
 
@@ -38,7 +39,7 @@ async def test_a_restart_after_the_wall_clock_stepped_back_waits_the_delay_not_t
     async def backed_off() -> bool:
         return await task_store.backoff(m.laptop.db, m.box_id) != (0, 0.0)
 
-    await eventually(backed_off)
+    await eventually(backed_off, what="the laptop's stored backoff for the link", within=20)
     await m.stop("laptop")
     with contextlib.closing(sqlite3.connect(Paths(m.home("laptop")).db)) as db:
         db.execute("UPDATE link_backoff SET next_at = next_at + ? WHERE env_id = ?", (STEP_S, m.box_id))

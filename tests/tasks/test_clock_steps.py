@@ -18,7 +18,7 @@ from peerd.store.db import Database
 from peerd.tasks import store as tasks
 from peerd.tasks.machine import FollowerMachine, SaveBackoff, Sleep
 from peerd.tasks.rules import LINK_BACKOFF, backoff_wait
-from tests.tasks.test_follower_machine import running, synced, watch_of
+from tests.support.follower import running, synced, watch_of
 
 STEP_S = 600.0
 

@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,8 @@ from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub, client_key
 from peerd.tasks.feedwire import FeedPoll, FeedSubscribe
 from peerd.tasks.subscription import set_hash
+from tests.support.eventually import eventually
+from tests.support.inflight import await_chain
 
 N = 2_000  # followed runs: a wake must not cost O(N)
 
@@ -64,6 +67,12 @@ async def subscribed(hub: FeedHub, runs: list[str], caller: Caller | None = None
     return answer.in_sync
 
 
+def parked(poll: asyncio.Task[Any]) -> bool:
+    """Whether the box's poll waits for a change (its look done, nothing to answer yet)."""
+    chain = await_chain(poll)
+    return chain[:1] == ["FeedHub.changes"] and "wait_for" in chain
+
+
 async def test_a_poll_answers_the_moment_a_followed_run_settles_with_only_that_run(db: Database) -> None:
     """Rules: the box answers the moment any followed run changes (in-memory notification, no
     polling loop), with only the changed runs; a wake looks at one thread, whatever N is."""
@@ -75,7 +84,7 @@ async def test_a_poll_answers_the_moment_a_followed_run_settles_with_only_that_r
     assert first.resynced and first.runs == [], "nothing settled yet"
     looks = hub.looks
     polling = asyncio.ensure_future(hub.changes(link(), FeedPoll(cursor=first.cursor, timeout=20)))
-    await asyncio.sleep(0.1)
+    await eventually(lambda: parked(polling), what="the poll waiting for a change")
     assert not polling.done()
     t0 = time.monotonic()
     await end_run(db, feed, 7)
@@ -123,7 +132,7 @@ async def test_a_revocation_ends_a_poll_at_once(db: Database) -> None:
     assert await subscribed(hub, ["run_1"])
     cursor = (await hub.changes(link(), FeedPoll(timeout=0))).cursor
     polling = asyncio.ensure_future(hub.changes(link(), FeedPoll(cursor=cursor, timeout=30)))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: parked(polling), what="the poll waiting for a change")
     feed.changed(client_key("cli_a"))
     answer = await asyncio.wait_for(polling, 2)
     assert answer.timed_out and answer.runs == []

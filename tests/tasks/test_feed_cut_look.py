@@ -31,6 +31,7 @@ from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.feedwire import FeedPoll, FeedSubscribe
 from peerd.tasks.subscription import set_hash
+from tests.support.follower import Gate
 
 
 def link() -> Caller:
@@ -60,25 +61,6 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
     await database.close()
 
 
-class Gate:
-    """A fault hook in the look's window: the first read of a reply blocks until released."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.calls = 0
-
-    def wrap(self, real: object) -> object:
-        async def last_reply(*args: object) -> str | None:
-            self.calls += 1
-            if self.calls == 1:
-                self.entered.set()
-                await self.release.wait()
-            return await real(*args)  # type: ignore[operator]
-
-        return last_reply
-
-
 @pytest.mark.parametrize("next_cursor", ["none (the laptop restarted)", "the cut poll's cursor"])
 async def test_a_poll_cut_mid_look_loses_no_settled_run(
     db: Database, monkeypatch: pytest.MonkeyPatch, next_cursor: str
@@ -93,7 +75,7 @@ async def test_a_poll_cut_mid_look_loses_no_settled_run(
     first = await hub.changes(link(), FeedPoll(timeout=0))
     assert first.runs == [], "nothing settled yet"
     polling = asyncio.ensure_future(hub.changes(link(), FeedPoll(cursor=first.cursor, timeout=20)))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the poll starts (its first look, or the change, reaches the gate)
     async with db.write() as tx:  # the box's child ends
         await tx.execute("UPDATE runs SET status = 'completed', reason = 'done' WHERE id = 'run_0'")
     feed.changed("thr_0")

@@ -16,8 +16,10 @@ from peerd.tasks import feedstore
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.subscription import set_hash
 from tests.helpers import script, wait_terminal
-from tests.integration.test_delegation import wait_task
-from tests.integration.test_delegation_durability import WAIT_S, Machines, delegated_and_running, eventually
+from tests.support.delegation import wait_task
+from tests.support.eventually import eventually
+from tests.support.follower import poll_in_flight
+from tests.support.machines import WAIT_S, Machines, delegated_and_running
 
 
 def box_hub(m: Machines) -> FeedHub:
@@ -27,19 +29,9 @@ def box_hub(m: Machines) -> FeedHub:
 
 
 async def polling(m: Machines) -> None:
-    """A poll with a cursor is in flight: not the link's first, which the box answers at once with
-    its cursor (`resynced`)."""
-
-    async def in_flight() -> bool:
-        follower = m.follower()
-        return (
-            follower is not None
-            and follower.machine.polling
-            and follower.machine.sub.settled
-            and follower.machine.sub.cursor is not None
-        )
-
-    await eventually(in_flight)
+    await eventually(
+        lambda: poll_in_flight(m.laptop, m.box_id), what="the follower's settled poll in flight", within=20
+    )
 
 
 async def test_a_new_task_joins_the_poll_in_flight_without_restarting_it(
@@ -87,7 +79,7 @@ async def test_a_new_task_joins_the_poll_in_flight_without_restarting_it(
     async def polled_again() -> bool:
         return follower.requests > polls
 
-    await eventually(polled_again)
+    await eventually(polled_again, what="another poll of the follower", within=20)
     assert abandoned == [], "no poll was abandoned for the new task"
     assert reads == [], "the link's open tasks are read once, at the start: not again per task"
     assert follower.requests - polls == 1, "the poll in flight answered; one new poll after it"
@@ -106,7 +98,7 @@ async def test_a_laptop_restart_resyncs_with_one_request(m: Machines, tmp_path: 
         follower = m.follower()
         return follower is not None and follower.requests >= 1
 
-    await eventually(resumed)
+    await eventually(resumed, what="a poll of the restarted laptop's follower", within=20)
     follower = m.follower()
     assert follower is not None
     assert follower.syncs == 1, "one request, the hash only: the box still holds the set"
@@ -134,7 +126,7 @@ async def test_a_box_that_lost_the_subscription_gets_the_whole_set_once(
         follower = m.follower()
         return follower is not None and follower.machine.sub.settled and follower.requests >= 1
 
-    await eventually(resynced)
+    await eventually(resynced, what="the restarted follower settled and polling", within=20)
     follower = m.follower()
     assert follower is not None and follower.syncs == 2, "the hash (a mismatch), then the set once"
     [link] = box_hub(m)._links.values()

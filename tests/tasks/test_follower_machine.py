@@ -17,10 +17,8 @@ from peerd.tasks.machine import (
     DropStop,
     EndTask,
     Exit,
-    FollowerMachine,
     NoteError,
     OpenTask,
-    Poll,
     PollAnswer,
     ReadResult,
     Relaunch,
@@ -34,32 +32,7 @@ from peerd.tasks.machine import (
     watch_margin,
 )
 from peerd.tasks.rules import LINK_BACKOFF
-
-T0 = 1_000_000.0
-CHUNK = 50.0
-
-
-def machine(jitter: float = 0.0) -> FollowerMachine:
-    return FollowerMachine(chunk_s=CHUNK, jitter=lambda: jitter)
-
-
-def running(n: int = 1, *, stop_owed: bool = False) -> list[OpenTask]:
-    return [OpenTask(f"t{i}", "running", f"th{i}", f"run{i}", stop_owed, "box") for i in range(n)]
-
-
-def watch_of(actions: list[object]) -> Poll:
-    [action] = actions
-    assert isinstance(action, Poll), action
-    return action
-
-
-def synced(m: FollowerMachine, now: float, tasks: list[OpenTask]) -> list[object]:
-    """Plan past the subscription's check (the box confirms it holds the set): the next step."""
-    actions = m.plan(now, tasks)
-    while actions and isinstance(actions[0], Subscribe):
-        m.subscribed(now, True)
-        actions = m.plan(now)
-    return list(actions)
+from tests.support.follower import CHUNK, T0, machine, running, synced, watch_of
 
 
 def answer(*runs: RunReport, cursor: str = "0123456789abcdef-1") -> PollAnswer:

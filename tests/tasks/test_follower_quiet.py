@@ -13,7 +13,7 @@ from peerd.tasks.machine import (
     RunReport,
     Subscribe,
 )
-from tests.tasks.test_follower_machine import T0, machine, running, synced, watch_of
+from tests.support.follower import T0, machine, running, synced, watch_of
 
 
 def empty(cursor: str = "0123456789abcdef-1") -> PollAnswer:

@@ -107,15 +107,6 @@ def sse(payload: bytes) -> list[tuple[str | None, Any]]:
     return events
 
 
-def wait_until(check: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 # -- request builders ------------------------------------------------------------------------
 
 
@@ -517,7 +508,7 @@ def test_hang_holds_until_the_client_disconnects_without_blocking_others(fake: F
         with pytest.raises(TimeoutError):
             sock.recv(1)
         assert fake.held == 1
-    assert wait_until(lambda: fake.held == 0)
+    assert fake.wait_released(timeout=5)
 
 
 def test_stop_releases_held_requests_quickly() -> None:
@@ -549,7 +540,7 @@ def test_stop_releases_held_requests_quickly() -> None:
 def test_hang_with_times_lets_a_resumed_session_past_it(fake: FakeModel) -> None:
     with raw_request(fake, anthropic("[[fake:hang_once]]")):
         assert fake.wait_held(1, timeout=5)
-    assert wait_until(lambda: fake.held == 0)
+    assert fake.wait_released(timeout=5)
     resumed = anthropic("[[fake:hang_once]]", {"role": "user", "content": "again"}, stream=False)
     assert json.loads(post(fake, "/v1/messages", resumed)[2])["content"][0]["text"] == "past the hang"
 

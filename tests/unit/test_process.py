@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from peerd.errors import ProviderError
 from peerd.runtime.process import STDERR_HEAD_BYTES, STDERR_TAIL_BYTES, ProviderProcess
+from tests.support.eventually import eventually
 
 
 async def spawn(
@@ -57,12 +59,13 @@ def is_dead(pid: int) -> bool:
 
 async def all_dead(pgid: int, *pids: int) -> bool:
     """Whether the group and `pids` are all dead, allowing a SIGKILL sent a moment ago to land."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if not live_members(pgid) and all(is_dead(pid) for pid in pids):
-            return True
-        await asyncio.sleep(0.01)
-    return False
+    await eventually(
+        lambda: not live_members(pgid) and all(is_dead(pid) for pid in pids),
+        what=f"group {pgid} and {pids} dead",
+        within=5,
+        every=0.01,
+    )
+    return True
 
 
 async def test_lines_parse_json_objects_and_keep_other_lines_raw(tmp_path: Path) -> None:
@@ -164,9 +167,9 @@ async def test_ignored_int_and_term_escalate_to_sigkill_for_the_whole_group(tmp_
 
 async def test_sigkill_escalation_reaches_a_foreground_child(tmp_path: Path) -> None:
     proc = await spawn('trap "" INT TERM; sleep 30', tmp_path)
-    async with asyncio.timeout(10):
-        while len(live_members(proc.pgid)) < 2:  # the shell and its sleep
-            await asyncio.sleep(0.01)
+    await eventually(
+        lambda: len(live_members(proc.pgid)) >= 2, what="the shell and its sleep", within=10, every=0.01
+    )
     (child,) = set(live_members(proc.pgid)) - {proc.pid}
     await proc.interrupt(grace_int=0.1, grace_term=0.1)
     assert await proc.wait() == -9
@@ -258,11 +261,10 @@ async def test_a_spawn_cancelled_midway_leaves_no_process(tmp_path: Path) -> Non
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 5
-    while not marker.exists() and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    with contextlib.suppress(AssertionError):  # a spawn cancelled before its exec touches nothing
+        await eventually(marker.exists, what="the marker", within=5, every=0.01)
     sleepers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep\x0030\x00"]
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # the kill of a cancelled spawn lands a moment later
     assert all(is_dead(int(p.name)) for p in sleepers if _cwd(p) == str(tmp_path))
 
 

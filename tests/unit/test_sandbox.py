@@ -26,6 +26,7 @@ from peerd.runtime.sandbox_profile import (
     system_mounts,
     writes_worktree,
 )
+from tests.support.doctor import facts
 
 HOME = Path("/srv/peerd")
 WT = HOME / "worktrees" / "thr_1"
@@ -279,8 +280,6 @@ def test_the_probe_finds_a_working_bwrap() -> None:
 
 
 def test_doctor_says_whether_runs_are_confined_and_what_it_means_for_links() -> None:
-    from tests.unit.test_doctor import facts  # noqa: PLC0415  # the doctor tests' complete Facts
-
     assert check_confinement(facts()) is None  # not looked at
     works = check_confinement(facts(confinement=ConfinementFacts(True, "bubblewrap works (/usr/bin/bwrap).")))
     assert works is not None and works.status == "ok" and "linked machines' runs" in works.detail

@@ -17,6 +17,7 @@ from peerd.runtime.slots import StartSlots, default_start_slots
 from peerd.store import projects
 from peerd.store import threads as store
 from peerd.store.db import Database
+from tests.support.eventually import eventually
 
 
 async def test_at_most_limit_slots_are_taken_and_waiters_go_in_order() -> None:
@@ -30,11 +31,11 @@ async def test_at_most_limit_slots_are_taken_and_waiters_go_in_order() -> None:
             await gates[name].wait()
 
     tasks = [asyncio.create_task(run(n)) for n in "abcd"]
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # two turns of the loop: every task has asked for its slot
     await asyncio.sleep(0)
     assert order == ["a", "b"] and slots.taken == 2 and slots.waiting == 2
     gates["b"].set()
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # a few turns: b's slot passes to c, and to nobody else
     assert order == ["a", "b", "c"] and slots.taken == 2
     for gate in gates.values():
         gate.set()
@@ -122,12 +123,6 @@ async def _launch(db: Database, project_id: str, cwd: Path, n: int) -> str:
     return str(result["threadId"])
 
 
-async def _until(check: object, within_s: float = 5.0) -> None:
-    async with asyncio.timeout(within_s):
-        while not check():  # type: ignore[operator]
-            await asyncio.sleep(0.005)
-
-
 async def test_runs_start_one_slot_at_a_time_and_kick_never_waits(tmp_path: Path) -> None:
     db = await Database.open(tmp_path / "peerd.db")
     provider = _Provider()
@@ -141,23 +136,37 @@ async def test_runs_start_one_slot_at_a_time_and_kick_never_waits(tmp_path: Path
         async with asyncio.timeout(5):  # every kick is answered while the one slot is taken
             for thread_id in ids:
                 await manager.kick(thread_id)
-        await _until(lambda: ids[0] in provider.started)
-        await asyncio.sleep(0.05)
+        await eventually(
+            lambda: ids[0] in provider.started, what="the first run started", within=5, every=0.005
+        )
+        await asyncio.sleep(0.05)  # a window for a wrong start: an absence has no event
         assert list(provider.started) == [ids[0]]  # the others wait for the slot
         assert manager.start_slots.waiting == 2
         statuses = [(await store.run_views(db, t))[0].status for t in ids]
         assert statuses == ["running", "starting", "starting"]
         # Its CLI's first event gives the slot back: the next run starts while the first goes on.
         provider.started[ids[0]].queue.put_nowait(ItemProduced("assistant_message", "hello"))
-        await _until(lambda: ids[1] in provider.started)
+        await eventually(
+            lambda: ids[1] in provider.started,
+            what="the second run started (the first gave its slot back)",
+            within=5,
+            every=0.005,
+        )
         assert ids[2] not in provider.started
         provider.started[ids[1]].queue.put_nowait(RunFinished("completed"))  # its end, too
-        await _until(lambda: ids[2] in provider.started)
+        await eventually(
+            lambda: ids[2] in provider.started, what="the third run started", within=5, every=0.005
+        )
         for thread_id in ids:
             provider.started[thread_id].queue.put_nowait(RunFinished("completed"))
         for thread_id in ids:
             run_id = (await store.run_views(db, thread_id))[0].id
-            await _until(lambda run_id=run_id: not manager.is_executing(run_id))
+            await eventually(
+                lambda run_id=run_id: not manager.is_executing(run_id),
+                what="the run ended",
+                within=5,
+                every=0.005,
+            )
         assert [(await store.run_views(db, t))[0].status for t in ids] == ["completed"] * 3
         assert manager.start_slots.taken == 0
     finally:
@@ -187,11 +196,18 @@ async def test_a_run_interrupted_while_it_waits_for_a_slot_ends_before_anything_
         first, second = [await _launch(db, project.id, tmp_path, n) for n in range(2)]
         await manager.kick(first)
         await manager.kick(second)
-        await _until(lambda: first in provider.started and manager.start_slots.waiting == 1)
+        await eventually(
+            lambda: first in provider.started and manager.start_slots.waiting == 1,
+            what="the first run started and the second waiting for its slot",
+            within=5,
+            every=0.005,
+        )
         await manager.interrupt(second, stop=False, reason="not now")
         provider.started[first].queue.put_nowait(RunFinished("completed"))  # its slot is free
         run = (await store.run_views(db, second))[0]
-        await _until(lambda: not manager.is_executing(run.id))
+        await eventually(
+            lambda: not manager.is_executing(run.id), what="the interrupted run ended", within=5, every=0.005
+        )
         assert (await store.run_views(db, second))[0].status == "interrupted"
         assert second not in provider.started and made == [first]  # no worktree, no process
     finally:

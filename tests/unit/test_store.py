@@ -17,6 +17,7 @@ from peerd.core.runs import RECOVERY_REASON
 from peerd.store import projects, receipts, threads
 from peerd.store.db import Database, migrate, user_version
 from peerd.store.schema import MIGRATIONS
+from tests.support.eventually import eventually
 
 TABLES = {"projects", "threads", "runs", "items", "events", "receipts"}
 
@@ -369,7 +370,7 @@ async def test_a_store_busy_in_another_process_is_waited_for_without_blocking_th
     ticker = Ticker(0.005)
     writing = asyncio.create_task(write())
     try:
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # a window for the write to go wrongly ahead, and for the ticks
         assert not writing.done(), "the write went ahead while another process held the lock"
         assert ticker.ticks >= 20, (
             f"the loop was blocked while the write waited ({ticker.ticks} ticks in 0.4 s)"
@@ -419,10 +420,12 @@ async def test_the_wal_is_checkpointed_off_the_loop_and_stays_bounded(
     for _ in range(20):
         async with db.write() as tx:
             await tx.execute("INSERT INTO t (v) VALUES (?)", (b"x" * 200_000,))
-        for _ in range(200):  # the checkpoint this write asked for runs and ends
-            await asyncio.sleep(0.01)
-            if db._checkpoint_due is None and db._checkpointing is None:
-                break
+        await eventually(
+            lambda: db._checkpoint_due is None and db._checkpointing is None,
+            what="the checkpoint this write asked for, run and ended",
+            within=2,
+            every=0.01,
+        )
         sizes.append(wal.stat().st_size)
     assert max(sizes) < 1_500_000, f"the WAL grew with every write: {sizes}"
     assert sqlite_file(tmp_path / "peerd.db", "SELECT count(*) FROM t") == [(20,)]
@@ -450,7 +453,7 @@ async def test_every_store_call_lets_the_loop_in(db: Database) -> None:
     async with db.write() as tx:
         await tx.execute("CREATE TABLE t (v INTEGER)")
     ticker = Ticker(0)
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the ticker runs
     try:
         for i in range(50):
             await db.lookup("SELECT 1")
@@ -458,7 +461,7 @@ async def test_every_store_call_lets_the_loop_in(db: Database) -> None:
                 await tx.execute("INSERT INTO t (v) VALUES (?)", (i,))
         assert ticker.ticks >= 90, f"other tasks ran {ticker.ticks} times beside 100 store calls"
         looping = asyncio.create_task(_lookups_forever(db))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the loop of lookups runs a while before it is cancelled
         looping.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(looping, 2)

@@ -1,10 +1,16 @@
-"""Two real daemons on loopback, linked (`auto`), each with a clone of one origin; and helpers to
-start a thread with work of every kind and to follow a move."""
+"""Handoff: two real daemons on loopback, linked (`auto`), each with a clone of one origin
+(`linked`); a thread with work of every kind (`worked_thread`); following a move (`move_ended`);
+and the git-level helpers of the snapshot tests (a repository, its index as git records it,
+commits' trees)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +18,17 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
-from tests.faults.harness import free_port
-from tests.helpers import client_for, git, make_repo, running_daemon, script, wait_terminal
+from peerd.runtime.gitrun import GitLocation
+from tests.helpers import (
+    GIT_ENV,
+    client_for,
+    free_port,
+    git,
+    make_repo,
+    running_daemon,
+    script,
+    wait_terminal,
+)
 
 # The thread here: one commit on its branch, an uncommitted edit of a tracked file, a new file.
 WORK = script(
@@ -105,5 +120,61 @@ async def move_ended(client: LocalClient, move_id: str, total: float = 60.0) -> 
             return move
 
 
-async def items(client: LocalClient, thread_id: str) -> list[dict[str, Any]]:
-    return list((await client.call("GET", f"/v1/threads/{thread_id}/items"))["items"])
+# The kernel stamps files from a coarse clock that may lag `time.time()` by a tick (a few ms).
+MARGIN_S = 0.02
+
+
+def project(tmp: Path) -> Path:
+    repo = make_repo(tmp / "repo", origin=None)
+    (repo / "calc.py").write_text("a - b\n")
+    git(repo, "add", "calc.py")
+    git(repo, "commit", "-q", "-m", "calc")
+    return repo
+
+
+async def next_second() -> None:
+    """Sleep until just after the wall clock's next whole second."""
+    await asyncio.sleep(1 - time.time() % 1 + MARGIN_S)
+
+
+def loc_git(where: GitLocation, *args: str) -> str:
+    argv = ["git", f"--git-dir={where.git_dir}", f"--work-tree={where.work_tree}", *args]
+    # Looking never writes the index (`git status` would refresh it, and so hide the case).
+    env = {**os.environ, **GIT_ENV, "GIT_OPTIONAL_LOCKS": "0"}
+    return subprocess.run(
+        argv, cwd=where.work_tree, env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def stat_as_recorded(where: GitLocation, path: str) -> bool:
+    """Whether `path`'s lstat is what the index recorded for it, as git compares them (whole
+    seconds of mtime and ctime, inode, size): git then calls it unchanged unless it is racy."""
+    debug = loc_git(where, "ls-files", "--debug", "--", path)
+    fields = dict(re.findall(r"(ctime|mtime|ino|size): (\d+)", debug))
+    info = os.lstat(where.work_tree / path)
+    seen = {
+        "ctime": int(info.st_ctime),
+        "mtime": int(info.st_mtime),
+        "ino": info.st_ino,
+        "size": info.st_size,
+    }
+    return all(int(fields[k]) == v for k, v in seen.items())
+
+
+def tree_files(repo: Path, commit: str) -> dict[str, tuple[str, bytes]]:
+    """The tree of `commit`, path -> (mode, bytes); a nested repository's entry holds its commit id."""
+    listing = git(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0")
+    rows = [(line.split("\t", 1)[0].split(), line.split("\t", 1)[1]) for line in listing if line]
+    found = {path: (meta[0], meta[2].encode()) for meta, path in rows if meta[1] == "commit"}
+    blobs = [(meta, path) for meta, path in rows if meta[1] == "blob"]
+    shas = "".join(f"{meta[2]}\n" for meta, _ in blobs).encode()
+    out = subprocess.run(
+        ["git", "cat-file", "--batch"], cwd=repo, input=shas, capture_output=True, check=True
+    )
+    data = out.stdout
+    for meta, path in blobs:
+        header, data = data.split(b"\n", 1)
+        size = int(header.split()[2])
+        found[path] = (meta[0], data[:size])
+        data = data[size + 1 :]
+    return found

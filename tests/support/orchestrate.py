@@ -1,9 +1,11 @@
-"""Shared set-up for orchestration tests: a project, scripted implementers, a scripted reviewer."""
+"""Shared set-up for orchestration tests: a project, scripted implementers and their checks, a
+scripted reviewer, the user's own work, a stub `gh`, and `peerd` run in a directory (`peerd_in`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,8 +13,9 @@ from typing import Any
 from peerd.api.localclient import LocalClient
 from peerd.config import LINK_PROVIDERS_DEFAULT, Config, LinksConfig, ProviderConfig
 from tests.helpers import git, make_repo
+from tests.support.eventually import eventually
 
-REVIEWER = Path(__file__).resolve().parent / "reviewer.py"
+REVIEWER = Path(__file__).resolve().parents[1] / "orchestrate" / "reviewer.py"
 
 CALC = '''\
 """A tiny calculator."""
@@ -89,3 +92,78 @@ def packets_of(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def receipts_of(info: dict[str, Any], kind: str, packet_id: str | None = None) -> list[dict[str, Any]]:
     return [r["body"] for r in info["receipts"] if r["kind"] == kind and r["packetId"] == packet_id]
+
+
+FIX_ADD = {"edit": {"path": "calc.py", "old": "return a - b", "new": "return a + b"}}
+ADD_MUL = {
+    "edit": {
+        "path": "calc.py",
+        "old": "    return a + b\n",
+        "new": "    return a + b\n\n\ndef mul(a: int, b: int) -> int:\n    return a * b\n",
+    }
+}
+
+
+CHECK_ADD = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
+CHECK_MUL = "python3 -c 'import calc; assert calc.mul(2, 3) == 6'"
+WRONG_ADD = {"edit": {"path": "calc.py", "old": "return a - b", "new": "return a * b"}}
+FIX_ADD_AFTER_WRONG = {"edit": {"path": "calc.py", "old": "return a * b", "new": "return a + b"}}
+STATS = "def total(xs):\n    return sum(xs)\n"
+CHECK_STATS = "python3 -c 'from textkit import stats; assert stats.total([1, 2]) == 3'"
+
+
+def textkit_repo(root: Path) -> Path:
+    repo = make_repo(root)
+    (repo / "textkit").mkdir()
+    (repo / "textkit" / "__init__.py").write_text("")
+    (repo / "textkit" / "stats.py").write_text(STATS)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "textkit")
+    return repo
+
+
+async def worktree_of(client: LocalClient, info: dict[str, Any], pid: str) -> Path:
+    while not packets_of(info)[pid]["threadId"]:
+        info = await client.call(
+            "GET", f"/v1/orchestrations/{info['id']}", params={"after": info["updatedAt"], "timeout": 10}
+        )
+    thread = await client.call("GET", f"/v1/threads/{packets_of(info)[pid]['threadId']}")
+    worktree = Path(thread["worktreePath"])
+    await eventually(worktree.is_dir, what=f"{pid}'s worktree (the run makes it as it starts)")
+    return worktree
+
+
+GH_STUB = """#!{python}
+import json, sys
+from pathlib import Path
+here = Path(__file__).resolve().parent
+args = sys.argv[1:]
+record = {{"argv": args}}
+if "--body-file" in args:
+    record["body"] = Path(args[args.index("--body-file") + 1]).read_text()
+with open(here / "gh-calls.jsonl", "a") as log:
+    log.write(json.dumps(record) + "\\n")
+if args[:2] == ["auth", "status"]:
+    sys.exit(1 if (here / "logged-out").exists() else 0)
+if args[:2] == ["pr", "view"]:
+    print("no pull requests found for branch", file=sys.stderr)
+    sys.exit(1)
+if args[:2] == ["pr", "create"]:
+    print("https://github.com/peerd/demo/pull/7")
+    sys.exit(0)
+sys.exit(2)
+"""
+
+
+def gh_calls(bin_dir: Path) -> list[dict[str, Any]]:
+    log = bin_dir / "gh-calls.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+async def peerd_in(
+    home: Path, cwd: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "peerd", "--home", str(home), *args]
+    return await asyncio.to_thread(
+        subprocess.run, argv, cwd=cwd, capture_output=True, text=True, timeout=120, input=stdin or ""
+    )
