@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, cast
@@ -53,6 +52,7 @@ from peerd.boot import (
 )
 from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.core.liveness import Owners
 from peerd.errors import (
@@ -104,8 +104,11 @@ PRUNE_EVERY_S = 3600.0
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        # The one clock: every part below that stamps, measures or waits is given this one (a test
+        # may give a daemon a clock it moves itself: tests/fakeclock.py).
+        self.clock = clock
         self.paths = Paths(config.home)
         self._stop = asyncio.Event()
         self._listeners: list[c.Listener] = []
@@ -160,7 +163,8 @@ class Daemon:
         if early is not None and early.identity not in (None, (identity.env_id, identity.fingerprint_text)):
             log.warning("daemon.identity_changed_while_starting", env_id=identity.env_id)
         self.identity = identity
-        now = time.time()
+        clock = self.clock
+        now = clock.wall()
         for run_id, pgid in await threads.live_run_groups(db):
             if kill_orphaned_group(pgid, run_id):
                 log.info("daemon.killed_orphan", run_id=run_id, pgid=pgid)
@@ -203,19 +207,22 @@ class Daemon:
             label=self.config.label,  # named in the reason of a run a stop of this daemon cuts
             continue_cut_runs=self.config.settings.continue_cut_runs,
             start_slots=self.config.settings.runs.start_slots,  # [runs] start_slots
+            clock=clock,
         )
         desc = c.Descriptor(
             env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
         )
-        self.peers = PeerClient(db, own_env_id=identity.env_id)
+        self.peers = PeerClient(db, own_env_id=identity.env_id, clock=clock)
         await self.peers.start()
         forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
-        ops = Operations(db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder)
+        ops = Operations(
+            db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder, clock=clock
+        )
         ops.link_may_use = lambda provider: link_may_use(self.config.settings, provider)
         ops.provider_installed = lambda provider: registry.available(
             {name: p for name, p in self.providers.items() if name == provider}  # that one's PATH search only
         ).get(provider, False)
-        delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id)
+        delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id, clock=clock)
         ops.delegation = delegation
         ops.on_stop = delegation.stop_children
         self.runs.on_run_end = delegation.on_run_end
@@ -225,12 +232,18 @@ class Daemon:
             self.config.settings.approvals,
             environment=self.config.label or identity.env_id,
             kick=self.runs.kick,
+            clock=clock,
         )
         self.runs.approvals = approvals_wiring.gates(self.approvals, db)
         self.runs.on_approvals_end = lambda run_id, cut: self.approvals_service().run_ended(run_id, cut=cut)
-        self.followers = FollowerPool(db, delegation, watch_chunk_s=self.config.watch_chunk_s)
+        self.followers = FollowerPool(db, delegation, clock=clock, watch_chunk_s=self.config.watch_chunk_s)
         link_service = LinkService(
-            db, identity, self.peers, label=self.config.label, advertised_urls=self.advertised_urls
+            db,
+            identity,
+            self.peers,
+            label=self.config.label,
+            advertised_urls=self.advertised_urls,
+            clock=clock,
         )
         link_service.on_unlink = self.followers.notify
         link_service.on_client_revoked = lambda client_id: self.feed.changed(client_key(client_id))
@@ -243,6 +256,7 @@ class Daemon:
             ops,
             worktrees_dir=self.paths.worktrees,
             assign_more=lambda request, packets: self.orchestrations_service().assign_more(request, packets),
+            clock=clock,
         )
         self.orchestrations = Orchestrations(
             db,
@@ -254,6 +268,7 @@ class Daemon:
                 name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
             },
             models={n: p.model for n, p in self.config.settings.providers.items() if p.command is None},
+            clock=clock,
         )
         local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
         add_git_routes(local)
@@ -271,6 +286,7 @@ class Daemon:
             peers=self.peers,
             links=link_service,
             followers=self.followers,
+            clock=clock,
         )
         self.mcp.attach(ops, link_service)
         add_mcp_route(local, self.mcp, "owner")
@@ -280,6 +296,7 @@ class Daemon:
             env_id=identity.env_id,
             label=self.config.label,
             gate=self.gate,
+            now=clock,
         )
         local[CONSOLE] = self.console  # POST /v1/console/login-token (`peerd console`)
         await self._serve_unix(local, socket_path)
@@ -287,7 +304,7 @@ class Daemon:
         add_mcp_route(agent, self.mcp, "agent")
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
-            network = network_app(ops, desc, signing_key=identity.private_key)
+            network = network_app(ops, desc, signing_key=identity.private_key, clock=clock)
             add_approval_routes(network, desk)  # a link's own work's approvals
             add_box_routes(network)  # the side of a move a link calls
             await self._serve_tcp(network, identity)
@@ -299,7 +316,7 @@ class Daemon:
         await engine.recover()  # every open orchestration continues where it was
         await self.handoff.start()  # every unfinished move resumes (to one live copy)
         # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
-        self.sweeper = Sweeper(db, self._sweep_hooks(delegation), clock=time.time)
+        self.sweeper = Sweeper(db, self._sweep_hooks(delegation), clock=clock)
         self.sweeper.start()
         self.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
         log.info(
@@ -371,7 +388,7 @@ class Daemon:
         token is kept until then, so a replay of it is still recognised and revokes the link)."""
         if self.db is None:
             return
-        now = time.time()
+        now = self.clock.wall()
         await receipts.prune(self.db, older_than=now - RECEIPT_RETENTION_S)
         async with self.db.write() as tx:
             await tx.execute("DELETE FROM refresh_tokens WHERE expires_at < ?", (now,))
@@ -379,7 +396,7 @@ class Daemon:
     async def _prune_hourly(self) -> None:
         """Idempotency receipts are kept 7 days, also in a daemon that runs for months."""
         while True:
-            await asyncio.sleep(PRUNE_EVERY_S)
+            await self.clock.sleep(PRUNE_EVERY_S)
             try:
                 await self._prune_receipts()
             except Exception:
@@ -468,7 +485,7 @@ class Daemon:
             )
         if self.db is None:
             raise Unavailable("The daemon is still starting.")
-        await provider_approvals.approve(self.db, name, command, now=time.time())
+        await provider_approvals.approve(self.db, name, command, now=self.clock.wall())
         return c.ProviderApproveResult(name=name, command=command, approved=True)
 
     async def provider_revoke(self, name: str) -> c.ProviderApproveResult:

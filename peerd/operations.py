@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.core.access import ModeCap, cap_for, interaction_rank, require_write, resolve_modes, runtime_rank
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.idempotency import request_hash
 from peerd.core.ownership import Owner, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
@@ -125,7 +125,7 @@ class Operations:
         *,
         worktrees_dir: Path,
         forwarder: Forwarder | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.forwarder = forwarder
         # Told when a thread is stopped (its delegated tasks are stopped with it).
@@ -139,7 +139,7 @@ class Operations:
         self.feed = feed
         self.runs = runs
         self.worktrees_dir = worktrees_dir
-        self.clock = clock
+        self.clock = clock  # the daemon's one clock: `clock()` stamps, moves wait on it
         # Which providers a link's runs may use (`[links] providers` in config.toml; set by the daemon).
         self.link_may_use: Callable[[str], bool] = lambda provider: True
         # Whether a provider's binary is found (set by the daemon): a launch of one that is not

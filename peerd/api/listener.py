@@ -35,11 +35,12 @@ from peerd.api.listener_connection import Guard
 from peerd.api.listener_rules import LOOPBACK_ONLY, HostPolicy, ListenerLimits, Pacer
 from peerd.errors import CapabilityDenied
 
-__all__ = ["HOST_POLICY", "ListenerLimits", "host_middleware", "start_tcp"]
+__all__ = ["GUARD", "HOST_POLICY", "ListenerLimits", "host_middleware", "start_tcp"]
 
 log = structlog.get_logger(__name__)
 
 HOST_POLICY = web.AppKey("host_policy", HostPolicy)
+GUARD = web.AppKey("listener_guard", Guard)  # the listener's connections (read by tests)
 ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 NOFILE_WHEN_UNLIMITED = 65536  # the soft limit to take when the hard one is "unlimited"
 HTTP_LOGGER = "peerd.listener.http"  # aiohttp's RequestHandler logs here (paced)
@@ -249,6 +250,8 @@ async def start_tcp(
     guard = Guard(limits, nofile_soft, ssl_context, asyncio.get_running_loop())
     app[HOST_POLICY] = HostPolicy.for_bind(host, advertise)
     app.middlewares.insert(0, cast(Any, guard.middleware))  # outermost: it sees every answer
+    app.middlewares.append(cast(Any, guard.inner_middleware))  # innermost: after the app's auth
+    app[GUARD] = guard
     runner = web.AppRunner(
         app,
         handler_cancellation=True,

@@ -1,22 +1,26 @@
 """One listener's connections: admission at accept, TLS, deadlines, and aiohttp behind each.
 
-`Guard.accepted` is called with each socket the listener accepts, before anything else: past a
-cap (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) the socket
-is reset and closed at once, before any TLS and without a transport. An admitted one becomes a
-`GuardedConnection`: its TLS handshake (`loop.start_tls`, with a timeout), then aiohttp's own
-`RequestHandler`, to which it forwards the transport's events.
+`Guard.accepted` is called with each socket the listener accepts, before anything else: when a
+cap is full (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) an
+unauthenticated connection is evicted (aborted) to make room, the one least likely to be a link's
+(`ConnectionGate.victim`); when there is none the new socket is reset and closed at once, before
+any TLS and without a transport. An admitted one becomes a `GuardedConnection`: its TLS handshake
+(`loop.start_tls`, with a timeout), then aiohttp's own `RequestHandler`, to which it forwards the
+transport's events. Evictions and refusals together are logged at most once a second.
 
 Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
 request head, the body, the idle time between requests. `Guard.middleware` (outermost in the app)
 tells the connection when a request's head is in and when its answer is written; when a deadline
-passes the connection is aborted. A connection counts as authenticated once a request carrying a
-link's token (`CALLER_KEY` set) has been answered.
+passes the connection is aborted. A connection counts as authenticated (a link's) as soon as a
+request's link token has been checked (`Guard.inner_middleware`, innermost, sees `CALLER_KEY` set
+before the handler runs), or once a request carrying a caller has been answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import ssl
 import struct
@@ -28,11 +32,25 @@ from aiohttp.web_protocol import RequestHandler
 
 from peerd.api import local
 from peerd.api.app import Handler
-from peerd.api.listener_rules import ConnectionGate, ListenerLimits, Pacer, Refusal, Timeline, address_key
+from peerd.api.listener_rules import (
+    ConnectionGate,
+    CrowdLog,
+    ListenerLimits,
+    Refusal,
+    Timeline,
+    address_key,
+)
 
 log = structlog.get_logger(__name__)
 
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST, nothing lingers
+
+
+def reset_and_close(sock: socket.socket) -> None:
+    """Close now, with a reset: the descriptor is free at once and nothing lingers."""
+    with contextlib.suppress(OSError):  # already reset by the client
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+    sock.close()
 
 
 class Guard:
@@ -50,43 +68,50 @@ class Guard:
         self.ssl_context = ssl_context
         self.server: web.Server | None = None  # aiohttp's, once set up: makes each RequestHandler
         self.loop = loop
-        self.connections: set[GuardedConnection] = set()
+        self.connections: dict[int, GuardedConnection] = {}
         self.by_handler: dict[RequestHandler, GuardedConnection] = {}
-        self._refusals = Pacer()
+        self._ids = itertools.count()
+        self._crowded = CrowdLog()  # one line a second for evictions and refusals together
         self._starting: set[asyncio.Task[None]] = set()
 
     def accepted(self, sock: socket.socket, peername: object) -> None:
         """A socket the listener just accepted: refused at once past a cap, else served."""
         key = address_key(peername)
-        refusal = self.gate.admit(key)
-        if refusal is not None:
-            self._refuse(sock, refusal)
+        conn_id = next(self._ids)
+        admission = self.gate.admit(conn_id, key)
+        if isinstance(admission, Refusal):
+            self._refuse(sock, admission)
             return
-        conn = GuardedConnection(self, key)
-        self.connections.add(conn)
-        task = self.loop.create_task(conn.start(sock))
+        if admission.evicted is not None:
+            self._evict(admission.evicted)
+        conn = GuardedConnection(self, conn_id, sock)
+        self.connections[conn_id] = conn
+        task = self.loop.create_task(conn.start())
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
 
     def _refuse(self, sock: socket.socket, reason: Refusal) -> None:
-        with contextlib.suppress(OSError):  # already reset by the client
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
-        sock.close()
-        held = self._refusals.tick(self.loop.time())
-        if held is not None:
+        reset_and_close(sock)
+        self._log_crowded(reason)
+
+    def _evict(self, conn_id: int) -> None:
+        evicted = self.connections.get(conn_id)
+        if evicted is not None:
+            evicted.evict()
+        self._log_crowded(None)
+
+    def _log_crowded(self, refusal: Refusal | None) -> None:
+        line = self._crowded.note(self.loop.time(), refusal)
+        if line is not None:
             log.warning(
-                "listener.connection_refused",
-                cap=str(reason),
-                left_out=held,
-                open=self.gate.total,
-                unauthenticated=self.gate.unauthenticated,
+                "listener.crowded", **line, open=self.gate.total, unauthenticated=self.gate.unauthenticated
             )
 
     def close_all(self) -> None:
         """At shutdown: connections aiohttp does not know yet (in their handshake) are dropped."""
         for task in list(self._starting):
             task.cancel()
-        for conn in list(self.connections):
+        for conn in list(self.connections.values()):
             conn.drop_if_unattached()
 
     @web.middleware
@@ -110,21 +135,34 @@ class Guard:
         finally:
             conn.request_answered()
 
+    @web.middleware
+    async def inner_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Innermost: a request whose link token was checked (`CALLER_KEY` set by the app's auth)
+        makes its connection a link's before the handler runs, so a long-poll, or a slow first
+        request on a new connection, never waits as an unknown connection that could be evicted."""
+        if local.CALLER_KEY in request:
+            conn = self.by_handler.get(request.protocol)
+            if conn is not None:
+                conn.mark_authenticated()
+        return await handler(request)
+
 
 class GuardedConnection(asyncio.Protocol):
     """The transport's protocol for one accepted connection; aiohttp's `RequestHandler` behind it."""
 
-    def __init__(self, guard: Guard, key: str) -> None:
+    def __init__(self, guard: Guard, conn_id: int, sock: socket.socket) -> None:
         self._guard = guard
         self._loop = guard.loop
-        self._key = key  # admitted: holds a slot of the gate until _finish
+        self._id = conn_id  # admitted: holds a slot of the gate until _finish (or eviction)
+        self._sock = sock  # the accepted socket: its descriptor is the slot
+        self._started = False  # start() has handed the socket to asyncio
+        self._evicted = False  # evicted while its transport was being made: closed once it is
         self._handler: RequestHandler | None = None
         self._transport: asyncio.Transport | None = None  # the one the handler uses (TLS or raw)
         self._raw: asyncio.Transport | None = None
         self._early: list[bytes] = []  # data the TLS layer delivered before we attached the handler
         self._early_eof = False
         self._done = False
-        self._authenticated = False
         self._timeline: Timeline | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._request: web.BaseRequest | None = None
@@ -132,23 +170,28 @@ class GuardedConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol, before and after TLS ------------------------------------------------
 
-    async def start(self, sock: socket.socket) -> None:
+    async def start(self) -> None:
         """Make the transport for the accepted socket (this protocol's connection_made follows)."""
+        if self._done:  # evicted before it started: its socket is closed already
+            return
+        self._started = True
+        self._guard.gate.transport(self._id, ready=False)  # until connection_made
         try:
-            await self._loop.connect_accepted_socket(lambda: self, sock)
+            await self._loop.connect_accepted_socket(lambda: self, self._sock)
         except asyncio.CancelledError:
-            sock.close()
+            self._sock.close()
             self._finish()
             raise
         except OSError:
-            sock.close()
+            self._sock.close()
             self._finish()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         raw = cast(asyncio.Transport, transport)  # the raw TCP one: start_tls does not call this again
         self._raw = raw
-        if self._done:  # dropped at shutdown meanwhile
-            raw.abort()
+        self._guard.gate.transport(self._id, ready=True)
+        if self._done or self._evicted:  # dropped at shutdown, or evicted, meanwhile
+            raw.abort()  # connection_lost follows, then the descriptor is closed
             return
         if self._guard.ssl_context is None:
             self._attach(raw)
@@ -208,6 +251,7 @@ class GuardedConnection(asyncio.Protocol):
         self._handshake = None  # before _finish, which would cancel this very task
         if tls is None or self._done:  # failed, or lost during or right after the handshake
             raw.abort()
+            reset_and_close(self._sock)  # the descriptor free before the slot (see evict)
             self._finish()
             return
         self._attach(tls)
@@ -237,15 +281,35 @@ class GuardedConnection(asyncio.Protocol):
             self._timer = None
         if self._handshake is not None:
             self._handshake.cancel()
-        self._guard.connections.discard(self)
+        self._guard.connections.pop(self._id, None)
         if self._handler is not None:
             self._guard.by_handler.pop(self._handler, None)
-        self._guard.gate.release(self._key, authenticated=self._authenticated)
+        self._guard.gate.release(self._id)
+
+    def evict(self) -> None:
+        """Made room for a newer connection: abort it and close its descriptor now, before the
+        listener accepts another (the gate has released its slot: the total cap counts
+        descriptors). One whose transport is being made cannot be closed yet: connection_made
+        aborts it, and its slot (`ConnectionGate.closing`) is released once it is closed."""
+        if self._started and self._raw is None and not self._done:
+            self._evicted = True
+            return
+        if self._handler is not None:
+            self._abort()  # its connection_lost follows and tells aiohttp
+        elif self._raw is not None:
+            self._raw.abort()
+        if self._raw is not None or not self._started:
+            # Aborted (the loop no longer watches the descriptor: its later close is a no-op) or
+            # never handed to asyncio.
+            reset_and_close(self._sock)
+        self._finish()
 
     def drop_if_unattached(self) -> None:
         if self._handler is None:
             if self._raw is not None:
                 self._raw.abort()
+            if not self._started:  # its start() is cancelled before it runs: nothing else closes it
+                self._sock.close()
             self._finish()
 
     def _abort(self) -> None:
@@ -283,17 +347,18 @@ class GuardedConnection(asyncio.Protocol):
 
     def request_started(self, request: web.BaseRequest) -> None:
         self._request = request
+        self._guard.gate.request(self._id, in_flight=True)
         if self._timeline is not None:
             self._timeline.on_request(self._loop.time(), body_complete=request.content.is_eof())
             self._arm()
 
     def request_answered(self) -> None:
         self._request = None
+        self._guard.gate.request(self._id, in_flight=False)
         if self._timeline is not None and not self._done:
             self._timeline.on_answered(self._loop.time())
             self._arm()
 
     def mark_authenticated(self) -> None:
-        if not self._authenticated and not self._done:
-            self._authenticated = True
-            self._guard.gate.authenticated(self._key)
+        if not self._done:
+            self._guard.gate.authenticated(self._id)

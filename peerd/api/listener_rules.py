@@ -4,21 +4,25 @@ No sockets here (`peerd.api.listener` applies these to real connections), so eac
 with plain values and a fake clock.
 
 - `ConnectionGate`: a cap on all connections of the listener, on those from one peer address, and
-  on those that have not yet completed an authenticated request. Past a cap a new connection is
-  refused (the caller closes it before the TLS handshake).
+  on those that have not yet made an authenticated request. When a cap is full an unauthenticated
+  connection is evicted to make room for the new one, the one least likely to be a link's (see
+  `ConnectionGate.victim`); only when there is none is the new one refused (the caller closes it
+  before the TLS handshake). An authenticated connection (a link's) is never evicted and never
+  counts against the unauthenticated or per-address caps.
 - `Timeline`: one connection's current deadline. The client must finish a request's head within
   `head_s` of the connection (after TLS) or of its first byte after an idle pause (of the previous
   response, if it sent while we answered), the body within `body_s` of the head, and may stay idle
   between requests `idle_s`. Our own answer has no deadline: long-polls answer after up to 50 s.
 - `HostPolicy`: which `Host` headers a listener accepts (DNS rebinding).
 - `Pacer`: at most one log line a second for a repeating event, with the count of those left out.
+- `CrowdLog`: the evictions and refusals of the gate, together at most one line a second.
 """
 
 from __future__ import annotations
 
 import enum
 import ipaddress
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -31,6 +35,9 @@ from urllib.parse import urlsplit
 # below this (`peer/client.py:CONNECTIONS_PER_BOX`).
 MAX_PER_ADDRESS = 32
 MAX_UNAUTHENTICATED = 128
+# How many addresses a link has authenticated from the gate remembers (most recent kept): an
+# unauthenticated connection from one of them is evicted last (see `ConnectionGate.victim`).
+LINK_ADDRESSES_KEPT = 256
 TOTAL_SHARE_OF_NOFILE = 0.5
 RESERVED_FDS = 64
 
@@ -80,49 +87,160 @@ def address_key(peername: object) -> str:
 
 
 class Refusal(enum.StrEnum):
+    """Why a new connection was reset: its cap is full and no connection can be evicted for it."""
+
     TOTAL = "total"
     PER_ADDRESS = "per_address"
     UNAUTHENTICATED = "unauthenticated"
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A new connection takes a slot; `evicted`: the id of the connection the caller must close now
+    to make room (the gate has already released it)."""
+
+    evicted: int | None = None
+
+
 @dataclass
 class ConnectionGate:
-    """Counts of open connections (`by_address`: the not yet authenticated ones); `admit` takes a
-    slot or says which cap refuses it."""
+    """Open connections by id: `pending` the not yet authenticated ones (oldest first, with their
+    address), `known` those that made an authenticated request, `busy` the pending ones with a
+    request in flight, `opening` the pending ones whose transport is being made, `closing` evicted
+    ones whose descriptor is not closed yet, `link_addresses` the addresses links authenticated
+    from (most recent last, at most `LINK_ADDRESSES_KEPT`). `admit` takes a slot, evicting a
+    pending connection when a cap is full, or says which cap refuses it.
+
+    The total cap counts descriptors, so however fast connections arrive there are never more: an
+    evicted connection's descriptor is closed at once by the caller, except one whose transport is
+    being made (`opening`, for a turn of the event loop), which is closed when that is done and is
+    counted (`closing`) until then. When the descriptors are at the total cap only a connection that
+    can be closed at once makes room.
+
+    A known connection is never evicted and never counts against the pending caps; only the total
+    cap (descriptors) bounds it. A pending one is evicted in this order (`victim`), so a flood of
+    unknown connections, however fast it reconnects, pushes out its own and not a link's new
+    connection in its TLS handshake or first request:
+
+    1. not from an address a link authenticated from, before one that is (a laptop reconnects from
+       where its link's other connections are);
+    2. from the address holding the most pending connections first (a flood holds many per
+       address, a laptop one or a few; it takes a flood from more addresses than the budget has
+       slots to tie with a laptop);
+    3. one with no request in flight before one with a request in flight (pairing, a token
+       refresh, a link's first request until its token is checked);
+    4. the oldest first.
+
+    At a full per-address cap the new connection evicts one of its own address's idle ones (or is
+    refused): an address only ever pushes out its own.
+    """
 
     total_cap: int
     per_address_cap: int
     unauthenticated_cap: int
-    total: int = 0
-    unauthenticated: int = 0
+    pending: dict[int, str] = field(default_factory=dict)  # insertion order: oldest first
+    known: set[int] = field(default_factory=set)
+    busy: set[int] = field(default_factory=set)
+    opening: set[int] = field(default_factory=set)
+    closing: set[int] = field(default_factory=set)
     by_address: Counter[str] = field(default_factory=Counter)
+    link_addresses: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     @classmethod
     def for_limits(cls, limits: ListenerLimits, nofile_soft: int) -> ConnectionGate:
         return cls(limits.total_for(nofile_soft), limits.per_address, limits.unauthenticated)
 
-    def admit(self, key: str) -> Refusal | None:
-        if self.total >= self.total_cap:
-            return Refusal.TOTAL
+    @property
+    def total(self) -> int:
+        return len(self.pending) + len(self.known) + len(self.closing)
+
+    @property
+    def unauthenticated(self) -> int:
+        return len(self.pending)
+
+    def admit(self, conn_id: int, key: str) -> Admitted | Refusal:
+        at_total = self.total >= self.total_cap  # a descriptor must be freed now
+        evicted: int | None = None
         if self.by_address[key] >= self.per_address_cap:
-            return Refusal.PER_ADDRESS
-        if self.unauthenticated >= self.unauthenticated_cap:
-            return Refusal.UNAUTHENTICATED
-        self.total += 1
-        self.unauthenticated += 1
+            evicted = self._oldest_idle_of(key, closable=at_total)  # its own: one is enough
+            if evicted is None:
+                return Refusal.PER_ADDRESS
+        elif self.unauthenticated >= self.unauthenticated_cap or at_total:
+            evicted = self.victim(closable=at_total)
+            if evicted is None:
+                return Refusal.TOTAL if at_total else Refusal.UNAUTHENTICATED
+        if evicted is not None:
+            self._evict(evicted)
+        self.pending[conn_id] = key
         self.by_address[key] += 1
+        return Admitted(evicted)
+
+    def victim(self, *, closable: bool = False) -> int | None:
+        """The pending connection to evict for a new one (the order in the class's docstring), or
+        None when there is none; `closable`: only one whose descriptor can be closed at once. One
+        pass over at most `unauthenticated_cap` connections."""
+        chosen: int | None = None
+        best: tuple[bool, int, bool] | None = None
+        for conn_id, key in self.pending.items():  # oldest first: a tie keeps the older
+            if closable and conn_id in self.opening:
+                continue
+            rank = (key in self.link_addresses, -self.by_address[key], conn_id in self.busy)
+            if best is None or rank < best:
+                chosen, best = conn_id, rank
+        return chosen
+
+    def _oldest_idle_of(self, key: str, *, closable: bool) -> int | None:
+        """The oldest pending connection of address `key` with no request in flight."""
+        for conn_id, conn_key in self.pending.items():  # at most unauthenticated_cap of them
+            if conn_key == key and conn_id not in self.busy and not (closable and conn_id in self.opening):
+                return conn_id
         return None
 
-    def authenticated(self, key: str) -> None:
-        """An admitted connection completed an authenticated request: it no longer counts as unknown,
-        in all or for its address."""
-        self.unauthenticated -= 1
-        self._drop(key)
+    def _evict(self, conn_id: int) -> None:
+        """Out of the pending caps at once; its descriptor counts until closed if it is opening."""
+        opening = conn_id in self.opening
+        self.release(conn_id)
+        if opening:
+            self.closing.add(conn_id)
 
-    def release(self, key: str, *, authenticated: bool) -> None:
-        self.total -= 1
-        if not authenticated:
-            self.unauthenticated -= 1
+    def transport(self, conn_id: int, *, ready: bool) -> None:
+        """Its transport is being made (False: its descriptor cannot be closed at once) or is in
+        hand (True)."""
+        if not ready and conn_id in self.pending:
+            self.opening.add(conn_id)
+        else:
+            self.opening.discard(conn_id)
+
+    def request(self, conn_id: int, *, in_flight: bool) -> None:
+        """A request's head is in (True) or its answer is written (False)."""
+        if in_flight and conn_id in self.pending:
+            self.busy.add(conn_id)
+        else:
+            self.busy.discard(conn_id)
+
+    def authenticated(self, conn_id: int) -> None:
+        """An admitted connection carried a link's valid token: it is known from now on, out of the
+        pending caps, never evicted; its address is a link's."""
+        key = self.pending.pop(conn_id, None)
+        if key is None:
+            return
+        self.busy.discard(conn_id)
+        self.opening.discard(conn_id)
+        self._drop(key)
+        self.known.add(conn_id)
+        self.link_addresses[key] = None
+        self.link_addresses.move_to_end(key)
+        while len(self.link_addresses) > LINK_ADDRESSES_KEPT:
+            self.link_addresses.popitem(last=False)
+
+    def release(self, conn_id: int) -> None:
+        """The connection is gone, its descriptor closed; a second release of it is a no-op."""
+        self.known.discard(conn_id)
+        self.busy.discard(conn_id)
+        self.opening.discard(conn_id)
+        self.closing.discard(conn_id)
+        key = self.pending.pop(conn_id, None)
+        if key is not None:
             self._drop(key)
 
     def _drop(self, key: str) -> None:
@@ -254,3 +372,29 @@ class Pacer:
             return None
         self.last, held, self.held = now, self.held, 0
         return held
+
+
+@dataclass
+class CrowdLog:
+    """The gate's evictions and refusals, reported together at most once per `pacer.every_s`: each
+    line says how many of each happened since the previous line (this one included)."""
+
+    pacer: Pacer = field(default_factory=Pacer)
+    evicted: int = 0
+    refused: int = 0
+    refused_by: Refusal | None = None  # the cap of the latest refusal counted
+
+    def note(self, now: float, refusal: Refusal | None = None) -> dict[str, object] | None:
+        """One eviction (`refusal` None) or refusal; the fields of a line to log now, or None."""
+        if refusal is None:
+            self.evicted += 1
+        else:
+            self.refused, self.refused_by = self.refused + 1, refusal
+        if self.pacer.tick(now) is None:
+            return None
+        line: dict[str, object] = {"evicted": self.evicted, "refused": self.refused}
+        if self.refused_by is not None:
+            line["refused_by"] = str(self.refused_by)
+        self.evicted = self.refused = 0
+        self.refused_by = None
+        return line

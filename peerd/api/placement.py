@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -77,6 +78,7 @@ def attach(
     peers: PeerClient,
     links: LinkService,
     followers: FollowerPool,
+    clock: Callable[[], float] = time.time,
 ) -> Placement:
     """Build placement and wire it where its reports travel (the daemon calls this once)."""
     ops = followers.delegation.ops
@@ -88,6 +90,7 @@ def attach(
         providers=lambda: available(providers),
         readers=readers_for(home),
         peers=peers,
+        clock=clock,
     )
     ops.placement = placement  # `auto` in launches and delegations; the link answer's capacity
     followers.delegation.ender.watcher.hub.capacity = placement.local_capacity  # every feed answer

@@ -14,7 +14,6 @@ threads they started. Projects, archiving, pairing and clients stay local.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import structlog
@@ -26,12 +25,14 @@ from peerd.api import examples as ex
 from peerd.api import feedroutes, gitwire, local, owner_routes
 from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
 from peerd.api.listener import host_middleware
-from peerd.api.oauth import add_oauth_routes
+from peerd.api.oauth import PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, add_oauth_routes
 from peerd.api.routes import DESCRIPTOR_ROUTE, OPENAPI_ROUTE, VIEW, Example, Route, add_routes
 from peerd.core.access import cap_for, parse_mode_limit
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import CapabilityDenied, PeerdError
 from peerd.operations import Caller, LinkContext, Operations
 from peerd.peer.client import MODE_LIMIT_HEADER
+from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import TokenRejected, VerifiedTokens
 from peerd.store import clients
 from peerd.store.db import Database
@@ -44,7 +45,7 @@ NOT_ACCEPTED = "This environment no longer accepts this link: it was revoked or 
 def link_auth_middleware(
     db: Database, signing_key: Ed25519PrivateKey, env_id: str, clock: Callable[[], float]
 ) -> Callable[[web.Request, Handler], object]:
-    tokens = VerifiedTokens(signing_key.public_key(), env_id=env_id)
+    tokens = VerifiedTokens(signing_key.public_key(), env_id=env_id, clock=clock)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -135,7 +136,7 @@ def network_app(
     desc: c.Descriptor,
     *,
     signing_key: Ed25519PrivateKey,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> web.Application:
     app = base_app()
     app.middlewares.append(host_middleware)  # a foreign Host on a loopback listener: refused first
@@ -144,7 +145,13 @@ def network_app(
     app[DESCRIPTOR] = desc
     app[VIEW] = "network"
     add_oauth_routes(
-        app, db=ops.db, signing_key=signing_key, env_id=desc.env_id, label=desc.label, clock=clock
+        app,
+        db=ops.db,
+        signing_key=signing_key,
+        env_id=desc.env_id,
+        label=desc.label,
+        clock=clock,
+        pairing_limit=SlidingWindow(PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, clock.monotonic),
     )
     add_routes(app, ROUTES)
     return app

@@ -189,7 +189,7 @@ async def daemon_facts(socket: Path) -> DaemonFacts:
 def confinement_facts(config_home: Path | None = None) -> ConfinementFacts:
     from peerd import config as settings_file  # noqa: PLC0415
     from peerd.doctor import ConfinementFacts  # noqa: PLC0415
-    from peerd.runtime import sandbox, sandbox_profile  # noqa: PLC0415
+    from peerd.runtime import runas, sandbox, sandbox_profile  # noqa: PLC0415
 
     found = sandbox.probe()
     try:
@@ -202,6 +202,7 @@ def confinement_facts(config_home: Path | None = None) -> ConfinementFacts:
         allow_unconfined=allow,
         etc_left_out=tuple(str(p) for p in sandbox_profile.system_mounts().etc_denied),
         readable=tuple(str(p) for p in sandbox_profile.extra_readable()),
+        run_as=who.uid if (who := runas.decide_here(os.environ)) is not None else None,
     )
 
 

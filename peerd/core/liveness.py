@@ -33,9 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from peerd.core.moves import UNFINISHED
+
 LIVE_RUN = frozenset({"starting", "running"})
 OPEN_TASK = frozenset({"pending", "running"})
-OPEN_MOVE = frozenset({"waiting", "moving"})
+OPEN_MOVE = frozenset(UNFINISHED)
 # A run is recorded `starting` a moment before its task exists; a queued run a moment before the
 # run manager is asked to start it. Younger than this, neither is anybody's fault yet.
 STARTING_GRACE_S = 30.0

@@ -88,6 +88,7 @@ class ConfinementFacts:
     allow_unconfined: bool = False  # links.allow_unconfined in the config file
     etc_left_out: tuple[str, ...] = ()  # what of this machine's /etc a confined run does not see
     readable: tuple[str, ...] = ()  # the owner's additions (PEERD_SANDBOX_READABLE)
+    run_as: int | None = None  # the uid a confined run runs as, when peerd runs as root
 
 
 @dataclass(frozen=True)

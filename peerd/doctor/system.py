@@ -55,6 +55,8 @@ def visibility_lines(found: ConfinementFacts) -> tuple[str, ...]:
         rows.append(f"{'left out of /etc here':<25} {', '.join(found.etc_left_out)}")
     if found.readable:
         rows.append(f"{'added by the owner':<25} {', '.join(found.readable)}")
+    if found.run_as is not None:
+        rows.append(f"{'runs as':<25} uid {found.run_as}, not root, with no capabilities")
     return tuple(rows)
 
 

@@ -20,6 +20,9 @@ A move of thread X from here to environment E:
   those forever); the thread here is released (its queue as it was). After the launch there
   answered, a move only ends `moved`.
 - **Branches there** (`landing`): a branch tip only moves to a descendant of itself.
+
+The states and the transitions allowed between them are one table, `core/moves.py:TRANSITIONS`
+(a waiting move may also fail); the store changes a state only through it.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from peerd.core.backoff import Backoff
+from peerd.core.moves import UNFINISHED, MoveState
 from peerd.core.ownership import Right
 from peerd.errors import is_transient as is_transient  # noqa: PLC0414  # the registry's, used here
-from peerd.handoff.wire import BranchOutcome, MoveState
+from peerd.handoff.wire import BranchOutcome
 
-OPEN: frozenset[MoveState] = frozenset({"waiting", "moving"})
+OPEN: frozenset[MoveState] = frozenset(UNFINISHED)  # the states and their table: core/moves.py
 Step = Literal["snapshot", "send", "launch", "finish"]
 Reaction = Literal["cancel", "refuse_moving", "refuse_moved", "allow"]
 
@@ -44,8 +49,7 @@ TRANSCRIPT_TOTAL_CHARS = 60_000
 
 # Retrying a step that failed for a transient reason: 1 s doubling to 60 s, forever (a box that is
 # down for a day gets its move when it is back).
-RETRY_FIRST_S = 1.0
-RETRY_MAX_S = 60.0
+RETRY = Backoff(first=1.0, cap=60.0)
 
 
 def on_message(state: MoveState | None) -> Reaction:
@@ -84,10 +88,6 @@ def next_step(progress: Progress) -> Step:
     if progress.there_thread_id is None:
         return "launch"
     return "finish"
-
-
-def retry_delay(attempt: int) -> float:
-    return float(min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** max(0, attempt)))
 
 
 def may_fail(progress: Progress) -> bool:

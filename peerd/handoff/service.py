@@ -218,7 +218,7 @@ class HandoffService:
     # --- the driver ---------------------------------------------------------------------------------
 
     async def _run(self, move_id: str) -> None:
-        attempt = 0
+        attempt = 0  # steps failed in a row (`machine.RETRY`), waited out on the daemon's clock
         while not self._closed and not self.ops.feed.closed:  # a stopping daemon resumes it at start
             try:
                 if await self._advance(move_id):
@@ -233,17 +233,17 @@ class HandoffService:
                     log.warning("move.failed", move_id=move_id, code=exc.code)
                     await self._fail(row, f"{exc.code}: {exc.message}")
                     return
-                log.info("move.retry", move_id=move_id, code=exc.code, attempt=attempt)
-                await asyncio.sleep(machine.retry_delay(attempt))
                 attempt += 1
+                log.info("move.retry", move_id=move_id, code=exc.code, attempt=attempt)
+                await self.ops.clock.sleep(machine.RETRY.delay(attempt))
             except Exception as exc:
                 log.exception("move.error", move_id=move_id)
                 row = await moves.get(self.db, move_id)
                 if machine.may_fail(_progress(row)):
                     await self._fail(row, f"internal_error: {type(exc).__name__}")
                     return
-                await asyncio.sleep(machine.retry_delay(attempt))
                 attempt += 1
+                await self.ops.clock.sleep(machine.RETRY.delay(attempt))
 
     async def _fail(self, row: aiosqlite.Row, error: str) -> None:
         await moves.fail(self.db, row["id"], error=error, now=self.ops.clock())

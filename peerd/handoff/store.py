@@ -16,18 +16,45 @@ from typing import Any, Literal
 
 import aiosqlite
 
+from peerd.contracts import ThreadStatus
+from peerd.core.moves import FIRST, HELD, UNFINISHED, MoveState, check_transition
 from peerd.errors import Conflict, MoveNotFound
 from peerd.handoff.machine import Message, may_commit
 from peerd.handoff.wire import MovedRef, MoveInfo
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
+from peerd.store.sqltext import sql_list
 from peerd.store.threads.rows import add_event, fetch_one
 
 Commit = Literal["committed", "busy", "gone"]
+THREAD_MOVED: ThreadStatus = "moved"  # the thread's status here once its move is done (not a move state)
 _FIELDS = frozenset(
     {"remote_project", "base_commit", "snapshot", "there_branch", "kept_ref", "prompt", "there_thread_id",
      "there_run_id", "error"}
 )  # fmt: skip
+# States are named in SQL only from core/moves.py's constants, in their order: SQLite uses the
+# partial indexes `moves_open` (HELD) and `moves_unfinished` (UNFINISHED) only for these very lists.
+_HELD = f"state IN {sql_list(HELD)}"
+_UNFINISHED = f"state IN {sql_list(UNFINISHED)}"
+_STATE_COLUMNS = frozenset({"error", "held_before"})  # what a change of state may write with it
+
+
+async def _move_to(tx: Tx, move: aiosqlite.Row, new: MoveState, *, now: float, **columns: Any) -> None:
+    """The one statement that changes a move's state: the change must be in core/moves.py's
+    table (`check_transition`, else `InvalidTransition`), and it applies only to the move in the
+    state this transaction read it in."""
+    current: MoveState = move["state"]
+    check_transition(current, new)
+    unknown = set(columns) - _STATE_COLUMNS
+    if unknown:
+        raise ValueError(f"not a column a change of state writes: {sorted(unknown)}")
+    sets = "".join(f"{name} = ?, " for name in columns)
+    cur = await tx.execute(
+        f"UPDATE moves SET state = ?, {sets}updated_at = ? WHERE id = ? AND state = ?",  # noqa: S608  # names checked
+        (new, *columns.values(), now, move["id"], current),
+    )
+    if cur.rowcount != 1:  # the row was read before this transaction, and has changed since
+        raise Conflict(f"Move {move['id']} changed while it was being moved to {new}; retry.")
 
 
 def info(row: aiosqlite.Row, *, replayed: bool = False) -> MoveInfo:
@@ -62,13 +89,11 @@ async def get(db: Database, move_id: str) -> aiosqlite.Row:
 
 async def current(db: Database, thread_id: str) -> aiosqlite.Row | None:
     """The thread's open or done move (at most one), else None."""
-    return await db.fetchone(
-        "SELECT * FROM moves WHERE thread_id = ? AND state IN ('waiting', 'moving', 'moved')", (thread_id,)
-    )
+    return await db.fetchone(f"SELECT * FROM moves WHERE thread_id = ? AND {_HELD}", (thread_id,))  # noqa: S608
 
 
 async def unfinished(db: Database) -> list[aiosqlite.Row]:
-    return await db.fetchall("SELECT * FROM moves WHERE state IN ('waiting', 'moving') ORDER BY created_at")
+    return await db.fetchall(f"SELECT * FROM moves WHERE {_UNFINISHED} ORDER BY created_at")  # noqa: S608
 
 
 async def record(
@@ -89,11 +114,7 @@ async def record(
             found = await fetch_one(tx, "SELECT * FROM moves WHERE request_key = ?", (request_key,))
             if found is not None:
                 return found, True
-        open_ = await fetch_one(
-            tx,
-            "SELECT * FROM moves WHERE thread_id = ? AND state IN ('waiting', 'moving', 'moved')",
-            (thread_id,),
-        )
+        open_ = await fetch_one(tx, f"SELECT * FROM moves WHERE thread_id = ? AND {_HELD}", (thread_id,))  # noqa: S608
         if open_ is not None:
             if open_["environment_id"] == environment_id:
                 return open_, True
@@ -105,11 +126,12 @@ async def record(
         try:
             await tx.execute(
                 "INSERT INTO moves (id, thread_id, environment_id, state, message, interrupt, started_by,"
-                " request_key, created_at, updated_at) VALUES (?, ?, ?, 'waiting', ?, ?, ?, ?, ?, ?)",
+                " request_key, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     move_id,
                     thread_id,
                     environment_id,
+                    FIRST,
                     message,
                     int(interrupt),
                     started_by,
@@ -120,7 +142,7 @@ async def record(
             )
         except sqlite3.IntegrityError as exc:  # the unique indexes: a concurrent twin won
             raise Conflict(f"Thread {thread_id} is being moved by another request; retry to see it.") from exc
-        await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": "waiting"}, now)
+        await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": FIRST}, now)
         row = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
     assert row is not None  # noqa: S101  # written in this transaction
     return row, False
@@ -129,15 +151,11 @@ async def record(
 async def cancel_waiting(db: Database, thread_id: str, *, reason: str, now: float) -> str | None:
     """Cancel the thread's move if it has not passed its commit point; the move's id, else None."""
     async with db.write() as tx:
-        row = await fetch_one(
-            tx, "SELECT id FROM moves WHERE thread_id = ? AND state = 'waiting'", (thread_id,)
-        )
-        if row is None:
+        # `_HELD` too: the one index on a thread's moves is `moves_open`, for that list only.
+        row = await fetch_one(tx, f"SELECT * FROM moves WHERE thread_id = ? AND {_HELD}", (thread_id,))  # noqa: S608
+        if row is None or row["state"] != "waiting":
             return None
-        await tx.execute(
-            "UPDATE moves SET state = 'cancelled', error = ?, updated_at = ? WHERE id = ?",
-            (reason, now, row["id"]),
-        )
+        await _move_to(tx, row, "cancelled", now=now, error=reason)
         await add_event(tx, thread_id, "move.updated", {"moveId": row["id"], "state": "cancelled"}, now)
     return str(row["id"])
 
@@ -161,10 +179,7 @@ async def commit_point(db: Database, move_id: str, *, now: float) -> Commit:
         thread = await fetch_one(tx, "SELECT queue_held, status FROM threads WHERE id = ?", (thread_id,))
         if thread is None or thread["status"] != "active":  # archived (or gone) meanwhile: it stays
             reason = "The thread was archived before the move committed."
-            await tx.execute(
-                "UPDATE moves SET state = 'cancelled', error = ?, updated_at = ? WHERE id = ?",
-                (reason, now, move_id),
-            )
+            await _move_to(tx, move, "cancelled", now=now, error=reason)
             return "gone"
         said = await fetch_one(
             tx,
@@ -173,18 +188,12 @@ async def commit_point(db: Database, move_id: str, *, now: float) -> Commit:
         )
         if said is not None and said["n"]:  # a message reached it after the request: it stays here
             reason = "A message to the thread before the move committed kept it here."
-            await tx.execute(
-                "UPDATE moves SET state = 'cancelled', error = ?, updated_at = ? WHERE id = ?",
-                (reason, now, move_id),
-            )
+            await _move_to(tx, move, "cancelled", now=now, error=reason)
             await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": "cancelled"}, now)
             return "gone"
         if not may_commit(live_run=bool(live and live["live"]), queued_run=bool(live and live["queued"])):
             return "busy"
-        await tx.execute(
-            "UPDATE moves SET state = 'moving', held_before = ?, updated_at = ? WHERE id = ?",
-            (int(thread["queue_held"]), now, move_id),
-        )
+        await _move_to(tx, move, "moving", now=now, held_before=int(thread["queue_held"]))
         await tx.execute("UPDATE threads SET queue_held = 1, updated_at = ? WHERE id = ?", (now, thread_id))
         await add_event(tx, thread_id, "move.updated", {"moveId": move_id, "state": "moving"}, now)
         await add_event(tx, thread_id, "thread.updated", {"queueHeld": True}, now)
@@ -208,11 +217,9 @@ async def fail(db: Database, move_id: str, *, error: str, now: float) -> None:
     (its queue as it was before the commit point)."""
     async with db.write() as tx:
         move = await fetch_one(tx, "SELECT * FROM moves WHERE id = ?", (move_id,))
-        if move is None or move["state"] not in ("waiting", "moving"):
+        if move is None or move["state"] not in UNFINISHED:
             return
-        await tx.execute(
-            "UPDATE moves SET state = 'failed', error = ?, updated_at = ? WHERE id = ?", (error, now, move_id)
-        )
+        await _move_to(tx, move, "failed", now=now, error=error)
         if move["state"] == "moving":
             await tx.execute(
                 "UPDATE threads SET queue_held = ?, updated_at = ? WHERE id = ?",
@@ -228,10 +235,10 @@ async def finish(db: Database, move_id: str, *, now: float) -> None:
         if move is None or move["state"] != "moving" or not move["there_thread_id"]:
             return
         pointer = MovedRef(environment_id=move["environment_id"], thread_id=move["there_thread_id"])
-        await tx.execute("UPDATE moves SET state = 'moved', updated_at = ? WHERE id = ?", (now, move_id))
+        await _move_to(tx, move, "moved", now=now)
         await tx.execute(
-            "UPDATE threads SET status = 'moved', queue_held = 1, moved_to = ?, updated_at = ? WHERE id = ?",
-            (json.dumps(pointer.wire()), now, move["thread_id"]),
+            "UPDATE threads SET status = ?, queue_held = 1, moved_to = ?, updated_at = ? WHERE id = ?",
+            (THREAD_MOVED, json.dumps(pointer.wire()), now, move["thread_id"]),
         )
         await add_event(tx, move["thread_id"], "move.updated", {"moveId": move_id, "state": "moved"}, now)
         await add_event(

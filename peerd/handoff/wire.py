@@ -9,8 +9,8 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.contracts import MovedRef as MovedRef  # noqa: PLC0414  # re-exported for the handoff modules
+from peerd.core.moves import MoveState as MoveState  # noqa: PLC0414  # the states' table is core's
 
-MoveState = Literal["waiting", "moving", "moved", "cancelled", "failed"]
 # `not-yours`: the branch there belongs to someone else by the ownership ledger (core/ownership.py).
 BranchOutcome = Literal["absent", "same", "fast-forward", "diverged", "checked-out", "not-yours"]
 

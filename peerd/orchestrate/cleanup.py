@@ -10,7 +10,6 @@ stop a box cannot hear now is owed (kept in the packet's memo) and retried until
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 import structlog
 
 from peerd import contracts as c
+from peerd.core.backoff import Backoff
 from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
@@ -30,8 +30,8 @@ from peerd.store import ownership, projects
 
 log = structlog.get_logger(__name__)
 
-# A cancel a box could not be told: retried after these pauses, then every 5 minutes.
-OWED_STOP_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+# A cancel a box could not be told: retried after 2 s, 4 s ... then every 5 minutes, until it lands.
+OWED_STOP_BACKOFF = Backoff(first=2.0, cap=300.0)
 # How long a stopped thread's run gets to end before its worktree is removed anyway (next time).
 STOP_SETTLE_S = 15.0
 
@@ -41,10 +41,8 @@ def live_threads(packet: ostore.PacketRow) -> list[tuple[str, str | None]]:
     found: list[tuple[str, str | None]] = []
     if packet.thread_id:
         found.append((packet.thread_id, packet.environment))
-    review = packet.retries.get("review_thread")
-    if isinstance(review, str):
-        env = packet.retries.get("review_env")
-        found.append((review, env if isinstance(env, str) else None))
+    if packet.memo.review_thread is not None:
+        found.append((packet.memo.review_thread, packet.memo.review_env))
     return found
 
 
@@ -73,13 +71,14 @@ async def stop_packets(ctx: OrchestrationContext, run_id: str, reason: str) -> i
         if packet.terminal or packet.state == "approved":
             continue
         pending = [
-            [thread_id, env]
+            (thread_id, env)
             for thread_id, env in live_threads(packet)
             if not await stop_thread(ctx, run_id, thread_id, env)
         ]
-        memo = {**packet.retries, "stop_owed": pending}
+        memo = packet.memo.copy_for_update()
+        memo.stop_owed = pending
         await ostore.update_packet(
-            ctx.db, run_id, packet.packet_id, now=ctx.clock(), state="cancelled", failure=reason, retries=memo
+            ctx.db, run_id, packet.packet_id, now=ctx.clock(), state="cancelled", failure=reason, memo=memo
         )
         owed += len(pending)
     return owed
@@ -88,16 +87,17 @@ async def stop_packets(ctx: OrchestrationContext, run_id: str, reason: str) -> i
 async def deliver_owed(ctx: OrchestrationContext, run_id: str) -> None:
     """Owed stops, retried with backoff (across restarts, from the store) until each lands; then
     that thread is cleaned up like the others."""
-    for attempt in itertools.count():
+    for attempt in itertools.count(1):
         remaining = 0
         for packet in (await ostore.get(ctx.db, run_id)).packets:
-            owed = packet.retries.get("stop_owed") or []
+            owed = packet.memo.stop_owed
             if not owed:
                 continue
             landed = [(t, e) for t, e in owed if await stop_thread(ctx, run_id, t, e)]
-            still = [[t, e] for t, e in owed if (t, e) not in landed]
-            memo = {**packet.retries, "stop_owed": still}
-            await ostore.update_packet(ctx.db, run_id, packet.packet_id, now=ctx.clock(), retries=memo)
+            memo = packet.memo.copy_for_update()
+            memo.stop_owed = [pair for pair in owed if pair not in landed]
+            still = memo.stop_owed
+            await ostore.update_packet(ctx.db, run_id, packet.packet_id, now=ctx.clock(), memo=memo)
             remaining += len(still)
             run = await ostore.get(ctx.db, run_id)
             if not Settings.from_request(run.request).keep:
@@ -106,7 +106,7 @@ async def deliver_owed(ctx: OrchestrationContext, run_id: str) -> None:
         ctx.changed(run_id)
         if not remaining:
             return
-        await asyncio.sleep(OWED_STOP_BACKOFF_S[min(attempt, len(OWED_STOP_BACKOFF_S) - 1)])
+        await ctx.clock.sleep(OWED_STOP_BACKOFF.delay(attempt))
 
 
 async def clean_up(ctx: OrchestrationContext, run_id: str) -> None:
@@ -115,7 +115,7 @@ async def clean_up(ctx: OrchestrationContext, run_id: str) -> None:
     run = await ostore.get(ctx.db, run_id)
     if Settings.from_request(run.request).keep:
         return
-    owed = {thread for p in run.packets for thread, _ in p.retries.get("stop_owed") or []}
+    owed = {thread for p in run.packets for thread, _ in p.memo.stop_owed}
     for thread_id, env, _role in await ctx.threads_of(run_id):
         if thread_id not in owed:  # an owed stop's thread goes once the stop lands
             await retire(ctx, run, thread_id, env)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from peerd import contracts as c
+from peerd.core.backoff import Backoff
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.runs import DAEMON_STOPPED
 from peerd.core.text import path_segment
 from peerd.core.usage import Budget
@@ -29,7 +29,8 @@ from peerd.store import projects
 from peerd.store.db import Database
 
 WAIT_CHUNK_S = 50.0
-UNREACHABLE_BACKOFF_S = (2.0, 5.0, 15.0, 30.0, 60.0)
+# A box that is away while a coder's run is waited for: 2 s, 4 s ... a minute, for as long as it takes.
+UNREACHABLE_BACKOFF = Backoff(first=2.0, cap=60.0)
 OUTPUT_TAIL = 20_000
 TIMED_OUT = "timed_out"  # what `wait` answers at its deadline (not a run status)
 RETRY_LIMIT = 1  # per class: content, environmental, redispatch, changes, plan, review answer
@@ -136,7 +137,7 @@ class OrchestrationContext:
         ops: Operations,
         *,
         worktrees_dir: Path,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.db = db
         self.feed = feed
@@ -269,8 +270,8 @@ class OrchestrationContext:
                     c.ThreadWait(run_id=run_ref, timeout=chunk, environment_id=env),
                 )
             except PeerUnreachable:
-                await asyncio.sleep(UNREACHABLE_BACKOFF_S[min(failures, len(UNREACHABLE_BACKOFF_S) - 1)])
                 failures += 1
+                await self.clock.sleep(UNREACHABLE_BACKOFF.delay(failures))
                 continue
             failures = 0
             if result.terminal:

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing
 from peerd.operations import Operations
 from peerd.orchestrate import cleanup, spend, userwork
@@ -78,7 +78,7 @@ class Engine:
         *,
         worktrees_dir: Path,
         assign_more: Callable[[dict[str, Any], list[PacketSpec]], Awaitable[dict[str, Any]]],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.ctx = OrchestrationContext(db, feed, ops, worktrees_dir=worktrees_dir, clock=clock)
         # Coders for packets a planner produced: resolved like the request's own packets.
@@ -101,7 +101,7 @@ class Engine:
             else:
                 self.spawn(run_id)
         for run_id in await ostore.all_runs(self.ctx.db, status="cancelled"):
-            if any(p.retries.get("stop_owed") for p in (await ostore.get(self.ctx.db, run_id)).packets):
+            if any(p.memo.stop_owed for p in (await ostore.get(self.ctx.db, run_id)).packets):
                 self._background(f"owed:{run_id}", cleanup.deliver_owed(self.ctx, run_id))
 
     def _background(self, key: str, coro: Coroutine[Any, Any, None]) -> None:

@@ -23,6 +23,7 @@ from peerd.orchestrate import gitops, userwork
 from peerd.orchestrate.attribution import Attribution, attribute, hop_facts
 from peerd.orchestrate.containment import changed_paths, in_scope
 from peerd.orchestrate.context import OrchestrationContext
+from peerd.orchestrate.memo import PacketMemo
 from peerd.orchestrate.models import CheckoutChange
 from peerd.runtime.gitrun import GitLocation
 
@@ -45,17 +46,16 @@ class Collected:
     def _paths(self, *reasons: str, moved: bool = False) -> list[str]:
         return sorted(ch.path for ch in self.changes if ch.moved == moved and ch.reason in reasons)
 
-    def memo(self) -> dict[str, Any]:
+    def record(self, memo: PacketMemo) -> None:
+        """What containment found, into the packet's memo (the implementation receipt reads it)."""
         not_applied = self._paths("does_not_apply")
-        return {
-            "recovered": sorted(ch.path for ch in self.changes if ch.moved),
-            "not_recovered": not_applied,
-            "recovery_problem": NOT_APPLIED if not_applied else None,
-            "stray": self._paths("outside_files"),
-            "user_paths": self._paths("yours_before"),
-            "left": self._paths("confined", "no_coder_write", "unverified", "content_differs"),
-            "checkout": [ch.model_dump(mode="json", by_alias=True) for ch in self.changes],
-        }
+        memo.recovered = sorted(ch.path for ch in self.changes if ch.moved)
+        memo.not_recovered = not_applied
+        memo.recovery_problem = NOT_APPLIED if not_applied else None
+        memo.stray = self._paths("outside_files")
+        memo.user_paths = self._paths("yours_before")
+        memo.left = self._paths("confined", "no_coder_write", "unverified", "content_differs")
+        memo.checkout = list(self.changes)
 
 
 async def _items(

@@ -4,39 +4,21 @@ from a box), and re-dispatch to another coder when the result is empty or the ru
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from peerd import contracts as c
 from peerd.errors import Conflict, PeerdError
-from peerd.orchestrate import escapes, gitops, scope, spend
+from peerd.orchestrate import escapes, gitops, scope, spend, steps
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.context import (
-    OUTPUT_TAIL,
-    RETRY_LIMIT,
-    TIMED_OUT,
-    OrchestrationContext,
-    RunOutcome,
-    Settings,
-)
+from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.escapes import Collected
-from peerd.orchestrate.models import (
-    Classification,
-    CoderChoice,
-    ImplementationReceipt,
-    PacketSpec,
-    VerificationResult,
-)
-from peerd.orchestrate.prompts import implementer_prompt, tail
+from peerd.orchestrate.memo import PacketMemo
+from peerd.orchestrate.models import CoderChoice, ImplementationReceipt, PacketSpec, VerificationResult
+from peerd.orchestrate.prompts import implementer_prompt
 from peerd.placement.orchestrate import place_coder
 from peerd.runtime import git
 from peerd.store import projects
-
-_COMMON_EVIDENCE: dict[str, str] = {
-    "empty_diff": "the coder's run completed and its worktree holds no change from the base commit",
-    "coder_error": "the coder's run did not complete (its status, and what it reported, are below)",
-    "timeout": "peerd stopped the coder's turn at --packet-timeout",
-}
 
 
 def _deadline(ctx: OrchestrationContext, settings: Settings) -> float | None:
@@ -64,7 +46,7 @@ async def start_packet(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
         coder=coder.model_dump(mode="json"),
         environment=coder.environment,
         branch=f"orchestrate/{run.id}/{packet.packet_id}",
-        retries={"base": base, "sends": 0},
+        memo=PacketMemo(base=base),
     )
 
 
@@ -96,150 +78,162 @@ async def base_for(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore
         await git.remove_worktree(repo, worktree, delete_branch=None)
 
 
+def view(run: ostore.RunRow, packet: ostore.PacketRow, settings: Settings) -> steps.Packet:
+    """The packet as the hops' decisions see it (`steps.Packet`)."""
+    return steps.Packet(
+        orchestration_id=run.id,
+        packet_id=packet.packet_id,
+        attempt=packet.attempt,
+        thread_id=packet.thread_id,
+        run_id=packet.run_id,
+        memo=packet.memo,
+        base=packet.memo.base or run.base_commit,
+        spec=PacketSpec.model_validate(packet.spec),
+        coder=coder_of(packet),
+        coders=settings.coders,
+        packet_timeout_s=settings.packet_timeout_s,
+        commit_sha=packet.commit_sha,
+    )
+
+
 async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow) -> None:
+    """The coder's turn: launched (or a pending follow-up sent), waited for, then what it came to,
+    each step as `steps.decide_implement` says; the facts it needs are gathered as it asks."""
     settings = Settings.from_request(run.request)
-    spec = PacketSpec.model_validate(packet.spec)
     coder = coder_of(packet)
-    memo = dict(packet.retries)
-    if packet.thread_id is None:
-        prompt = implementer_prompt(
-            spec,
-            workspace_root=f"the git worktree you start in (branch {packet.branch})",
-            base_commit=str(memo["base"]),
-            branch=str(packet.branch),
-            workarounds=settings.workarounds,
-            previous_failure=memo.get("previous_failure"),
-            review_changes=None,
-        )
-        memo["prompt"] = prompt
-        key = f"{packet.packet_id}:impl:{packet.attempt}"
-        launched = await ctx.launch(
-            run,
-            coder,
-            prompt,
-            key=key,
-            runtime_mode=settings.access,
-            base=str(memo["base"]),
-            role="implementer",
-            packet_id=packet.packet_id,
-            branch=packet.branch,
-            budget=await spend.budget_for(ctx, run, packet.packet_id, key),
-        )
-        memo["deadline"] = _deadline(ctx, settings)
-        memo["hop_started"] = ctx.clock()
-        memo["hop_runs"] = [launched.run_id]
-        await ctx.set(
-            run.id, packet.packet_id, thread_id=launched.thread_id, run_id=launched.run_id, retries=memo
-        )
-        packet.thread_id, packet.run_id = launched.thread_id, launched.run_id
-    pending = memo.get("pending_send")
-    if isinstance(pending, str) and packet.run_id == memo.get("pending_after"):
-        n = int(memo.get("sends", 0)) + 1
-        key = f"{packet.packet_id}:send:{n}"
-        budget = await spend.budget_for(ctx, run, packet.packet_id, key)
-        run_id = await ctx.send(run.id, packet.thread_id, coder.environment, pending, key=key, budget=budget)
-        memo.update(
-            sends=n,
-            pending_send=None,
-            pending_after=None,
-            deadline=_deadline(ctx, settings),
-            hop_started=ctx.clock(),
-            hop_runs=[run_id],
-        )
-        await ctx.set(run.id, packet.packet_id, run_id=run_id, retries=memo)
-        packet.run_id = run_id
+    while True:
+        turn = steps.decide_implement(view(run, packet, settings), steps.Begin())[0]
+        if isinstance(turn, steps.Wait):
+            break
+        if isinstance(turn, steps.Launch):
+            event: steps.ImplementEvent = await _launch(ctx, run, packet, settings, turn)
+        else:
+            assert isinstance(turn, steps.Send)  # noqa: S101  # Begin asks for one of the three
+            event = await _send(ctx, run, packet, settings, turn)
+        await perform(ctx, run, packet, steps.decide_implement(view(run, packet, settings), event))
     assert packet.thread_id is not None and packet.run_id is not None  # noqa: S101  # set just above
-    status = await ctx.wait(
-        run.id, packet.thread_id, packet.run_id, coder.environment, deadline=memo.get("deadline")
-    )
-    await spend.record_run(
-        ctx, run.id, packet.packet_id, packet.thread_id, packet.run_id, coder.environment, "implementer"
-    )
-    if (why := await spend.check(ctx, run, packet.packet_id)) is not None:
-        await _over_budget(ctx, run, packet, memo, why)
-        return
-    if status == TIMED_OUT:
-        with contextlib.suppress(PeerdError):
-            stop = c.ThreadInterrupt(
-                stop=True, reason="Past the packet's time limit.", environment_id=coder.environment
-            )
-            await ctx.ops.thread_interrupt(ctx.caller(run.id), packet.thread_id, stop)
-        limit = settings.packet_timeout_s or 0
-        await redispatch_or_park(
-            ctx, run, packet, memo, "timeout", f"The coder ran past its {limit:g} s limit."
-        )
-        return
-    if status == "interrupted" and await ctx.stopped_by_shutdown(run.id, packet.thread_id, coder.environment):
-        # A daemon restart (here or on the box) cut the coder off: it goes on in the same
-        # session, without counting as a retry.
-        n = int(memo.get("resumes", 0)) + 1
-        text = (
-            "peerd restarted while you were working; what you did so far is in your workspace. Continue "
-            "the task below from where you were, then report.\n\n" + str(memo.get("prompt") or "")
-        )
-        key = f"{packet.packet_id}:resume:{n}"
-        budget = await spend.budget_for(ctx, run, packet.packet_id, key)
-        run_ref = await ctx.send(run.id, packet.thread_id, coder.environment, text, key=key, budget=budget)
-        memo["resumes"] = n
-        memo["hop_runs"] = [*(memo.get("hop_runs") or []), run_ref]
-        memo["deadline"] = _deadline(ctx, settings)
-        await ctx.set(run.id, packet.packet_id, run_id=run_ref, retries=memo)
-        return
-    outcome = await ctx.outcome(run.id, packet.thread_id, packet.run_id, coder.environment)
-    memo["report"] = outcome.reply
-    memo["coder_errors"] = outcome.problems
-    denial = _denial_evidence(outcome)
-    if status != "completed":
-        detail = f"The coder's run ended {status}." + _quoted(outcome)
-        await redispatch_or_park(
-            ctx, run, packet, memo, denial[0] if denial else "coder_error", detail, denial
-        )
-        return
-    found = await collect(ctx, run, packet, coder, list(memo.get("hop_runs") or [packet.run_id]))
-    memo.update(found.memo())
-    if found.tip is None or found.tip == memo["base"]:
-        detail = "The coder changed nothing." + _quoted(outcome)
-        await redispatch_or_park(
-            ctx, run, packet, memo, denial[0] if denial else "empty_diff", detail, denial
-        )
-        return
-    await ctx.set(run.id, packet.packet_id, state="verifying", commit_sha=found.tip, retries=memo)
+    thread_id, run_ref, env = packet.thread_id, packet.run_id, coder.environment
+    status = await ctx.wait(run.id, thread_id, run_ref, env, deadline=turn.deadline)
+    await spend.record_run(ctx, run.id, packet.packet_id, thread_id, run_ref, env, "implementer")
+    ended = steps.TurnEnded(status, await spend.check(ctx, run, packet.packet_id))
+    while True:
+        effects = steps.decide_implement(view(run, packet, settings), ended)
+        need = effects[0]
+        if isinstance(need, steps.NeedCut):
+            ended = replace(ended, cut=await ctx.stopped_by_shutdown(run.id, thread_id, env))
+        elif isinstance(need, steps.NeedOutcome):
+            ended = replace(ended, outcome=await ctx.outcome(run.id, thread_id, run_ref, env))
+        elif isinstance(need, steps.NeedCollect):
+            ended = replace(ended, collected=await collect(ctx, run, packet, coder, list(need.hop_runs)))
+        else:
+            break
+    await perform(ctx, run, packet, effects)
 
 
-async def _over_budget(
-    ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, memo: dict[str, Any], why: str
+async def _launch(
+    ctx: OrchestrationContext,
+    run: ostore.RunRow,
+    packet: ostore.PacketRow,
+    settings: Settings,
+    turn: steps.Launch,
+) -> steps.Launched:
+    spec, base = PacketSpec.model_validate(packet.spec), packet.memo.base or run.base_commit
+    prompt = implementer_prompt(
+        spec,
+        workspace_root=f"the git worktree you start in (branch {packet.branch})",
+        base_commit=base,
+        branch=str(packet.branch),
+        workarounds=settings.workarounds,
+        previous_failure=packet.memo.previous_failure,
+        review_changes=None,
+    )
+    launched = await ctx.launch(
+        run,
+        coder_of(packet),
+        prompt,
+        key=turn.key,
+        runtime_mode=settings.access,
+        base=base,
+        role="implementer",
+        packet_id=packet.packet_id,
+        branch=packet.branch,
+        budget=await spend.budget_for(ctx, run, packet.packet_id, turn.key),
+    )
+    return steps.Launched(launched.thread_id, launched.run_id, prompt, _deadline(ctx, settings), ctx.clock())
+
+
+async def _send(
+    ctx: OrchestrationContext,
+    run: ostore.RunRow,
+    packet: ostore.PacketRow,
+    settings: Settings,
+    send: steps.Send,
+) -> steps.Sent:
+    assert packet.thread_id is not None  # noqa: S101  # a follow-up goes to the packet's thread
+    budget = await spend.budget_for(ctx, run, packet.packet_id, send.key)
+    env = coder_of(packet).environment
+    run_ref = await ctx.send(run.id, packet.thread_id, env, send.text, key=send.key, budget=budget)
+    return steps.Sent(send, run_ref, _deadline(ctx, settings), ctx.clock())
+
+
+async def perform(
+    ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow, effects: list[steps.Effect]
 ) -> None:
-    """The hop's runs passed a budget: its receipt says so (with what they spent), the packet parks."""
-    stopped = VerificationResult(
-        command=PacketSpec.model_validate(packet.spec).verify,
-        exit_code=None,
-        passed=False,
-        timed_out=False,
-        output_tail=why,
-        classification="budget",
-        evidence="the usage its runs reported, summed by peerd, passed the budget",
+    """Do what a decision said, in order; `packet` follows what is recorded."""
+    settings = Settings.from_request(run.request)
+    for effect in effects:
+        if isinstance(effect, steps.Record):
+            await ctx.set(run.id, packet.packet_id, **effect.fields, memo=effect.memo)
+            for name, value in effect.fields.items():
+                setattr(packet, name, value)
+            packet.memo = effect.memo
+        elif isinstance(effect, steps.Park):
+            await ctx.park(run.id, packet.packet_id, effect.why)
+        elif isinstance(effect, steps.StopOverBudget):
+            await spend.stop_over_budget(ctx, run.id, packet, effect.why)
+        elif isinstance(effect, steps.RecordImpl):
+            await record_impl(ctx, run, packet, effect.memo, effect.commit, effect.verification)
+        elif isinstance(effect, steps.Interrupt):
+            assert packet.thread_id is not None  # noqa: S101  # its coder's turn timed out
+            with contextlib.suppress(PeerdError):
+                stop = c.ThreadInterrupt(
+                    stop=True, reason=effect.reason, environment_id=coder_of(packet).environment
+                )
+                await ctx.ops.thread_interrupt(ctx.caller(run.id), packet.thread_id, stop)
+        elif isinstance(effect, steps.Send):  # a resume after a restart cut the coder off
+            sent = await _send(ctx, run, packet, settings, effect)
+            await perform(ctx, run, packet, steps.decide_implement(view(run, packet, settings), sent))
+        elif isinstance(effect, steps.Redispatch):
+            await _redispatch(ctx, run, packet, settings, effect)
+        else:
+            raise AssertionError(f"not an effect of this hop: {effect!r}")
+
+
+async def _redispatch(
+    ctx: OrchestrationContext,
+    run: ostore.RunRow,
+    packet: ostore.PacketRow,
+    settings: Settings,
+    effect: steps.Redispatch,
+) -> None:
+    nxt = await place_coder(
+        ctx, run, effect.coder, f"{packet.packet_id}:redispatch", runtime_mode=settings.access
     )
-    await record_impl(ctx, run, packet, memo, None, stopped)
-    await spend.stop_over_budget(ctx, run.id, packet, why)
-
-
-def _denial_evidence(outcome: RunOutcome) -> tuple[Classification, str] | None:
-    """Environmental by evidence: the coder's own structured events say its sandbox (or policy)
-    declined a step; never decided on the words of its reply or output."""
-    if not outcome.denials:
-        return None
-    listed = "; ".join(outcome.denials[:5])
-    return "environmental", f"the coder's own events report that its sandbox declined: {listed}"
-
-
-def _quoted(outcome: RunOutcome) -> str:
-    """The coder's reported problems and its last reply, quoted for the report."""
-    parts = []
-    if outcome.problems:
-        parts.append("Its run reported:\n" + "\n".join(f"- {line}" for line in outcome.problems))
-    if outcome.reply.strip():
-        parts.append("Its last reply:\n" + tail(outcome.reply.strip(), 2000))
-    return ("\n" + "\n".join(parts)) if parts else ""
+    if effect.archive is not None:
+        with contextlib.suppress(PeerdError):
+            await ctx.ops.thread_archive(ctx.caller(run.id), effect.archive, c.ThreadArchive(force=True))
+    await ctx.set(
+        run.id,
+        packet.packet_id,
+        state="implementing",
+        attempt=effect.attempt,
+        coder=nxt.model_dump(mode="json"),
+        environment=nxt.environment,
+        thread_id=None,
+        run_id=None,
+        branch=effect.branch,
+        memo=effect.memo,
+    )
 
 
 async def collect(
@@ -276,72 +270,17 @@ async def collect(
     return Collected(await gitops.head(worktree), changes)
 
 
-async def redispatch_or_park(
-    ctx: OrchestrationContext,
-    run: ostore.RunRow,
-    packet: ostore.PacketRow,
-    memo: dict[str, Any],
-    why: Classification,
-    detail: str,
-    denial: tuple[Classification, str] | None = None,
-) -> None:
-    """Empty diff, coder error, timeout, or a sandbox denial: another coder once, never more."""
-    settings = Settings.from_request(run.request)
-    failed = VerificationResult(
-        command=PacketSpec.model_validate(packet.spec).verify,
-        exit_code=None,
-        passed=False,
-        timed_out=why == "timeout",
-        output_tail=detail[-OUTPUT_TAIL:],
-        classification=why,
-        evidence=denial[1] if denial else _COMMON_EVIDENCE.get(why, ""),
-    )
-    await record_impl(ctx, run, packet, memo, None, failed)
-    if int(memo.get("redispatch", 0)) >= RETRY_LIMIT:
-        await ctx.park(run.id, packet.packet_id, f"{detail} (already re-dispatched once)")
-        return
-    current = coder_of(packet)
-    others = [
-        x
-        for x in settings.coders
-        if (x.backend, x.model, x.environment) != (current.backend, current.model, current.environment)
-    ]
-    if not others:
-        await ctx.park(run.id, packet.packet_id, f"{detail} (no other coder to re-dispatch to)")
-        return
-    nxt = others[0].model_copy(update={"reason": f"re-dispatched after {why} from {current.spec}"})
-    nxt = await place_coder(ctx, run, nxt, f"{packet.packet_id}:redispatch", runtime_mode=settings.access)
-    memo.update(redispatch=int(memo.get("redispatch", 0)) + 1, previous_failure=detail)
-    if packet.thread_id is not None and current.environment is None:
-        # The first coder's worktree goes (its branch stays, for a look); the next coder
-        # starts clean from the same base on a branch of its own.
-        with contextlib.suppress(PeerdError):
-            await ctx.ops.thread_archive(ctx.caller(run.id), packet.thread_id, c.ThreadArchive(force=True))
-    await ctx.set(
-        run.id,
-        packet.packet_id,
-        state="implementing",
-        attempt=packet.attempt + 1,
-        coder=nxt.model_dump(mode="json"),
-        environment=nxt.environment,
-        thread_id=None,
-        run_id=None,
-        branch=f"orchestrate/{run.id}/{packet.packet_id}-{packet.attempt + 1}",
-        retries=memo,
-    )
-
-
 async def record_impl(
     ctx: OrchestrationContext,
     run: ostore.RunRow,
     packet: ostore.PacketRow,
-    memo: dict[str, Any],
+    memo: PacketMemo,
     commit: str | None,
     verification: VerificationResult,
 ) -> None:
     project = await projects.get(ctx.db, run.project_id)
     repo = Path(project.path)
-    base = str(memo.get("base", run.base_commit))
+    base = memo.base or run.base_commit
     files: list[str] = []
     stat = ""
     if commit is not None and commit != base:
@@ -361,21 +300,20 @@ async def record_impl(
         files_changed=files,
         diff_stat=stat,
         verification=verification,
-        report=str(memo.get("report") or ""),
-        recovered_paths=list(memo.get("recovered") or []),
-        not_recovered=list(memo.get("not_recovered") or []),
-        recovery_problem=memo.get("recovery_problem"),
-        stray_paths=list(memo.get("stray") or []),
-        user_paths=list(memo.get("user_paths") or []),
-        left_paths=list(memo.get("left") or []),
-        checkout_changes=list(memo.get("checkout") or []),
+        report=memo.report or "",
+        recovered_paths=list(memo.recovered),
+        not_recovered=list(memo.not_recovered),
+        recovery_problem=memo.recovery_problem,
+        stray_paths=list(memo.stray),
+        user_paths=list(memo.user_paths),
+        left_paths=list(memo.left),
+        checkout_changes=list(memo.checkout),
         out_of_scope=scope.outside(files, spec.files),
-        coder_errors=list(memo.get("coder_errors") or []),
-        started_at=memo.get("hop_started"),
+        coder_errors=list(memo.coder_errors),
+        started_at=memo.hop_started,
         ended_at=ctx.clock(),
-        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("hop_runs") or []),
+        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.hop_runs),
     )
-    memo["hop_runs"] = []  # the next receipt of this packet is for the runs after this one
     await ostore.add_receipt(
         ctx.db, run.id, packet.packet_id, "implementation", receipt.wire(), now=ctx.clock()
     )

@@ -4,17 +4,17 @@ implementation receipt for exactly that commit."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from pathlib import Path
 
 from peerd.errors import ReceiptMissing
-from peerd.orchestrate import gitops, scope, spend
+from peerd.orchestrate import gitops, scope, spend, steps
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, Settings
-from peerd.orchestrate.implement import record_impl
+from peerd.orchestrate.implement import perform, view
 from peerd.orchestrate.models import CoderChoice, PacketSpec, ReviewReceipt, VerificationResult
-from peerd.orchestrate.prompts import reviewer_prompt, scripted_review, scripted_reviewer_prompt, tail
-from peerd.orchestrate.verdicts import parse_review_reply, verification_result
+from peerd.orchestrate.prompts import reviewer_prompt, scripted_reviewer_prompt
+from peerd.orchestrate.verdicts import verification_result
 from peerd.placement.orchestrate import place_coder
 from peerd.runtime import git, gitrun
 from peerd.store import projects
@@ -22,7 +22,7 @@ from peerd.store import projects
 
 async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow) -> None:
     spec = PacketSpec.model_validate(packet.spec)
-    memo = dict(packet.retries)
+    memo = packet.memo.copy_for_update()
     assert packet.commit_sha is not None and packet.branch is not None  # noqa: S101
     project = await projects.get(ctx.db, run.project_id)
     repo = Path(project.path)
@@ -33,15 +33,15 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     try:
         check = await gitops.run_check(worktree, spec.verify)
         verification = verification_of(spec.verify, check, evidence=_first_evidence(check, where))
-        if not check.passed and not check.timed_out and int(memo.get("reruns", 0)) < RETRY_LIMIT:
+        if not check.passed and not check.timed_out and memo.reruns < RETRY_LIMIT:
             # Environmental only by evidence: peerd runs the same check on the same commit again
             # (once per packet); a failure that does not repeat was the machine's, one that
             # repeats is the code's. Never decided on words in the output.
-            memo["reruns"] = int(memo.get("reruns", 0)) + 1
+            memo.reruns += 1
             again = await gitops.run_check(worktree, spec.verify)
             verification = _after_rerun(spec.verify, check, again, where)
             if again.passed:
-                memo["environmental"] = int(memo.get("environmental", 0)) + 1
+                memo.environmental += 1
             check = again
         elif not check.passed and not check.timed_out:
             verification = verification.model_copy(
@@ -51,26 +51,11 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
             )
     finally:
         await git.remove_worktree(repo, worktree, delete_branch=None)
-    kind = verification.classification
-    await record_impl(ctx, run, packet, memo, packet.commit_sha, verification)
-    if verification.passed:
-        memo["review_started"] = ctx.clock()
-        await ctx.set(run.id, packet.packet_id, state="reviewing", hop="review", retries=memo)
-        return
-    if kind == "content" and int(memo.get("content", 0)) < RETRY_LIMIT:
-        memo["content"] = int(memo.get("content", 0)) + 1
-        memo["pending_send"] = (
-            f"The verification command failed on your work:\n\n$ {spec.verify}\n{check.output[-8000:]}\n\n"
-            "Fix it in the same workspace, run the command again, and report."
-        )
-        memo["pending_after"] = packet.run_id
-        await ctx.set(run.id, packet.packet_id, state="implementing", hop="fix", retries=memo)
-        return
-    await ctx.park(
-        run.id,
-        packet.packet_id,
-        f"Verification failed ({kind}; {verification.evidence}):\n$ {spec.verify}\n{check.output[-OUTPUT_TAIL:]}",
+    event = steps.Checked(verification, memo, check.output)
+    decided = steps.decide_verify(
+        view(run, packet, Settings.from_request(run.request)), event, now=ctx.clock()
     )
+    await perform(ctx, run, packet, decided)
 
 
 def _first_evidence(check: gitops.CheckResult, where: str) -> str:
@@ -107,17 +92,18 @@ def _after_rerun(
 
 
 async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow) -> None:
+    """The reviewer's verdict on the packet's commit, gated on a passing implementation receipt for
+    exactly that commit; each step as `steps.decide_review` says."""
     impl = await ctx.gate(run.id, packet.packet_id, "implementation", **{"verification.passed": True})
     if impl.get("commit") != packet.commit_sha:
         raise ReceiptMissing(f"Packet {packet.packet_id}: the passing receipt is for another commit.")
     settings = Settings.from_request(run.request)
     spec = PacketSpec.model_validate(packet.spec)
-    memo = dict(packet.retries)
     reviewer = settings.reviewers.get(packet.packet_id) or settings.coders[-1]
     reviewer = await place_coder(ctx, run, reviewer, f"{packet.packet_id}:review", runtime_mode="read-only")
     project = await projects.get(ctx.db, run.project_id)
     assert packet.commit_sha is not None  # noqa: S101
-    base = str(memo.get("base", run.base_commit))
+    base = packet.memo.base or run.base_commit
     diff = await gitops.diff_text(Path(project.path), base, packet.commit_sha)
     verification = VerificationResult.model_validate(impl["verification"])
     # What the commit changes outside the packet's files, and what of it nothing allows.
@@ -125,123 +111,87 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
         list(impl.get("outOfScope") or []),
         scope.held_paths(impl.get("outOfScope") or [], spec, run_allows=scope.run_allows(run.request)),
     )
-    round_n = int(memo.get("changes", 0)) + 1
-    thread_id = memo.get("review_thread") if memo.get("review_round") == round_n else None
-    review_run = memo.get("review_run")
     env = reviewer.environment  # a reviewer on a box gets the packet's commit sent there first
-    scripted = reviewer.backend == "script"
-    if not isinstance(thread_id, str):
-        previous = memo.get("review_thread")
-        if isinstance(previous, str):  # the last round's reviewer is done: its checkout can go
-            previous_env = memo.get("review_env")
-            await ctx.archive(run.id, previous, previous_env if isinstance(previous_env, str) else None)
-        prompt = (
-            scripted_reviewer_prompt(spec, diff, verification, round_n, outside.paths, outside.held)
-            if scripted
-            else reviewer_prompt(spec, diff, verification, outside.paths, outside.held)
+
+    def seen() -> steps.Reviewed:
+        return steps.Reviewed(
+            packet_id=packet.packet_id,
+            run_id=packet.run_id,
+            branch=packet.branch,
+            memo=packet.memo,
+            spec=spec,
+            reviewer=reviewer,
+            held=outside.held,
         )
-        key = f"{packet.packet_id}:review:{round_n}"
-        launched = await ctx.launch(
-            run, reviewer, prompt, key=key, runtime_mode="read-only", base=packet.commit_sha,
-            role="reviewer", packet_id=packet.packet_id, budget=await spend.budget_for(ctx, run, packet.packet_id, key),
-        )  # fmt: skip
-        thread_id, review_run = launched.thread_id, launched.run_id
-        memo.update(review_thread=thread_id, review_run=review_run, review_round=round_n, review_env=env)
-        memo["review_runs"] = [review_run]
-        memo.setdefault("review_started", ctx.clock())
-        await ctx.set(run.id, packet.packet_id, retries=memo)
-    assert isinstance(review_run, str)  # noqa: S101
-    by = _who(reviewer)
-    verdict, errors = None, ["no reply"]
+
+    thread_id: str | None = None
+    review_run: str | None = None
+    for effect in steps.decide_review(seen(), steps.ReviewBegin()):
+        if isinstance(effect, steps.WaitReviewer):  # resumed: this round's reviewer
+            thread_id, review_run = effect.thread_id, effect.run_id
+        elif isinstance(effect, steps.ArchiveReviewer):
+            await ctx.archive(run.id, effect.thread_id, effect.environment)
+        elif isinstance(effect, steps.LaunchReviewer):
+            prompt = (
+                scripted_reviewer_prompt(spec, diff, verification, effect.round, outside.paths, outside.held)
+                if reviewer.backend == "script"
+                else reviewer_prompt(spec, diff, verification, outside.paths, outside.held)
+            )
+            launched = await ctx.launch(
+                run, reviewer, prompt, key=effect.key, runtime_mode="read-only", base=packet.commit_sha,
+                role="reviewer", packet_id=packet.packet_id,
+                budget=await spend.budget_for(ctx, run, packet.packet_id, effect.key),
+            )  # fmt: skip
+            thread_id, review_run = launched.thread_id, launched.run_id
+            event = steps.ReviewerLaunched(launched.thread_id, launched.run_id, ctx.clock())
+            await perform(ctx, run, packet, steps.decide_review(seen(), event))
+    assert thread_id is not None and isinstance(review_run, str)  # noqa: S101
     for ask in (1, 2):
         status = await ctx.wait(run.id, thread_id, review_run, env)
         await spend.record_run(ctx, run.id, packet.packet_id, thread_id, review_run, env, "reviewer")
-        if (why := await spend.check(ctx, run, packet.packet_id)) is not None:
-            await spend.stop_over_budget(ctx, run.id, packet, why)
+        ended = steps.ReviewerEnded(ask, status, await spend.check(ctx, run, packet.packet_id))
+        effects = steps.decide_review(seen(), ended)
+        if isinstance(effects[0], steps.NeedOutcome):
+            ended = replace(ended, outcome=await ctx.outcome(run.id, thread_id, review_run, env))
+            effects = steps.decide_review(seen(), ended)
+        again = effects[0]
+        if not isinstance(again, steps.AskReviewerAgain):
+            await _perform_review(ctx, run, packet, effects, outside.paths, reviewer)
             return
-        outcome = await ctx.outcome(run.id, thread_id, review_run, env)
-        if status != "completed":
-            # The reviewer's run itself failed: say so, with what it reported; asking it again for
-            # a verdict would not help.
-            reported = (
-                "\n".join(f"- {line}" for line in outcome.problems) or f"- {outcome.reply or 'no reply'}"
-            )
-            await ctx.park(
-                run.id, packet.packet_id,
-                f"The reviewer's run ({by}) ended {status}, so there is no verdict. It reported:\n{reported}",
-            )  # fmt: skip
-            return
-        verdict, errors = parse_review_reply(outcome.reply)
-        if verdict is not None or ask == 2:
-            break
-        again = (
-            "Your answer was not a valid verdict:\n"
-            + "\n".join(errors)
-            + "\nAnswer with the JSON verdict only."
-        )
-        if scripted:
-            script = json.dumps({"steps": [{"reply": scripted_review(spec, round_n)}]})
-            again = f"```peerd-script\n{script}\n```\n\n{again}"
-        key = f"{packet.packet_id}:review:{round_n}:again"
-        budget = await spend.budget_for(ctx, run, packet.packet_id, key)
-        review_run = await ctx.send(run.id, thread_id, env, again, key=key, budget=budget)
-        memo["review_run"] = review_run
-        memo["review_runs"] = [*(memo.get("review_runs") or []), review_run]
-        await ctx.set(run.id, packet.packet_id, retries=memo)
-    if verdict is None:
-        await ctx.park(
-            run.id,
-            packet.packet_id,
-            f"The reviewer ({by}) gave no valid verdict, asked twice: " + "; ".join(errors)
-            + f"\nIts last reply:\n{tail(outcome.reply or '(empty)', 4000)}",
-        )  # fmt: skip
-        return
-    held = "out_of_scope" if verdict.verdict == "approve" and outside.held else None
-    receipt = ReviewReceipt(
-        packet_id=packet.packet_id,
-        attempt=packet.attempt,
-        reviewer=reviewer,
-        verdict=verdict.verdict,
-        evidence=verdict.evidence,
-        summary=verdict.summary,
-        round=round_n,
-        out_of_scope=outside.paths,
-        held=held,
-        started_at=memo.get("review_started"),
-        ended_at=ctx.clock(),
-        **await spend.receipt_fields(ctx, run, packet.packet_id, memo.get("review_runs") or [review_run]),
-    )
-    await ostore.add_receipt(ctx.db, run.id, packet.packet_id, "review", receipt.wire(), now=ctx.clock())
-    memo["review_started"] = None
-    lines = [f"- {e.file}{':' + str(e.line) if e.line else ''}: {e.reason}" for e in verdict.evidence]
-    if held is not None:
-        # Approved, but it changes files outside its own that nothing allows: held back whole.
-        await ctx.set(run.id, packet.packet_id, retries=memo)
-        await ctx.park(
-            run.id, packet.packet_id, scope.held_message(packet.packet_id, outside.held, packet.branch)
-        )
-    elif verdict.verdict == "approve":
-        await ctx.set(run.id, packet.packet_id, state="approved", hop=None, retries=memo)
-    elif verdict.verdict == "request_changes" and int(memo.get("changes", 0)) < RETRY_LIMIT:
-        memo["changes"] = round_n
-        memo["pending_send"] = (
-            "The reviewer requested changes:\n" + "\n".join(lines) + "\nMake them, verify, and report."
-        )
-        memo["pending_after"] = packet.run_id
-        await ctx.set(run.id, packet.packet_id, state="implementing", hop="changes", retries=memo)
-    else:
-        why = (
-            "rejected it"
-            if verdict.verdict == "reject"
-            else "requested changes again (the one round is used)"
-        )
-        await ctx.park(
-            run.id, packet.packet_id, f"The reviewer ({by}) {why}: {verdict.summary}\n" + "\n".join(lines)
-        )
+        budget = await spend.budget_for(ctx, run, packet.packet_id, again.key)
+        review_run = await ctx.send(run.id, thread_id, env, again.text, key=again.key, budget=budget)
+        await perform(ctx, run, packet, steps.decide_review(seen(), steps.ReviewerAsked(review_run)))
 
 
-def _who(choice: CoderChoice) -> str:
-    return f"{choice.spec}, {'on ' + choice.environment if choice.environment else 'here'}"
+async def _perform_review(
+    ctx: OrchestrationContext,
+    run: ostore.RunRow,
+    packet: ostore.PacketRow,
+    effects: list[steps.Effect],
+    out_of_scope: list[str],
+    reviewer: CoderChoice,
+) -> None:
+    """The review's end, in order: its receipt, then what the verdict does to the packet."""
+    for effect in effects:
+        if not isinstance(effect, steps.WriteReview):
+            await perform(ctx, run, packet, [effect])
+            continue
+        verdict = effect.verdict
+        receipt = ReviewReceipt(
+            packet_id=packet.packet_id,
+            attempt=packet.attempt,
+            reviewer=reviewer,
+            verdict=verdict.verdict,
+            evidence=verdict.evidence,
+            summary=verdict.summary,
+            round=effect.round,
+            out_of_scope=out_of_scope,
+            held=effect.held,
+            started_at=effect.started_at,
+            ended_at=ctx.clock(),
+            **await spend.receipt_fields(ctx, run, packet.packet_id, list(effect.runs)),
+        )
+        await ostore.add_receipt(ctx.db, run.id, packet.packet_id, "review", receipt.wire(), now=ctx.clock())
 
 
 async def detached_worktree(repo: Path, worktree: Path, commit: str) -> None:

@@ -8,12 +8,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from peerd.core.ownership import Owner
 from peerd.errors import OrchestrationNotFound
+from peerd.orchestrate.memo import PacketMemo, parse
 from peerd.store import ownership
 from peerd.store.db import Database
 from peerd.store.ids import new_id
 
+log = structlog.get_logger(__name__)
 TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
 TERMINAL_PACKET = frozenset({"integrated", "parked", "failed", "cancelled"})
 
@@ -27,7 +31,7 @@ class PacketRow:
     state: str
     hop: str | None
     attempt: int
-    retries: dict[str, Any]  # per-class retry counts, plus what a resumed hop needs (its memo)
+    memo: PacketMemo  # the `retries` column: per-class retry counts, and what a resumed hop needs
     coder: dict[str, Any] | None
     environment: str | None
     thread_id: str | None
@@ -62,6 +66,25 @@ class RunRow:
         return self.status in TERMINAL_RUN
 
 
+_DROP_LOGGED: set[tuple[str, str, str]] = set()  # said once per process, not at every read
+
+
+def _memo(row: Any) -> PacketMemo:
+    """The packet's memo, the one place the column is read; a value it cannot keep is logged (and
+    is gone from the column at the packet's next write)."""
+    try:
+        raw = json.loads(row["retries"])
+    except ValueError:
+        raw = row["retries"]
+    memo, dropped = parse(raw)
+    for key, why in dropped.items():
+        said = (row["orchestration_id"], row["packet_id"], key)
+        if said not in _DROP_LOGGED:
+            _DROP_LOGGED.add(said)
+            log.warning("orchestrate.memo_dropped", run_id=said[0], packet=said[1], key=key, reason=why)
+    return memo
+
+
 def _packet(row: Any) -> PacketRow:
     return PacketRow(
         orchestration_id=row["orchestration_id"],
@@ -71,7 +94,7 @@ def _packet(row: Any) -> PacketRow:
         state=row["state"],
         hop=row["hop"],
         attempt=row["attempt"],
-        retries=json.loads(row["retries"]),
+        memo=_memo(row),
         coder=json.loads(row["coder"]) if row["coder"] else None,
         environment=row["environment"],
         thread_id=row["thread_id"],
@@ -218,18 +241,24 @@ async def _insert_packets(tx: Any, run_id: str, specs: list[dict[str, Any]], now
 
 
 _PACKET_FIELDS = frozenset(
-    {"state", "hop", "attempt", "retries", "coder", "environment", "thread_id", "run_id", "branch",
+    {"state", "hop", "attempt", "memo", "coder", "environment", "thread_id", "run_id", "branch",
      "commit_sha", "failure"}
 )  # fmt: skip
+
+
+def _column(key: str, value: Any) -> tuple[str, Any]:
+    if key == "memo":  # the one place the column is written
+        if not isinstance(value, PacketMemo):
+            raise TypeError(f"a packet's memo is a PacketMemo, not {type(value).__name__}")
+        return "retries", json.dumps(value.stored())
+    return key, json.dumps(value) if key == "coder" and value is not None else value
 
 
 async def update_packet(db: Database, orch_id: str, packet_id: str, *, now: float, **changes: Any) -> None:
     unknown = set(changes) - _PACKET_FIELDS
     if unknown:
         raise ValueError(f"unknown packet fields: {sorted(unknown)}")
-    values = {
-        k: json.dumps(v) if k in ("retries", "coder") and v is not None else v for k, v in changes.items()
-    }
+    values = dict(_column(k, v) for k, v in changes.items())
     assignments = ", ".join(f"{key} = ?" for key in values)
     async with db.write() as tx:
         await tx.execute(

@@ -89,10 +89,8 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
                 "commit": p.commit_sha,
                 "failure": p.failure,
                 "updatedAt": p.updated_at,
-                "retries": {
-                    k: v for k, v in p.retries.items() if isinstance(v, int) and not isinstance(v, bool)
-                },
-                "stopOwed": [thread for thread, _ in p.retries.get("stop_owed") or []],
+                "retries": p.memo.counters(),
+                "stopOwed": [thread for thread, _ in p.memo.stop_owed],
                 "usage": _usage(spend.packet_spend(receipts, p.packet_id)),
                 "awaitingApproval": await _awaiting(db, p),
             }

@@ -45,6 +45,7 @@ import yarl
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import require_write, runtime_rank
+from peerd.core.links import LinkEvent, is_final, next_status
 from peerd.errors import (
     CapabilityDenied,
     Incompatible,
@@ -216,11 +217,17 @@ class PeerClient:
         self._session = aiohttp.ClientSession(
             timeout=timeout,
             connector=aiohttp.TCPConnector(
-                limit=0, limit_per_host=CONNECTIONS_PER_BOX, socket_factory=keepalive_socket
+                limit=0,
+                limit_per_host=CONNECTIONS_PER_BOX,
+                keepalive_timeout=POOL_KEEPALIVE_S,
+                socket_factory=keepalive_socket,
             ),
         )
         self._long_session = aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(limit=0, socket_factory=keepalive_socket)
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(
+                limit=0, keepalive_timeout=POOL_KEEPALIVE_S, socket_factory=keepalive_socket
+            ),
         )
 
     async def close(self) -> None:
@@ -317,9 +324,9 @@ class PeerClient:
             raise CapabilityDenied(expired_message(link.label))
         return link
 
-    async def _fail_link(self, link: LinkRow, status: c.LinkStatus, message: str) -> CapabilityDenied:
+    async def _fail_link(self, link: LinkRow, event: LinkEvent, message: str) -> CapabilityDenied:
         await links.record_outcome(
-            self._db, link.env_id, status=status, error=message, reached_at=self._clock()
+            self._db, link.env_id, event=event, error=message, reached_at=self._clock()
         )
         return CapabilityDenied(message)
 
@@ -343,9 +350,9 @@ class PeerClient:
                         # Judged by this machine's clock of its last refresh, the link is valid:
                         # the box's clock is wrong. Nothing is marked; it works once that is fixed.
                         raise LinkClockSkew(clock_skew_message(link, self._clock()))
-                    raise await self._fail_link(link, "expired", expired_message(link.label))
+                    raise await self._fail_link(link, "refused_expired", expired_message(link.label))
                 if status == 400:  # revoked, reused or unknown: the box no longer accepts this link
-                    raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
+                    raise await self._fail_link(link, "refused", REVOKED_MESSAGE)
                 raise PeerUnreachable(f"{link.label} answered HTTP {status} while refreshing the link.")
             now = self._clock()
             answer = _token_answer(body, link.label)
@@ -398,12 +405,12 @@ class PeerClient:
                 base = await self._base_url(link)
             except PeerUnreachable as exc:  # no address answered as the box: say so on the link
                 await links.record_outcome(
-                    self._db, env_id, status="unreachable", error=exc.message, reached_at=None
+                    self._db, env_id, event="no_answer", error=exc.message, reached_at=None
                 )
                 raise
             except LinkClockSkew as exc:  # it answered, with its clock wrong: said on the link
                 await links.record_outcome(
-                    self._db, env_id, status="reachable", error=exc.message, reached_at=self._clock()
+                    self._db, env_id, event="answered", error=exc.message, reached_at=self._clock()
                 )
                 raise
             headers = {"Authorization": f"Bearer {token}", c.PROTOCOL_HEADER: str(c.WIRE_PROTOCOL)}
@@ -436,27 +443,27 @@ class PeerClient:
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 self._good_url.pop(env_id, None)
                 message = unreachable_message(link.label, link.urls)
-                await self._outcome(link, "unreachable", message)
+                await self._outcome(link, "no_answer", message)
                 raise PeerUnreachable(message) from exc
             if status == 401 and attempt == 1:
                 continue  # the access token may have expired early: refresh once and retry
             if status == 401:
-                raise await self._fail_link(link, "revoked", REVOKED_MESSAGE)
+                raise await self._fail_link(link, "refused", REVOKED_MESSAGE)
             if status >= 500 or not isinstance(data, (dict, list)):
                 message = f"{link.label} answered HTTP {status}."
-                await self._outcome(link, "unreachable", message)
+                await self._outcome(link, "no_answer", message)
                 raise PeerUnreachable(message)
             self._protocols[env_id] = peer
             needed = REQUIRED_PROTOCOL.get(path, 1)
             if status == 404 and peer.revision < needed:  # the route is newer than the box
                 skew = VersionSkew(skew_message(link.label, peer))
-                await self._outcome(link, "version_skew", skew.message)
+                await self._outcome(link, "answered_older", skew.message)
                 raise skew  # no `_answered`: this answer ends no backoff
             self._answered(env_id)
             if peer.revision < c.FEED_PROTOCOL:
-                await self._outcome(link, "version_skew", skew_message(link.label, peer))
+                await self._outcome(link, "answered_older", skew_message(link.label, peer))
             else:
-                await self._outcome(link, "reachable", None)
+                await self._outcome(link, "answered", None)
             if status >= 400:
                 if isinstance(data, dict) and "code" in data:
                     raise from_body(data)
@@ -464,11 +471,15 @@ class PeerClient:
             return data
         raise AssertionError("unreachable")  # pragma: no cover  # the loop always returns or raises
 
-    async def _outcome(self, link: LinkRow, status: c.LinkStatus, error: str | None) -> None:
+    async def _outcome(self, link: LinkRow, event: LinkEvent, error: str | None) -> None:
         """The link's outcome, written only when it changes (compared with the row this call read),
-        and its reached time at most once a minute: a write per forwarded call costs a transaction."""
+        and its reached time at most once a minute: a write per forwarded call costs a transaction.
+        A link that ended meanwhile stays as it ended (`core/links.py`, applied by the store)."""
+        status = next_status(link.status, event)
+        if is_final(status):
+            return  # it ended (as this call read it): nothing changes it, and the store agrees
         reached = None
-        if status in ("reachable", "version_skew"):  # the box answered (a skewed one too)
+        if event in ("answered", "answered_older"):  # the box answered (a skewed one too)
             reached = self._clock()
             last = link.last_reached_at
             unchanged = link.status == status and link.last_error == error
@@ -476,7 +487,7 @@ class PeerClient:
                 return
         elif link.status == status and link.last_error == error:
             return
-        await links.record_outcome(self._db, link.env_id, status=status, error=error, reached_at=reached)
+        await links.record_outcome(self._db, link.env_id, event=event, error=error, reached_at=reached)
 
     async def revoke(self, link: LinkRow) -> bool:
         """RFC 7009 revocation at the box; False when the box could not be told."""
@@ -536,6 +547,11 @@ REACHED_REFRESH_S = 60.0  # how stale a link's stored "last reached" may get whi
 # At most this many connections per box for calls other than long-polls: below the box's cap on
 # connections per address that have not yet made an authenticated request (api/listener_rules.py).
 CONNECTIONS_PER_BOX = 16
+# An idle pooled connection is kept this long for the next call (aiohttp's default is 15 s): under
+# the box's idle timeout (api/listener_rules.py IDLE_TIMEOUT_S, 30 s), so the laptop never reuses
+# one the box is about to close, and long enough that a link's calls rarely need a new connection
+# (a kept one is authenticated at the box: no flood of unknown connections can evict it).
+POOL_KEEPALIVE_S = 25.0
 
 
 def is_long_poll(method: str, path: str) -> bool:

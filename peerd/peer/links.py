@@ -24,6 +24,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.core.access import ACCESS_LEVELS, access_within
+from peerd.core.links import is_final
 from peerd.core.text import clean_label
 from peerd.errors import (
     PAIRING_REASONS,
@@ -346,7 +347,7 @@ class LinkService:
         checks = {
             asyncio.ensure_future(self._check_one(r)): r.env_id
             for r in rows
-            if r.info(now=self.clock()).status not in ("revoked", "expired")
+            if not is_final(r.info(now=self.clock()).status)
         }
         if not checks:
             return set(), set()
@@ -363,7 +364,7 @@ class LinkService:
                 await self.on_link_answer(row.env_id, answer)
         except PinMismatch as exc:
             await links.record_outcome(
-                self.db, row.env_id, status="unreachable", error=str(exc), reached_at=None
+                self.db, row.env_id, event="no_answer", error=str(exc), reached_at=None
             )
         except PeerdError:
             pass  # unreachable, revoked or expired: recorded by the call

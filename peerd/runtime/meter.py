@@ -17,6 +17,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from peerd.core.clock import Clock
 from peerd.core.usage import Budget, Usage, scope_exceeded
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
@@ -31,7 +32,7 @@ class RunMeter:
         run_id: str,
         budget: Budget | None,
         *,
-        clock: Callable[[], float],
+        clock: Clock,
         write: Write,
         stop: Callable[[str], None],
         before: Usage | None = None,
@@ -43,7 +44,7 @@ class RunMeter:
         self._clock = clock
         self._write = write
         self._stop = stop
-        self._started = clock()
+        self._started = clock.monotonic()  # its time is monotonic: a wall clock step stops no run
         self._usage: Usage | None = None
         self._timer: asyncio.Task[None] | None = None
 
@@ -53,7 +54,7 @@ class RunMeter:
         db: Database,
         run_id: str,
         *,
-        clock: Callable[[], float],
+        clock: Clock,
         write: Write,
         stop: Callable[[str], None],
     ) -> RunMeter:
@@ -78,7 +79,7 @@ class RunMeter:
 
     async def report(self, usage: Usage) -> None:
         """Store the run's usage so far (with peerd's wall time); stop the run past its budget."""
-        wall_s = max(0.0, self._clock() - self._started)
+        wall_s = max(0.0, self._clock.monotonic() - self._started)
         self._usage = usage.with_wall(round(wall_s * 1000))
         await self._write(functools.partial(usage_store.set_run_usage, self._db, self._run_id, self._usage))
         if (
@@ -95,7 +96,7 @@ class RunMeter:
         """The run's events ended: no more timer; the stored usage gets the whole run's wall time."""
         self.stop_timer()
         if self._usage is not None:
-            wall_ms = round(max(0.0, self._clock() - self._started) * 1000)
+            wall_ms = round(max(0.0, self._clock.monotonic() - self._started) * 1000)
             final = self._usage.with_wall(wall_ms)
             await self._write(functools.partial(usage_store.set_run_usage, self._db, self._run_id, final))
 
@@ -103,8 +104,8 @@ class RunMeter:
         earlier_s = (self._before.wall_ms or 0) / 1000 if self._before is not None else 0.0
         limit = Budget(seconds=seconds)
         while True:
-            wall_s = self._clock() - self._started
+            wall_s = self._clock.monotonic() - self._started
             if (why := scope_exceeded(limit, self._before, None, wall_s)) is not None:
                 self._stop(why)
                 return
-            await asyncio.sleep(max(0.05, seconds - earlier_s - wall_s + 0.01))
+            await self._clock.sleep(max(0.05, seconds - earlier_s - wall_s + 0.01))

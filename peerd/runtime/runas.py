@@ -23,6 +23,7 @@ This file uses the standard library only (it runs under `python -I -S`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -49,15 +50,61 @@ class RunAs:
     gid: int
 
 
-def decide(euid: int, env: Mapping[str, str]) -> RunAs | None:
-    """Who a confined run runs as: `None` (peerd's own uid) unless peerd runs as root."""
+def decide(
+    euid: int, env: Mapping[str, str], *, uid_map: str | None = None, gid_map: str | None = None
+) -> RunAs | None:
+    """Who a confined run runs as: `None` (peerd's own uid) unless peerd runs as root. Root in a
+    user namespace that does not map the run's uid (a rootless container, `unshare -r`) is an
+    ordinary user outside: it cannot hand a file to that uid, so the run keeps peerd's uid there.
+    `uid_map` and `gid_map`: the text of /proc/self/uid_map and gid_map (None: not looked at)."""
     if euid != 0:
         return None
     value = env.get(RUN_AS_ENV, "")
     uid, _, gid = value.partition(":")
-    if uid.isdigit() and gid.isdigit() and int(uid) != 0:
-        return RunAs(int(uid), int(gid))
-    return RunAs(NOBODY, NOBODY)
+    who = (
+        RunAs(int(uid), int(gid))
+        if uid.isdigit() and gid.isdigit() and int(uid) != 0
+        else RunAs(NOBODY, NOBODY)
+    )
+    if uid_map is not None and not mapped(uid_map, who.uid):
+        return None
+    if gid_map is not None and not mapped(gid_map, who.gid):
+        return None
+    return who
+
+
+def mapped(id_map: str, inside: int) -> bool:
+    """Whether `inside` is an id of this user namespace (a line of uid_map: inside, outside, count)."""
+    for line in id_map.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            first, _, count = (int(p) for p in parts)
+            if first <= inside < first + count:
+                return True
+    return False
+
+
+def decide_here(env: Mapping[str, str]) -> RunAs | None:
+    """`decide` for this process."""
+    maps: list[str | None] = []
+    for name in ("uid_map", "gid_map"):
+        try:
+            maps.append(Path(f"/proc/self/{name}").read_text(encoding="ascii"))
+        except OSError:
+            maps.append(None)
+    return decide(os.geteuid(), env, uid_map=maps[0], gid_map=maps[1])
+
+
+def supports_acls(path: Path, who: RunAs, *, write: bool) -> bool:
+    """Whether the filesystem of `path` takes the run's ACL entry: it is granted there (the top
+    only; the rest when the run starts). False where the filesystem has no POSIX ACLs."""
+    try:
+        grant_one(str(path), who.uid, write)
+    except OSError as exc:
+        # no ACLs (ENOTSUP), or an id this namespace cannot name (EINVAL); anything else (a
+        # worktree not there) the run meets as it would anyway
+        return exc.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM)
+    return True
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ runs start at once (peerd/runtime/slots.py): a launch is answered once its run i
 the worktree, sandbox and process wait for a slot in the run's own task.
 
 A store that cannot be written (disk full, read-only, locked: `storage_unavailable`) does not end
-a run: the write is retried with backoff (`STORE_RETRY_*`) until the store works again, so no run
+a run: the write is retried with backoff (`STORE_RETRY`) until the store works again, so no run
 stays `running` because its last write failed. At shutdown every live run is cut: recorded with
 `store.threads.recover` (interrupted, and continued after the restart where the run rules say so).
 """
@@ -20,7 +20,6 @@ import functools
 import hashlib
 import secrets
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -31,6 +30,8 @@ from peerd.approvals.gate import ApprovalGate
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
+from peerd.core.backoff import Backoff
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
 from peerd.errors import (
     CapabilityDenied,
@@ -62,8 +63,8 @@ from peerd.store.threads import usage as usage_store
 log = structlog.get_logger(__name__)
 
 SHUTDOWN_GRACE_S = 10.0
-STORE_RETRY_FIRST_S = 0.5
-STORE_RETRY_MAX_S = 30.0
+# A live run's store write that failed: 0.5 s, 1 s, 2 s ... 30 s (a local store: no jitter).
+STORE_RETRY = Backoff(first=0.5, cap=30.0)
 # SQLite's own codes for a store that cannot be written now (its message text is never read).
 _STORE_FAULTS = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR")
 T = TypeVar("T")
@@ -111,7 +112,7 @@ class RunManager:
         *,
         state_dir: Path,
         tool_env: Mapping[str, str],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         home: Path | None = None,
         links: LinksConfig | None = None,
         label: str | None = None,
@@ -431,24 +432,28 @@ class RunManager:
             if (cursor := page.next_cursor) is None:
                 break
         socket = tool_env.get("PEERD_SOCKET")
-        return sandbox_profile.profile(
-            home=self._home,
-            owner_socket=Paths(self._home).socket,
-            agent_socket=Path(socket) if socket else None,
-            checkouts=checkouts,
-            checkout=Path(project.path),
-            worktree=cwd,
-            scratch=scratch,
-            by_link=thread.link_origin is not None,
-            runtime_mode=thread.runtime_mode,
-            interaction_mode=thread.interaction_mode,
+        # in a thread: it looks at the filesystem (the /etc plan is walked once every 10 s)
+        return await asyncio.to_thread(
+            functools.partial(
+                sandbox_profile.profile,
+                home=self._home,
+                owner_socket=Paths(self._home).socket,
+                agent_socket=Path(socket) if socket else None,
+                checkouts=checkouts,
+                checkout=Path(project.path),
+                worktree=cwd,
+                scratch=scratch,
+                by_link=thread.link_origin is not None,
+                runtime_mode=thread.runtime_mode,
+                interaction_mode=thread.interaction_mode,
+            )
         )
 
     async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
         """A store write of a live run: a store that cannot be written now is waited for (backoff
-        up to `STORE_RETRY_MAX_S`), so the run's record is finished when the store works again.
+        `STORE_RETRY`), so the run's record is finished when the store works again.
         At shutdown it gives up: start-up recovery records the run instead."""
-        delay = STORE_RETRY_FIRST_S
+        failures = 0
         while True:
             try:
                 return await op()
@@ -457,10 +462,10 @@ class RunManager:
                     raise
                 self.store_retries += 1
                 self.store_fault.set()
+                failures += 1
+                delay = STORE_RETRY.delay(failures)
                 log.warning("run.store_unavailable", retry_in_s=delay, error=str(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), delay)
-            delay = min(delay * 2, STORE_RETRY_MAX_S)
+            await self._clock.sleep(delay, self._closed)
 
     async def _item(
         self, thread_id: str, run_id: str, kind: str, text: str, data: Mapping[str, object] | None = None

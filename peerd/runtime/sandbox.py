@@ -131,6 +131,7 @@ class Confinement:
     symlinks: tuple[tuple[Path, str], ...] = ()
     # When peerd runs as root, the uid and gid the run runs as (`runas`); else peerd's own.
     run_as: RunAs | None = None
+    note: str | None = None  # said in the run's notice (e.g. why it keeps peerd's uid)
 
     def grants(self) -> list[Grant]:
         """What the run's uid is given access to when it has one: its own paths only."""
@@ -184,6 +185,7 @@ class Confinement:
             "/tmp and home; nothing else of this machine (no other checkout, no home directory, not "  # noqa: S108  # words, not a path used
             "peerd's home). peerd's agent tools are reachable only through the agent socket."
             + (f" It runs as uid {self.run_as.uid}, not root, with no capabilities." if self.run_as else "")
+            + (f" {self.note}" if self.note else "")
         )
 
     def sees(self, path: Path) -> Sight:

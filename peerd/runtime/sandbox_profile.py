@@ -408,7 +408,15 @@ def profile(
         Mount(p, optional=True) for p in extra_readable() if not any(p.is_relative_to(h) for h in hidden_real)
     ]
     binds.append(Mount(real(scratch), optional=True, own=True))
-    run_as = runas.decide(os.geteuid(), os.environ)
+    run_as = runas.decide_here(os.environ)
+    note = None
+    writable = writes_worktree(runtime_mode, interaction_mode)
+    if run_as is not None and not runas.supports_acls(real(worktree), run_as, write=writable):
+        run_as = None  # the run's uid could not be given its worktree: it keeps peerd's, as before
+        note = (
+            "It runs as root without capabilities: the filesystem of its worktree has no POSIX ACLs, "
+            "so peerd cannot give an unprivileged uid access to it."
+        )
     if run_as is not None and user != Path("/"):
         # git refuses a repository another uid owns ("dubious ownership"): the run's own git, as
         # its uid, trusts the worktree and git dir peerd shows it (a global config in its home)
@@ -435,4 +443,5 @@ def profile(
         system=system.mounts,
         symlinks=system.symlinks,
         run_as=run_as,
+        note=note,
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.liveness import Fix, Owners, sweep
 from peerd.store import sweep as sweep_store
 from peerd.store.db import Database
@@ -41,7 +42,7 @@ class SweepHooks:
 
 class Sweeper:
     def __init__(
-        self, db: Database, hooks: SweepHooks, *, clock: Callable[[], float], every_s: float = SWEEP_EVERY_S
+        self, db: Database, hooks: SweepHooks, *, clock: Clock = SYSTEM_CLOCK, every_s: float = SWEEP_EVERY_S
     ) -> None:
         self.db = db
         self.hooks = hooks
@@ -67,7 +68,7 @@ class Sweeper:
                 await self.once()
             except Exception:
                 log.warning("sweep.failed", exc_info=True)
-            await asyncio.sleep(self.every_s)
+            await self.clock.sleep(self.every_s)
 
     async def once(self) -> list[Fix]:
         """One sweep: the fixes it applied."""

@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 import aiosqlite
 import structlog
 
+from peerd.core.backoff import Backoff
 from peerd.errors import StorageUnavailable
 from peerd.store.faults import (
     BUSY_TIMEOUT_MS,
@@ -70,6 +71,10 @@ __all__ = [  # Tx and storage_fault live in inline.py and faults.py; the store's
 ]
 
 log = structlog.get_logger(__name__)
+
+# Another process holds the write lock: 1 ms doubling to 100 ms between tries (waited on the loop,
+# not the daemon's clock: a lock held by another process), until `BUSY_TIMEOUT_MS` in all.
+BUSY_BACKOFF = Backoff(first=0.001, cap=0.1)
 
 
 async def _connect(path: Path, *, cache_kib: int = CACHE_KIB["keeper"]) -> aiosqlite.Connection:
@@ -282,7 +287,7 @@ class Database:
         """`BEGIN IMMEDIATE`; while another process holds the store's write lock, retried with
         asyncio sleeps (never blocking the loop) for up to `BUSY_TIMEOUT_MS`."""
         waited = 0.0
-        pause = 0.001
+        tries = 0
         while True:
             try:
                 self._w.execute("BEGIN IMMEDIATE")
@@ -291,9 +296,10 @@ class Database:
                 code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
                 if code not in (SQLITE_BUSY, SQLITE_LOCKED) or waited >= BUSY_TIMEOUT_MS / 1000:
                     self._raise_typed(exc)
+            tries += 1
+            pause = BUSY_BACKOFF.delay(tries)
             await asyncio.sleep(pause)
             waited += pause
-            pause = min(pause * 2, 0.1)
 
     def _committed(self) -> None:
         """Checkpoint the WAL off the loop, at most once per `CHECKPOINT_EVERY_S` of writing."""

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field, replace
 import aiosqlite
 
 from peerd.contracts import LinkInfo, LinkStatus, RuntimeMode
+from peerd.core.links import FINAL, LEADS_TO, LinkEvent, is_final
 from peerd.peer.identity import format_fingerprint
 from peerd.store.db import Database
+from peerd.store.sqltext import sql_list
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,8 @@ class LinkRow:
 
     def info(self, *, now: float) -> LinkInfo:
         status = self.status
-        if (
-            status in ("reachable", "unreachable", "version_skew")
-            and self.refresh_expires_at
-            and self.refresh_expires_at < now
-        ):
-            status = "expired"
+        if not is_final(status) and self.refresh_expires_at and self.refresh_expires_at < now:
+            status = "expired"  # by time: computed here, never written (links.md, state machines)
         return LinkInfo(
             env_id=self.env_id,
             label=self.label,
@@ -151,12 +149,19 @@ async def save_tokens(db: Database, link: LinkRow) -> None:
         )
 
 
+# The status rule of core/links.py, in SQL: a link that ended (revoked, expired) is never written
+# again, whatever answer arrives late, even when two writers race (SQLite runs one UPDATE at a time).
+_OUTCOME = (
+    "UPDATE links SET status = ?, last_error = ?, last_reached_at = coalesce(?, last_reached_at)"  # noqa: S608  # constants
+    f" WHERE env_id = ? AND status NOT IN {sql_list(FINAL)}"
+)
+
+
 async def record_outcome(
-    db: Database, env_id: str, *, status: LinkStatus, error: str | None, reached_at: float | None
-) -> None:
+    db: Database, env_id: str, *, event: LinkEvent, error: str | None, reached_at: float | None
+) -> bool:
+    """What the box's answer (or silence) makes of the link (`core/links.py:next_status`), with the
+    last error and when it was reached; False when the link had ended (or is gone): nothing written."""
     async with db.write() as tx:
-        await tx.execute(
-            "UPDATE links SET status = ?, last_error = ?, last_reached_at = coalesce(?, last_reached_at)"
-            " WHERE env_id = ?",
-            (status, error, reached_at, env_id),
-        )
+        cur = await tx.execute(_OUTCOME, (LEADS_TO[event], error, reached_at, env_id))
+        return cur.rowcount > 0

@@ -15,7 +15,9 @@ from peerd.core.liveness import (
     OpenTask,
     Snapshot,
 )
+from peerd.core.moves import UNFINISHED
 from peerd.store.db import Database
+from peerd.store.sqltext import sql_list
 
 _RUNS = (
     "SELECT r.id, r.thread_id, r.status, coalesce(r.started_at, r.created_at) AS since,"
@@ -39,7 +41,7 @@ _ORPHANED = (
     "status = 'pending' AND NOT EXISTS"
     " (SELECT 1 FROM runs r WHERE r.id = approvals.run_id AND r.status IN ('starting', 'running'))"
 )
-_MOVES = "SELECT id, state FROM moves WHERE state IN ('waiting', 'moving')"
+_MOVES = f"SELECT id, state FROM moves WHERE state IN {sql_list(UNFINISHED)}"  # noqa: S608  # moves_unfinished
 
 
 QUERIES = (_RUNS, _APPROVALS, _TASKS, _MOVES)

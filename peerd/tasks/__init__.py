@@ -15,5 +15,5 @@ wakes its parent once".
     watch.py        settlement of a watched run; the batched `/v1/watch` older laptops send
     follower.py     the follower's I/O shell: one per link, running the machine
     feedclient.py   the follower's request bodies and the settled run's reply, read whole
-    timing.py       the one clock/sleep seam; work retried while the store fails
+    timing.py       work retried while the store fails (on the daemon's clock)
 """

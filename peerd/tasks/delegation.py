@@ -15,9 +15,7 @@ store, is `peerd.tasks.ending`.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +24,7 @@ import structlog
 from peerd import contracts as c
 from peerd.approvals import store as approvals_store
 from peerd.core.access import ModeCap, resolve_modes
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
@@ -83,7 +82,7 @@ class Delegation:
         forwarder: Forwarder,
         *,
         env_id: str,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.db = db
         self.feed = feed

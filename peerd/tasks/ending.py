@@ -9,12 +9,10 @@ starts wake runs that were committed but never started.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import structlog
 
 from peerd import contracts as c
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
 from peerd.store import threads
@@ -35,7 +33,7 @@ class TaskEnder:
         feed: ChangeFeed,
         runs: RunManager,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         retries: Retrier | None = None,
     ) -> None:
         self.db = db
@@ -43,7 +41,7 @@ class TaskEnder:
         self.runs = runs
         self.clock = clock
         self.watcher = RunWatcher(db, feed)
-        self.retries = retries or Retrier()
+        self.retries = retries or Retrier(clock=clock)
 
     async def end(
         self, task_id: str, status: c.TaskStatus, result: str, *, wake: bool = True

@@ -31,6 +31,7 @@ import structlog
 from peerd.approvals import store as approvals_store
 from peerd.approvals.service import ANY_KEY as APPROVALS_CHANGED
 from peerd.contracts import Capacity
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import PeerdError
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
@@ -63,7 +64,6 @@ from peerd.tasks.machine import (
 from peerd.tasks.rules import classify, is_store_fault
 from peerd.tasks.store import TaskRow
 from peerd.tasks.subscription import Delta
-from peerd.tasks.timing import Clock
 from peerd.tasks.watchfeed import FeedTransport
 
 log = structlog.get_logger(__name__)
@@ -83,7 +83,7 @@ class FollowerPool:
     ) -> None:
         self.db = db
         self.delegation = delegation
-        self.clock = clock or Clock()
+        self.clock = clock or SYSTEM_CLOCK
         self.jitter = jitter
         self.watch_chunk_s = watch_chunk_s
         self._followers: dict[str, Follower] = {}
@@ -189,7 +189,7 @@ class Follower:
                     attempts, wait = await tasks.backoff_wait(
                         self.pool.db, self.env_id, wall_now=clock.wall()
                     )
-                    self.machine.restore(attempts, clock.now() + wait if attempts else 0.0)
+                    self.machine.restore(attempts, clock.monotonic() + wait if attempts else 0.0)
                     restored = True
                 if await self._turn():
                     return  # nothing to follow: `notify` starts a new follower for new work
@@ -203,11 +203,11 @@ class Follower:
         self._wakeup.clear()
         if self._answered:
             self._answered = False
-            await self._do(self.machine.answered(self.pool.clock.now()))
+            await self._do(self.machine.answered(self.pool.clock.monotonic()))
         if await self._refresh():
             await self._do([CheckLink()])  # the link changed here: forgotten or revoked ends its tasks now
         self.machine.chunk_s = self.pool.watch_chunk_s
-        actions = self.machine.plan(self.pool.clock.now())
+        actions = self.machine.plan(self.pool.clock.monotonic())
         done = await self._do(actions)
         if not isinstance(actions[0], Sleep):
             self.machine.step_done()  # a step went through: the store works (again)
@@ -242,7 +242,7 @@ class Follower:
     async def _trouble(self, exc: Exception) -> None:
         """A step raised: a store fault waits with backoff (nothing is written: the store is what
         fails); anything else is a bug, logged and retried in 5 s. Never raises."""
-        now = self.pool.clock.now()
+        now = self.pool.clock.monotonic()
         if is_store_fault(exc):
             log.warning("follower.store_failed", env_id=self.env_id, error=str(exc))
             self.machine.store_failed(now)
@@ -272,7 +272,7 @@ class Follower:
 
     async def _perform(self, action: Action) -> list[Action]:
         db, delegation = self.pool.db, self.pool.delegation
-        now, wall = self.pool.clock.now, self.pool.clock.wall
+        now, wall = self.pool.clock.monotonic, self.pool.clock.wall
         if isinstance(action, Sleep):
             return await self._sleep(action.until)
         if isinstance(action, Subscribe):
@@ -342,11 +342,11 @@ class Follower:
     async def _sleep(self, until: float) -> list[Action]:
         self._sleeping = True
         try:
-            await self.pool.clock.sleep(until - self.pool.clock.now(), self._wakeup)
+            await self.pool.clock.sleep(until - self.pool.clock.monotonic(), self._wakeup)
         finally:
             self._sleeping = False
         if self._wakeup.is_set() and not self._answered:
-            return self.machine.poked(self.pool.clock.now())
+            return self.machine.poked(self.pool.clock.monotonic())
         return []
 
     async def _each(
@@ -368,7 +368,9 @@ class Follower:
             except PeerdError as exc:
                 if is_store_fault(exc):
                     raise
-                outcome = self.machine.failed(self.pool.clock.now(), exc.code, exc.message, task_id=task_id)
+                outcome = self.machine.failed(
+                    self.pool.clock.monotonic(), exc.code, exc.message, task_id=task_id
+                )
                 if classify(exc.code) != "task":
                     return actions + outcome
                 actions += outcome
@@ -387,11 +389,11 @@ class Follower:
                 self.machine.sub.unconfirmed()
                 raise
             message = feed_message(exc, self.machine.label)
-            return self.machine.failed(self.pool.clock.now(), feed_code(exc), message, subscribing=True)
+            return self.machine.failed(self.pool.clock.monotonic(), feed_code(exc), message, subscribing=True)
         except BaseException:
             self.machine.sub.unconfirmed()
             raise
-        return self.machine.subscribed(self.pool.clock.now(), answer.in_sync)
+        return self.machine.subscribed(self.pool.clock.monotonic(), answer.in_sync)
 
     def _start_poll(self, action: Poll) -> None:
         self.requests += 1
@@ -406,23 +408,18 @@ class Follower:
         if poll is None:  # nothing in flight after all (it was dropped): plan a new one
             self.machine.poll_deadline = None
             return []
-        if not poll.done():
-            woken: asyncio.Future[Any] = asyncio.ensure_future(self._wakeup.wait())
-            try:
-                wait_s = max(deadline - self.pool.clock.now(), 0.0)
-                await asyncio.wait({poll, woken}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
+        if not poll.done():  # its end sets `_wakeup` too (`_start_poll`)
+            await self.pool.clock.sleep(deadline - self.pool.clock.monotonic(), self._wakeup)
         if poll.done():
             self._poll = None
             return self._polled(poll)
-        if self._wakeup.is_set() and self.pool.clock.now() < deadline:
+        if self._wakeup.is_set() and self.pool.clock.monotonic() < deadline:
             return []  # new work: go round again with the poll still in flight
         await self._drop_poll()
-        return self.machine.overdue(max(self.pool.clock.now(), deadline))
+        return self.machine.overdue(max(self.pool.clock.monotonic(), deadline))
 
     def _polled(self, poll: asyncio.Future[Any]) -> list[Action]:
-        now = self.pool.clock.now()
+        now = self.pool.clock.monotonic()
         try:
             data = poll.result()
             answer = FeedChanges.model_validate(data)

@@ -28,10 +28,11 @@ its indexes as tasks change, so a step costs O(1) in the number of open tasks.
         crashed(now)                 a bug: the step is retried in 5 s
         poked(now)                   new work or a link change here
 
-Backoff: 2 s, 4 s ... 5 min plus jitter, without an attempt limit; any answer from the box ends it
-at once (`answered`), so results arrive as soon as the box is back, not when the backoff ends.
-Every `now` is monotonic (the shell's `Clock.now`): a step of the wall clock moves no backoff or
-deadline here. What is stored is the delay (`SaveBackoff.delay_s`); a restart resumes at most
+Backoff (`rules.LINK_BACKOFF`): 2 s, 4 s ... 5 min plus jitter, without an attempt limit; any
+answer from the box ends it at once (`answered`), so results arrive as soon as the box is back,
+not when the backoff ends.
+Every `now` is monotonic (the shell's `clock.monotonic()`, `core/clock.py`): a step of the wall
+clock moves no backoff or deadline here. What is stored is the delay (`SaveBackoff.delay_s`); a restart resumes at most
 that (`restore`, with `rules.backoff_wait`).
 """
 
@@ -62,11 +63,11 @@ from peerd.tasks.actions import (
     Subscribe,
 )
 from peerd.tasks.rules import (
-    backoff_delay,
+    LINK_BACKOFF,
+    STORE_RETRY,
     classify,
     is_task_terminal,
     result_text,
-    store_retry_delay,
     task_status_from_run,
 )
 from peerd.tasks.subscription import MAX_FOLLOWED_RUNS, Subscription
@@ -356,7 +357,7 @@ class FollowerMachine:
             actions.append(StopPoll())
         if kind == "transient":
             self.attempts += 1
-            delay = backoff_delay(self.attempts, self.jitter())
+            delay = LINK_BACKOFF.delay(self.attempts, self.jitter())
             self.next_at = now + delay
             actions.append(SaveBackoff(self.attempts, self.next_at, message, delay))
             if message != self._noted:
@@ -381,7 +382,7 @@ class FollowerMachine:
         Nothing is written about it: the store is what fails. A poll in flight goes on."""
         self.sub.cursor = None  # a report being acted on may not have been: ask for them again
         self.store_failures += 1
-        self.store_retry_at = now + store_retry_delay(self.store_failures, self.jitter())
+        self.store_retry_at = now + STORE_RETRY.delay(self.store_failures, self.jitter())
         return []
 
     def crashed(self, now: float) -> list[Action]:

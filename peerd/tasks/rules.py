@@ -16,6 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Literal
 
+from peerd.core.backoff import Backoff
 from peerd.errors import Failure as Failure  # noqa: PLC0414  # the registry's, re-exported here
 from peerd.errors import PeerdError, StorageUnavailable
 from peerd.errors import classify as classify  # noqa: PLC0414  # the registry's, re-exported here
@@ -24,9 +25,12 @@ TaskStatus = Literal["pending", "running", "completed", "failed", "cancelled", "
 Wake = Literal["always", "settled_only"]
 TASK_TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
-BACKOFF_FIRST_S = 2.0
-BACKOFF_MAX_S = 300.0
-STORE_RETRY_MAX_S = 30.0
+# A link whose box does not answer: 2 s, 4 s, 8 s ... 5 minutes, plus up to 1 s of jitter, with no
+# attempt limit (any answer from the box ends it). Stored with its delay (`link_backoff.delay_s`).
+LINK_BACKOFF = Backoff(first=2.0, cap=300.0, jitter=1.0)
+# This daemon's store failed (full disk, say): 2 s ... 30 s, plus jitter. A local retry costs
+# nothing, and freed space should be noticed soon.
+STORE_RETRY = Backoff(first=2.0, cap=30.0, jitter=1.0)
 # A waiting tool call returns before MCP clients give up on it (Codex: 60 s by default).
 WAIT_CAP_S = 45.0
 
@@ -83,13 +87,6 @@ def role_prompt(role: str | None, task: str) -> str:
     return f"Act as the {role} sub-agent for this task.\n\n{task}"
 
 
-def backoff_delay(attempts: int, jitter: float) -> float:
-    """2 s, 4 s, 8 s ... capped at 5 minutes, plus up to 1 s of jitter (`jitter` in [0, 1))."""
-    exponent = max(attempts - 1, 0)
-    base = BACKOFF_MAX_S if exponent > 16 else min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**exponent)
-    return base + jitter
-
-
 def backoff_wait(attempts: int, next_at: float, delay_s: float | None, wall_now: float) -> float:
     """After a restart: how long a stored backoff still holds, never longer than its delay.
 
@@ -97,15 +94,9 @@ def backoff_wait(attempts: int, next_at: float, delay_s: float | None, wall_now:
     plus the delay). What is left is `next_at - wall_now` bounded to [0, delay]: a wall clock
     stepped back (600 s, say) cannot stretch the wait past the delay itself, and one stepped
     forward ends it (a try now is cheap). A row without its delay (an older release's) is bounded
-    by the most its attempts allow (`backoff_delay` with the whole jitter)."""
-    bound = backoff_delay(attempts, 1.0) if delay_s is None else max(delay_s, 0.0)
+    by the most its attempts allow (`LINK_BACKOFF.longest`)."""
+    bound = LINK_BACKOFF.longest(attempts) if delay_s is None else max(delay_s, 0.0)
     return min(max(next_at - wall_now, 0.0), bound)
-
-
-def store_retry_delay(failures: int, jitter: float) -> float:
-    """How long to wait after this daemon's store failed (full disk, say): 2 s, 4 s ... capped at
-    30 s, plus jitter. A local retry costs nothing, and freed space should be noticed soon."""
-    return min(backoff_delay(failures, 0.0), STORE_RETRY_MAX_S) + jitter
 
 
 def task_status_from_run(run_status: str) -> TaskStatus:

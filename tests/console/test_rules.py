@@ -12,6 +12,7 @@ from peerd.console import rules
 from peerd.console.auth import Sessions, csrf_ok
 from peerd.console.graph import depths, layout
 from peerd.console.stream import resume_point, sse
+from tests.fakeclock import FakeClock
 
 # --- where it listens ---------------------------------------------------------------------------
 
@@ -91,16 +92,8 @@ def test_a_change_needs_the_consoles_own_origin() -> None:
 # --- login tokens and sessions ------------------------------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_a_login_token_works_once_and_expires() -> None:
-    clock = Clock()
+    clock = FakeClock(wall=1000.0)
     sessions = Sessions(now=clock, token_ttl_s=300)
     token, expires = sessions.issue_token()
     assert expires == 1300.0 and len(token) >= 40
@@ -108,24 +101,24 @@ def test_a_login_token_works_once_and_expires() -> None:
     assert found is not None
     assert sessions.exchange(token) is None, "a token works once"
     late, _ = sessions.issue_token()
-    clock.t += 301
+    clock.advance(301)
     assert sessions.exchange(late) is None, "an expired token is refused"
     assert sessions.exchange("") is None and sessions.exchange("guess") is None
 
 
 def test_sessions_end_when_idle_too_long_at_their_age_and_on_logout() -> None:
-    clock = Clock()
+    clock = FakeClock(wall=1000.0)
     sessions = Sessions(now=clock, idle_s=100, max_age_s=250)
     sid, session = sessions.exchange(sessions.issue_token()[0]) or ("", None)
     assert session is not None and sessions.get(sid) is session
-    clock.t += 90
+    clock.advance(90)
     assert sessions.get(sid) is session  # used: its idle time starts again
-    clock.t += 90
+    clock.advance(90)
     assert sessions.get(sid) is session
-    clock.t += 90  # 270 s after the login: past the maximum age although it was used
+    clock.advance(90)  # 270 s after the login: past the maximum age although it was used
     assert sessions.get(sid) is None
     sid2, _ = sessions.exchange(sessions.issue_token()[0]) or ("", None)
-    clock.t += 101
+    clock.advance(101)
     assert sessions.get(sid2) is None, "idle for longer than idle_s"
     sid3, _ = sessions.exchange(sessions.issue_token()[0]) or ("", None)
     sessions.end(sid3)

@@ -46,8 +46,8 @@ def test_transient_codes_are_retried_with_a_capped_backoff() -> None:
     # A bug (`internal_error`, as the untyped exceptions the driver catches) fails a move that
     # has not launched there yet, rather than retrying it for ever; a box's 5xx is `unreachable`.
     assert not m.is_transient("internal_error")
-    assert [m.retry_delay(n) for n in (0, 1, 2)] == [1.0, 2.0, 4.0]
-    assert m.retry_delay(30) == m.RETRY_MAX_S
+    assert [m.RETRY.delay(n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
+    assert m.RETRY.delay(30) == 60.0
 
 
 def test_the_transcript_is_quoted_cut_and_bounded() -> None:

@@ -20,7 +20,7 @@ import pytest
 from peerd.errors import StorageUnavailable
 from peerd.paths import Paths
 from peerd.tasks import store as task_store
-from peerd.tasks.rules import backoff_delay
+from peerd.tasks.rules import LINK_BACKOFF
 from tests.faultproxy import FaultProxy
 from tests.helpers import client_for, free_port, make_repo, running_daemon, script, wait_terminal
 from tests.realcli import signal_dir
@@ -196,7 +196,7 @@ async def test_a_black_holed_link_is_noticed_within_one_chunk_and_recovers_withi
     assert (done["status"], done["result"]) == ("completed", "THROUGH THE HOLE")
     # The next try comes when the backoff in force says (plus the watch's own round trip). Had a
     # black-holed try been cut by its deadline just as the route returned, one more backoff applies.
-    allowed = max(due_in, CHUNK_S + backoff_delay(attempts + 1, 1.0)) + 2.0
+    allowed = max(due_in, CHUNK_S + LINK_BACKOFF.longest(attempts + 1)) + 2.0
     assert loop.time() - t1 < allowed, (loop.time() - t1, attempts, due_in)
 
 

@@ -23,19 +23,11 @@ from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import ACCESS_TOKEN_TTL_S, verify_access_token
 from peerd.store import clients, pairing
 from peerd.store.db import Database
+from tests.fakeclock import T0, FakeClock
 
 ENV_ID = "BOXBOX-BOXBOX-BOXBOX-BOXBOX"
 LABEL = "the-box"
-T0 = 1_800_000_000.0
 DAY = 24 * 3600.0
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -43,8 +35,8 @@ class Box:
     http: TestClient[web.Request, web.Application]
     db: Database
     key: Ed25519PrivateKey
-    clock: Clock
-    limit_clock: Clock
+    clock: FakeClock
+    limit_clock: FakeClock
 
     async def code(
         self, access: AccessLevel = "auto", *, ttl_s: float = 600, max_age_s: float | None = None
@@ -85,7 +77,7 @@ async def make_box(
 ) -> AsyncIterator[Box]:
     db = await Database.open(tmp_path / "box" / "peerd.db")
     key = Ed25519PrivateKey.generate()
-    clock, limit_clock = Clock(), Clock()
+    clock, limit_clock = FakeClock(), FakeClock()
     app = web.Application()
     add_oauth_routes(
         app,
@@ -94,7 +86,7 @@ async def make_box(
         env_id=ENV_ID,
         label=LABEL,
         clock=clock,
-        pairing_limit=SlidingWindow(20, 60, limit_clock) if limit is None else limit,
+        pairing_limit=SlidingWindow(20, 60, limit_clock.monotonic) if limit is None else limit,
     )
     try:
         yield Box(await aiohttp_client(app), db, key, clock, limit_clock)
@@ -182,7 +174,7 @@ async def test_an_unknown_code_is_refused(box: Box) -> None:
 
 async def test_an_expired_code_is_refused(box: Box) -> None:
     code_id, secret = await box.code(ttl_s=600)
-    box.clock.now += 600
+    box.clock.advance(600)
     text = expect(await box.redeem(code_id, secret), 400, "invalid_grant", "expired")
     assert "expired" in text
     assert (await box.code_row(code_id))["state"] == "open"  # expiry is computed, never written
@@ -204,8 +196,8 @@ async def test_five_wrong_secrets_burn_the_code(box: Box) -> None:
 
 
 async def test_failed_redemptions_are_limited_globally(tmp_path: Path, aiohttp_client: AiohttpClient) -> None:
-    limit_clock = Clock()
-    async with make_box(tmp_path, aiohttp_client, SlidingWindow(3, 60, limit_clock)) as box:
+    limit_clock = FakeClock()
+    async with make_box(tmp_path, aiohttp_client, SlidingWindow(3, 60, limit_clock.monotonic)) as box:
         code_id, secret = await box.code()
         for _ in range(3):
             expect(await box.redeem("guess", "x" * 22), 400, "invalid_grant", "unknown_code")
@@ -220,7 +212,7 @@ async def test_failed_redemptions_are_limited_globally(tmp_path: Path, aiohttp_c
         assert body["error"] == "slow_down"
         expect(await box.redeem(code_id, secret), 429, "slow_down")
         assert (await box.code_row(code_id))["failed_attempts"] == 0
-        limit_clock.now += 60
+        limit_clock.advance(60)
         status, _ = await box.redeem(code_id, secret)
         assert status == 200
 
@@ -276,7 +268,7 @@ async def test_max_age_is_the_smaller_of_the_codes_and_the_request(box: Box) -> 
     client = await clients.active_client(box.db, body["client_id"], now=box.clock())
     assert client is not None and client.expires_at == T0 + 100
 
-    box.clock.now += 101
+    box.clock.advance(101)
     assert await clients.active_client(box.db, body["client_id"], now=box.clock()) is None
     expect(await box.refresh(body["refresh_token"]), 400, "invalid_grant", "expired")
     statuses = {c.status for c in await clients.list_clients(box.db, now=box.clock())}
@@ -298,7 +290,7 @@ async def test_refresh_rotates_and_reuse_revokes_the_whole_link(box: Box) -> Non
     _, first = await box.redeem(code_id, secret)
     tokens = [first["refresh_token"]]
     for _ in range(2):
-        box.clock.now += 60
+        box.clock.advance(60)
         status, body = await box.refresh(tokens[-1])
         assert status == 200, body
         assert body["client_id"] == first["client_id"]
@@ -319,13 +311,13 @@ async def test_refresh_rotates_and_reuse_revokes_the_whole_link(box: Box) -> Non
 async def test_refresh_lifetime_slides_and_lapses_when_unused(box: Box) -> None:
     code_id, secret = await box.code()
     _, body = await box.redeem(code_id, secret)
-    box.clock.now += 29 * DAY
+    box.clock.advance(29 * DAY)
     status, body = await box.refresh(body["refresh_token"])
     assert status == 200
-    box.clock.now += 29 * DAY  # 58 days after linking, still fine: each use extends it
+    box.clock.advance(29 * DAY)  # 58 days after linking, still fine: each use extends it
     status, body = await box.refresh(body["refresh_token"])
     assert status == 200
-    box.clock.now += 30 * DAY
+    box.clock.advance(30 * DAY)
     assert [c.status for c in await clients.list_clients(box.db, now=box.clock())] == ["expired"]
     text = expect(await box.refresh(body["refresh_token"]), 400, "invalid_grant", "expired")
     assert text.startswith("The link to the-box expired.")
@@ -364,7 +356,7 @@ async def test_revoke_accepts_an_access_token(box: Box) -> None:
 async def test_revoke_client_in_the_store(box: Box) -> None:
     code_id, secret = await box.code()
     _, linked = await box.redeem(code_id, secret)
-    box.clock.now += 5
+    box.clock.advance(5)
     info = await clients.revoke_client(box.db, linked["client_id"], reason="lost laptop", now=box.clock())
     assert (info.status, info.revoked_at, info.revoked_reason) == ("revoked", T0 + 5, "lost laptop")
     again = await clients.revoke_client(box.db, linked["client_id"], reason="other", now=box.clock() + 9)
@@ -462,7 +454,7 @@ async def test_code_and_client_listings(box: Box) -> None:
     for _ in range(5):
         await box.redeem(burnt_id, "x" * 22)
     await pairing.cancel_code(box.db, cancelled_id, now=now)
-    box.clock.now += 11
+    box.clock.advance(11)
 
     everything = {c.id: c.state for c in await pairing.list_codes(box.db, now=box.clock(), include_done=True)}
     assert everything == {

@@ -17,7 +17,7 @@ from peerd.store import threads
 from peerd.store.db import Database
 from peerd.tasks import store as tasks
 from peerd.tasks.machine import FollowerMachine, SaveBackoff, Sleep
-from peerd.tasks.rules import backoff_delay, backoff_wait
+from peerd.tasks.rules import LINK_BACKOFF, backoff_wait
 from tests.support.follower import running, synced, watch_of
 
 STEP_S = 600.0
@@ -42,7 +42,7 @@ def test_a_wall_clock_stepped_forward_ends_a_stored_backoff() -> None:
 
 def test_a_row_without_its_delay_is_bounded_by_its_attempts() -> None:
     """A row an older release wrote (no `delay_s`): at most the delay its attempts allow."""
-    assert backoff_wait(2, 1000.0 + 4.0, None, 1000.0 - STEP_S) == backoff_delay(2, 1.0)
+    assert backoff_wait(2, 1000.0 + 4.0, None, 1000.0 - STEP_S) == LINK_BACKOFF.longest(2)
 
 
 def test_the_machine_backs_off_in_its_own_time_and_says_the_delay() -> None:
@@ -51,7 +51,7 @@ def test_the_machine_backs_off_in_its_own_time_and_says_the_delay() -> None:
     mono = 10.0  # monotonic seconds: small, unrelated to any wall time
     watch_of(synced(m, mono, running()))
     [save, *_] = m.poll_failed(mono, "unreachable", "down")
-    assert isinstance(save, SaveBackoff) and save.delay_s == backoff_delay(1, 0.5)
+    assert isinstance(save, SaveBackoff) and save.delay_s == LINK_BACKOFF.delay(1, 0.5)
     assert m.plan(mono + 1.0) == [Sleep(mono + save.delay_s)]
 
 
@@ -67,7 +67,7 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 async def test_a_restart_after_a_wall_clock_step_back_waits_at_most_the_delay(db: Database) -> None:
     wall = time.time()
-    delay = backoff_delay(4, 0.3)  # 16.3 s
+    delay = LINK_BACKOFF.delay(4, 0.3)  # 16.3 s
     await tasks.set_backoff(db, "env_box", attempts=4, next_at=wall + delay, delay_s=delay, error="down")
     attempts, wait = await tasks.backoff_wait(db, "env_box", wall_now=wall + 2.0 - STEP_S)
     assert attempts == 4
@@ -140,7 +140,7 @@ def test_any_wall_clock_step_leaves_a_wait_within_the_delay() -> None:
     rng = random.Random(26)
     for _ in range(5_000):
         attempts = rng.randint(1, 30)
-        delay = backoff_delay(attempts, rng.random())
+        delay = LINK_BACKOFF.delay(attempts, rng.random())
         decided = rng.uniform(0, 2e9)
         elapsed = rng.uniform(0, 2 * delay)
         step = rng.choice([0.0, rng.uniform(-40 * 86400, 40 * 86400)])

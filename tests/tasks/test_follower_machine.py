@@ -31,7 +31,7 @@ from peerd.tasks.machine import (
     not_found,
     watch_margin,
 )
-from peerd.tasks.rules import BACKOFF_MAX_S
+from peerd.tasks.rules import LINK_BACKOFF
 from tests.support.follower import CHUNK, T0, machine, running, synced, watch_of
 
 
@@ -91,7 +91,7 @@ def test_backoff_grows_to_five_minutes_with_jitter_and_no_attempt_limit() -> Non
         assert m.plan(now + 1, running()) == [Sleep(save.next_at)], "no try before the stored next one"
         now = save.next_at
     assert delays[:5] == [2.25, 4.25, 8.25, 16.25, 32.25]
-    assert delays[-1] == BACKOFF_MAX_S + 0.25
+    assert delays[-1] == LINK_BACKOFF.cap + 0.25 == 300.25
     assert m.attempts == 12
 
 

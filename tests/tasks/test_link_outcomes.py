@@ -30,10 +30,10 @@ async def test_a_call_that_changes_nothing_writes_no_outcome(
     real = peer_client.links.record_outcome
 
     async def counted(
-        db: Any, env_id: str, *, status: Any, error: str | None, reached_at: float | None
-    ) -> None:
-        writes.append((status, error))
-        await real(db, env_id, status=status, error=error, reached_at=reached_at)
+        db: Any, env_id: str, *, event: Any, error: str | None, reached_at: float | None
+    ) -> bool:
+        writes.append((event, error))
+        return await real(db, env_id, event=event, error=error, reached_at=reached_at)
 
     monkeypatch.setattr(peer_client.links, "record_outcome", counted)
     await pair.remote("GET", "/v1/projects")  # reached just now (linking): nothing to record
@@ -43,4 +43,4 @@ async def test_a_call_that_changes_nothing_writes_no_outcome(
     assert pair.laptop.peers is not None
     monkeypatch.setattr(pair.laptop.peers, "_clock", lambda: peer_client.time.time() + 3600)
     await pair.remote("GET", "/v1/projects")
-    assert writes == [("reachable", None)], "a stale 'last reached' is refreshed, once"
+    assert writes == [("answered", None)], "a stale 'last reached' is refreshed, once"

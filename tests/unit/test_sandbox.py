@@ -284,11 +284,14 @@ def test_doctor_says_whether_runs_are_confined_and_what_it_means_for_links() -> 
     works = check_confinement(facts(confinement=ConfinementFacts(True, "bubblewrap works (/usr/bin/bwrap).")))
     assert works is not None and works.status == "ok" and "linked machines' runs" in works.detail
     assert len(works.table) == len(sandbox.VISIBLE) and "absent" in works.table[-1]
-    here = ConfinementFacts(True, "works.", etc_left_out=("/etc/shadow",), readable=("/opt/tools",))
+    here = ConfinementFacts(
+        True, "works.", etc_left_out=("/etc/shadow",), readable=("/opt/tools",), run_as=65534
+    )
     shown = check_confinement(facts(confinement=here))
-    assert shown is not None and shown.table[-2:] == (
+    assert shown is not None and shown.table[-3:] == (
         "left out of /etc here     /etc/shadow",
         "added by the owner        /opt/tools",
+        "runs as                   uid 65534, not root, with no capabilities",
     )
     assert shown.wire()["table"] == list(shown.table)
     missing = ConfinementFacts(False, "bubblewrap (bwrap) is not on PATH.")
@@ -409,6 +412,33 @@ def test_who_a_confined_run_runs_as() -> None:
     assert runas.decide(0, {runas.RUN_AS_ENV: "1234:1235"}) == RunAs(1234, 1235)
     for bad in ("0:0", "x:1", "12", ""):
         assert runas.decide(0, {runas.RUN_AS_ENV: bad}) == RunAs(65534, 65534), bad
+    # root of a user namespace that does not map the run's uid (unshare -r, a rootless container)
+    host = "         0          0 4294967295\n"
+    assert runas.decide(0, {}, uid_map=host, gid_map=host) == RunAs(65534, 65534)
+    assert runas.decide(0, {}, uid_map="0 1000 1\n", gid_map=host) is None
+    assert runas.decide(0, {}, uid_map=host, gid_map="0 1000 1\n") is None
+    assert runas.decide(0, {}, uid_map="0 100000 65536\n", gid_map="0 100000 65536\n") == RunAs(65534, 65534)
+    assert runas.mapped("0 100000 65536\n", 65535) and not runas.mapped("0 100000 65536\n", 65536)
+
+
+def test_without_acls_for_its_worktree_the_run_keeps_peerds_uid_and_says_why(tmp_path: Path) -> None:
+    unsupported = OSError(95, "Operation not supported")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runas, "grant_one", lambda *a, **k: (_ for _ in ()).throw(unsupported))
+        mp.setattr(runas, "decide_here", lambda env: RunAs(65534, 65534))
+        built = profile(
+            home=tmp_path / "home",
+            owner_socket=tmp_path / "home" / "peerd.sock",
+            agent_socket=None,
+            checkouts=[],
+            checkout=tmp_path,
+            worktree=tmp_path,
+            scratch=tmp_path / "s",
+            by_link=True,
+            runtime_mode="auto",
+            interaction_mode="default",
+        )
+    assert built.run_as is None and built.note and "no POSIX ACLs" in built.describe()
 
 
 def test_an_acl_entry_for_the_runs_uid_keeps_the_owners_bits_and_widens_the_mask() -> None:

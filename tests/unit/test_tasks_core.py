@@ -8,9 +8,9 @@ import pytest
 
 from peerd.errors import NotLinked, PeerdError, PeerUnreachable, StorageUnavailable, ThreadNotFound
 from peerd.tasks.rules import (
-    BACKOFF_MAX_S,
+    LINK_BACKOFF,
+    STORE_RETRY,
     RunFact,
-    backoff_delay,
     cancel_result,
     classify,
     complete,
@@ -57,10 +57,15 @@ def test_the_wake_text_is_the_references() -> None:
 
 
 def test_backoff_doubles_from_two_seconds_to_five_minutes() -> None:
-    assert [backoff_delay(n, 0.0) for n in range(1, 6)] == [2.0, 4.0, 8.0, 16.0, 32.0]
-    assert backoff_delay(9, 0.0) == BACKOFF_MAX_S
-    assert backoff_delay(10_000, 0.5) == BACKOFF_MAX_S + 0.5, "no overflow, no attempt limit"
-    assert 2.0 <= backoff_delay(1, 0.999) < 3.0
+    assert [LINK_BACKOFF.delay(n, 0.0) for n in range(1, 6)] == [2.0, 4.0, 8.0, 16.0, 32.0]
+    assert LINK_BACKOFF.delay(9, 0.0) == 300.0
+    assert LINK_BACKOFF.delay(10_000, 0.5) == 300.5, "no overflow, no attempt limit"
+    assert 2.0 <= LINK_BACKOFF.delay(1, 0.999) < 3.0
+
+
+def test_a_store_fault_is_retried_from_two_seconds_to_thirty() -> None:
+    assert [STORE_RETRY.delay(n, 0.0) for n in range(1, 6)] == [2.0, 4.0, 8.0, 16.0, 30.0]
+    assert STORE_RETRY.delay(10_000, 0.999) == 30.999
 
 
 def test_role_prompt() -> None:

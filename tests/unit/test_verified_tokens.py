@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.peer import tokens
 from peerd.peer.tokens import TokenRejected, VerifiedTokens, sign_access_token
+from tests.fakeclock import FakeClock
 
 ENV = "env_box"
 
@@ -54,10 +55,10 @@ def test_a_tampered_or_foreign_token_is_verified_in_full_and_refused(counted: li
 def test_an_expired_token_is_refused_though_it_was_verified_before() -> None:
     key = Ed25519PrivateKey.generate()
     token, expires = sign_access_token(key, env_id=ENV, client_id="cli_a", access="auto")
-    now = [float(expires - 60)]
-    cache = VerifiedTokens(key.public_key(), env_id=ENV, clock=lambda: now[0])
+    clock = FakeClock(wall=float(expires - 60))
+    cache = VerifiedTokens(key.public_key(), env_id=ENV, clock=clock)
     cache.verify(token)
-    now[0] = expires + 1.0
+    clock.advance(61.0)
     with pytest.raises(TokenRejected):
         cache.verify(token)
 
