@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.support.eventually import eventually
+
 T0 = 1_800_000_000.0  # a wall time in 2027: far from 0, so nothing confuses it with a delay
 
 
@@ -84,9 +86,9 @@ class FakeClock:
     async def jump(self, *, within_s: float = 10.0) -> float:
         """Wait (real time, at most `within_s`) until something sleeps on this clock, then move
         to the end of the soonest sleep and let it run; the seconds moved."""
-        async with asyncio.timeout(within_s):
-            while not self.sleeping:
-                await asyncio.sleep(0.001)
+        await eventually(
+            lambda: self.sleeping, what="something sleeping on the fake clock", within=within_s, every=0.001
+        )
         step = self.sleeping[0]
         self.advance(step)
         await asyncio.sleep(0)

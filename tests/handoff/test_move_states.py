@@ -166,6 +166,7 @@ def _sql_strings(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_sql_names_a_move_state_only_through_the_tables_constants() -> None:
     quoted = re.compile(r"'(" + "|".join(STATES) + r")'")
     offenders = []

@@ -13,6 +13,8 @@ import contextlib
 import time
 from pathlib import Path
 
+import pytest
+
 from peerd.api.listener_rules import ListenerLimits
 from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
@@ -21,6 +23,8 @@ from tests.helpers import client_for, script, wait_terminal
 from tests.support.delegation import delegate, runs_script, tasks_of
 from tests.support.eventually import eventually
 from tests.support.machines import CHUNK_S, Machines, setup_repos, started, task_ended
+
+pytestmark = pytest.mark.slow  # two daemons
 
 TRIES = 12  # the cap (300 s) is reached at the 9th
 

@@ -22,6 +22,7 @@ from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import STORE_RETRY, RunManager
 from peerd.tasks.timing import Retrier
 from tests.fakeclock import T0, FakeClock
+from tests.support.eventually import eventually
 
 
 def test_the_system_clock_is_the_machines() -> None:
@@ -126,9 +127,9 @@ async def test_a_store_write_waiting_to_be_retried_gives_up_at_shutdown(tmp_path
         raise StorageUnavailable("disk full")
 
     write = asyncio.ensure_future(manager._write(op))
-    async with asyncio.timeout(5):
-        while not clock.sleeping:
-            await asyncio.sleep(0.001)
+    await eventually(
+        lambda: clock.sleeping, what="the write waiting on the clock to be retried", within=5, every=0.001
+    )
     manager._closing = True
     manager._closed.set()  # what `shutdown` sets: the wait ends without the clock moving
     with pytest.raises(StorageUnavailable):
