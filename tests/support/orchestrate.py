@@ -12,7 +12,8 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.config import LINK_PROVIDERS_DEFAULT, Config, LinksConfig, ProviderConfig
-from tests.helpers import git, make_repo
+from tests.helpers import git, make_repo, script
+from tests.support.delegation import runs_script
 from tests.support.eventually import eventually
 
 REVIEWER = Path(__file__).resolve().parents[1] / "orchestrate" / "reviewer.py"
@@ -54,12 +55,9 @@ def settings(tmp_path: Path, verdicts: dict[str, list[Any]] | None = None) -> Co
     )
 
 
-def steps(*items: dict[str, Any]) -> str:
-    return "```peerd-script\n" + json.dumps({"steps": list(items)}) + "\n```"
-
-
-def runs(*each: list[dict[str, Any]]) -> str:
-    return "```peerd-script\n" + json.dumps({"runs": [{"steps": s} for s in each]}) + "\n```"
+# The orchestration tests' names for a scripted coder's prompt: one run's steps, or each run's.
+steps = script
+runs = runs_script
 
 
 def packet(pid: str, goal: str, files: list[str], verify: str, **extra: Any) -> dict[str, Any]:
