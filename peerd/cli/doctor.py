@@ -10,7 +10,7 @@ import os
 import pwd
 import shutil
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -134,9 +134,11 @@ async def git_facts() -> tuple[str | None, str | None, str | None]:
     return out.decode(errors="replace").strip(), path, None
 
 
-async def _attempt(call: Awaitable[T]) -> tuple[T | None, str | None]:
+async def _attempt(call: Callable[[], Awaitable[T]]) -> tuple[T | None, str | None]:
+    """`call()`'s answer or why not. Takes the call, not its coroutine: a gather cancelled before
+    this starts leaves no coroutine behind never awaited."""
     try:
-        return await call, None
+        return await call(), None
     except PeerdError as exc:
         return None, f"{exc.code}: {exc.message}"
     except (DaemonNotRunning, ValueError) as exc:  # ValueError: an answer of an unexpected shape
@@ -174,7 +176,7 @@ async def daemon_facts(socket: Path) -> DaemonFacts:
         except ValueError as exc:  # an answer of an unexpected shape
             return DaemonFacts(None, f"an unexpected answer: {exc}", answered=True)
         (links, links_error), (providers, providers_error) = await asyncio.gather(
-            _attempt(_links(client)), _attempt(_providers(client))
+            _attempt(lambda: _links(client)), _attempt(lambda: _providers(client))
         )
     return DaemonFacts(
         status,
