@@ -193,6 +193,8 @@ def grant_one(path: str, uid: int, write: bool) -> None:
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or st.st_uid == uid:
         return  # a symlink has no ACL of its own; what the run made is already its own
+    if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+        return  # a file that also lives elsewhere (a hard link) is not handed out from here
     perm = wanted(st, write)
     current = _entries(path, ACCESS, st)
     if current is None or not allows(current, uid, perm):

@@ -478,6 +478,10 @@ def granted_tree(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.write_text("not granted")
     other.chmod(0o600)
+    outside = tmp_path / "outside"
+    outside.write_text("lives elsewhere too")
+    outside.chmod(0o600)
+    (tree / "hard").hardlink_to(outside)
     modes = {p: p.stat().st_mode for p in (tree / "sub" / "f", tree / "run.sh")}
     assert runas.apply([Grant(tree, write=True, recursive=True)], 65534) == []
     assert runas.apply([Grant(tree, write=True, recursive=True)], 65534) == [], "again: nothing to do"
@@ -492,6 +496,7 @@ def granted_tree(tmp_path: Path) -> None:
         == 0
     )
     assert as_nobody("cat", str(other)).returncode != 0, "only what was granted"
+    assert as_nobody("cat", str(tree / "hard")).returncode != 0, "a hard link is not handed out"
     # the owner's bits are as they were (the ACL's mask shows in the group bits); x stays x
     for path, mode in modes.items():
         now = path.stat().st_mode
