@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import os
 import pwd
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -109,29 +108,11 @@ def identity_facts(identity_dir: Path) -> tuple[str | None, CertFacts]:
 
 
 async def git_facts() -> tuple[str | None, str | None, str | None]:
-    """(what `git --version` printed, where git is, why it did not run)."""
-    import asyncio  # noqa: PLC0415
+    """(what `git --version` printed, where git is, why it did not run), through peerd's git runner."""
+    from peerd.runtime.git import probe_version  # noqa: PLC0415
 
-    path = shutil.which("git")
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "git",
-            "--version",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    except OSError as exc:
-        return None, path, "not found on PATH" if isinstance(exc, FileNotFoundError) else str(exc)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), GIT_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return None, path, f"`git --version` did not answer within {GIT_TIMEOUT_S:g} s"
-    if proc.returncode != 0:
-        return None, path, err.decode(errors="replace").strip() or f"`git --version` exited {proc.returncode}"
-    return out.decode(errors="replace").strip(), path, None
+    found = await probe_version(GIT_TIMEOUT_S)
+    return found.text, found.path, found.error
 
 
 async def _attempt(call: Callable[[], Awaitable[T]]) -> tuple[T | None, str | None]:

@@ -12,7 +12,6 @@ progress until it ends (Ctrl-C only stops watching; `peerd orchestrate status RU
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,10 +56,16 @@ def remember_default(path: Path, coder: str) -> None:
 
 
 def _toplevel() -> str | None:
-    done = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip() if done.returncode == 0 else None
+    """The top of the working tree here (`git rev-parse --show-toplevel`, through peerd's git
+    runner), or None outside one."""
+    import asyncio  # noqa: PLC0415  # the CLI imports no asyncio at load (test_cli_startup)
+
+    from peerd.runtime import git  # noqa: PLC0415
+
+    try:
+        return str(asyncio.run(git.toplevel(Path.cwd())))
+    except (PeerdError, OSError):
+        return None
 
 
 def _project_here(client: LocalClient) -> str:

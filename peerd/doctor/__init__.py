@@ -2,7 +2,8 @@
 
 The checks here are pure (one module per area: `files`, `network`, `system`; what they look at
 is `facts`; how they say it, `text`): each takes facts gathered beforehand (file modes and owners, the
-daemon's answers or why there were none, the certificate, `git --version`) and returns a `Check`
+daemon's answers or why there were none, the certificate, `git --version`, read by
+`peerd.runtime.git.parse_version`) and returns a `Check`
 with a status, a one-line detail and, for a problem, the fix. `peerd/cli/doctor.py` gathers the
 facts and prints the checks. Statuses: `ok`; `warn`, a problem that breaks nothing by itself;
 `fail`, a problem to fix (the command exits 1); `skip`, not checked, the detail says why.
@@ -43,7 +44,7 @@ from peerd.doctor.network import (
     check_providers,
 )
 from peerd.doctor.system import check_confinement, check_git
-from peerd.doctor.text import kind_of, parse_git_version
+from peerd.doctor.text import kind_of
 
 __all__ = [
     "CertFacts",
@@ -64,7 +65,6 @@ __all__ = [
     "check_provider",
     "check_providers",
     "kind_of",
-    "parse_git_version",
     "passed",
     "render",
     "run_checks",

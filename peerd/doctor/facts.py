@@ -12,7 +12,6 @@ from peerd.store.health import StoreHealth
 CheckStatus = Literal["ok", "warn", "fail", "skip"]
 FileKind = Literal["dir", "file", "socket", "other", "missing"]
 
-GIT_MIN = (2, 20)  # worktree commands peerd relies on
 CERT_WARN_DAYS = 30
 TOKEN_WARN_DAYS = 7
 DAY_S = 86_400.0

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from peerd.doctor.facts import (
-    GIT_MIN,
     Check,
     ConfinementFacts,
     Facts,
 )
-from peerd.doctor.text import (
-    parse_git_version,
-)
+from peerd.runtime.git.version import DIRECT_WORKTREE_TESTED, MINIMUM, parse_version
 from peerd.runtime.sandbox import VISIBLE
 
 # --- git ---------------------------------------------------------------------------------------
 
 
 def check_git(facts: Facts) -> Check:
-    need = ".".join(map(str, GIT_MIN))
+    """git runs, and is at least `MINIMUM` (else a failure); one outside the range peerd's fast
+    worktree creation was tested with (`DIRECT_WORKTREE_TESTED`) is a warning: worktrees are then
+    made by `git worktree add`, which works, slower in a repository with many worktrees."""
+    need = ".".join(map(str, MINIMUM))
     if facts.git_version is None:
         return Check(
             "git",
@@ -25,7 +25,7 @@ def check_git(facts: Facts) -> Check:
             f"git does not run: {facts.git_error or 'not found on PATH'}",
             f"Install git {need} or newer (projects and their worktrees need it), on the daemon's PATH.",
         )
-    version = parse_git_version(facts.git_version)
+    version = parse_version(facts.git_version)
     shown = facts.git_version.strip()
     if version is None:
         return Check(
@@ -34,14 +34,23 @@ def check_git(facts: Facts) -> Check:
             f"cannot read a version in {shown!r}",
             f"Check that `git --version` works and that git is {need} or newer.",
         )
-    if version[:2] < GIT_MIN:
+    if version.release < MINIMUM:
         return Check(
             "git",
             "fail",
-            f"{shown} is older than {need}, which peerd's worktrees need",
+            f"{shown} is older than {need}, which peerd needs",
             f"Upgrade git to {need} or newer.",
         )
     where = f", {facts.git_path}" if facts.git_path else ""
+    if version not in DIRECT_WORKTREE_TESTED:
+        return Check(
+            "git",
+            "warn",
+            f"{shown}{where}: outside {DIRECT_WORKTREE_TESTED}, the git versions peerd writes a new "
+            "worktree's admin files for; new worktrees are made with `git worktree add` instead "
+            "(it works, slower in a repository with many worktrees)",
+            f"Nothing breaks. For the faster worktree creation use git {DIRECT_WORKTREE_TESTED}.",
+        )
     return Check("git", "ok", f"{shown}{where}")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 import stat
 from collections.abc import Sequence
@@ -64,10 +63,3 @@ def kind_of(st_mode: int) -> FileKind:
     if stat.S_ISSOCK(st_mode):
         return "socket"
     return "other"
-
-
-def parse_git_version(text: str) -> tuple[int, int, int] | None:
-    match = re.search(r"git version (\d+)\.(\d+)(?:\.(\d+))?", text)
-    if match is None:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)

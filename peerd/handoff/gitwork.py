@@ -2,15 +2,15 @@
 
 **The snapshot** (`snapshot`, on the machine the thread leaves): the thread's commits past its
 base, plus its uncommitted edits and untracked (not ignored) files committed on top by peerd, as
-one commit whose parent is the worktree's HEAD. Its tree is what the files hold, hashed
-(`peerd.runtime.gitcontent.content_tree`: a temporary index with the worktree's entries but none of
-their stat data, so a same-size edit made in the second the worktree was checked out is taken; a
-copied index trusted it, issue 26 case 1), so the worktree, its index and its branch here are not
-changed: a move that is cancelled or fails leaves the thread exactly as it was. The commit is kept under
-`refs/peerd/moving/<move id>` so git never collects it while the move is open, and is recorded
-with the move before it is sent (a resumed move sends the same commit). It travels as a bundle
-with the orchestration's transport (`GitTransport.send_base`: the box's ref tips, then
-`snapshot --not <tips>`).
+one commit whose parent is the worktree's HEAD (`peerd.runtime.git.snapshot`). Its tree is what
+the files hold, hashed (`runtime/git/content.py:content_tree`: a temporary index with the
+worktree's entries but none of their stat data, so a same-size edit made in the second the
+worktree was checked out is taken; a copied index trusted it, issue 26 case 1), so the worktree,
+its index and its branch here are not changed: a move that is cancelled or fails leaves the thread
+exactly as it was. The commit is kept under `refs/peerd/moving/<move id>` so git never collects it
+while the move is open, and is recorded with the move before it is sent (a resumed move sends the
+same commit). It travels as a bundle with the orchestration's transport (`GitTransport.send_base`:
+the box's ref tips, then `snapshot --not <tips>`).
 
 **The landing** (`land`, on the machine the thread arrives at, asked by the link): the branch of
 the thread's name there only moves to a descendant of itself (`machine.landing`). Absent: the
@@ -26,9 +26,10 @@ naming whose it is). The kept ref is recorded as the caller's before it is made
 (`boxside.land`): a move id another link used is refused, and a kept ref is created, never
 replaced.
 
-Every command goes through peerd's one git runner (`peerd.runtime.gitrun`: a fixed environment,
-no hooks, filters or external programs from repository config), in the recorded git dir of a
-worktree an agent wrote, never its own `.git` file.
+This module is the move's policy (which refs, which identity, what becomes of the branch); git runs
+only through `peerd.runtime.git`'s public API (its one runner: a fixed environment, no hooks,
+filters or external programs from repository config), in the recorded git dir of a worktree an
+agent wrote, never its own `.git` file.
 """
 
 from __future__ import annotations
@@ -40,11 +41,8 @@ from peerd.core.ownership import Owner, effective_owner, may_change
 from peerd.errors import Conflict, InvalidRequest
 from peerd.handoff.machine import landing
 from peerd.handoff.wire import BranchLanded
-from peerd.orchestrate.bundles import has_commit
-from peerd.orchestrate.gitbase import _commit_config, head
 from peerd.runtime import git
-from peerd.runtime.gitcontent import content_tree
-from peerd.runtime.gitrun import GitLocation, _git
+from peerd.runtime.git import GitLocation
 
 AUTHOR = "peerd handoff <handoff@peerd.invalid>"
 
@@ -61,31 +59,12 @@ async def snapshot(worktree: GitLocation, *, move_id: str, message: str) -> tupl
     """The commit that carries the thread's work (see the module docstring), kept under
     `moving_ref(move_id)`: (commit, whether peerd made a commit for uncommitted work). Its tree is
     hashed from the files (`content_tree`), never taken from stat data."""
-    parent = await head(worktree)
-    tree = await content_tree(worktree)
-    before = (await _git(worktree, "rev-parse", "--verify", "--end-of-options", f"{parent}^{{tree}}")).stdout
-    made = tree != before.strip()
-    commit = parent
-    if made:
-        created = await _git(
-            worktree,
-            *_commit_config(AUTHOR),
-            "commit-tree",
-            "--no-gpg-sign",
-            "-p",
-            parent,
-            "-m",
-            message,
-            tree,
-        )
-        commit = created.stdout.strip()
-    await _git(worktree, "update-ref", "-m", "peerd: move", moving_ref(move_id), commit)
-    return commit, made
+    return await git.snapshot(worktree, ref=moving_ref(move_id), message=message, author=AUTHOR)
 
 
 async def drop_moving_ref(worktree_repo: Path, move_id: str) -> None:
     """Forget the snapshot's keep-alive ref once the move ended (the commit stays while reachable)."""
-    await _git(await git.checkout_location(worktree_repo), "update-ref", "-d", moving_ref(move_id), ok=(0, 1))
+    await git.delete_ref(await git.checkout_location(worktree_repo), moving_ref(move_id))
 
 
 async def land(
@@ -103,19 +82,16 @@ async def land(
     ledger; a branch that is not `caller`'s (`core/ownership.py:may_change`; one in git with no
     record is the person's) is never moved, only kept beside."""
     repo = await git.checkout_location(checkout)
-    if not await has_commit(repo, tip):
+    if not await git.has_commit(repo, tip):
         raise InvalidRequest(
             f"Commit {tip} is not here: send its bundle first (POST /v1/projects/{{id}}/bundle)."
         )
     ref = f"refs/heads/{branch}"
-    found = await _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", ok=(0, 1))
-    there = found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else None
+    there = await git.verify(repo, f"{ref}^{{commit}}")
     ancestor = checked_out = False
     if there is not None and there != tip:
-        is_ancestor = await _git(repo, "merge-base", "--is-ancestor", there, tip, ok=(0, 1))
-        ancestor = is_ancestor.returncode == 0
-        where = await _git(repo, "for-each-ref", "--format=%(worktreepath)", ref)
-        checked_out = bool(where.stdout.strip())
+        ancestor = await git.is_ancestor(repo, there, tip)
+        checked_out = await git.checked_out(repo, ref)
     right = may_change(recorded, exists=there is not None, caller=caller)
     outcome = landing(tip_there=there, incoming=tip, ancestor=ancestor, checked_out=checked_out, right=right)
     if outcome == "absent":
@@ -123,18 +99,18 @@ async def land(
     if outcome == "fast-forward":
         assert there is not None  # noqa: S101  # landing() says so
         # The old value makes it atomic: a tip that moved meanwhile is not overwritten.
-        await _git(repo, "update-ref", "-m", f"peerd: move {move_id}", ref, tip, there)
+        await git.update_ref(repo, ref, tip, there, message=f"peerd: move {move_id}")
         return BranchLanded(outcome=outcome, branch=None)
     if outcome == "same":
         return BranchLanded(outcome=outcome, branch=None)
     keep = kept_ref(move_id)
     await reserve(keep)  # the ledger's record, before git makes the ref (a move id another used: refused)
-    current = await _git(repo, "rev-parse", "--verify", "--quiet", keep, ok=(0, 1))
-    if current.returncode == 0 and current.stdout.strip() != tip:
+    current = await git.verify(repo, keep)
+    if current is not None and current != tip:
         raise Conflict(f"{keep} holds another commit here; a move's kept work is never overwritten.")
-    if current.returncode != 0:
+    if current is None:
         # Created only (the empty old value): a ref of another move is never replaced.
-        await _git(repo, "update-ref", "-m", f"peerd: move {move_id}", keep, tip, "")
+        await git.update_ref(repo, keep, tip, "", message=f"peerd: move {move_id}")
     owner = effective_owner(recorded, there is not None) if outcome == "not-yours" else None
     return BranchLanded(
         outcome=outcome, branch=None, kept_ref=keep, owner=None if owner is None else owner.describe()

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.errors import InvalidRequest
-from peerd.orchestrate.gitbase import (
-    _CHECK_EOF_GRACE_S,
-    _CHECK_TAIL_BYTES,
-    _CHECK_TERM_GRACE_S,
-    CHECK_OUTPUT_MAX_CHARS,
-)
-from peerd.runtime.gitrun import (
-    _REPO_LOCATION_VARS,
-)
+from peerd.runtime.git import REPO_LOCATION_VARS
+
+CHECK_OUTPUT_MAX_CHARS = 20_000
+# A UTF-8 character is at most 4 bytes: this many bytes always hold the last 20,000 characters.
+_CHECK_TAIL_BYTES = 4 * CHECK_OUTPUT_MAX_CHARS
+# After SIGTERM on timeout, how long the group gets before SIGKILL.
+_CHECK_TERM_GRACE_S = 2.0
+# After the command exits (and its group is killed), how long to wait for the output pipe to close.
+_CHECK_EOF_GRACE_S = 2.0
 
 # --- verification commands ----------------------------------------------------------------------
 
@@ -80,7 +80,7 @@ async def run_check(
     with `env` laid over it. After `timeout_s` the group gets SIGTERM, then SIGKILL; processes the
     command leaves running in its group are killed when it exits."""
     loop = asyncio.get_running_loop()
-    child_env = {key: value for key, value in os.environ.items() if key not in _REPO_LOCATION_VARS}
+    child_env = {key: value for key, value in os.environ.items() if key not in REPO_LOCATION_VARS}
     if env is not None:
         child_env.update(env)
     started = loop.time()

@@ -6,7 +6,9 @@ user's, and everything else in it is left as it is.
 Only for the orchestrator's own local packets, on the machine it runs on: a box never does this on
 a link's request (a link could name the box owner's files as its "scope"); coders on a box are
 confined to their worktree instead. The worktree side is a recorded `GitLocation`; the checkout
-side is the checkout's own `.git` directory (`checkout_location`)."""
+side is the checkout's own `.git` directory (`checkout_location`). This module is the policy (which
+paths, when, checked before anything changes); git runs through `peerd.runtime.git`'s public API
+(`status_entries`, `paths_patch`, `apply_patch`, `restore_from_head`)."""
 
 from __future__ import annotations
 
@@ -15,27 +17,11 @@ import filecmp
 import os
 import shutil
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.errors import Conflict, GitError, InvalidRequest
-from peerd.orchestrate.gitbase import (
-    _lock,
-)
-from peerd.runtime.git import (
-    _same_path,
-    checkout_location,
-    toplevel,
-)
-from peerd.runtime.gitrun import (
-    _DIFF_OPTIONS,
-    IGNORE_NESTED,
-    GitLocation,
-    Where,
-    _git,
-    _git_raw,
-    _trim,
-)
+from peerd.runtime import git
+from peerd.runtime.git import GitLocation, Where
 
 # Whether a checkout path is still exactly what was attributed to the coder (see recover_escaped).
 Still = Callable[[str], bool]
@@ -43,50 +29,20 @@ Still = Callable[[str], bool]
 # --- containment (workflow step 5) --------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Status:
-    xy: str
-    path: str
-    orig: str | None  # the source of a rename or copy
-
-
-async def _status(checkout: Where, *, renames: bool) -> list[_Status]:
-    """`git status --porcelain -z` of the whole working tree, every untracked file listed; paths
-    are relative to its top directory. Read only: no index refresh (`GIT_OPTIONAL_LOCKS=0`)."""
-    args = ["status", "--porcelain=v1", "-z", "--untracked-files=all", IGNORE_NESTED]
-    args.append("--find-renames" if renames else "--no-renames")
-    raw = await _git_raw(checkout, *args)
-    fields = [os.fsdecode(field) for field in raw.stdout.split(b"\0")]
-    entries: list[_Status] = []
-    i = 0
-    while i < len(fields):
-        field = fields[i]
-        i += 1
-        if len(field) < 4:
-            continue
-        xy, path = field[:2], field[3:]
-        orig: str | None = None
-        if "R" in xy or "C" in xy:
-            orig = fields[i] if i < len(fields) else None
-            i += 1
-        entries.append(_Status(xy, path, orig))
-    return entries
-
-
 async def dirty_paths(checkout: Where) -> list[str]:
     """Every path `git status --porcelain` reports in `checkout`, untracked files included (each
     file, not its directory), a rename by its new path; relative to the top, sorted. A directory
     is taken to its checkout's top and `.git` directory first."""
     if not isinstance(checkout, GitLocation):
-        checkout = await checkout_location(await toplevel(checkout))
-    return sorted({entry.path for entry in await _status(checkout, renames=True)})
+        checkout = await git.checkout_location(await git.toplevel(checkout))
+    return sorted({entry.path for entry in await git.status_entries(checkout, renames=True)})
 
 
 async def changed_paths(checkout: Path) -> tuple[Path, list[str]]:
     """The checkout's top directory and every path `git status` reports there, untracked files
     included, a rename as its two paths (both are someone's work); relative to the top, sorted."""
-    top = await toplevel(checkout)
-    entries = await _status(await checkout_location(top), renames=False)
+    top = await git.toplevel(checkout)
+    entries = await git.status_entries(await git.checkout_location(top), renames=False)
     return top, sorted({entry.path for entry in entries if not entry.path.endswith("/")})
 
 
@@ -158,27 +114,6 @@ def _move_untracked(
     return moved
 
 
-async def _apply_patch(worktree: GitLocation, patch: bytes) -> None:
-    """Apply `patch` to `worktree`: a three-way apply first (it merges when the worktree's base
-    is not the checkout's HEAD), else a plain one (it works when the worktree has unstaged edits
-    on those files, which `--3way` refuses). Either is checked first; a patch that would only
-    apply with conflicts raises and leaves the worktree as it was."""
-    common = ("apply", "--whitespace=nowarn")
-    three_way = await _git_raw(worktree, *common, "--3way", "--check", ok=(0, 1, 128), stdin=patch)
-    if three_way.returncode == 0 and "with conflicts" not in three_way.stderr:
-        await _git_raw(worktree, *common, "--3way", stdin=patch)
-        return
-    plain = await _git_raw(worktree, *common, "--check", ok=(0, 1, 128), stdin=patch)
-    if plain.returncode == 0:
-        await _git_raw(worktree, *common, stdin=patch)
-        return
-    reason = _trim(three_way.stderr) or _trim(plain.stderr)
-    raise GitError(
-        f"The escaped edits do not apply to the worktree {worktree.work_tree} without conflicts; "
-        f"the checkout was left as it was: {reason}"
-    )
-
-
 async def recover_escaped(
     checkout: Path,
     worktree: GitLocation,
@@ -206,16 +141,16 @@ async def recover_escaped(
     so a change made meanwhile (the user typing on) stays in the checkout.
     """
     scope = _scope(packet_files)
-    checkout_top = await toplevel(checkout)
-    place = await checkout_location(checkout_top)
+    checkout_top = await git.toplevel(checkout)
+    place = await git.checkout_location(checkout_top)
     worktree_top = worktree.work_tree
-    if _same_path(checkout_top, worktree_top):
+    if git.same_path(checkout_top, worktree_top):
         raise InvalidRequest(f"The checkout and the worktree are the same directory: {checkout_top}.")
 
-    async with _lock("checkout", checkout_top):
+    async with git.path_lock("checkout", checkout_top):
         tracked: list[str] = []
         untracked: list[str] = []
-        for entry in await _status(place, renames=False):
+        for entry in await git.status_entries(place, renames=False):
             if not _in_scope(entry.path, scope) or (only is not None and entry.path not in only):
                 continue
             if entry.xy == "??":
@@ -248,20 +183,9 @@ async def recover_escaped(
 
         if tracked:
             # `--literal-pathspecs`: a file name with `*` or `:` must not match other paths.
-            patch = await _git_raw(
-                place,
-                "--literal-pathspecs",
-                "diff",
-                "HEAD",
-                "--binary",
-                "--full-index",
-                "--no-renames",
-                *_DIFF_OPTIONS,
-                "--",
-                *tracked,
-            )
-            if patch.stdout:
-                await _apply_patch(worktree, patch.stdout)
+            patch = await git.paths_patch(place, tracked)
+            if patch:
+                await git.apply_patch(worktree, patch)
 
         if untracked:
             try:
@@ -278,14 +202,5 @@ async def recover_escaped(
             # In the worktree now; the checkout's copy is restored only if nobody changed it since.
             tracked = [path for path in tracked if still(path)]
         if tracked:
-            await _git(
-                place,
-                "--literal-pathspecs",
-                "restore",
-                "--staged",
-                "--worktree",
-                "--source=HEAD",
-                "--",
-                *tracked,
-            )
+            await git.restore_from_head(place, tracked)
         return sorted(tracked + untracked)

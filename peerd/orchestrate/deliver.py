@@ -1,7 +1,7 @@
 """Delivery: `--push REMOTE` pushes the integration branch, `--pr` opens a pull request for it with
 the report as its body, through the GitHub CLI (`gh`), a draft unless `--ready`.
 
-The push goes through peerd's git runner (`runtime/gitrun.py`: no system or global config, no
+The push goes through peerd's git runner (`runtime/git/runner.py:run`: no system or global config, no
 hooks, no credential helper or askpass of the repository's) with, for this one command only, the
 transports a remote needs (file, ssh, https), `ssh` as the ssh command and the stock
 `git-receive-pack`, so the repository's config cannot name a program to run. For an https remote
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from peerd.errors import GitError, InvalidRequest
 from peerd.orchestrate.models import DeliveryReceipt
-from peerd.runtime import gitrun
+from peerd.runtime import git
 
 GH_TIMEOUT_S = 120.0
 PR_BODY_MAX_CHARS = 60_000  # GitHub refuses bodies past 65,536 characters
@@ -40,19 +40,9 @@ class GhResult:
     stderr: str
 
 
-async def remotes(repo: Path) -> dict[str, str]:
-    """The checkout's configured remotes: name -> push URL."""
-    names = (await gitrun._git(repo, "remote")).stdout.split()
-    found: dict[str, str] = {}
-    for name in names:
-        url = await gitrun._git(repo, "remote", "get-url", "--push", "--", name, ok=(0, 2, 128))
-        found[name] = url.stdout.strip()
-    return found
-
-
 async def check_remote(repo: Path, remote: str) -> str:
     """The push URL of `remote`, or InvalidRequest naming the remotes there are."""
-    known = await remotes(repo)
+    known = await git.remotes(repo)
     if remote not in known:
         listed = ", ".join(sorted(known)) or "none (`git remote add NAME URL`)"
         raise InvalidRequest(f"--push {remote}: {repo} has no remote named so (its remotes: {listed}).")
@@ -64,7 +54,7 @@ def gh_path() -> str | None:
 
 
 def _gh_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in gitrun._REPO_LOCATION_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in git.REPO_LOCATION_VARS}
     env.update(_GH_ENV)
     return env
 
@@ -119,7 +109,7 @@ async def push(repo: Path, remote: str, branch: str) -> None:
     """Push `branch` to the same name on `remote` (never forced)."""
     url = await check_remote(repo, remote)
     ref = f"refs/heads/{branch}"
-    await gitrun._git(repo, *_push_config(remote, url), "push", "--porcelain", "--", remote, f"{ref}:{ref}")
+    await git.run(repo, *_push_config(remote, url), "push", "--porcelain", "--", remote, f"{ref}:{ref}")
 
 
 def pr_title(task: str, branch: str, packets: list[str]) -> str:

@@ -19,13 +19,13 @@ import structlog
 
 from peerd import contracts as c
 from peerd.errors import Conflict, GitError
-from peerd.orchestrate import gitops, userwork
+from peerd.orchestrate import userwork
 from peerd.orchestrate.attribution import Attribution, attribute, hop_facts
-from peerd.orchestrate.containment import changed_paths, in_scope
+from peerd.orchestrate.containment import changed_paths, in_scope, recover_escaped
 from peerd.orchestrate.context import OrchestrationContext
 from peerd.orchestrate.memo import PacketMemo
 from peerd.orchestrate.models import CheckoutChange
-from peerd.runtime.gitrun import GitLocation
+from peerd.runtime.git import GitLocation
 
 log = structlog.get_logger(__name__)
 _READ_PAGES = 50
@@ -119,7 +119,7 @@ async def settle(
             return userwork.content_hash(top / path) == proven.get(path)
 
         try:
-            moved = set(await gitops.recover_escaped(repo, worktree, list(files), only=proven, still=still))
+            moved = set(await recover_escaped(repo, worktree, list(files), only=proven, still=still))
         except (GitError, Conflict) as exc:
             # Left where it is (the checkout was not changed); git's words go to the log only.
             log.info("orchestrate.escaped_not_moved", run_id=run_id, paths=sorted(proven), error=exc.message)

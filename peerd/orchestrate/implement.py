@@ -9,7 +9,7 @@ from pathlib import Path
 
 from peerd import contracts as c
 from peerd.errors import Conflict, PeerdError
-from peerd.orchestrate import escapes, gitops, scope, spend, steps
+from peerd.orchestrate import escapes, scope, spend, steps
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.escapes import Collected
@@ -66,14 +66,12 @@ async def base_for(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore
     try:
         for dep in run.packets:
             if dep.packet_id in deps and dep.commit_sha and dep.commit_sha != tips[0] and dep.branch:
-                merged = await gitops.merge_into(
-                    repo, worktree, dep.branch, f"Merge {dep.packet_id} as a base"
-                )
+                merged = await git.merge_into(repo, worktree, dep.branch, f"Merge {dep.packet_id} as a base")
                 if not merged.merged:
                     raise Conflict(
                         f"The dependencies of {packet.packet_id} conflict: {', '.join(merged.conflicts)}"
                     )
-        return await gitops.head(await git.locate_worktree(repo, worktree))
+        return await git.head(await git.locate_worktree(repo, worktree))
     finally:
         await git.remove_worktree(repo, worktree, delete_branch=None)
 
@@ -266,8 +264,8 @@ async def collect(
         baseline=Settings.from_request(run.request).user_work or {},
         thread_id=packet.thread_id, hop_runs=hop_runs,
     )  # fmt: skip
-    await gitops.commit_all(worktree, message)
-    return Collected(await gitops.head(worktree), changes)
+    await git.commit_all(worktree, message)
+    return Collected(await git.head(worktree), changes)
 
 
 async def record_impl(
@@ -284,8 +282,8 @@ async def record_impl(
     files: list[str] = []
     stat = ""
     if commit is not None and commit != base:
-        files = await gitops.changed_files(repo, base, commit)
-        stat = await gitops.diff_stat(repo, base, commit)
+        files = await git.changed_files(repo, base, commit)
+        stat = await git.diff_stat(repo, base, commit)
     coder = coder_of(packet)
     spec = PacketSpec.model_validate(packet.spec)
     receipt = ImplementationReceipt(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from peerd.core.ownership import Owner
 from peerd.errors import NotYours
-from peerd.orchestrate import deliver, gitops, report, spend, views
+from peerd.orchestrate import checks, deliver, report, spend, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.models import IntegrationReceipt
@@ -69,7 +69,7 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
                 continue
             # An approval peerd held back (changes outside the packet's files) never merges.
             await ctx.gate(run.id, packet.packet_id, "review", verdict="approve", held=None)
-            result = await gitops.merge_into(repo, worktree, packet.branch, f"Integrate {packet.packet_id}")
+            result = await git.merge_into(repo, worktree, packet.branch, f"Integrate {packet.packet_id}")
             if result.merged:
                 merged.append(packet.packet_id)
                 await ctx.set(run.id, packet.packet_id, state="integrated")
@@ -82,12 +82,12 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
                 )
         verification = None
         if settings.verify and merged:
-            check = await gitops.run_check(worktree, settings.verify)
+            check = await checks.run_check(worktree, settings.verify)
             verification = verification_of(
                 settings.verify, check, evidence="the full check, run once by peerd on the integrated result"
             )
         # The recorded git dir: the check ran the packets' code in this worktree.
-        tip = await gitops.head(await git.locate_worktree(repo, worktree))
+        tip = await git.head(await git.locate_worktree(repo, worktree))
     finally:
         await git.remove_worktree(repo, worktree, delete_branch=None)
     receipt = IntegrationReceipt(

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from peerd.errors import ReceiptMissing
-from peerd.orchestrate import gitops, scope, spend, steps
+from peerd.orchestrate import checks, scope, spend, steps
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, Settings
 from peerd.orchestrate.implement import perform, view
@@ -16,7 +16,7 @@ from peerd.orchestrate.models import CoderChoice, PacketSpec, ReviewReceipt, Ver
 from peerd.orchestrate.prompts import reviewer_prompt, scripted_reviewer_prompt
 from peerd.orchestrate.verdicts import verification_result
 from peerd.placement.orchestrate import place_coder
-from peerd.runtime import git, gitrun
+from peerd.runtime import git
 from peerd.store import projects
 
 
@@ -31,14 +31,14 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     await detached_worktree(repo, worktree, packet.commit_sha)
     where = f"peerd's own checkout of {packet.commit_sha[:12]}, outside any coder sandbox"
     try:
-        check = await gitops.run_check(worktree, spec.verify)
+        check = await checks.run_check(worktree, spec.verify)
         verification = verification_of(spec.verify, check, evidence=_first_evidence(check, where))
         if not check.passed and not check.timed_out and memo.reruns < RETRY_LIMIT:
             # Environmental only by evidence: peerd runs the same check on the same commit again
             # (once per packet); a failure that does not repeat was the machine's, one that
             # repeats is the code's. Never decided on words in the output.
             memo.reruns += 1
-            again = await gitops.run_check(worktree, spec.verify)
+            again = await checks.run_check(worktree, spec.verify)
             verification = _after_rerun(spec.verify, check, again, where)
             if again.passed:
                 memo.environmental += 1
@@ -58,7 +58,7 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     await perform(ctx, run, packet, decided)
 
 
-def _first_evidence(check: gitops.CheckResult, where: str) -> str:
+def _first_evidence(check: checks.CheckResult, where: str) -> str:
     if check.passed:
         return f"exit 0 in {where}"
     if check.timed_out:
@@ -67,7 +67,7 @@ def _first_evidence(check: gitops.CheckResult, where: str) -> str:
 
 
 def _after_rerun(
-    command: str, first: gitops.CheckResult, again: gitops.CheckResult, where: str
+    command: str, first: checks.CheckResult, again: checks.CheckResult, where: str
 ) -> VerificationResult:
     """The verification after peerd's re-run: the re-run decides, and the first run is kept."""
     if again.passed:
@@ -104,7 +104,7 @@ async def reviewing(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     project = await projects.get(ctx.db, run.project_id)
     assert packet.commit_sha is not None  # noqa: S101
     base = packet.memo.base or run.base_commit
-    diff = await gitops.diff_text(Path(project.path), base, packet.commit_sha)
+    diff = await git.diff_text(Path(project.path), base, packet.commit_sha)
     verification = VerificationResult.model_validate(impl["verification"])
     # What the commit changes outside the packet's files, and what of it nothing allows.
     outside = scope.Outside(
@@ -197,11 +197,10 @@ async def _perform_review(
 async def detached_worktree(repo: Path, worktree: Path, commit: str) -> None:
     """A throwaway checkout of `commit` for running a check, on no branch."""
     worktree.parent.mkdir(parents=True, exist_ok=True)
-    await gitrun._git(repo, "worktree", "prune")  # the runtime's git runner
-    await gitrun._git(repo, "worktree", "add", "--detach", "--", str(worktree), commit)
+    await git.add_detached(repo, worktree, commit)
 
 
-def verification_of(command: str, check: gitops.CheckResult, *, evidence: str = "") -> VerificationResult:
+def verification_of(command: str, check: checks.CheckResult, *, evidence: str = "") -> VerificationResult:
     return verification_result(
         command,
         check.exit_code,

@@ -2,7 +2,7 @@
 
 A packet declares its `files` (paths or directories). Its coder works in a worktree of its own,
 where nothing stops it from editing anything; so after each implementation peerd lists the paths
-the packet's commit changes against its base (`gitops.changed_files`: the two trees compared, by
+the packet's commit changes against its base (`runtime/git/diffs.py:changed_files`: the two trees compared, by
 content, never by stat data) that are not among its files (`outside`). Those paths are:
 
 - in the implementation receipt (`outOfScope`) and the report;

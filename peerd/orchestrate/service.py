@@ -14,12 +14,12 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.errors import CapabilityDenied, InvalidRequest
-from peerd.orchestrate import deliver, gitops, userwork, views
+from peerd.orchestrate import deliver, userwork, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
 from peerd.orchestrate.engine import Engine, feed_key, plan_checks
 from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
-from peerd.runtime import gitrun
+from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import links, projects, provider_approvals
 from peerd.store.db import Database
@@ -60,7 +60,7 @@ class OrchestrateRequest(c.Input):
 
 async def _branch_of(repo: Path) -> str | None:
     """The branch the user's checkout is on (a pull request's base), None when detached."""
-    found = await gitrun._git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1, 128))
+    found = await git.run(repo, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1, 128))
     return found.stdout.strip() or None if found.returncode == 0 else None
 
 
@@ -69,10 +69,10 @@ async def _keep_out_of_git(repo: Path) -> None:
     it is never committed and never looks like a change in the checkout."""
     if not (repo / ".peerd").exists():
         return
-    ignored = await gitrun._git(repo, "check-ignore", "-q", ".peerd/", ok=(0, 1))
+    ignored = await git.run(repo, "check-ignore", "-q", ".peerd/", ok=(0, 1))
     if ignored.returncode == 0:
         return
-    git_dir = Path((await gitrun._git(repo, "rev-parse", "--git-common-dir")).stdout.strip())
+    git_dir = Path((await git.run(repo, "rev-parse", "--git-common-dir")).stdout.strip())
     exclude = (git_dir if git_dir.is_absolute() else repo / git_dir) / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with exclude.open("a", encoding="utf-8") as handle:
@@ -182,7 +182,7 @@ class Orchestrations:
                 await provider_approvals.approve(self.db, name, command, now=self.clock())
         await _keep_out_of_git(repo)
         run_id = ostore.new_run_id()
-        base = await gitops.head(repo)
+        base = await git.head(repo)
         if req.include_dirty:
             scratch = self.engine.ctx.worktrees_dir / "orchestrate" / run_id / "start"
             base = await userwork.working_state_commit(

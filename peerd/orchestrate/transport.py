@@ -37,7 +37,6 @@ from peerd.core.ownership import Owner, orchestration_of_branch
 from peerd.core.text import path_segment
 from peerd.errors import CapabilityDenied, InvalidRequest, NotYours, PayloadTooLarge
 from peerd.operations import Caller, Operations
-from peerd.orchestrate import gitops
 from peerd.runtime import git
 from peerd.store import ownership, projects, threads
 
@@ -147,7 +146,7 @@ class GitTransport:
         owner's, another thread's) gets nothing committed onto it or read from it."""
         project = await projects.get(self.ops.db, thread.project_id)
         where = await git.locate_worktree(Path(project.path), Path(thread.worktree_path))
-        on = await gitops.current_branch(where)
+        on = await git.current_branch(where)
         if on != thread.branch:
             raise NotYours(
                 f"Thread {thread.id}'s worktree is on {on or 'a detached HEAD'}, not on its own branch "
@@ -164,8 +163,8 @@ class GitTransport:
             )
         thread = await self._own_thread(caller, thread_id, "commit a thread's work")
         worktree = await self._location(thread)
-        created = await gitops.commit_all(worktree, req.message)
-        tip = created or await gitops.head(worktree)
+        created = await git.commit_all(worktree, req.message)
+        tip = created or await git.head(worktree)
         return ThreadCommitResult(
             thread_id=thread.id,
             branch=thread.branch,
@@ -177,11 +176,11 @@ class GitTransport:
     async def bundle(self, caller: Caller, thread_id: str) -> BundleData:
         thread = await self._own_thread(caller, thread_id, "read a thread's commits")
         worktree = await self._location(thread)
-        tip = await gitops.head(worktree)
+        tip = await git.head(worktree)
         exclude = [thread.base_commit] if thread.base_commit else []
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             out = Path(scratch) / "b.bundle"
-            if not await gitops.create_bundle(worktree, out, tip, exclude=exclude):
+            if not await git.create_bundle(worktree, out, tip, exclude=exclude):
                 return BundleData(tip=tip, bundle=None)
             return BundleData(tip=tip, bundle=_encode(out))
 
@@ -189,7 +188,7 @@ class GitTransport:
         if caller.link is not None:
             require_write(caller.link.access, "exchange commits")
         project = await projects.get(self.ops.db, project_id)
-        return ProjectTips(tips=await gitops.ref_tips(await git.checkout_location(Path(project.path))))
+        return ProjectTips(tips=await git.ref_tips(await git.checkout_location(Path(project.path))))
 
     async def receive(self, caller: Caller, project_id: str, req: BundleUpload) -> BundleReceived:
         if caller.link is not None:
@@ -197,7 +196,7 @@ class GitTransport:
         project = await projects.get(self.ops.db, project_id)
         # The checkout's own `.git` directory: an in-place thread's agent works in this checkout.
         repo = await git.checkout_location(Path(project.path))
-        if await gitops.has_commit(repo, req.tip):
+        if await git.has_commit(repo, req.tip):
             return BundleReceived(commit=req.tip)
         data = _decode(req.bundle, "bundle")
         if len(data) > MAX_BUNDLE_BYTES:
@@ -209,7 +208,7 @@ class GitTransport:
             path = Path(scratch) / "in.bundle"
             path.write_bytes(data)
             # Kept under refs/peerd/ so worktrees can start from it and git gc keeps it.
-            commit = await gitops.fetch_bundle(repo, path, into, expect=req.tip)
+            commit = await git.fetch_bundle(repo, path, into, expect=req.tip)
         # Recorded once it exists (a refused bundle changes nothing, the ledger included): named by
         # its commit, it never moves; the first to send it is recorded, later ones are fine.
         uploader = Owner.person() if caller.link is None else Owner.link(caller.link.client_id)
@@ -237,7 +236,7 @@ class GitTransport:
             return
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             out = Path(scratch) / "base.bundle"
-            if not await gitops.create_bundle(repo, out, base, exclude=theirs):
+            if not await git.create_bundle(repo, out, base, exclude=theirs):
                 return  # the box has everything below base already (reachable from its tips)
             body = {"bundle": _encode(out), "tip": base}
             await self.ops.forward_raw(
@@ -266,7 +265,7 @@ class GitTransport:
         with tempfile.TemporaryDirectory(prefix="peerd-bundle-") as scratch:
             path = Path(scratch) / "result.bundle"
             path.write_bytes(_decode(data.bundle, "the box's bundle"))
-            return await gitops.fetch_bundle(repo, path, f"refs/heads/{branch}", expect=data.tip)
+            return await git.fetch_bundle(repo, path, f"refs/heads/{branch}", expect=data.tip)
 
     async def _claim_packet_branch(self, repo: Path, branch: str) -> None:
         owner = orchestration_of_branch(branch)

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from peerd.errors import DirtyCheckout, InvalidRequest
 from peerd.orchestrate.containment import changed_paths, in_scope
-from peerd.orchestrate.gitbase import commit_all, head
 from peerd.orchestrate.models import PacketSpec
 from peerd.runtime import git
 
@@ -133,7 +132,7 @@ async def working_state_commit(
     on `branch`, made in a throwaway worktree at `scratch` from copies: the checkout is only read.
     Returns `HEAD` itself when nothing is dirty."""
     top = (await changed_paths(checkout))[0]
-    base = await head(top)
+    base = await git.head(top)
     if not baseline:
         return base
     await git.remove_worktree(top, scratch, delete_branch=None)
@@ -143,6 +142,6 @@ async def working_state_commit(
         await asyncio.to_thread(_copy_state, top, scratch, sorted(baseline))
         where = await git.locate_worktree(top, scratch)
         message = "peerd orchestrate: your working state when the run started (--include-dirty)"
-        return await commit_all(where, message) or base
+        return await git.commit_all(where, message) or base
     finally:
         await git.remove_worktree(top, scratch, delete_branch=None)

@@ -1,4 +1,4 @@
-"""What a snapshot takes of each kind of worktree state (`peerd.runtime.gitcontent.content_tree`):
+"""What a snapshot takes of each kind of worktree state (`peerd.runtime.git.content_tree`):
 the files' bytes, whatever the index's flags or stat data say."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 from peerd.handoff.gitwork import snapshot
-from peerd.orchestrate.gitbase import commit_all
 from peerd.runtime import git as rgit
-from peerd.runtime.gitrun import GitLocation
+from peerd.runtime.git import GitLocation, commit_all
 from tests.helpers import GIT_ENV, git
 from tests.support.handoff import loc_git, project, tree_files
 

@@ -26,9 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from peerd.handoff.gitwork import snapshot
-from peerd.orchestrate.gitbase import commit_all
 from peerd.runtime import git as rgit
-from peerd.runtime.gitrun import GitLocation
+from peerd.runtime.git import GitLocation, commit_all
 from tests.helpers import git, make_repo
 from tests.support.handoff import loc_git, tree_files
 

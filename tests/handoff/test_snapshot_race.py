@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from peerd.handoff.gitwork import snapshot
-from peerd.orchestrate.gitbase import commit_all
 from peerd.runtime import git as rgit
-from peerd.runtime.gitrun import GitLocation
+from peerd.runtime.git import GitLocation, commit_all
 from tests.helpers import git
 from tests.support.handoff import loc_git, next_second, project, stat_as_recorded
 

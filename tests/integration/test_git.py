@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from peerd.errors import GitError, InvalidRequest
-from peerd.runtime import git, gitrun
+from peerd.runtime import git
+from peerd.runtime.git import runner
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -265,7 +266,7 @@ async def test_status_porcelain(repo: Path, tmp_path: Path) -> None:
 async def test_network_transports_are_refused_and_errors_carry_no_credentials(repo: Path) -> None:
     # peerd's git reaches no network: the transport is refused before any connection.
     with pytest.raises(GitError) as caught:
-        await git._git(repo, "ls-remote", "https://user:hunter2@127.0.0.1:9/o/r.git")
+        await git.run(repo, "ls-remote", "https://user:hunter2@127.0.0.1:9/o/r.git")
     message = caught.value.message
     assert "hunter2" not in message
     assert "transport 'https' not allowed" in message  # git's own explanation is kept
@@ -290,4 +291,4 @@ async def test_symlinked_path_to_an_origin_gives_the_same_key(tmp_path: Path) ->
     ],
 )
 def test_scrub_removes_userinfo(text: str, scrubbed: str) -> None:
-    assert gitrun._scrub(text) == scrubbed
+    assert runner._scrub(text) == scrubbed

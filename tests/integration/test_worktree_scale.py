@@ -12,27 +12,28 @@ from pathlib import Path
 
 import pytest
 
-from peerd.runtime import git, gitrun
+from peerd.runtime import git
+from peerd.runtime.git import runner
 from tests.helpers import git as run_git
 from tests.helpers import make_repo
 
 
 class Spy:
-    """Every git command line `gitrun` starts, and the thread that started it."""
+    """Every git command line the runner starts, and the thread that started it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[list[str], str]] = []
-        real = gitrun._Running.run
+        real = runner._Running.run
         spy = self
 
         def run(
-            self: gitrun._Running, argv: list[str], stdin: bytes | None, env: dict[str, str]
+            self: runner._Running, argv: list[str], stdin: bytes | None, env: dict[str, str]
         ) -> tuple[int, bytes, bytes]:
             subcommand = [a for a in argv[1:] if not a.startswith("-") and "=" not in a and "/" not in a]
             spy.calls.append((subcommand, threading.current_thread().name))
             return real(self, argv, stdin, env)
 
-        monkeypatch.setattr(gitrun._Running, "run", run)
+        monkeypatch.setattr(runner._Running, "run", run)
 
     def subcommands(self) -> list[str]:
         return [argv[0] if argv else "?" for argv, _ in self.calls]
@@ -49,6 +50,7 @@ async def test_a_new_worktree_is_two_git_processes_whatever_the_repository_holds
 ) -> None:
     repo = make_repo(tmp_path / "repo")
     add_worktrees(repo, tmp_path, 40)
+    assert git.direct_worktree_tested(await git.installed_version())  # asked once, before the spy
     spy = Spy(monkeypatch)
     await git.create_worktree(repo, tmp_path / "wt" / "thr_1", "peerd/thr_1", None)
     # Make the branch (new, on a commit), check the files out: no `worktree` command at all.
@@ -88,9 +90,9 @@ async def test_a_cancelled_git_call_kills_its_process(
         started.set()
         return proc
 
-    monkeypatch.setattr(gitrun.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
     # A git that runs until stopped (an alias the test itself passes on the command line).
-    slow = asyncio.ensure_future(gitrun._git(repo, "-c", "alias.slow=!sleep 2", "slow"))
+    slow = asyncio.ensure_future(runner.run(repo, "-c", "alias.slow=!sleep 2", "slow"))
     assert await asyncio.to_thread(started.wait, 10)
     slow.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -215,10 +217,10 @@ async def test_the_directory_never_exists_without_its_record(
     run_git(repo, "worktree", "remove", "--force", str(wt))
     run_git(repo, "branch", "-D", "peerd/thr_1")
     monkeypatch.setattr(Path, "mkdir", real_mkdir)
-    from peerd.runtime import gitworktree  # noqa: PLC0415
+    from peerd.runtime.git import direct  # noqa: PLC0415
 
     run_git(repo, "branch", "peerd/thr_1")
-    gitworktree._write_admin(repo / ".git" / "worktrees", wt, "peerd/thr_1")
+    direct._write_admin(repo / ".git" / "worktrees", wt, "peerd/thr_1")
     await git.create_worktree(repo, wt, "peerd/thr_1", None)
     assert (wt / "README.md").exists() and run_git(wt, "status", "--porcelain") == ""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from peerd.core.runs import CONFINED
-from peerd.orchestrate import gitops, scope, userwork
+from peerd.orchestrate import containment, scope, userwork
 from peerd.orchestrate.attribution import CoderWrite, HopFacts, attribute, hop_facts, writes_of
 from peerd.orchestrate.models import PacketSpec, validate_plan
 from peerd.orchestrate.prompts import reviewer_prompt
@@ -144,7 +144,7 @@ async def test_a_proven_change_the_user_changes_again_meanwhile_stays_in_the_che
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "two files")
     worktree = tmp_path / "worktrees" / "p1"
-    await rgit.create_worktree(repo, worktree, "orchestrate/r1/p1", await gitops.head(repo))
+    await rgit.create_worktree(repo, worktree, "orchestrate/r1/p1", await rgit.head(repo))
     where = await rgit.locate_worktree(repo, worktree)
     (repo / "a.py").write_text("x = 2\n")  # proven the coder's, unchanged since
     (repo / "b.py").write_text("x = 3\n")  # proven the coder's, then typed on (below)
@@ -158,7 +158,9 @@ async def test_a_proven_change_the_user_changes_again_meanwhile_stays_in_the_che
             (repo / path).write_text((repo / path).read_text() + "# mine\n")
         return userwork.content_hash(repo / path) == proven[path]
 
-    moved = await gitops.recover_escaped(repo, where, ["a.py", "b.py", "new.py"], only=proven, still=still)
+    moved = await containment.recover_escaped(
+        repo, where, ["a.py", "b.py", "new.py"], only=proven, still=still
+    )
     assert moved == ["a.py"]
     assert (repo / "a.py").read_text() == "x = 1\n" and (worktree / "a.py").read_text() == "x = 2\n"
     assert (repo / "b.py").read_text() == "x = 3\n# mine\n"  # not restored: the user's newer edit

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from peerd.errors import GitError, NotFound
-from peerd.orchestrate import gitops
+from peerd.orchestrate import containment
 from peerd.runtime import git
-from peerd.runtime.gitrun import _git
 from tests.helpers import git as run_git
 from tests.helpers import make_repo
 
@@ -50,7 +49,7 @@ def hook(directory: Path, name: str, marker: Path) -> None:
 async def commit_something(repo: Path) -> None:
     changes = repo / "change.txt"
     changes.write_text((changes.read_text() if changes.exists() else "") + "change\n")
-    assert await gitops.commit_all(repo, "a change") is not None
+    assert await git.commit_all(repo, "a change") is not None
 
 
 # --- the repository's own config ----------------------------------------------------------------
@@ -84,7 +83,7 @@ async def test_an_external_diff_is_refused_not_run(repo: Path, marker: Path) -> 
     assert "+changed" in await git.diff(repo)
     # A diff that did not say --no-ext-diff: git refuses to run the empty command peerd sets.
     with pytest.raises(GitError):
-        await _git(repo, "diff")
+        await git.run(repo, "diff")
     assert not marker.exists()
 
 
@@ -102,7 +101,7 @@ async def test_transports_that_run_a_program_are_refused(
     configure(repo, (f"protocol.{protocol}.allow", "always"), ("remote.evil.url", url.format(marker=marker)))
     configure(repo, *((k, v.format(marker=marker)) for k, v in extra))
     with pytest.raises(GitError, match=f"transport '{protocol}' not allowed"):
-        await _git(repo, "fetch", "evil")
+        await git.run(repo, "fetch", "evil")
     assert not marker.exists()
 
 
@@ -151,9 +150,9 @@ async def test_inherited_git_variables_are_dropped(
     monkeypatch.setenv("GIT_CONFIG_VALUE_0", shell(marker))
     filtered(repo)
     await commit_something(repo)  # a clean filter, in the repository at `repo`
-    await _git(repo, "diff", "HEAD~1", "--no-ext-diff")
+    await git.run(repo, "diff", "HEAD~1", "--no-ext-diff")
     with pytest.raises(GitError):
-        await _git(repo, "diff", "HEAD~1")  # GIT_EXTERNAL_DIFF would run here
+        await git.run(repo, "diff", "HEAD~1")  # GIT_EXTERNAL_DIFF would run here
     assert not marker.exists()
     monkeypatch.delenv(name)
     assert run_git(elsewhere, "rev-list", "--count", "HEAD").strip() == "1"
@@ -173,11 +172,11 @@ async def test_a_nested_repository_is_never_entered(repo: Path, marker: Path) ->
     configure(nested, ("filter.evil.clean", shell(marker)), ("core.fsmonitor", f"touch {marker}"))
     (repo / ".gitmodules").write_text('[submodule "v"]\n\tpath = vendor\n\turl = ./vendor\n\tignore = none\n')
     actions: list[Callable[[], Awaitable[object]]] = [
-        lambda: gitops.commit_all(repo, "vendor"),
+        lambda: git.commit_all(repo, "vendor"),
         lambda: git.status_porcelain(repo),
         lambda: git.diff(repo),
-        lambda: gitops.dirty_paths(repo),
-        lambda: gitops.commit_all(repo, "again"),
+        lambda: containment.dirty_paths(repo),
+        lambda: git.commit_all(repo, "again"),
     ]
     for i, action in enumerate(actions):
         (nested / "lib.txt").write_text(f"{i}{i}{i}\n")  # same size, new text: git would re-read it

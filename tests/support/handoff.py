@@ -18,7 +18,7 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.daemon import Daemon
-from peerd.runtime.gitrun import GitLocation
+from peerd.runtime.git import GitLocation
 from tests.helpers import (
     GIT_ENV,
     client_for,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from peerd.errors import Conflict, GitError, InvalidRequest
-from peerd.orchestrate import gitops
+from peerd.orchestrate import checks, containment
 from peerd.runtime import git as rgit
 from tests.helpers import git, make_repo
 
@@ -46,7 +46,7 @@ async def test_commit_all_commits_new_modified_deleted_and_untracked_files(tmp_p
     repo = make_repo(tmp_path / "repo")
     commit_file(repo, "gone.txt", "bye\n")
     commit_file(repo, ".gitignore", "*.log\n")
-    base = await gitops.head(repo)
+    base = await rgit.head(repo)
     git(repo, "config", "commit.gpgsign", "true")  # must not make the commit wait for a signer
 
     (repo / "staged.txt").write_text("new and added\n")
@@ -57,9 +57,9 @@ async def test_commit_all_commits_new_modified_deleted_and_untracked_files(tmp_p
     (repo / "pkg" / "untracked.py").write_text("x = 1\n")
     (repo / "debug.log").write_text("ignored\n")
 
-    sha = await gitops.commit_all(repo, "packet p1: the work")
+    sha = await rgit.commit_all(repo, "packet p1: the work")
     assert sha is not None and len(sha) == 40
-    assert sha == await gitops.head(repo)
+    assert sha == await rgit.head(repo)
     assert git(repo, "rev-parse", "HEAD~1").strip() == base
     names = git(repo, "show", "--name-status", "--format=", sha).split("\n")
     assert sorted(filter(None, names)) == [
@@ -76,44 +76,44 @@ async def test_commit_all_commits_new_modified_deleted_and_untracked_files(tmp_p
 
 async def test_commit_all_with_nothing_to_commit_returns_none(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    before = await gitops.head(repo)
-    assert await gitops.commit_all(repo, "nothing") is None
-    assert await gitops.head(repo) == before
+    before = await rgit.head(repo)
+    assert await rgit.commit_all(repo, "nothing") is None
+    assert await rgit.head(repo) == before
 
 
 async def test_commit_all_uses_the_given_author(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     (repo / "a.txt").write_text("a\n")
-    await gitops.commit_all(repo, "m", author="Coder Bot <bot@example.invalid>")
+    await rgit.commit_all(repo, "m", author="Coder Bot <bot@example.invalid>")
     assert git(repo, "log", "-1", "--format=%an <%ae>").strip() == "Coder Bot <bot@example.invalid>"
     with pytest.raises(InvalidRequest):
-        await gitops.commit_all(repo, "m", author="no email here")
+        await rgit.commit_all(repo, "m", author="no email here")
 
 
 async def test_changed_files_diff_stat_and_diff_text(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     commit_file(repo, "old.txt", "old\n")
-    base = await gitops.head(repo)
+    base = await rgit.head(repo)
     commit_file(repo, "src/new.py", "print('hi')\n")
     git(repo, "mv", "old.txt", "renamed.txt")
     (repo / "README.md").write_text("# demo\nmore\n")
-    tip = await gitops.commit_all(repo, "change")
+    tip = await rgit.commit_all(repo, "change")
     assert tip is not None
 
-    assert await gitops.changed_files(repo, base, tip) == [
+    assert await rgit.changed_files(repo, base, tip) == [
         "README.md",
         "old.txt",
         "renamed.txt",
         "src/new.py",
     ]
-    stat = await gitops.diff_stat(repo, base, tip)
+    stat = await rgit.diff_stat(repo, base, tip)
     assert "src/new.py" in stat and "README.md" in stat
     assert "files changed" in stat
-    text = await gitops.diff_text(repo, base, tip)
+    text = await rgit.diff_text(repo, base, tip)
     assert "+print('hi')" in text and "diff --git a/README.md b/README.md" in text
-    short = await gitops.diff_text(repo, base, tip, max_chars=50)
+    short = await rgit.diff_text(repo, base, tip, max_chars=50)
     assert short.startswith(text[:50]) and "diff truncated" in short
-    assert await gitops.changed_files(repo, tip, tip) == []
+    assert await rgit.changed_files(repo, tip, tip) == []
 
 
 async def test_head_of_a_repository_without_commits_raises(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ async def test_head_of_a_repository_without_commits_raises(tmp_path: Path) -> No
     empty.mkdir()
     git(empty, "init", "-q")
     with pytest.raises(GitError, match="no commits"):
-        await gitops.head(empty)
+        await rgit.head(empty)
 
 
 # --- containment --------------------------------------------------------------------------------
@@ -130,12 +130,12 @@ async def test_head_of_a_repository_without_commits_raises(tmp_path: Path) -> No
 async def test_dirty_paths_lists_untracked_files_and_renames_by_new_path(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     commit_file(repo, "a.txt", "a\n" * 20)
-    assert await gitops.dirty_paths(repo) == []
+    assert await containment.dirty_paths(repo) == []
     (repo / "README.md").write_text("changed\n")
     (repo / "new" / "deep").mkdir(parents=True)
     (repo / "new" / "deep" / "file.txt").write_text("u\n")
     git(repo, "mv", "a.txt", "b.txt")
-    assert await gitops.dirty_paths(repo) == ["README.md", "b.txt", "new/deep/file.txt"]
+    assert await containment.dirty_paths(repo) == ["README.md", "b.txt", "new/deep/file.txt"]
 
 
 async def located(repo: Path, worktree: Path) -> rgit.GitLocation:
@@ -144,7 +144,7 @@ async def located(repo: Path, worktree: Path) -> rgit.GitLocation:
 
 async def _packet_worktree(repo: Path, tmp_path: Path, name: str = "p1") -> Path:
     worktree = tmp_path / "worktrees" / name
-    await rgit.create_worktree(repo, worktree, f"orchestrate/r1/{name}", await gitops.head(repo))
+    await rgit.create_worktree(repo, worktree, f"orchestrate/r1/{name}", await rgit.head(repo))
     return worktree
 
 
@@ -167,7 +167,7 @@ async def test_recover_escaped_moves_in_scope_edits_and_leaves_the_users_work(tm
     (repo / "scratch.txt").write_text("user's scratch\n")
     (repo / "app" / "user_helper.py").write_text("mine\n")
 
-    recovered = await gitops.recover_escaped(
+    recovered = await containment.recover_escaped(
         repo, await located(repo, worktree), ["app/a.py", "app/b.py", "app/c.py"]
     )
 
@@ -189,16 +189,16 @@ async def test_recover_escaped_moves_in_scope_edits_and_leaves_the_users_work(tm
     assert sorted(status(repo).splitlines()) == [" M notes.md", "?? app/user_helper.py", "?? scratch.txt"]
 
     # The recovered work commits in the worktree as the packet's result.
-    sha = await gitops.commit_all(worktree, "p1")
+    sha = await rgit.commit_all(worktree, "p1")
     assert sha is not None
-    assert await gitops.changed_files(worktree, await gitops.head(repo), sha) == [
+    assert await rgit.changed_files(worktree, await rgit.head(repo), sha) == [
         "app/a.py",
         "app/b.py",
         "app/c.py",
     ]
     # Nothing left in scope: a second recovery is a no-op.
     assert (
-        await gitops.recover_escaped(
+        await containment.recover_escaped(
             repo, await located(repo, worktree), ["app/a.py", "app/b.py", "app/c.py"]
         )
         == []
@@ -221,7 +221,7 @@ async def test_recover_escaped_with_a_directory_scope(tmp_path: Path) -> None:
     (repo / "pkg2").mkdir()
     (repo / "pkg2" / "mine.py").write_text("mine\n")
 
-    recovered = await gitops.recover_escaped(repo, await located(repo, worktree), ["./pkg/"])
+    recovered = await containment.recover_escaped(repo, await located(repo, worktree), ["./pkg/"])
 
     assert recovered == ["pkg/mod.py", "pkg/old.py", "pkg/sub/deeper/new.py"]
     assert (worktree / "pkg" / "mod.py").read_text() == "v = 2\n"
@@ -246,7 +246,7 @@ async def test_recover_escaped_merges_into_a_worktree_that_moved_on(tmp_path: Pa
     escaped = (repo / "f.txt").read_text().replace("line 1\n", "line 1 escaped\n")
     (repo / "f.txt").write_text(escaped)
 
-    assert await gitops.recover_escaped(repo, await located(repo, worktree), ["f.txt"]) == ["f.txt"]
+    assert await containment.recover_escaped(repo, await located(repo, worktree), ["f.txt"]) == ["f.txt"]
     text = (worktree / "f.txt").read_text()
     assert "line 1 escaped\n" in text and "line 18 in the worktree\n" in text
     assert status(repo) == ""
@@ -262,10 +262,10 @@ async def test_recover_escaped_that_would_conflict_changes_nothing(tmp_path: Pat
     (worktree / "new.txt").write_text("different\n")
 
     with pytest.raises(Conflict, match=r"new\.txt"):
-        await gitops.recover_escaped(repo, await located(repo, worktree), ["f.txt", "new.txt"])
+        await containment.recover_escaped(repo, await located(repo, worktree), ["f.txt", "new.txt"])
     (worktree / "new.txt").unlink()
     with pytest.raises(GitError, match="without conflicts"):
-        await gitops.recover_escaped(repo, await located(repo, worktree), ["f.txt", "new.txt"])
+        await containment.recover_escaped(repo, await located(repo, worktree), ["f.txt", "new.txt"])
 
     assert (repo / "f.txt").read_text() == "checkout\n"
     assert (repo / "new.txt").read_text() == "escaped\n"
@@ -279,9 +279,9 @@ async def test_recover_escaped_rejects_scopes_that_leave_or_cover_the_tree(tmp_p
     (repo / "README.md").write_text("user\n")
     for bad in (["."], ["../x"], ["/etc/passwd"], [""]):
         with pytest.raises(InvalidRequest):
-            await gitops.recover_escaped(repo, await located(repo, worktree), bad)
+            await containment.recover_escaped(repo, await located(repo, worktree), bad)
     with pytest.raises(InvalidRequest):
-        await gitops.recover_escaped(repo, rgit.GitLocation(repo / ".git", repo), ["README.md"])
+        await containment.recover_escaped(repo, rgit.GitLocation(repo / ".git", repo), ["README.md"])
     assert (repo / "README.md").read_text() == "user\n"
 
 
@@ -290,13 +290,13 @@ async def test_recover_escaped_rejects_scopes_that_leave_or_cover_the_tree(tmp_p
 
 async def test_create_branch_is_idempotent_at_the_same_tip(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    base = await gitops.head(repo)
-    await gitops.create_branch(repo, "orchestrate/r1/integration", base)
-    await gitops.create_branch(repo, "orchestrate/r1/integration", base)
+    base = await rgit.head(repo)
+    await rgit.create_branch(repo, "orchestrate/r1/integration", base)
+    await rgit.create_branch(repo, "orchestrate/r1/integration", base)
     assert git(repo, "rev-parse", "orchestrate/r1/integration").strip() == base
     other = commit_file(repo, "x.txt", "x\n")
     with pytest.raises(Conflict, match="already exists"):
-        await gitops.create_branch(repo, "orchestrate/r1/integration", other)
+        await rgit.create_branch(repo, "orchestrate/r1/integration", other)
     assert git(repo, "rev-parse", "orchestrate/r1/integration").strip() == base
     assert git(repo, "branch", "--show-current").strip() == "main"
 
@@ -305,14 +305,14 @@ async def test_create_branch_is_idempotent_at_the_same_tip(tmp_path: Path) -> No
 async def test_merge_into_merges_clean_branches_and_aborts_a_conflict(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     commit_file(repo, "shared.txt", "base\n")
-    base = await gitops.head(repo)
+    base = await rgit.head(repo)
     main_before = base
 
     async def packet(name: str, files: dict[str, str]) -> str:
         worktree = await _packet_worktree(repo, tmp_path, name)
         for path, content in files.items():
             (worktree / path).write_text(content)
-        sha = await gitops.commit_all(worktree, name)
+        sha = await rgit.commit_all(worktree, name)
         assert sha is not None
         return f"orchestrate/r1/{name}"
 
@@ -320,33 +320,33 @@ async def test_merge_into_merges_clean_branches_and_aborts_a_conflict(tmp_path: 
     p2 = await packet("p2", {"two.txt": "2\n"})
     p3 = await packet("p3", {"shared.txt": "p3\n"})
 
-    await gitops.create_branch(repo, "orchestrate/r1/integration", base)
+    await rgit.create_branch(repo, "orchestrate/r1/integration", base)
     integration = tmp_path / "worktrees" / "integration"
     await rgit.create_worktree(repo, integration, "orchestrate/r1/integration", None)
 
-    first = await gitops.merge_into(repo, integration, p1, "Integrate p1")
+    first = await rgit.merge_into(repo, integration, p1, "Integrate p1")
     assert first.merged and first.conflicts == []
-    assert first.commit == await gitops.head(integration)
+    assert first.commit == await rgit.head(integration)
     parents = git(integration, "log", "-1", "--format=%P|%s").strip()
     assert parents.split("|")[1] == "Integrate p1" and len(parents.split("|")[0].split()) == 2
-    second = await gitops.merge_into(repo, integration, p2, "Integrate p2")
+    second = await rgit.merge_into(repo, integration, p2, "Integrate p2")
     assert second.merged and second.commit != first.commit
     assert (integration / "one.txt").read_text() == "1\n" and (integration / "two.txt").read_text() == "2\n"
 
-    tip = await gitops.head(integration)
-    third = await gitops.merge_into(repo, integration, p3, "Integrate p3")
+    tip = await rgit.head(integration)
+    third = await rgit.merge_into(repo, integration, p3, "Integrate p3")
     assert not third.merged and third.commit is None
     assert third.conflicts == ["shared.txt"]
     assert "<<<<<<<" in third.output and "p3" in third.output
-    assert await gitops.head(integration) == tip
+    assert await rgit.head(integration) == tip
     assert status(integration) == ""
     assert (integration / "shared.txt").read_text() == "p1\n"
 
     # Merging an already merged branch changes nothing.
-    again = await gitops.merge_into(repo, integration, p1, "Integrate p1 again")
+    again = await rgit.merge_into(repo, integration, p1, "Integrate p1 again")
     assert again.merged and again.commit == tip
     # The repository's main branch was never touched.
-    assert await gitops.head(repo) == main_before
+    assert await rgit.head(repo) == main_before
     assert git(repo, "branch", "--show-current").strip() == "main"
 
 
@@ -354,14 +354,14 @@ async def test_merge_into_refuses_the_main_checkout_and_main_branch(tmp_path: Pa
     repo = make_repo(tmp_path / "repo")
     worktree = await _packet_worktree(repo, tmp_path)
     (worktree / "x.txt").write_text("x\n")
-    await gitops.commit_all(worktree, "x")
+    await rgit.commit_all(worktree, "x")
     with pytest.raises(InvalidRequest, match="own checkout"):
-        await gitops.merge_into(repo, repo, "orchestrate/r1/p1", "no")
+        await rgit.merge_into(repo, repo, "orchestrate/r1/p1", "no")
     git(repo, "checkout", "-q", "-b", "elsewhere")
     other = tmp_path / "worktrees" / "on-main"
     git(repo, "worktree", "add", "-q", str(other), "main")
     with pytest.raises(InvalidRequest, match="main branch"):
-        await gitops.merge_into(repo, other, "orchestrate/r1/p1", "no")
+        await rgit.merge_into(repo, other, "orchestrate/r1/p1", "no")
     assert git(repo, "rev-parse", "main").strip() == git(repo, "rev-parse", "elsewhere").strip()
 
 
@@ -371,7 +371,7 @@ async def test_merge_into_refuses_a_dirty_integration_worktree(tmp_path: Path) -
     integration = await _packet_worktree(repo, tmp_path, "integration")
     (integration / "README.md").write_text("dirty\n")
     with pytest.raises(Conflict, match="uncommitted"):
-        await gitops.merge_into(repo, integration, "orchestrate/r1/p1", "no")
+        await rgit.merge_into(repo, integration, "orchestrate/r1/p1", "no")
 
 
 # --- bundles ------------------------------------------------------------------------------------
@@ -381,92 +381,92 @@ async def test_bundle_round_trip_between_two_clones(tmp_path: Path) -> None:
     laptop = make_repo(tmp_path / "laptop")
     box = tmp_path / "box"
     git(tmp_path, "clone", "-q", str(laptop), str(box))
-    base = await gitops.head(laptop)
+    base = await rgit.head(laptop)
 
     # Box side: a packet commits on its branch, bundles what the laptop lacks.
     worktree = tmp_path / "box-wt"
     await rgit.create_worktree(box, worktree, "orchestrate/r1/p1", base)
     (worktree / "feature.py").write_text("feature = True\n")
-    result = await gitops.commit_all(worktree, "p1")
+    result = await rgit.commit_all(worktree, "p1")
     assert result is not None
-    assert not await gitops.has_commit(laptop, result)
+    assert not await rgit.has_commit(laptop, result)
 
-    laptop_tips = await gitops.ref_tips(laptop)
+    laptop_tips = await rgit.ref_tips(laptop)
     assert laptop_tips == [base]
     out = tmp_path / "p1.bundle"
     unknown = "0123456789abcdef0123456789abcdef01234567"
-    assert await gitops.create_bundle(worktree, out, result, exclude=[*laptop_tips, unknown])
+    assert await rgit.create_bundle(worktree, out, result, exclude=[*laptop_tips, unknown])
     assert out.is_file()
     assert "refs/peerd/bundle" not in git(box, "for-each-ref")  # the temporary ref is gone
 
-    fetched = await gitops.fetch_bundle(laptop, out, "refs/heads/x")
+    fetched = await rgit.fetch_bundle(laptop, out, "refs/heads/x")
     assert fetched == result
-    assert await gitops.has_commit(laptop, result)
+    assert await rgit.has_commit(laptop, result)
     assert git(laptop, "rev-parse", "x").strip() == result
     assert git(laptop, "branch", "--show-current").strip() == "main"
     # Fetching the same bundle again is fine; nothing is left to bundle once the laptop has it.
-    assert await gitops.fetch_bundle(laptop, out, "refs/heads/x") == result
-    assert not await gitops.create_bundle(worktree, tmp_path / "none.bundle", result, exclude=[result])
+    assert await rgit.fetch_bundle(laptop, out, "refs/heads/x") == result
+    assert not await rgit.create_bundle(worktree, tmp_path / "none.bundle", result, exclude=[result])
     assert not (tmp_path / "none.bundle").exists()
 
     # Laptop -> box: a base commit the box lacks.
     new_base = commit_file(laptop, "base.txt", "newer base\n")
-    assert not await gitops.has_commit(box, new_base)
+    assert not await rgit.has_commit(box, new_base)
     base_bundle = tmp_path / "base.bundle"
-    assert await gitops.create_bundle(laptop, base_bundle, new_base, exclude=await gitops.ref_tips(box))
-    assert await gitops.fetch_bundle(box, base_bundle, f"refs/peerd/base/{new_base}") == new_base
-    assert await gitops.has_commit(box, new_base)
-    assert new_base in await gitops.ref_tips(box)
+    assert await rgit.create_bundle(laptop, base_bundle, new_base, exclude=await rgit.ref_tips(box))
+    assert await rgit.fetch_bundle(box, base_bundle, f"refs/peerd/base/{new_base}") == new_base
+    assert await rgit.has_commit(box, new_base)
+    assert new_base in await rgit.ref_tips(box)
 
 
 async def test_fetch_bundle_without_its_prerequisites_fails_clearly(tmp_path: Path) -> None:
     laptop = make_repo(tmp_path / "laptop")
-    base = await gitops.head(laptop)
+    base = await rgit.head(laptop)
     tip = commit_file(laptop, "more.txt", "more\n")
     out = tmp_path / "more.bundle"
-    assert await gitops.create_bundle(laptop, out, tip, exclude=[base])
+    assert await rgit.create_bundle(laptop, out, tip, exclude=[base])
     stranger = tmp_path / "stranger"
     stranger.mkdir()
     git(stranger, "init", "-q", "-b", "main")
     commit_file(stranger, "other.txt", "unrelated history\n")
-    assert not await gitops.has_commit(stranger, base)
+    assert not await rgit.has_commit(stranger, base)
     with pytest.raises(InvalidRequest, match="cannot be fetched"):
-        await gitops.fetch_bundle(stranger, out, "refs/heads/x")
+        await rgit.fetch_bundle(stranger, out, "refs/heads/x")
     assert "refs/heads/x" not in git(stranger, "for-each-ref")
     with pytest.raises(InvalidRequest):
-        await gitops.fetch_bundle(laptop, out, "x")
+        await rgit.fetch_bundle(laptop, out, "x")
     with pytest.raises(InvalidRequest):
-        await gitops.create_bundle(laptop, out, tip, exclude=["--all"])
+        await rgit.create_bundle(laptop, out, tip, exclude=["--all"])
 
 
 async def test_ref_tips_peel_annotated_tags(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    first = await gitops.head(repo)
+    first = await rgit.head(repo)
     git(repo, "tag", "-a", "-m", "v1", "v1")
     second = commit_file(repo, "b.txt", "b\n")
     git(repo, "update-ref", "refs/remotes/origin/main", first)
-    assert await gitops.ref_tips(repo) == sorted({first, second})
+    assert await rgit.ref_tips(repo) == sorted({first, second})
 
 
 # --- verification commands ----------------------------------------------------------------------
 
 
 async def test_run_check_passes_and_fails_with_combined_output(tmp_path: Path) -> None:
-    passed = await gitops.run_check(tmp_path, "echo out; echo err >&2; pwd")
+    passed = await checks.run_check(tmp_path, "echo out; echo err >&2; pwd")
     assert passed.passed and passed.exit_code == 0 and not passed.timed_out
     assert "out\nerr\n" in passed.output and str(tmp_path) in passed.output
 
-    failed = await gitops.run_check(tmp_path, "echo broken; exit 3")
+    failed = await checks.run_check(tmp_path, "echo broken; exit 3")
     assert not failed.passed and failed.exit_code == 3 and failed.output == "broken\n"
 
-    env = await gitops.run_check(
+    env = await checks.run_check(
         tmp_path, 'echo "$PEERD_TEST_VALUE" "${HOME:+home}"', env={"PEERD_TEST_VALUE": "v"}
     )
     assert env.output == "v home\n"
 
 
 async def test_run_check_keeps_the_last_output(tmp_path: Path) -> None:
-    result = await gitops.run_check(
+    result = await checks.run_check(
         tmp_path, "i=0; while [ $i -lt 3000 ]; do echo line-$i-padding; i=$((i+1)); done"
     )
     assert result.passed
@@ -476,7 +476,7 @@ async def test_run_check_keeps_the_last_output(tmp_path: Path) -> None:
 
 async def test_run_check_timeout_kills_the_group_promptly(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = await gitops.run_check(tmp_path, "echo started; sleep 5; echo never", timeout_s=0.3)
+    result = await checks.run_check(tmp_path, "echo started; sleep 5; echo never", timeout_s=0.3)
     elapsed = time.monotonic() - started
     assert result.timed_out and result.exit_code is None and not result.passed
     assert result.output == "started\n"
@@ -485,6 +485,6 @@ async def test_run_check_timeout_kills_the_group_promptly(tmp_path: Path) -> Non
 
 async def test_run_check_does_not_wait_for_background_processes(tmp_path: Path) -> None:
     started = time.monotonic()
-    result = await gitops.run_check(tmp_path, "sleep 5 & echo done", timeout_s=10)
+    result = await checks.run_check(tmp_path, "sleep 5 & echo done", timeout_s=10)
     assert result.passed and result.output == "done\n"
     assert time.monotonic() - started < 2.5

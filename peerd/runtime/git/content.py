@@ -1,6 +1,6 @@
 """The tree of exactly what a worktree holds, from its files' bytes: what peerd takes when it takes a
 worktree's work (a move's snapshot, `handoff/gitwork.py:snapshot`; a commit of a coder's or a
-thread's worktree, `orchestrate/gitbase.py:commit_all`).
+thread's worktree, `commits.py:commit_all`).
 
 **Hashes, never stat data.** git decides that a tracked file is unchanged when its `lstat` matches
 what the index recorded (mtime and ctime in whole seconds in the git peerd runs, size, inode) and
@@ -35,7 +35,7 @@ tracked file once: on a 2-core machine at load 7, 4,000 files of 2 KB took 120-1
 trusting stat data), 4,000 files of 20 KB (80 MB) 0.5-0.9 s (30-55 ms). Cheaper ways are not sound:
 a copy that keeps the real index's mtime inherits git's racy rule but still trusts stat data that
 lie and assume-unchanged entries; a copy with mtime 0 makes no entry racy at all (git treats a
-zero index time as "never racy"). Every command goes through peerd's runner (`gitrun`: no hooks,
+zero index time as "never racy"). Every command goes through peerd's runner (`runner.py`: no hooks,
 fsmonitor or untracked cache).
 """
 
@@ -44,7 +44,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from peerd.runtime.gitrun import GitLocation, Where, _git, _git_raw
+from peerd.runtime.git.runner import GitLocation, Where, run, run_raw
 
 __all__ = ["content_tree"]
 
@@ -52,7 +52,7 @@ __all__ = ["content_tree"]
 async def _index_file(worktree: Where) -> Path:
     if isinstance(worktree, GitLocation):
         return worktree.git_dir / "index"
-    found = (await _git(worktree, "rev-parse", "--path-format=absolute", "--git-path", "index")).stdout
+    found = (await run(worktree, "rev-parse", "--path-format=absolute", "--git-path", "index")).stdout
     return Path(found.strip())
 
 
@@ -78,26 +78,26 @@ async def content_tree(worktree: Where) -> str:
     with tempfile.TemporaryDirectory(prefix="peerd-take-") as scratch:
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
         if real.is_file():
-            listed = await _git_raw(worktree, "ls-files", "-z", "--stage", "-t")
+            listed = await run_raw(worktree, "ls-files", "-z", "--stage", "-t")
             entries, skipped = _stat_free(listed.stdout)
             if entries:
-                await _git_raw(worktree, "update-index", "-z", "--index-info", stdin=entries, env=env)
+                await run_raw(worktree, "update-index", "-z", "--index-info", stdin=entries, env=env)
             if skipped:
-                await _git_raw(
+                await run_raw(
                     worktree, "update-index", "-z", "--skip-worktree", "--stdin", stdin=skipped, env=env
                 )
         else:
-            head = await _git(worktree, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", ok=(0, 1))
+            head = await run(worktree, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", ok=(0, 1))
             if head.returncode == 0 and head.stdout.strip():
-                await _git(worktree, "read-tree", head.stdout.strip(), env=env)
-        changed = await _git_raw(
+                await run(worktree, "read-tree", head.stdout.strip(), env=env)
+        changed = await run_raw(
             worktree, "ls-files", "-z", "--modified", "--deleted", "--others", "--exclude-standard", env=env
         )
         # A nested repository is listed as `dir/`; the index names it without the slash.
         paths = dict.fromkeys(p.rstrip(b"/") for p in changed.stdout.split(b"\0") if p)
         if paths:
             stdin = b"".join(p + b"\0" for p in paths)
-            await _git_raw(
+            await run_raw(
                 worktree,
                 "update-index",
                 "--add",
@@ -108,4 +108,4 @@ async def content_tree(worktree: Where) -> str:
                 stdin=stdin,
                 env=env,
             )
-        return (await _git(worktree, "write-tree", env=env)).stdout.strip()
+        return (await run(worktree, "write-tree", env=env)).stdout.strip()

@@ -1,5 +1,7 @@
-"""Commits between a laptop and a linked box as git bundles (the box's result one way, a base commit
-the other)."""
+"""Commits between two machines as git bundles (an orchestration's result from a box, a base commit
+or a move's snapshot to it): what one side has (`ref_tips`), a bundle of the rest (`create_bundle`),
+and a bundle received from another machine, checked and quarantined before anything changes
+(`fetch_bundle`)."""
 
 from __future__ import annotations
 
@@ -11,34 +13,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from peerd.errors import Conflict, InvalidRequest, NotFound
-from peerd.orchestrate.gitbase import (
-    _check_sha,
-    _resolve_commit,
-)
-from peerd.orchestrate.merging import _protected_branches
-from peerd.runtime.git import (
-    _commit_exists,
-)
-from peerd.runtime.gitrun import (
-    Where,
-    _dir_of,
-    _git,
-    _trim,
-)
+from peerd.runtime.git.merges import protected_branches
+from peerd.runtime.git.repo import check_sha, commit_exists, resolve_commit
+from peerd.runtime.git.runner import Where, dir_of, run, trim_stderr
+
+__all__ = ["create_bundle", "fetch_bundle", "has_commit", "ref_tips"]
 
 # --- bundles (box <-> laptop) -------------------------------------------------------------------
 
 
 async def has_commit(repo: Where, sha: str) -> bool:
     """Whether `repo` holds the commit `sha`."""
-    return await _commit_exists(repo, _check_sha(sha))
+    return await commit_exists(repo, check_sha(sha))
 
 
 async def ref_tips(repo: Where) -> list[str]:
     """The distinct commits that `repo`'s branches, remote-tracking branches, tags (peeled) and
     peerd's own refs (`refs/peerd/...`, e.g. fetched base commits) point at: what the other side
     may exclude from a bundle for this repository. Sorted."""
-    result = await _git(
+    result = await run(
         repo,
         "for-each-ref",
         "--format=%(objectname) %(objecttype) %(*objectname) %(*objecttype)",
@@ -62,7 +55,7 @@ async def _known_objects(repo: Where, shas: Sequence[str]) -> list[str]:
     if not shas:
         return []
     stdin = "".join(f"{sha}\n" for sha in shas).encode()
-    result = await _git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=stdin)
+    result = await run(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin=stdin)
     known: set[str] = set()
     for line in result.stdout.splitlines():
         fields = line.split()
@@ -75,17 +68,17 @@ async def create_bundle(repo: Where, out: Path, tip: str, *, exclude: list[str])
     """Write to `out` a bundle holding `tip` and its history minus what `exclude` (the other
     side's `ref_tips`) reaches; ids in `exclude` unknown here are ignored. Returns False, and
     writes nothing, when `exclude` already reaches `tip`."""
-    sha = await _resolve_commit(repo, tip)
-    excluded = await _known_objects(repo, [_check_sha(entry) for entry in exclude])
+    sha = await resolve_commit(repo, tip)
+    excluded = await _known_objects(repo, [check_sha(entry) for entry in exclude])
     negative = "".join(f"^{entry}\n" for entry in excluded)
-    count = await _git(repo, "rev-list", "--count", "--stdin", stdin=f"{sha}\n{negative}".encode())
+    count = await run(repo, "rev-list", "--count", "--stdin", stdin=f"{sha}\n{negative}".encode())
     if int(count.stdout.strip() or "0") == 0:
         return False
     # `git bundle create` records ref names; a bare commit id would give the bundle no head.
     ref = f"refs/peerd/bundle/{secrets.token_hex(8)}"
-    await _git(repo, "update-ref", "--no-deref", ref, sha, "")
+    await run(repo, "update-ref", "--no-deref", ref, sha, "")
     try:
-        await _git(
+        await run(
             repo,
             "bundle",
             "create",
@@ -95,14 +88,14 @@ async def create_bundle(repo: Where, out: Path, tip: str, *, exclude: list[str])
             stdin=f"{ref}\n{negative}".encode(),
         )
     finally:
-        await _git(repo, "update-ref", "--no-deref", "-d", ref, sha)
+        await run(repo, "update-ref", "--no-deref", "-d", ref, sha)
     return True
 
 
 async def _bundle_heads(repo: Where, path: str) -> dict[str, str]:
-    listed = await _git(repo, "bundle", "list-heads", path, ok=range(256))
+    listed = await run(repo, "bundle", "list-heads", path, ok=range(256))
     if listed.returncode != 0:
-        raise InvalidRequest(f"The upload is not a git bundle ({_trim(listed.stderr) or 'no header'}).")
+        raise InvalidRequest(f"The upload is not a git bundle ({trim_stderr(listed.stderr) or 'no header'}).")
     heads: dict[str, str] = {}
     for line in listed.stdout.splitlines():
         sha, _, name = line.strip().partition(" ")
@@ -112,9 +105,9 @@ async def _bundle_heads(repo: Where, path: str) -> dict[str, str]:
 
 
 async def _objects_dir(repo: Where) -> Path:
-    result = await _git(repo, "rev-parse", "--git-path", "objects")
+    result = await run(repo, "rev-parse", "--git-path", "objects")
     objects = Path(result.stdout.strip())
-    return (objects if objects.is_absolute() else _dir_of(repo) / objects).resolve()
+    return (objects if objects.is_absolute() else dir_of(repo) / objects).resolve()
 
 
 def _migrate(incoming: Path, objects: Path) -> None:
@@ -141,21 +134,21 @@ async def _unbundle_quarantined(repo: Where, path: str, sha: str) -> None:
     }
     try:
         (incoming / "pack").mkdir()
-        unpacked = await _git(repo, "bundle", "unbundle", path, env=env, ok=range(256))
+        unpacked = await run(repo, "bundle", "unbundle", path, env=env, ok=range(256))
         # Every object the head reaches must be here now (new ones or ones the repository had).
         walked = (
             unpacked.returncode == 0
             and (
-                await _git(
+                await run(
                     repo, "rev-list", "--objects", "--quiet", sha, "--not", "--all", env=env, ok=range(256)
                 )
             ).returncode
             == 0
         )
         if not walked:
-            why = _trim(unpacked.stderr) or "objects are missing"
+            why = trim_stderr(unpacked.stderr) or "objects are missing"
             raise InvalidRequest(f"The bundle is damaged and was not stored: {why}")
-        peeled = await _git(repo, "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}", env=env, ok=(0, 1))
+        peeled = await run(repo, "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}", env=env, ok=(0, 1))
         if peeled.stdout.strip() != sha:
             raise InvalidRequest(f"The bundle's head {sha} is not a commit.")
         await asyncio.to_thread(_migrate, incoming, objects)
@@ -174,10 +167,10 @@ async def fetch_bundle(repo: Where, bundle: Path, into_ref: str, *, expect: str 
     fast-forwarded, never rewound or replaced; the main branch (see `merge_into`) is refused."""
     if not into_ref.startswith("refs/"):
         raise InvalidRequest(f"Invalid ref {into_ref!r}: expected a full name starting with refs/.")
-    valid = await _git(repo, "check-ref-format", into_ref, ok=(0, 1))
+    valid = await run(repo, "check-ref-format", into_ref, ok=(0, 1))
     if valid.returncode != 0:
         raise InvalidRequest(f"Invalid ref name: {into_ref!r}.")
-    if into_ref.removeprefix("refs/heads/") in await _protected_branches(repo):
+    if into_ref.removeprefix("refs/heads/") in await protected_branches(repo):
         raise InvalidRequest(f"Refusing to fetch into {into_ref}: orchestrate never moves the main branch.")
     path = str(bundle.absolute())
     if not bundle.is_file():
@@ -191,23 +184,23 @@ async def fetch_bundle(repo: Where, bundle: Path, into_ref: str, *, expect: str 
     sha = next(iter(heads.values()))
     if expect is not None and sha != expect:
         raise InvalidRequest(f"The bundle's head is {sha}, not the announced {expect}.")
-    verified = await _git(repo, "bundle", "verify", path, ok=range(256))
+    verified = await run(repo, "bundle", "verify", path, ok=range(256))
     if verified.returncode != 0:
         raise InvalidRequest(
-            f"The bundle cannot be fetched into {_dir_of(repo)}: it needs commits this repository does not have "
-            f"({_trim(verified.stderr)}). Send a bundle built against this repository's tips."
+            f"The bundle cannot be fetched into {dir_of(repo)}: it needs commits this repository does not have "
+            f"({trim_stderr(verified.stderr)}). Send a bundle built against this repository's tips."
         )
-    found = await _git(repo, "rev-parse", "--verify", "--quiet", f"{into_ref}^{{commit}}", ok=(0, 1))
+    found = await run(repo, "rev-parse", "--verify", "--quiet", f"{into_ref}^{{commit}}", ok=(0, 1))
     old = found.stdout.strip() if found.returncode == 0 else ""
     if old == sha:
         return sha
     await _unbundle_quarantined(repo, path, sha)
     if old:
-        ancestor = await _git(repo, "merge-base", "--is-ancestor", old, sha, ok=(0, 1))
+        ancestor = await run(repo, "merge-base", "--is-ancestor", old, sha, ok=(0, 1))
         if ancestor.returncode != 0:
             raise Conflict(
                 f"{into_ref} is at {old}; the bundle's {sha} does not build on it (not a fast-forward)."
             )
     # The old value (empty: must not exist) makes the move atomic against a concurrent writer.
-    await _git(repo, "update-ref", "-m", "peerd: bundle", into_ref, sha, old)
+    await run(repo, "update-ref", "-m", "peerd: bundle", into_ref, sha, old)
     return sha

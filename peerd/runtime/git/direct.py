@@ -8,21 +8,24 @@ its own, so it writes the admin files git would write and lets git do the rest:
 1. `git update-ref -m "branch: Created from <start>" refs/heads/<branch> <start>^{commit} ""`: the
    branch, created only if it does not exist, on a commit only, with its reflog entry (as `git
    branch` writes it; `cat-file` is not needed first: a branch that exists, or a start that is not a
-   commit, fails here, having made nothing, and `git.py` takes its slower path);
+   commit, fails here, having made nothing, and `worktrees.py` takes its slower path);
 2. `<common>/worktrees/<name>/`: `<name>` is the worktree's base name, with 1, 2, ... appended
-   while that is taken (git's own rule); in it, as git 2.39-2.47 write them: `locked`
+   while that is taken (git's own rule); in it, as the git releases of `version.
+   DIRECT_WORKTREE_TESTED` (2.39-2.47) write them: `locked`
    ("initializing", so a `git worktree prune` meanwhile keeps it), `gitdir` (`<worktree>/.git`,
    real path), `commondir` (`../..`), `HEAD` (`ref: refs/heads/<branch>`); and `<worktree>/.git`
    (`gitdir: <admin directory>`);
 3. `git read-tree -u --reset HEAD` with that git dir and work tree: the index and the files (what
    `git reset --hard` does in a new worktree), then `locked` is removed.
 
-Both git processes run through `gitrun` (`SAFE_CONFIG`: no hooks, no fsmonitor, only the owner's
+Both git processes run through `runner.py` (`SAFE_CONFIG`: no hooks, no fsmonitor, only the owner's
 repository config), so repository content runs nothing, as before. A repository with per-worktree
 config or a sparse checkout (`config.worktree`, `info/sparse-checkout`), a base name git would
 sanitise, or a path that is not an empty directory takes `git worktree add` itself
-(`direct_add_possible`). A start that fails leaves no admin directory; one that was cut (a crash)
-leaves `locked` reading "initializing", which `half_made` recognises so the worktree is made again.
+(`direct_add_possible`), and so does every new worktree with a git outside that range
+(`worktrees.py` asks `version.direct_worktree_tested` first). A start that fails leaves no admin
+directory; one that was cut (a crash) leaves `locked` reading "initializing", which `half_made`
+recognises so the worktree is made again.
 tests/integration/test_worktree_scale.py checks the result with `git worktree list`, `prune`,
 `status` and `remove`.
 """
@@ -35,7 +38,7 @@ import re
 import shutil
 from pathlib import Path
 
-from peerd.runtime.gitrun import GitLocation, Where, _git
+from peerd.runtime.git.runner import GitLocation, Where, run
 
 INITIALIZING = "initializing"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -73,10 +76,10 @@ async def add_direct(repo: Where, common: Path, worktree: Path, branch: str, sta
     """Make `worktree` on the new `branch` at `start` (a checked revision). See the module doc.
     Raises `GitError` when the branch exists or `start` is not a commit, having made nothing."""
     message = f"branch: Created from {start.removesuffix('^{commit}')}"
-    await _git(repo, "update-ref", "-m", message, f"refs/heads/{branch}", start, "")
+    await run(repo, "update-ref", "-m", message, f"refs/heads/{branch}", start, "")
     admin = await asyncio.to_thread(_write_admin, common / "worktrees", worktree, branch)
     try:
-        await _git(GitLocation(admin, worktree), "read-tree", "-u", "--reset", "HEAD")
+        await run(GitLocation(admin, worktree), "read-tree", "-u", "--reset", "HEAD")
     except BaseException:
         await asyncio.to_thread(forget_half_made, admin, worktree)
         raise
