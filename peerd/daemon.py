@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -26,20 +27,20 @@ from aiohttp import web
 from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
-from peerd.api import placement as placement_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.gitwire import add_git_routes
 from peerd.api.handoff import add_box_routes, add_handoff_routes
 from peerd.api.listener import start_tcp
 from peerd.api.local import local_app
-from peerd.api.mcp_http import McpService, add_mcp_route, start_tcp_listener
+from peerd.api.mcp_http import Loopback, McpService, add_mcp_route, bind_loopback, start_tcp_listener
 from peerd.api.orchestrate import add_orchestration_routes
+from peerd.api.placement import add_placement_routes
 from peerd.api.remote import network_app
-from peerd.api.tools import agent_app
-from peerd.approvals import wiring as approvals_wiring
+from peerd.api.tools import ToolServices, agent_app
 from peerd.approvals.desk import ApprovalDesk
-from peerd.approvals.service import ApprovalService
+from peerd.approvals.notify import Notifier
+from peerd.approvals.service import ApprovalService, RunGates, continuation
 from peerd.boot import (
     DEFAULT_LISTEN,
     DaemonConfig,
@@ -53,6 +54,18 @@ from peerd.boot import (
 from peerd.config import link_may_use
 from peerd.console.server import CONSOLE, Console
 from peerd.core.clock import SYSTEM_CLOCK, Clock
+from peerd.core.events import (
+    CapacityReported,
+    ClientRevoked,
+    Events,
+    LinkChecked,
+    LinkForgotten,
+    PeerAnswered,
+    RemoteTaskChanged,
+    RunEnded,
+    RunQueued,
+    ThreadStopped,
+)
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.core.liveness import Owners
 from peerd.errors import (
@@ -62,7 +75,7 @@ from peerd.errors import (
     StorageUnavailable,
     Unavailable,
 )
-from peerd.handoff.service import HandoffService
+from peerd.handoff.service import HandoffService, MoveGuard
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
 from peerd.orchestrate.service import Orchestrations
@@ -71,6 +84,8 @@ from peerd.peer.client import PeerClient, check_url
 from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
 from peerd.peer.links import LinkService
+from peerd.placement.capacity import readers_for
+from peerd.placement.service import Placement
 from peerd.providers import registry
 from peerd.providers.base import Provider
 from peerd.providers.command import CommandProvider
@@ -83,8 +98,8 @@ from peerd.store import sweep as sweep_store
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
 from peerd.tasks.delegation import Delegation
+from peerd.tasks.feed import FeedHub
 from peerd.tasks.follower import FollowerPool
-from peerd.tasks.watch import client_key
 
 # Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
 __all__ = [
@@ -103,6 +118,34 @@ HTTP_SHUTDOWN_TIMEOUT_S = 5.0
 PRUNE_EVERY_S = 3600.0
 
 
+@dataclass(frozen=True)
+class Parts:
+    """Every part of a running daemon, built once by `Daemon._build` with constructors only: each
+    part is given what it uses, and the events between them (`peerd/core/events.py`) are
+    subscribed in one place, `Daemon._subscribe`. Nothing is wired after it is built."""
+
+    events: Events
+    desc: c.Descriptor
+    providers: dict[str, Provider]
+    runs: RunManager
+    peers: PeerClient
+    forwarder: Forwarder
+    placement: Placement
+    ops: Operations
+    delegation: Delegation
+    followers: FollowerPool
+    links: LinkService
+    approvals: ApprovalService
+    desk: ApprovalDesk
+    handoff: HandoffService
+    engine: Engine
+    orchestrations: Orchestrations
+    tools: ToolServices
+    mcp: McpService
+    console: Console
+    sweeper: Sweeper
+
+
 class Daemon:
     def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
@@ -117,23 +160,57 @@ class Daemon:
         self._lock_file: IO[str] | None = None
         self.identity: Identity | None = None
         self.db: Database | None = None
-        self.runs: RunManager | None = None
-        self.peers: PeerClient | None = None
-        self.followers: FollowerPool | None = None
+        self.parts: Parts | None = None  # once built (`_build`)
         self._pruner: asyncio.Task[None] | None = None
+        self._loopback: Loopback | None = None  # the MCP loopback port, bound before the parts
         self._stopped = False
         self.feed = ChangeFeed()
-        self.providers: dict[str, Provider] = {}
-        self.orchestrations: Orchestrations | None = None
-        self.handoff: HandoffService | None = None
-        self.approvals: ApprovalService | None = None
-        self.sweeper: Sweeper | None = None  # the sweep of open work (peerd/runtime/sweep.py)
-        self.mcp = McpService()  # agent tools over MCP: /mcp on both sockets and a loopback port
-        self.console: Console | None = None  # the browser console (peerd/console/), its own listener
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
         self.subreaper = False
         self._early: EarlyStart | None = None  # `peerd serve`'s early owner socket (peerd/boot.py)
+
+    # The parts by name, once built (tests and `shutdown` read them; None before).
+
+    @property
+    def providers(self) -> dict[str, Provider]:
+        return {} if self.parts is None else self.parts.providers
+
+    @property
+    def runs(self) -> RunManager | None:
+        return None if self.parts is None else self.parts.runs
+
+    @property
+    def peers(self) -> PeerClient | None:
+        return None if self.parts is None else self.parts.peers
+
+    @property
+    def followers(self) -> FollowerPool | None:
+        return None if self.parts is None else self.parts.followers
+
+    @property
+    def approvals(self) -> ApprovalService | None:
+        return None if self.parts is None else self.parts.approvals
+
+    @property
+    def handoff(self) -> HandoffService | None:
+        return None if self.parts is None else self.parts.handoff
+
+    @property
+    def orchestrations(self) -> Orchestrations | None:
+        return None if self.parts is None else self.parts.orchestrations
+
+    @property
+    def sweeper(self) -> Sweeper | None:  # the sweep of open work (peerd/runtime/sweep.py)
+        return None if self.parts is None else self.parts.sweeper
+
+    @property
+    def mcp(self) -> McpService | None:  # agent tools over MCP: /mcp on both sockets and a loopback port
+        return None if self.parts is None else self.parts.mcp
+
+    @property
+    def console(self) -> Console | None:  # the browser console (peerd/console/), its own listener
+        return None if self.parts is None else self.parts.console
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -142,12 +219,34 @@ class Daemon:
         self._lock_file = take_lock(self.paths)
 
     async def start(self, early: EarlyStart | None = None) -> None:
-        """Build and wire everything. With `early` (`peerd serve`, peerd/boot.py), the home lock,
-        the store and the owner socket are already its, and the socket already answers `status`;
-        its held requests are handed to the local app once that is built."""
+        """Open the home, build every part, then serve them in order (docs/internals/architecture.md,
+        "The composition root"). With `early` (`peerd serve`, peerd/boot.py), the home lock, the
+        store and the owner socket are already its, and the socket already answers `status`; its
+        held requests are handed to the local app once that is built."""
         self._early = early
+        self._check_advertised()
+        db, identity = await self._open_home(early)
+        await self._recover_store(db)
+        await self._start_pruning()
+        self._loopback = await bind_loopback()  # runs are given its address (peerd/api/mcp_http.py)
+        self.parts = self._build(db, identity, self._loopback)
+        self._subscribe(self.parts)
+        await self._serve(self.parts)
+        log.info(
+            "daemon.ready",
+            env_id=identity.env_id,
+            label=self.config.label,
+            listeners=[listener.address for listener in self._listeners],
+        )
+
+    # --- opening the home ---------------------------------------------------------------------------
+
+    def _check_advertised(self) -> None:
         for url in self.config.advertise:
             check_url(url)  # a pairing code must never carry an address the laptop would refuse
+
+    async def _open_home(self, early: EarlyStart | None) -> tuple[Database, Identity]:
+        """The home lock, the store (checked, migrated) and the identity."""
         if early is not None and early.lock is not None and early.db is not None:
             self._lock_file, self.db = early.lock, early.db
         else:
@@ -163,14 +262,18 @@ class Daemon:
         if early is not None and early.identity not in (None, (identity.env_id, identity.fingerprint_text)):
             log.warning("daemon.identity_changed_while_starting", env_id=identity.env_id)
         self.identity = identity
-        clock = self.clock
-        now = clock.wall()
+        return db, identity
+
+    async def _recover_store(self, db: Database) -> None:
+        """What a dead daemon left: its orphaned provider groups killed, the runs it left live cut,
+        and their questions withdrawn, all before anything starts."""
+        now = self.clock.wall()
         for run_id, pgid in await threads.live_run_groups(db):
             if kill_orphaned_group(pgid, run_id):
                 log.info("daemon.killed_orphan", run_id=run_id, pgid=pgid)
         # Runs a crash cut: interrupted, saying where, and continued where the run rules say
         # (owed wakes; delegated children unless `continue_cut_runs = false`), recorded before
-        # anything starts; `kick_all` below starts the continuations first.
+        # anything starts; `kick_all` starts the continuations first.
         recovered = await threads.recover(
             db,
             now=now,
@@ -180,85 +283,111 @@ class Daemon:
         if recovered:
             log.info("daemon.recovered_runs", count=len(recovered))
         # A question outlives no run: those of the runs just cut are withdrawn before anything is
-        # served (peerd/core/liveness.py; the sweep below keeps it so while the daemon runs).
+        # served (peerd/core/liveness.py; the sweep keeps it so while the daemon runs).
         withdrawn = await sweep_store.withdraw_orphaned_questions(db, now=now)
         if withdrawn:
             log.info("daemon.withdrew_questions", count=len(withdrawn), approvals=withdrawn)
+
+    async def _start_pruning(self) -> None:
         await self._prune_receipts()
         self._pruner = asyncio.create_task(self._prune_hourly(), name="peerd.prune")
-        providers = registry.build(self.config.settings, self.command_approved)
-        self.providers = providers
-        socket_path = self.paths.socket
-        # The loopback MCP listener first: runs are given its address (peerd/api/mcp_http.py).
-        self._runners.append(
-            await start_tcp_listener(
-                self.mcp, self.gate, self.config.listener_limits, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S
-            )
+
+    # --- building the parts (constructors only; no I/O) -----------------------------------------------
+
+    def _build(self, db: Database, identity: Identity, loopback: Loopback) -> Parts:
+        """Every part, each given what it uses (in an order where that exists already). The
+        cycles between them are events (`Events`), subscribed by `_subscribe`."""
+        settings, clock, label = self.config.settings, self.clock, self.config.label
+        env_id = identity.env_id
+        events = Events()
+        providers = registry.build(settings, self.command_approved)
+        desc = c.Descriptor(env_id=env_id, label=label, version=__version__, capabilities=CAPABILITIES)
+        approvals = ApprovalService(
+            db,
+            self.feed,
+            clock=clock,
+            deadline_s=settings.approvals.deadline_minutes * 60.0,
+            link_policy=settings.approvals.policy_for,
+            notifier=Notifier(
+                environment=label or env_id,
+                desktop=settings.approvals.desktop,
+                webhook_url=settings.approvals.webhook_url,
+            ),
+            continue_thread=continuation(db, events, clock=clock),  # started on `RunQueued`
         )
-        self.runs = RunManager(
+        runs = RunManager(
             db,
             self.feed,
             providers,
             state_dir=self.paths.provider_state,
             # Runs get the agent socket only: the owner socket is never theirs (api/tools.py).
-            tool_env={"PEERD_SOCKET": str(self.paths.agent_socket), "PEERD_MCP_URL": self.mcp.url or ""},
+            tool_env={"PEERD_SOCKET": str(self.paths.agent_socket), "PEERD_MCP_URL": loopback.url},
             home=self.paths.home,
-            links=self.config.settings.links,  # what a link's runs may use (runtime/sandbox.py)
-            label=self.config.label,  # named in the reason of a run a stop of this daemon cuts
-            continue_cut_runs=self.config.settings.continue_cut_runs,
-            start_slots=self.config.settings.runs.start_slots,  # [runs] start_slots
+            links=settings.links,  # what a link's runs may use (runtime/sandbox.py)
+            label=label,  # named in the reason of a run a stop of this daemon cuts
+            continue_cut_runs=settings.continue_cut_runs,
+            start_slots=settings.runs.start_slots,  # [runs] start_slots
+            clock=clock,
+            approvals=RunGates(approvals, db),  # each run's gate at approval-required, and its end
+            events=events,
+        )
+        peers = PeerClient(db, own_env_id=env_id, clock=clock, events=events)
+        forwarder = Forwarder(peers, own_env_id=env_id)
+        placement = Placement(  # capacity reports and `auto` (peerd/placement/); GET /v1/fleet
+            db,
+            settings.placement,
+            env_id=env_id,
+            label=label or env_id,
+            providers=lambda: registry.available(providers),
+            readers=readers_for(self.paths.home),
+            peers=peers,
             clock=clock,
         )
-        desc = c.Descriptor(
-            env_id=identity.env_id, label=self.config.label, version=__version__, capabilities=CAPABILITIES
-        )
-        self.peers = PeerClient(db, own_env_id=identity.env_id, clock=clock)
-        await self.peers.start()
-        forwarder = Forwarder(self.peers, own_env_id=identity.env_id)
+        # Thread moves (peerd/handoff/): a thread with a move takes no new sends (`before_send`).
+        move_guard = MoveGuard(db, self.feed, clock=clock)
         ops = Operations(
-            db, self.feed, self.runs, worktrees_dir=self.paths.worktrees, forwarder=forwarder, clock=clock
-        )
-        ops.link_may_use = lambda provider: link_may_use(self.config.settings, provider)
-        ops.provider_installed = lambda provider: registry.available(
-            {name: p for name, p in self.providers.items() if name == provider}  # that one's PATH search only
-        ).get(provider, False)
-        delegation = Delegation(db, self.feed, ops, self.runs, forwarder, env_id=identity.env_id, clock=clock)
-        ops.delegation = delegation
-        ops.on_stop = delegation.stop_children
-        self.runs.on_run_end = delegation.on_run_end
-        self.approvals = approvals_wiring.build(
             db,
             self.feed,
-            self.config.settings.approvals,
-            environment=self.config.label or identity.env_id,
-            kick=self.runs.kick,
+            runs,
+            worktrees_dir=self.paths.worktrees,
+            forwarder=forwarder,
             clock=clock,
+            events=events,
+            placement=placement,
+            before_send=move_guard.guard_send,
+            link_may_use=lambda provider: link_may_use(self.config.settings, provider),
+            provider_installed=lambda provider: registry.available(
+                {name: p for name, p in providers.items() if name == provider}  # that one's PATH search only
+            ).get(provider, False),
         )
-        self.runs.approvals = approvals_wiring.gates(self.approvals, db)
-        self.runs.on_approvals_end = lambda run_id, cut: self.approvals_service().run_ended(run_id, cut=cut)
-        self.followers = FollowerPool(db, delegation, clock=clock, watch_chunk_s=self.config.watch_chunk_s)
-        link_service = LinkService(
+        delegation = Delegation(
             db,
-            identity,
-            self.peers,
-            label=self.config.label,
-            advertised_urls=self.advertised_urls,
+            self.feed,
+            ops,
+            runs,
+            forwarder,
+            env_id=env_id,
             clock=clock,
+            events=events,
+            hub=FeedHub(db, self.feed, capacity=placement.local_capacity),  # the box's feed answers
         )
-        link_service.on_unlink = self.followers.notify
-        link_service.on_client_revoked = lambda client_id: self.feed.changed(client_key(client_id))
-        # Thread moves (peerd/handoff/): driven from here; a thread with a move takes no new sends.
-        self.handoff = HandoffService(ops, link_service, env_id=identity.env_id, label=self.config.label)
-        ops.before_send = self.handoff.guard_send
+        followers = FollowerPool(
+            db, delegation, clock=clock, watch_chunk_s=self.config.watch_chunk_s, events=events
+        )
+        links = LinkService(
+            db, identity, peers, label=label, advertised_urls=self.advertised_urls, clock=clock, events=events
+        )
+        handoff = HandoffService(ops, links, env_id=env_id, label=label)
         engine = Engine(
             db,
             self.feed,
             ops,
             worktrees_dir=self.paths.worktrees,
-            assign_more=lambda request, packets: self.orchestrations_service().assign_more(request, packets),
+            # Orchestrations is built with the engine: it is read when a plan is made, after start.
+            assign_more=lambda request, packets: self._orchestrations().assign_more(request, packets),
             clock=clock,
         )
-        self.orchestrations = Orchestrations(
+        orchestrations = Orchestrations(
             db,
             self.feed,
             engine,
@@ -267,64 +396,106 @@ class Daemon:
             custom_commands={
                 name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
             },
-            models={n: p.model for n, p in self.config.settings.providers.items() if p.command is None},
+            models={n: p.model for n, p in settings.providers.items() if p.command is None},
             clock=clock,
         )
-        local = local_app(ops, desc, self.status, link_service, self, any_descendant=lambda: self.subreaper)
-        add_git_routes(local)
-        add_handoff_routes(local, self.handoff)
-        add_orchestration_routes(local, self.orchestrations)
-        desk = ApprovalDesk(self.approvals, db, forwarder)
-        add_approval_routes(local, desk)
-        placement_routes.attach(  # capacity reports and `auto` (peerd/placement/); GET /v1/fleet
-            local,
-            self.config.settings.placement,
-            env_id=identity.env_id,
-            label=self.config.label or identity.env_id,
-            home=self.paths.home,
-            providers=providers,
-            peers=self.peers,
-            links=link_service,
-            followers=self.followers,
-            clock=clock,
-        )
-        self.mcp.attach(ops, link_service)
-        add_mcp_route(local, self.mcp, "owner")
-        self.console = Console(
-            self.config.settings.console,
-            socket_path=socket_path,
-            env_id=identity.env_id,
-            label=self.config.label,
+        tools = ToolServices(ops, links, delegation, handoff)
+        console = Console(
+            settings.console,
+            socket_path=self.paths.socket,
+            env_id=env_id,
+            label=label,
             gate=self.gate,
             now=clock,
         )
-        local[CONSOLE] = self.console  # POST /v1/console/login-token (`peerd console`)
-        await self._serve_unix(local, socket_path)
-        agent = agent_app(ops, link_service)
-        add_mcp_route(agent, self.mcp, "agent")
+        return Parts(
+            events=events,
+            desc=desc,
+            providers=providers,
+            runs=runs,
+            peers=peers,
+            forwarder=forwarder,
+            placement=placement,
+            ops=ops,
+            delegation=delegation,
+            followers=followers,
+            links=links,
+            approvals=approvals,
+            desk=ApprovalDesk(approvals, db, forwarder),
+            handoff=handoff,
+            engine=engine,
+            orchestrations=orchestrations,
+            tools=tools,
+            mcp=McpService(tools, loopback=loopback),
+            console=console,
+            # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
+            sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
+        )
+
+    @staticmethod
+    def _subscribe(p: Parts) -> None:
+        """Who hears what (`peerd/core/events.py`): the only subscriptions of the daemon."""
+        on = p.events.subscribe
+        on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
+        on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
+        on(ThreadStopped, lambda e: p.delegation.stop_children(e.thread_id, e.reason))  # its tasks stop too
+        on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
+        on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
+        on(PeerAnswered, p.followers.peer_answered)  # any answer from a box ends its backoff
+        on(ClientRevoked, p.delegation.hub.client_revoked)  # its open long-polls end now
+        on(LinkChecked, lambda e: p.placement.link_answered(e.env_id, e.answer))  # a live check's report
+        on(CapacityReported, lambda e: p.placement.keep_from_feed(e.env_id, e.capacity))  # a feed answer's
+
+    # --- serving them, in order -------------------------------------------------------------------------
+
+    async def _serve(self, p: Parts) -> None:
+        await p.peers.start()
+        await self._serve_listeners(p)
+        await p.console.start()  # a client of the owner socket; a busy port is logged, not fatal
+        p.approvals.start()  # deadlines passed while this daemon was down deny at once
+        await p.runs.kick_all()  # queued runs, continuations first
+        await p.delegation.recover()  # local tasks whose child ended while the daemon was down
+        await p.followers.start()  # every open remote task and owed stop is followed again
+        await p.engine.recover()  # every open orchestration continues where it was
+        await p.handoff.start()  # every unfinished move resumes (to one live copy)
+        p.sweeper.start()
+        p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
+
+    async def _serve_listeners(self, p: Parts) -> None:
+        """The MCP loopback port, the owner socket, the agent socket, then the network listener."""
+        self._runners.append(
+            await start_tcp_listener(
+                p.mcp, self.gate, self.config.listener_limits, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S
+            )
+        )
+        await self._serve_unix(self._owner_app(p), self.paths.socket)
+        agent = agent_app(p.tools)
+        add_mcp_route(agent, p.mcp, "agent")
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
-            network = network_app(ops, desc, signing_key=identity.private_key, clock=clock)
-            add_approval_routes(network, desk)  # a link's own work's approvals
+            assert self.identity is not None  # noqa: S101  # opened before the parts
+            network = network_app(
+                p.ops,
+                p.desc,
+                delegation=p.delegation,
+                signing_key=self.identity.private_key,
+                clock=self.clock,
+            )
+            add_approval_routes(network, p.desk)  # a link's own work's approvals
             add_box_routes(network)  # the side of a move a link calls
-            await self._serve_tcp(network, identity)
-        await self.console.start()  # a client of the owner socket; a busy port is logged, not fatal
-        self.approvals.start()  # deadlines passed while this daemon was down deny at once
-        await self.runs.kick_all()
-        await delegation.recover()
-        await self.followers.start()  # every open remote task and owed stop is followed again
-        await engine.recover()  # every open orchestration continues where it was
-        await self.handoff.start()  # every unfinished move resumes (to one live copy)
-        # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
-        self.sweeper = Sweeper(db, self._sweep_hooks(delegation), clock=clock)
-        self.sweeper.start()
-        self.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
-        log.info(
-            "daemon.ready",
-            env_id=identity.env_id,
-            label=self.config.label,
-            listeners=[listener.address for listener in self._listeners],
-        )
+            await self._serve_tcp(network, self.identity)
+
+    def _owner_app(self, p: Parts) -> web.Application:
+        """The owner socket's app: the local API and every feature's routes."""
+        local = local_app(p.tools, p.desc, self.status, self, any_descendant=lambda: self.subreaper)
+        add_git_routes(local)
+        add_handoff_routes(local, p.handoff)
+        add_orchestration_routes(local, p.orchestrations)
+        add_approval_routes(local, p.desk)
+        add_placement_routes(local, p.placement)  # GET /v1/fleet
+        add_mcp_route(local, p.mcp, "owner")
+        local[CONSOLE] = p.console  # POST /v1/console/login-token (`peerd console`)
+        return local
 
     async def _open_store(self) -> Database:
         """The store, checked before it is opened (`boot.open_store`)."""
@@ -417,41 +588,10 @@ class Daemon:
             urls.append(url)
         return urls
 
-    def _sweep_hooks(self, delegation: Delegation) -> SweepHooks:
-        runs, approvals, handoff = self.runs, self.approvals, self.handoff
-        if runs is None or approvals is None or handoff is None:
-            raise RuntimeError("the sweep is wired after the run manager, approvals and moves")
-
-        async def cut_run(run_id: str, reason: str) -> None:
-            await runs.cut_orphan(run_id, reason)
-
-        async def withdraw(approval_id: str, reason: str) -> None:
-            await approvals.withdraw(approval_id, reason)
-
-        async def end_task(task_id: str, reason: str) -> None:
-            await delegation.end(task_id, "failed", reason)
-
-        return SweepHooks(
-            owners=lambda: Owners(
-                runs=runs.owned_runs(), questions=approvals.waiting(), moves=handoff.driving()
-            ),
-            cut_run=cut_run,
-            start_queue=runs.kick,
-            withdraw=withdraw,
-            settle=delegation.on_run_end,
-            end_task=end_task,
-            resume_moves=handoff.start,
-        )
-
-    def approvals_service(self) -> ApprovalService:
-        if self.approvals is None:
+    def _orchestrations(self) -> Orchestrations:
+        if self.parts is None:
             raise Unavailable("The daemon is still starting.")
-        return self.approvals
-
-    def orchestrations_service(self) -> Orchestrations:
-        if self.orchestrations is None:
-            raise Unavailable("The daemon is still starting.")
-        return self.orchestrations
+        return self.parts.orchestrations
 
     async def _available_providers(self) -> dict[str, bool]:
         return registry.available(self.providers)
@@ -549,8 +689,9 @@ class Daemon:
             return
         self._stopped = True
         log.info("daemon.stopping")
-        if self.sweeper is not None:
-            await self.sweeper.close()
+        p = self.parts
+        if p is not None:
+            await p.sweeper.close()
         # Requests answer `shutting_down` from now on; those in flight (long-polls, forwarded
         # calls waiting on a box) are answered so within a second, then long-polls elsewhere end.
         await self.gate.close()
@@ -559,27 +700,25 @@ class Daemon:
             self._pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pruner
-        if self.followers is not None:
-            await self.followers.close()
-        if self.orchestrations is not None:
-            await self.orchestrations.engine.close()  # recorded state is resumed at the next start
-        if self.handoff is not None:
-            await self.handoff.close()  # recorded steps resume at the next start
-        if self.approvals is not None:
-            await self.approvals.stop()  # pending approvals stay pending: the restart finds them
-        if self.runs is not None:
-            await self.runs.shutdown()
-        if self.console is not None:
-            await self.console.close()
+        if p is not None:
+            await p.followers.close()
+            await p.engine.close()  # recorded state is resumed at the next start
+            await p.handoff.close()  # recorded steps resume at the next start
+            await p.approvals.stop()  # pending approvals stay pending: the restart finds them
+            await p.runs.shutdown()
+            await p.console.close()
         if self._early is not None:  # the owner socket stops accepting; held requests are answered
             self._early.refuse_held("The daemon is stopping.")
             await self._early.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
-        await self.mcp.close()
-        if self.peers is not None:
-            await self.peers.close()
+        if p is not None:
+            await p.mcp.close()
+        if self._loopback is not None:
+            self._loopback.close()  # bound, maybe never served (a start that failed)
+        if p is not None:
+            await p.peers.close()
         if self.db is not None:
             await self.db.close()
         if self._lock_file is not None:  # only the daemon holding the home lock owns the socket
@@ -588,6 +727,31 @@ class Daemon:
                     path.unlink()
             self._lock_file.close()
         log.info("daemon.stopped")
+
+
+def _sweep_hooks(
+    runs: RunManager, approvals: ApprovalService, handoff: HandoffService, delegation: Delegation
+) -> SweepHooks:
+    """What the sweep of open work asks of the parts that own each kind of record."""
+
+    async def cut_run(run_id: str, reason: str) -> None:
+        await runs.cut_orphan(run_id, reason)
+
+    async def withdraw(approval_id: str, reason: str) -> None:
+        await approvals.withdraw(approval_id, reason)
+
+    async def end_task(task_id: str, reason: str) -> None:
+        await delegation.end(task_id, "failed", reason)
+
+    return SweepHooks(
+        owners=lambda: Owners(runs=runs.owned_runs(), questions=approvals.waiting(), moves=handoff.driving()),
+        cut_run=cut_run,
+        start_queue=runs.kick,
+        withdraw=withdraw,
+        settle=delegation.on_run_end,
+        end_task=end_task,
+        resume_moves=handoff.start,
+    )
 
 
 async def serve(

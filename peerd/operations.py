@@ -19,6 +19,7 @@ import structlog
 from peerd import contracts as c
 from peerd.core.access import ModeCap, cap_for, interaction_rank, require_write, resolve_modes, runtime_rank
 from peerd.core.clock import SYSTEM_CLOCK, Clock
+from peerd.core.events import Events, ThreadStopped
 from peerd.core.idempotency import request_hash
 from peerd.core.ownership import Owner, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
@@ -39,7 +40,6 @@ from peerd.peer.forwarding import Forwarder
 
 if TYPE_CHECKING:
     from peerd.placement.service import Placement
-    from peerd.tasks.delegation import Delegation
 from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
@@ -126,25 +126,28 @@ class Operations:
         worktrees_dir: Path,
         forwarder: Forwarder | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        events: Events | None = None,
+        placement: Placement | None = None,
+        before_send: Callable[[str], Awaitable[None]] | None = None,
+        link_may_use: Callable[[str], bool] = lambda provider: True,
+        provider_installed: Callable[[str], bool] = lambda provider: True,
     ) -> None:
         self.forwarder = forwarder
-        # Told when a thread is stopped (its delegated tasks are stopped with it).
-        self.on_stop: Callable[[str, str | None], Awaitable[None]] | None = None
-        self.delegation: Delegation | None = None  # set by the daemon; agent tools reach tasks through it
-        # Asked before a send queues a run (set by the daemon): a thread with a move takes none
-        # (peerd/handoff/service.py:HandoffService.guard_send).
-        self.before_send: Callable[[str], Awaitable[None]] | None = None
-        self.placement: Placement | None = None  # set by the daemon: `auto` (peerd/placement/)
+        # `ThreadStopped` goes out when a thread is stopped (its delegated tasks stop with it).
+        self._events = events or Events()
+        # Asked before a send queues a run; it refuses by raising: a thread with a move takes none
+        # (peerd/handoff/service.py:MoveGuard.guard_send).
+        self.before_send = before_send
+        self.placement = placement  # `auto` in launches and delegations (peerd/placement/)
         self.db = db
         self.feed = feed
         self.runs = runs
         self.worktrees_dir = worktrees_dir
         self.clock = clock  # the daemon's one clock: `clock()` stamps, moves wait on it
-        # Which providers a link's runs may use (`[links] providers` in config.toml; set by the daemon).
-        self.link_may_use: Callable[[str], bool] = lambda provider: True
-        # Whether a provider's binary is found (set by the daemon): a launch of one that is not
-        # creates nothing.
-        self.provider_installed: Callable[[str], bool] = lambda provider: True
+        # Which providers a link's runs may use (`[links] providers` in config.toml).
+        self.link_may_use = link_may_use
+        # Whether a provider's binary is found: a launch of one that is not creates nothing.
+        self.provider_installed = provider_installed
 
     async def remote_target(self, caller: Caller, environment_id: str | None) -> str | None:
         """The linked environment this call goes to, or None when it runs here."""
@@ -540,8 +543,8 @@ class Operations:
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
         run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
-        if req.stop and self.on_stop is not None:
-            await self.on_stop(thread_id, req.reason)
+        if req.stop:
+            await self._events.publish(ThreadStopped(thread_id, req.reason))
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)
 
     async def _check_branch_owner(self, client_id: str, thread: c.Thread, branch: str) -> None:
@@ -619,8 +622,7 @@ class Operations:
         stopped = await threads.busy_threads_of_link(self.db, client_id)
         for thread_id in stopped:
             await self.runs.interrupt(thread_id, stop=True, reason=reason)
-            if self.on_stop is not None:
-                await self.on_stop(thread_id, reason)
+            await self._events.publish(ThreadStopped(thread_id, reason))
         log.warning("link.revoked_work_stopped", client_id=client_id, label=label, threads=stopped)
         return stopped
 

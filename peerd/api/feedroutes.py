@@ -7,10 +7,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from peerd.api import examples as ex
-from peerd.api.app import OPERATIONS, json_body, ok
-from peerd.api.local import caller_of
+from peerd.api.app import json_body, ok
+from peerd.api.local import DELEGATION, caller_of
 from peerd.api.routes import Example, Route, add_routes
-from peerd.errors import NotFound
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.feedwire import (
     CHANGES_PATH,
@@ -23,10 +22,7 @@ from peerd.tasks.feedwire import (
 
 
 def _hub(request: web.Request) -> FeedHub:
-    delegation = request.app[OPERATIONS].delegation
-    if delegation is None:
-        raise NotFound("Delegation is not available in this daemon.")
-    return delegation.ender.watcher.hub
+    return request.app[DELEGATION].hub
 
 
 async def feed_subscription(request: web.Request) -> web.Response:

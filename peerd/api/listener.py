@@ -115,8 +115,9 @@ def http_logger() -> logging.Logger:
     return logger
 
 
-async def _bind(host: str, port: int) -> list[socket.socket]:
-    """Listening sockets for HOST:PORT, as `loop.create_server` would make them."""
+async def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for HOST:PORT, as `loop.create_server` would make them (`start_tcp`
+    serves them; bound first, a listener's address is known before what serves it is built)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
@@ -201,11 +202,19 @@ class Acceptor(asyncio.AbstractServer):
 class GuardedSite(web.BaseSite):
     """A TCP site whose connections are admitted by the guard and served through it (TLS too)."""
 
-    __slots__ = ("_guard", "_host", "_port")
+    __slots__ = ("_bound", "_guard", "_host", "_port")
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: Guard) -> None:
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        guard: Guard,
+        *,
+        sockets: list[socket.socket] | None = None,
+    ) -> None:
         super().__init__(runner)
-        self._host, self._port, self._guard = host, port, guard
+        self._host, self._port, self._guard, self._bound = host, port, guard, sockets
 
     @property
     def name(self) -> str:
@@ -217,7 +226,8 @@ class GuardedSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         self._guard.server = self._runner.server
         AcceptErrorFilter.install(loop)  # for the Unix sockets, which asyncio accepts
-        self._server = Acceptor(await _bind(self._host, self._port), self._guard, loop)
+        sockets = self._bound if self._bound is not None else await bind(self._host, self._port)
+        self._server = Acceptor(sockets, self._guard, loop)
 
 
 @web.middleware
@@ -243,9 +253,11 @@ async def start_tcp(
     limits: ListenerLimits,
     advertise: tuple[str, ...],
     shutdown_timeout_s: float,
+    sockets: list[socket.socket] | None = None,
 ) -> web.AppRunner:
-    """Serve `app` on HOST:PORT with the caps and timeouts; the runner's cleanup stops it all.
-    An `OSError` from binding is raised after the runner is cleaned up."""
+    """Serve `app` on HOST:PORT (or on `sockets`, bound to it already: `bind`) with the caps and
+    timeouts; the runner's cleanup stops it all. An `OSError` from binding is raised after the
+    runner is cleaned up."""
     nofile_soft = raise_nofile_limit()
     guard = Guard(limits, nofile_soft, ssl_context, asyncio.get_running_loop())
     app[HOST_POLICY] = HostPolicy.for_bind(host, advertise)
@@ -263,7 +275,7 @@ async def start_tcp(
     )
     await runner.setup()
     try:
-        await GuardedSite(runner, host, port, guard).start()
+        await GuardedSite(runner, host, port, guard, sockets=sockets).start()
     except OSError:
         await runner.cleanup()
         raise

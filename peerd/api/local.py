@@ -31,7 +31,7 @@ Routes (all JSON; errors are `{code, message}`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -55,6 +55,7 @@ from peerd.api.app import (
     query_model,
 )
 from peerd.api.routes import VIEW, add_routes
+from peerd.api.tools import TOOL_SERVICES, ToolServices
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
@@ -62,10 +63,15 @@ from peerd.runtime.runner import RunManager
 from peerd.store import threads
 from peerd.tasks import store as tasks
 
+if TYPE_CHECKING:
+    from peerd.tasks.delegation import Delegation
+
 log = structlog.get_logger(__name__)
 
 LOCAL = Caller.local()
 CALLER_KEY = web.RequestKey("caller", Caller)
+# Delegated tasks (`/v1/tasks`, `POST /v1/watch`, the change feed): set where an app is built.
+DELEGATION: web.AppKey[Delegation] = web.AppKey("delegation")
 
 
 def _ops(request: web.Request) -> Operations:
@@ -170,11 +176,8 @@ async def thread_events(request: web.Request) -> web.Response:
 
 
 async def watch_runs(request: web.Request) -> web.Response:
-    ops = _ops(request)
-    if ops.delegation is None:
-        raise NotFound("Delegation is not available in this daemon.")
     req = await json_body(request, c.RunWatch)
-    return ok(await ops.delegation.watch(caller_of(request), req))
+    return ok(await request.app[DELEGATION].watch(caller_of(request), req))
 
 
 async def task_list(request: web.Request) -> web.Response:
@@ -200,19 +203,14 @@ async def task_list(request: web.Request) -> web.Response:
 
 
 async def task_show(request: web.Request) -> web.Response:
-    ops = _ops(request)
-    if ops.delegation is None:
-        raise NotFound("Delegation is not available in this daemon.")
-    return ok(await ops.delegation.status(LOCAL, c.TaskStatusRead(task_id=request.match_info["id"])))
+    delegation = request.app[DELEGATION]
+    return ok(await delegation.status(LOCAL, c.TaskStatusRead(task_id=request.match_info["id"])))
 
 
 async def task_cancel(request: web.Request) -> web.Response:
-    ops = _ops(request)
-    if ops.delegation is None:
-        raise NotFound("Delegation is not available in this daemon.")
     body = await json_object(request)
     req = c.TaskCancel.model_validate({**body, "taskId": request.match_info["id"]})
-    return ok(await ops.delegation.cancel(LOCAL, req))
+    return ok(await request.app[DELEGATION].cancel(LOCAL, req))
 
 
 # --- pairing, clients and links: local only -----------------------------------------------------
@@ -334,19 +332,21 @@ def owner_only(runs: RunManager, *, any_descendant: Callable[[], bool]) -> Middl
 
 
 def local_app(
-    ops: Operations,
+    services: ToolServices,
     desc: c.Descriptor,
     status_fn: StatusFn,
-    link_service: LinkService,
     admin: Admin,
     *,
     any_descendant: Callable[[], bool] = lambda: False,
 ) -> web.Application:
+    """The owner socket's app: the whole local API, the agent tools without a token too."""
     app = base_app()
-    app.middlewares.append(owner_only(ops.runs, any_descendant=any_descendant))
+    app.middlewares.append(owner_only(services.ops.runs, any_descendant=any_descendant))
     app[ADMIN] = admin
-    app[OPERATIONS] = ops
-    app[LINKS] = link_service
+    app[OPERATIONS] = services.ops
+    app[LINKS] = services.links
+    app[DELEGATION] = services.delegation
+    app[TOOL_SERVICES] = services
     app[DESCRIPTOR] = desc
     app[STATUS_FN] = status_fn
     from peerd.api.owner_routes import ROUTES  # noqa: PLC0415  # the table names this module's handlers

@@ -20,6 +20,10 @@ The caller is the run the token belongs to (`peerd.api.tools.caller_from_token`,
 call in the ASGI scope (`mcp_server.CALLER_SCOPE_KEY`); each tool is the one `/v1/tools/{name}`
 runs (`peerd.api.tools.invoke`).
 
+The loopback port is bound first (`bind_loopback`), before the run manager is built: runs are
+given its address (`PEERD_MCP_URL`), and `McpService` is built with what the tools act through
+(`ToolServices`) once those exist; `start_tcp_listener` then serves the bound socket.
+
 The SDK (`peerd.api.mcp_server`) costs about a second to import, which the daemon must not pay
 before it answers `status`: `McpService.warm` imports it in a thread once the daemon is up, and
 `/mcp` waits for it. The SDK's handler is ASGI; `asgi_call` runs it for one aiohttp request and
@@ -31,9 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import socket
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pydantic
@@ -42,12 +48,11 @@ from aiohttp import hdrs, web
 
 from peerd.api import local
 from peerd.api.app import SHUTDOWN_GATE, Handler, ShutdownGate, base_app, error_response
-from peerd.api.listener import ListenerLimits, start_tcp
+from peerd.api.listener import ListenerLimits, bind, start_tcp
 from peerd.api.routes import Example, Route, add_routes
-from peerd.api.tools import caller_from_token, invoke
+from peerd.api.tools import ToolServices, caller_from_token, invoke
 from peerd.errors import CapabilityDenied, PeerdError, Unavailable
-from peerd.operations import Caller, Operations
-from peerd.peer.links import LinkService
+from peerd.operations import Caller
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -96,22 +101,53 @@ def in_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
     return done
 
 
+@dataclass(frozen=True)
+class Loopback:
+    """The loopback listener's sockets, bound to 127.0.0.1 on a port the kernel picked."""
+
+    sockets: list[socket.socket]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{TCP_HOST}:{self.port}{MCP_PATH}"
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """The Host values it answers (fail closed)."""
+        return frozenset({f"{TCP_HOST}:{self.port}", f"localhost:{self.port}"})
+
+    def close(self) -> None:
+        """The sockets, when nothing serves them (a start that failed first); else a no-op."""
+        for sock in self.sockets:
+            sock.close()
+
+
+async def bind_loopback() -> Loopback:
+    sockets = await bind(TCP_HOST, 0)
+    return Loopback(sockets, sockets[0].getsockname()[1])
+
+
 class McpService:
     """The daemon's one MCP server: built off the event loop on first need, shared by the listeners."""
 
-    def __init__(self) -> None:
-        self.ops: Operations | None = None
-        self.links: LinkService | None = None
-        self.url: str | None = None  # the loopback listener's `http://127.0.0.1:PORT/mcp`
-        self.tcp_hosts: frozenset[str] = frozenset()  # the Host values it answers (fail closed)
+    def __init__(self, services: ToolServices, *, loopback: Loopback | None = None) -> None:
+        self.services = services
+        self.loopback = loopback
         self.served: Counter[Access] = Counter()  # authenticated requests, per listener kind
         self._manager: StreamableHTTPSessionManager | None = None
         self._failure: str | None = None
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def attach(self, ops: Operations, links: LinkService) -> None:
-        self.ops, self.links = ops, links
+    @property
+    def url(self) -> str | None:
+        """The loopback listener's `http://127.0.0.1:PORT/mcp`."""
+        return None if self.loopback is None else self.loopback.url
+
+    @property
+    def tcp_hosts(self) -> frozenset[str]:
+        return frozenset() if self.loopback is None else self.loopback.hosts
 
     def warm(self) -> None:
         """Start building the SDK server now (idempotent; needs the running loop)."""
@@ -136,13 +172,7 @@ class McpService:
             await asyncio.Event().wait()  # until close() cancels it
 
     async def _invoke(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        ops, links = self.attached()
-        return await invoke(ops, links, caller, name, arguments)
-
-    def attached(self) -> tuple[Operations, LinkService]:
-        if self.ops is None or self.links is None:
-            raise Unavailable("The daemon is still starting; retry in a moment.")
-        return self.ops, self.links
+        return await invoke(self.services, caller, name, arguments)
 
     async def manager(self) -> StreamableHTTPSessionManager:
         self.warm()
@@ -182,7 +212,7 @@ def _unauthorized(err: PeerdError) -> web.Response:
 
 async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
     service, access = request.app[MCP_SERVICE], request.app[MCP_ACCESS]
-    ops, _ = service.attached()
+    ops = service.services.ops
     header = request.headers.get(hdrs.AUTHORIZATION)
     if access == "tcp" and header is None:
         return _unauthorized(CapabilityDenied(NO_TOKEN_HERE))
@@ -311,12 +341,15 @@ async def loopback_host_middleware(request: web.Request, handler: Handler) -> we
 async def start_tcp_listener(
     service: McpService, gate: ShutdownGate, limits: ListenerLimits, *, shutdown_timeout_s: float
 ) -> web.AppRunner:
-    """Serve `/mcp` on 127.0.0.1 (a port the kernel picks); sets `service.url` and its hosts."""
+    """Serve `/mcp` on the service's loopback sockets (`bind_loopback`)."""
+    loopback = service.loopback
+    if loopback is None:
+        raise ValueError("the MCP service has no loopback sockets to serve")
     app = base_app()
     app.middlewares.insert(0, loopback_host_middleware)  # before anything reads the request
     app[SHUTDOWN_GATE] = gate
     add_mcp_route(app, service, "tcp")
-    runner = await start_tcp(
+    return await start_tcp(
         app,
         host=TCP_HOST,
         port=0,
@@ -324,8 +357,5 @@ async def start_tcp_listener(
         limits=limits,
         advertise=(),
         shutdown_timeout_s=shutdown_timeout_s,
+        sockets=loopback.sockets,
     )
-    port = runner.addresses[0][1]
-    service.tcp_hosts = frozenset({f"{TCP_HOST}:{port}", f"localhost:{port}"})
-    service.url = f"http://{TCP_HOST}:{port}{MCP_PATH}"
-    return runner

@@ -15,6 +15,7 @@ threads they started. Projects, archiving, pairing and clients stay local.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
@@ -36,6 +37,9 @@ from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import TokenRejected, VerifiedTokens
 from peerd.store import clients
 from peerd.store.db import Database
+
+if TYPE_CHECKING:
+    from peerd.tasks.delegation import Delegation
 
 log = structlog.get_logger(__name__)
 
@@ -135,6 +139,7 @@ def network_app(
     ops: Operations,
     desc: c.Descriptor,
     *,
+    delegation: Delegation,
     signing_key: Ed25519PrivateKey,
     clock: Clock = SYSTEM_CLOCK,
 ) -> web.Application:
@@ -142,6 +147,7 @@ def network_app(
     app.middlewares.append(host_middleware)  # a foreign Host on a loopback listener: refused first
     app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.env_id, clock))  # type: ignore[arg-type]
     app[OPERATIONS] = ops
+    app[local.DELEGATION] = delegation  # the watch and the change feed
     app[DESCRIPTOR] = desc
     app[VIEW] = "network"
     add_oauth_routes(

@@ -18,6 +18,7 @@ token of an ended run is refused with `parent_not_active`; a run whose link was 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -25,7 +26,7 @@ from aiohttp import web
 from peerd import agent_tools as t
 from peerd import contracts as c
 from peerd.api import examples as ex
-from peerd.api.app import LINKS, OPERATIONS, base_app, json_object, ok
+from peerd.api.app import base_app, json_object, ok
 from peerd.api.routes import FORWARDING, Example, Route, Variant, add_routes, wrapped
 from peerd.core.runs import is_live
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound, ParentNotActive
@@ -35,15 +36,23 @@ from peerd.runtime.runner import token_hash
 from peerd.store import threads
 
 if TYPE_CHECKING:
+    from peerd.handoff.service import HandoffService
     from peerd.tasks.delegation import Delegation
 
-Tool = Callable[[Operations, LinkService, Caller, Any], Awaitable[c.Wire]]
+
+@dataclass(frozen=True)
+class ToolServices:
+    """What the agent tools act through, given where the apps are built (`peerd/daemon.py`)."""
+
+    ops: Operations
+    links: LinkService
+    delegation: Delegation
+    moves: HandoffService
 
 
-def _delegation(ops: Operations) -> Delegation:
-    if ops.delegation is None:
-        raise NotFound("Delegation is not available in this daemon.")
-    return ops.delegation
+TOOL_SERVICES = web.AppKey("tool_services", ToolServices)
+
+Tool = Callable[[ToolServices, Caller, Any], Awaitable[c.Wire]]
 
 
 def _fields(req: c.Input, model: type[c.Input]) -> Any:
@@ -51,71 +60,66 @@ def _fields(req: c.Input, model: type[c.Input]) -> Any:
     return model.model_validate(req.model_dump(by_alias=True, exclude={"thread_id"}, exclude_unset=True))
 
 
-async def _delegate_task(ops: Operations, _: LinkService, caller: Caller, req: c.DelegateTask) -> c.Wire:
+async def _delegate_task(s: ToolServices, caller: Caller, req: c.DelegateTask) -> c.Wire:
     if caller.run_id is None:
         raise ParentNotActive(
             "delegate_task wakes the run that asked, and this agent was not started by peerd. "
             "Use thread_launch to start the work and thread_wait to collect its result."
         )
-    return await _delegation(ops).delegate(caller, req)
+    return await s.delegation.delegate(caller, req)
 
 
-async def _task_status(ops: Operations, _: LinkService, caller: Caller, req: c.TaskStatusRead) -> c.Wire:
-    return await _delegation(ops).status(caller, req)
+async def _task_status(s: ToolServices, caller: Caller, req: c.TaskStatusRead) -> c.Wire:
+    return await s.delegation.status(caller, req)
 
 
-async def _task_cancel(ops: Operations, _: LinkService, caller: Caller, req: c.TaskCancel) -> c.Wire:
-    return await _delegation(ops).cancel(caller, req)
+async def _task_cancel(s: ToolServices, caller: Caller, req: c.TaskCancel) -> c.Wire:
+    return await s.delegation.cancel(caller, req)
 
 
-async def _thread_launch(ops: Operations, _: LinkService, caller: Caller, req: c.ThreadLaunch) -> c.Wire:
-    return await ops.thread_launch(caller, req)
+async def _thread_launch(s: ToolServices, caller: Caller, req: c.ThreadLaunch) -> c.Wire:
+    return await s.ops.thread_launch(caller, req)
 
 
-async def _thread_read(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadReadTool) -> c.Wire:
-    return await ops.thread_read(caller, req.thread_id, _fields(req, c.ThreadRead))
+async def _thread_read(s: ToolServices, caller: Caller, req: t.ThreadReadTool) -> c.Wire:
+    return await s.ops.thread_read(caller, req.thread_id, _fields(req, c.ThreadRead))
 
 
-async def _thread_wait(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadWaitTool) -> c.Wire:
-    return await ops.thread_wait(caller, req.thread_id, _fields(req, c.ThreadWait))
+async def _thread_wait(s: ToolServices, caller: Caller, req: t.ThreadWaitTool) -> c.Wire:
+    return await s.ops.thread_wait(caller, req.thread_id, _fields(req, c.ThreadWait))
 
 
-async def _thread_send(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadSendTool) -> c.Wire:
-    return await ops.thread_send(caller, req.thread_id, _fields(req, c.ThreadSend))
+async def _thread_send(s: ToolServices, caller: Caller, req: t.ThreadSendTool) -> c.Wire:
+    return await s.ops.thread_send(caller, req.thread_id, _fields(req, c.ThreadSend))
 
 
-async def _thread_interrupt(
-    ops: Operations, _: LinkService, caller: Caller, req: t.ThreadInterruptTool
-) -> c.Wire:
+async def _thread_interrupt(s: ToolServices, caller: Caller, req: t.ThreadInterruptTool) -> c.Wire:
     if req.thread_id == caller.thread_id:
         raise InvalidRequest("A run cannot interrupt its own thread through a tool; end the turn instead.")
-    return await ops.thread_interrupt(caller, req.thread_id, _fields(req, c.ThreadInterrupt))
+    return await s.ops.thread_interrupt(caller, req.thread_id, _fields(req, c.ThreadInterrupt))
 
 
-async def _thread_move(ops: Operations, _: LinkService, caller: Caller, req: t.ThreadMoveTool) -> c.Wire:
-    from peerd.handoff.service import service_for  # noqa: PLC0415  # the tool's own feature
-    from peerd.handoff.wire import ThreadMove  # noqa: PLC0415
+async def _thread_move(s: ToolServices, caller: Caller, req: t.ThreadMoveTool) -> c.Wire:
+    from peerd.handoff.wire import ThreadMove  # noqa: PLC0415  # the tool's own feature
 
     if caller.thread_id is None:
         raise InvalidRequest("thread_move moves the calling agent's own thread; use `peerd thread move`.")
     move = ThreadMove.model_validate(req.model_dump(by_alias=True, exclude_unset=True))
-    return await service_for(ops).move(caller, caller.thread_id, move)
+    return await s.moves.move(caller, caller.thread_id, move)
 
 
-async def _project_list(ops: Operations, _: LinkService, caller: Caller, req: c.ProjectList) -> c.Wire:
-    return await ops.project_list(caller, req)
+async def _project_list(s: ToolServices, caller: Caller, req: c.ProjectList) -> c.Wire:
+    return await s.ops.project_list(caller, req)
 
 
-async def _environment_list(
-    _: Operations, links: LinkService, caller: Caller, __: t.EnvironmentListTool
-) -> c.Wire:
+async def _environment_list(s: ToolServices, caller: Caller, _: t.EnvironmentListTool) -> c.Wire:
     if caller.link is not None:
         # A box never lends its own links to a link's work: they are not the link's to see or use.
         raise CapabilityDenied(
             f"This run was started through the link {caller.link.label!r}, which cannot use this "
             "machine's own links; it has none to list."
         )
-    return t.EnvironmentListResult(items=await links.environment_list(probe=False))
+    return t.EnvironmentListResult(items=await s.links.environment_list(probe=False))
 
 
 TOOLS: dict[str, Tool] = {
@@ -165,29 +169,29 @@ def _tool(name: str) -> tuple[Tool, t.ToolSpec]:
 
 
 async def invoke(
-    ops: Operations, links: LinkService, caller: Caller, name: str, arguments: dict[str, Any]
+    services: ToolServices, caller: Caller, name: str, arguments: dict[str, Any]
 ) -> dict[str, Any]:
     """One tool call as `caller`: the one implementation behind `/v1/tools/{name}` and MCP's
     `tools/call` (`peerd.api.mcp_http`). Raises `PeerdError`, or pydantic's error for bad input."""
     tool, spec = _tool(name)
     req = spec.input_model.model_validate(arguments)
-    body = (await tool(ops, links, caller, req)).wire()
+    body = (await tool(services, caller, req)).wire()
     if (hint := t.continue_hint(name, body)) is not None:
         body["hint"] = hint
     return body
 
 
 async def call_tool(request: web.Request) -> web.Response:
-    ops = request.app[OPERATIONS]
+    services = request.app[TOOL_SERVICES]
     name = request.match_info["name"]
     _tool(name)  # an unknown tool is not_found before the token is looked at
     caller = await caller_from_token(
-        ops,
+        services.ops,
         request.headers.get("Authorization"),
         owner_without_token=request.app.get(OWNER_WITHOUT_TOKEN, True),
     )
     arguments = await json_object(request)
-    result = await invoke(ops, request.app[LINKS], caller, name, arguments)  # bad input: 400 (middleware)
+    result = await invoke(services, caller, name, arguments)  # bad input: 400 (middleware)
     return ok({"result": result})
 
 
@@ -238,12 +242,11 @@ TOOLS_ROUTE = Route(
 )
 
 
-def agent_app(ops: Operations, link_service: LinkService) -> web.Application:
+def agent_app(services: ToolServices) -> web.Application:
     """The agent socket's app: the tools, for live run tokens only; nothing of the owner's API
     (the daemon adds MCP at `/mcp`: `peerd.api.mcp_http.add_mcp_route`)."""
     app = base_app()
-    app[OPERATIONS] = ops
-    app[LINKS] = link_service
+    app[TOOL_SERVICES] = services
     app[OWNER_WITHOUT_TOKEN] = False
     add_routes(app, (TOOLS_ROUTE,))
     return app

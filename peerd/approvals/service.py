@@ -11,6 +11,10 @@ queued so it does.
 
 Change keys on the `ChangeFeed`: `approvals` (anything), `approvals:link:<client id>` (that link's
 work), and the thread's own id.
+
+What the run manager sees of it is `RunGates`, its `RunApprovals` (`peerd/runtime/approval_gate.py`):
+the gate of each run at approval-required, and each run's end. A continuation is queued here
+(`continuation`) and started by the run manager, told by the event `RunQueued`.
 """
 
 from __future__ import annotations
@@ -25,12 +29,15 @@ import structlog
 
 from peerd.approvals import rules
 from peerd.approvals import store as approvals_store
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.rules import Approval, Decision, LinkPolicy
+from peerd.contracts import Thread
+from peerd.core.events import Events, RunQueued
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound, ApprovalWithdrawn
+from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
+from peerd.tasks import store as tasks_store
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +68,19 @@ class RunContext:
 # Queue a run on the thread (a continuation after a restart) when nothing is queued there and the
 # run that asked is still the thread's latest: (thread id, that run's id, prompt) -> queued or not.
 Continue = Callable[[str, str, str], Awaitable[bool]]
+
+
+def continuation(db: Database, events: Events, *, clock: Callable[[], float]) -> Continue:
+    """The continuation of an owed decision: queued in the store (`queue_continuation`), then
+    announced (`RunQueued`: the run manager starts it if the thread's queue flows)."""
+
+    async def continue_thread(thread_id: str, asked_in: str, prompt: str) -> bool:
+        queued = await approvals_store.queue_continuation(db, thread_id, asked_in, prompt, now=clock())
+        if queued:
+            await events.publish(RunQueued(thread_id))
+        return queued
+
+    return continue_thread
 
 
 class ApprovalService:
@@ -302,6 +322,31 @@ class ApprovalService:
         self.feed.changed(approval.thread_id)
         if approval.link_origin is not None:
             self.feed.changed(link_key(approval.link_origin))
+
+
+class RunGates:
+    """The run manager's `RunApprovals` (`peerd/runtime/approval_gate.py`): each run's gate, with
+    who it is from (the link, the task that delegated it here), and each run's end."""
+
+    def __init__(self, service: ApprovalService, db: Database) -> None:
+        self.service = service
+        self.db = db
+
+    async def gate_for(self, thread: Thread, run_id: str) -> ApprovalGate | None:
+        open_tasks = await tasks_store.open_local(self.db, child_thread_id=thread.id)
+        parent_task = open_tasks[0] if open_tasks else None
+        context = RunContext(
+            run_id=run_id,
+            thread_id=thread.id,
+            link_origin=thread.link_origin,
+            link_label=thread.link_label,
+            parent_task_id=None if parent_task is None else parent_task.id,
+            parent_thread_id=None if parent_task is None else parent_task.parent_thread_id,
+        )
+        return self.service.gate_for(context)
+
+    async def run_ended(self, run_id: str, *, cut: bool) -> None:
+        await self.service.run_ended(run_id, cut=cut)
 
 
 class RunGate:

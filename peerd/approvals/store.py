@@ -13,6 +13,7 @@ import aiosqlite
 
 from peerd.approvals.rules import Approval
 from peerd.store.db import Database
+from peerd.store.threads.writes import new_run
 
 _COLUMNS = (
     "id, run_id, thread_id, ask_key, kind, tool, summary, detail, digest, status, link_origin, link_label,"
@@ -244,3 +245,33 @@ async def mirrored_on_thread(db: Database, environment_id: str, thread_id: str) 
         if body.get("threadId") == thread_id and body.get("status") == "pending":
             return body
     return None
+
+
+LIVE_OR_QUEUED = ("queued", "starting", "running")
+
+
+async def queue_continuation(db: Database, thread_id: str, asked_in: str, prompt: str, *, now: float) -> bool:
+    """A run on the thread for an owed decision, unless one is queued or live there already (it
+    will ask again and inherit the decision), the thread went on since the run that asked
+    (`asked_in` is no longer its latest run: the question is stale), or the thread is archived or
+    held by a stop."""
+    async with db.write() as tx:
+        async with tx.execute("SELECT status, queue_held FROM threads WHERE id = ?", (thread_id,)) as cur:
+            thread = await cur.fetchone()
+        if thread is None or thread["status"] == "archived" or thread["queue_held"]:
+            return False
+        marks = ", ".join("?" * len(LIVE_OR_QUEUED))
+        async with tx.execute(
+            f"SELECT 1 FROM runs WHERE thread_id = ? AND status IN ({marks}) LIMIT 1",  # noqa: S608
+            (thread_id, *LIVE_OR_QUEUED),
+        ) as cur:
+            if await cur.fetchone() is not None:
+                return False
+        async with tx.execute(
+            "SELECT id FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT 1", (thread_id,)
+        ) as cur:
+            latest = await cur.fetchone()
+        if latest is None or latest["id"] != asked_in:
+            return False
+        await new_run(tx, thread_id, prompt, now, origin="continue")
+        return True

@@ -4,15 +4,15 @@
 thread's runs to end, passes the commit point, then does the steps `machine.next_step` names, each
 recorded when done, with transient failures retried (1 s doubling to 60 s). `start` resumes every
 unfinished move after a restart (a crash included), so a move always ends with one live copy: the
-thread here (`cancelled`, `failed`) or the thread there (`moved`). `guard_send` is the rule for a
-message to a thread with a move (`machine.on_message`), asked by `Operations.thread_send`.
+thread here (`cancelled`, `failed`) or the thread there (`moved`). `MoveGuard.guard_send` is the
+rule for a message to a thread with a move (`machine.on_message`), asked by `Operations.thread_send`
+(given to its constructor: `Operations(before_send=...)`), so it is built before `Operations`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.core.access import ModeCap, cap_for
+from peerd.core.clock import Clock
 from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
@@ -33,23 +34,50 @@ from peerd.operations import Caller, Operations, started_by
 from peerd.orchestrate.transport import GitTransport
 from peerd.peer.links import LinkService
 from peerd.runtime import git
+from peerd.runtime.feed import ChangeFeed
 from peerd.store import links as link_store
 from peerd.store import ownership, projects, threads
+from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
 
 # Tests set it to stop a move between two steps (the name of the next one) as a crash would.
 FaultPoint = Callable[[str], Awaitable[None]]
 
-# The daemon's service by its Operations (the agent tool `thread_move` reaches it from `ops`).
-_SERVICES: weakref.WeakKeyDictionary[Operations, HandoffService] = weakref.WeakKeyDictionary()
 
+class MoveGuard:
+    """What a message to a thread with a move does (`machine.on_message`): it cancels the move
+    before its commit point, and is refused after it (`ThreadMoved`, `ThreadMoving`)."""
 
-def service_for(ops: Operations) -> HandoffService:
-    found = _SERVICES.get(ops)
-    if found is None:
-        raise InvalidRequest("Thread moves are not available in this daemon.")
-    return found
+    def __init__(self, db: Database, feed: ChangeFeed, *, clock: Clock) -> None:
+        self.db = db
+        self.feed = feed
+        self.clock = clock
+
+    async def guard_send(self, thread_id: str) -> None:
+        """A message to a thread with a move: cancels it before the commit point, else refused."""
+        row = await moves.current(self.db, thread_id)
+        reaction = machine.on_message(None if row is None else row["state"])
+        if reaction == "cancel":
+            reason = "A message to the thread before the move committed kept it here."
+            if await moves.cancel_waiting(self.db, thread_id, reason=reason, now=self.clock()) is not None:
+                self.feed.changed(thread_id)
+                return
+            row = await moves.current(self.db, thread_id)  # it passed its commit point meanwhile
+            reaction = machine.on_message(None if row is None else row["state"])
+        if row is None or reaction == "allow":
+            return
+        where = f"{row['environment_id']}"
+        if reaction == "refuse_moved":
+            raise ThreadMoved(
+                f"Thread {thread_id} was moved to {where} as thread {row['there_thread_id']}: send there "
+                f"(`peerd thread send {row['there_thread_id']} --env {where} ...`)."
+            )
+        there = f" as thread {row['there_thread_id']}" if row["there_thread_id"] else ""
+        raise ThreadMoving(
+            f"Thread {thread_id} is being moved to {where}{there} (move {row['id']}) and takes no new runs "
+            "here; send to the thread there once the move ends (`peerd thread show` names it)."
+        )
 
 
 class HandoffService:
@@ -63,7 +91,6 @@ class HandoffService:
         self.fault: FaultPoint | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closed = False
-        _SERVICES[ops] = self
 
     # --- life ------------------------------------------------------------------------------------
 
@@ -186,34 +213,6 @@ class HandoffService:
             if row["state"] not in machine.OPEN or remaining <= 0 or self.ops.feed.closed:
                 return moves.info(row)
             await self.ops.feed.wait(changed, remaining)
-
-    async def guard_send(self, thread_id: str) -> None:
-        """A message to a thread with a move: cancels it before the commit point, else refused."""
-        row = await moves.current(self.db, thread_id)
-        reaction = machine.on_message(None if row is None else row["state"])
-        if reaction == "cancel":
-            reason = "A message to the thread before the move committed kept it here."
-            if (
-                await moves.cancel_waiting(self.db, thread_id, reason=reason, now=self.ops.clock())
-                is not None
-            ):
-                self.ops.feed.changed(thread_id)
-                return
-            row = await moves.current(self.db, thread_id)  # it passed its commit point meanwhile
-            reaction = machine.on_message(None if row is None else row["state"])
-        if row is None or reaction == "allow":
-            return
-        where = f"{row['environment_id']}"
-        if reaction == "refuse_moved":
-            raise ThreadMoved(
-                f"Thread {thread_id} was moved to {where} as thread {row['there_thread_id']}: send there "
-                f"(`peerd thread send {row['there_thread_id']} --env {where} ...`)."
-            )
-        there = f" as thread {row['there_thread_id']}" if row["there_thread_id"] else ""
-        raise ThreadMoving(
-            f"Thread {thread_id} is being moved to {where}{there} (move {row['id']}) and takes no new runs "
-            "here; send to the thread there once the move ends (`peerd thread show` names it)."
-        )
 
     # --- the driver ---------------------------------------------------------------------------------
 

@@ -12,14 +12,14 @@ expired or missing (`not_linked`) link, or a typed refusal from the box is termi
 Nothing waits on a silent box for long: a call's read timeout is `CALL_TIMEOUT_S`, a long-poll's
 is its own wait plus `LONG_POLL_MARGIN_S`, and the sockets use TCP keepalive, so a black-holed
 route is noticed within one long-poll chunk. Every answer from a box (a call, a token refresh, a
-probe of its descriptor) is reported to `on_answer(env_id)`: the followers use it to end a backoff
-the moment the box is back.
+probe of its descriptor) is published as `PeerAnswered(env_id)` (`peerd/core/events.py`): the
+followers use it to end a backoff the moment the box is back.
 
 Version skew. Every request says which wire revision this peerd speaks (`Peerd-Protocol`), and
 every answer's revision and release (`Peerd-Protocol`, `Peerd-Version`; none: revision 1, the
 releases before the header) is remembered per link (`protocol_of`). A call the box's revision lacks
 (the change feed, `REQUIRED_PROTOCOL`) that it answers `not_found` is a typed `VersionSkew` naming
-the machine to update; such an answer is not reported to `on_answer` (an answer that cannot be used
+the machine to update; such an answer is not published as `PeerAnswered` (an answer that cannot be used
 ends no backoff: otherwise the follower would retry it at once, for ever). While the box answers
 with an older revision than this peerd needs to follow tasks (`FEED_PROTOCOL`), the link's status
 is `version_skew`, with that sentence, instead of `reachable`.
@@ -45,6 +45,7 @@ import yarl
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import require_write, runtime_rank
+from peerd.core.events import Events, PeerAnswered
 from peerd.core.links import LinkEvent, is_final, next_status
 from peerd.errors import (
     CapabilityDenied,
@@ -186,7 +187,14 @@ def _ssl_for(url: str, fingerprint: bytes) -> aiohttp.Fingerprint | bool:
 
 
 class PeerClient:
-    def __init__(self, db: Database, *, own_env_id: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        own_env_id: str,
+        clock: Callable[[], float] = time.time,
+        events: Events | None = None,
+    ) -> None:
         self._db = db
         self._own_env_id = own_env_id
         self._clock = clock
@@ -195,18 +203,17 @@ class PeerClient:
         self._locks: dict[str, asyncio.Lock] = {}
         self._good_url: dict[str, str] = {}
         self._protocols: dict[str, PeerProtocol] = {}  # per link: what the box's last answer said
-        self.on_answer: Callable[[str], None] | None = None  # a box answered: its env id
+        self._events = events or Events()  # `PeerAnswered`: a box answered
 
     def protocol_of(self, env_id: str) -> PeerProtocol | None:
         """What the box's last answer said it speaks (None: no answer since this daemon started)."""
         return self._protocols.get(env_id)
 
-    def _answered(self, env_id: str) -> None:
-        if self.on_answer is not None:
-            try:
-                self.on_answer(env_id)
-            except Exception:  # a listener's bug must not fail the call that succeeded
-                log.exception("peer.on_answer_failed", env_id=env_id)
+    async def _answered(self, env_id: str) -> None:
+        try:
+            await self._events.publish(PeerAnswered(env_id))
+        except Exception:  # a listener's bug must not fail the call that succeeded
+            log.exception("peer.on_answer_failed", env_id=env_id)
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=CALL_TIMEOUT_S)
@@ -304,7 +311,7 @@ class PeerClient:
                 continue
             if desc.env_id == link.env_id:
                 self._good_url[link.env_id] = url
-                self._answered(link.env_id)  # it answers as the linked environment, at its pin
+                await self._answered(link.env_id)  # it answers as the linked environment, at its pin
                 return url
         if mismatch is not None:
             # Something answers where the box should, with another certificate: retrying cannot
@@ -365,7 +372,7 @@ class PeerClient:
                 access_expires_at=now + answer.expires_in,
             )
             await links.save_tokens(self._db, updated)  # persisted before it is used
-            self._answered(env_id)
+            await self._answered(env_id)
             return updated, answer.access_token
 
     async def post_form(self, link: LinkRow, base: str, path: str, form: dict[str, str]) -> tuple[int, Any]:
@@ -459,7 +466,7 @@ class PeerClient:
                 skew = VersionSkew(skew_message(link.label, peer))
                 await self._outcome(link, "answered_older", skew.message)
                 raise skew  # no `_answered`: this answer ends no backoff
-            self._answered(env_id)
+            await self._answered(env_id)
             if peer.revision < c.FEED_PROTOCOL:
                 await self._outcome(link, "answered_older", skew_message(link.label, peer))
             else:

@@ -16,7 +16,7 @@ import asyncio
 import math
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,6 +24,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.core.access import ACCESS_LEVELS, access_within
+from peerd.core.events import ClientRevoked, Events, LinkChecked, LinkForgotten
 from peerd.core.links import is_final
 from peerd.core.text import clean_label
 from peerd.errors import (
@@ -126,6 +127,7 @@ class LinkService:
         label: str,
         advertised_urls: Callable[[], list[str]],
         clock: Callable[[], float] = time.time,
+        events: Events | None = None,
     ) -> None:
         self.db = db
         self.identity = identity
@@ -133,11 +135,10 @@ class LinkService:
         self.label = label
         self.advertised_urls = advertised_urls
         self.clock = clock
-        self.on_unlink: Callable[[str], None] | None = None
-        # Box side: told when a client is revoked, so that client's long-polls can end at once.
-        self.on_client_revoked: Callable[[str], None] | None = None
-        # A box's `GET /v1/link` answer (its capacity report: peerd/placement/), set by the daemon.
-        self.on_link_answer: Callable[[str, object], Awaitable[None]] | None = None
+        # What goes out: `LinkForgotten` (its follower ends its tasks), `ClientRevoked` (box side:
+        # that client's long-polls end at once), `LinkChecked` (a box's `GET /v1/link` answer, with
+        # its capacity report: peerd/placement/).
+        self._events = events or Events()
         self._background: set[asyncio.Future[None]] = set()  # live checks that outlived a listing
 
     # --- box side ----------------------------------------------------------------------------
@@ -179,8 +180,9 @@ class LinkService:
 
     async def client_revoke(self, client_id: str) -> c.ClientInfo:
         revoked = await clients.revoke_client(self.db, client_id, reason="Revoked here.", now=self.clock())
-        if self.on_client_revoked is not None:
-            self.on_client_revoked(client_id)  # its open long-polls end now, not at their timeout
+        await self._events.publish(
+            ClientRevoked(client_id)
+        )  # its open long-polls end now, not at their timeout
         return revoked
 
     # --- laptop side -------------------------------------------------------------------------
@@ -360,8 +362,7 @@ class LinkService:
     async def _check_one(self, row: LinkRow) -> None:
         try:
             answer = await self.peers.call(row.env_id, "GET", "/v1/link")
-            if self.on_link_answer is not None:
-                await self.on_link_answer(row.env_id, answer)
+            await self._events.publish(LinkChecked(row.env_id, answer))
         except PinMismatch as exc:
             await links.record_outcome(
                 self.db, row.env_id, event="no_answer", error=str(exc), reached_at=None
@@ -375,8 +376,7 @@ class LinkService:
         row = await self._row(env_id)
         told = False if row.status == "revoked" else await self.peers.revoke(row)
         await links.delete(self.db, row.env_id)
-        if self.on_unlink is not None:
-            self.on_unlink(row.env_id)  # its follower ends the link's open tasks now, not after a poll
+        await self._events.publish(LinkForgotten(row.env_id))  # its follower ends the link's tasks now
         if row.status == "revoked":
             message = f"Forgot the link to {row.label}; {row.label} had already revoked it."
         elif told:

@@ -43,7 +43,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from peerd.approvals.gate import ApprovalAnswer
 from peerd.config import ProviderConfig
 from peerd.providers.base import RunFinished, RunSpec
 from peerd.providers.claude_asks import FileReader, ask_for, worktree_reader
@@ -51,6 +50,7 @@ from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import Launch, ToolBinding
 from peerd.providers.duplex import AskPerson, DuplexDriver, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_mapping, as_str, clip_head
+from peerd.runtime.approval_gate import ApprovalAnswer
 
 DEFAULT_DENY = "The person approving this run's actions did not allow it."
 ASKING_NOTICE = (

@@ -28,7 +28,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.providers.base import (
     ItemProduced,
     ProviderEvent,
@@ -37,6 +36,7 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.providers.cli import BoundedRetries, CliRun, Launch, sandboxed
+from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.runtime.process import ProviderProcess
 
 log = structlog.get_logger(__name__)

@@ -26,12 +26,12 @@ from typing import TypeVar
 
 import structlog
 
-from peerd.approvals.gate import ApprovalGate
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.backoff import Backoff
 from peerd.core.clock import SYSTEM_CLOCK, Clock
+from peerd.core.events import Events, RunEnded
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
 from peerd.errors import (
     CapabilityDenied,
@@ -51,6 +51,7 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.runtime import git, sandbox, sandbox_profile
+from peerd.runtime.approval_gate import ApprovalGate, RunApprovals
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.meter import RunMeter
 from peerd.runtime.sandbox import Confinement
@@ -118,6 +119,8 @@ class RunManager:
         label: str | None = None,
         continue_cut_runs: bool = True,
         start_slots: int | None = None,
+        approvals: RunApprovals | None = None,
+        events: Events | None = None,
     ) -> None:
         self._db = db
         # How many runs may be starting at once (peerd/runtime/slots.py; `[runs] start_slots`).
@@ -144,11 +147,11 @@ class RunManager:
         # Store writes that failed and were retried; set while one waits (tests wait on it).
         self.store_retries = 0
         self.store_fault = asyncio.Event()
-        # Told when a run ends (delegated tasks whose child this is may now be settled).
-        self.on_run_end: Callable[[str], Awaitable[None]] | None = None
-        # Who decides a run's guarded actions at approval-required (peerd/approvals/wiring.py).
-        self.approvals: Callable[[Thread, str], Awaitable[ApprovalGate | None]] | None = None
-        self.on_approvals_end: Callable[[str, bool], Awaitable[None]] | None = None
+        # Who decides a run's guarded actions at approval-required, told first when a run ends
+        # (peerd/runtime/approval_gate.py; the daemon gives it peerd/approvals/service.py:RunGates).
+        self._approvals = approvals
+        # `RunEnded` goes out here once a run ended (delegated tasks whose child it is may settle).
+        self._events = events or Events()
 
     def providers(self) -> list[str]:
         return sorted(self._providers)
@@ -196,8 +199,7 @@ class RunManager:
 
     async def _notify_end(self, thread_id: str) -> None:
         try:
-            if self.on_run_end is not None:
-                await self.on_run_end(thread_id)
+            await self._events.publish(RunEnded(thread_id))
         except Exception:
             log.exception("run.end_hook_failed", thread_id=thread_id)
 
@@ -240,7 +242,7 @@ class RunManager:
             self._feed.changed(thread.id)
             if not self._closing:
                 self._spawn(self._kick_logged(thread.id), f"kick:{thread.id}")
-                if self.on_run_end is not None:
+                if self._events.subscribers(RunEnded):
                     self._spawn(self._notify_end(thread.id), f"ended:{thread.id}")
 
     async def _drive(self, thread: Thread, run_id: str, token: str, slot: Slot) -> None:
@@ -312,9 +314,9 @@ class RunManager:
             )
         for notice in notices:
             await self._item(thread.id, run_id, "notice", notice)
-        gate = None
-        if self.approvals is not None and runtime_mode == "approval-required":
-            gate = await self.approvals(thread, run_id)
+        gate: ApprovalGate | None = None
+        if self._approvals is not None and runtime_mode == "approval-required":
+            gate = await self._approvals.gate_for(thread, run_id)
         spec = RunSpec(
             thread_id=thread.id,
             run_id=run_id,
@@ -498,10 +500,10 @@ class RunManager:
         reported: bool = False,
     ) -> None:
         cut = status == "interrupted" and run_id in self._cut
-        if self.on_approvals_end is not None:
+        if self._approvals is not None:
             # Its open questions are withdrawn, unless a stop of this daemon cut it (they wait).
             with contextlib.suppress(Exception):
-                await self.on_approvals_end(run_id, cut or self._closing)
+                await self._approvals.run_ended(run_id, cut=cut or self._closing)
         if cut:
             # Cut by the shutdown: interrupted, and continued after the restart where the rules say.
             await self._write(lambda: self._record_cut(only={run_id}))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -25,6 +25,7 @@ from peerd import contracts as c
 from peerd.approvals import store as approvals_store
 from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.clock import SYSTEM_CLOCK, Clock
+from peerd.core.events import Events, RemoteTaskChanged
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
@@ -39,6 +40,7 @@ from peerd.store.db import Database
 from peerd.store.threads.usage import remote_task_usage, task_usage, wire_usage
 from peerd.tasks import store as tasks
 from peerd.tasks.ending import TaskEnder
+from peerd.tasks.feed import FeedHub
 from peerd.tasks.rules import WAIT_CAP_S, cancel_result, classify, role_prompt, stopped_with_parent
 from peerd.tasks.store import NewTask, TaskRow
 
@@ -68,10 +70,6 @@ def _seconds(timeout_ms: int | None) -> float:
     return WAIT_CAP_S if timeout_ms is None else timeout_ms / 1000
 
 
-class FollowerNotifier(Protocol):
-    def notify(self, env_id: str, task_id: str | None = None) -> None: ...
-
-
 class Delegation:
     def __init__(
         self,
@@ -83,6 +81,8 @@ class Delegation:
         *,
         env_id: str,
         clock: Clock = SYSTEM_CLOCK,
+        events: Events | None = None,
+        hub: FeedHub | None = None,
     ) -> None:
         self.db = db
         self.feed = feed
@@ -91,8 +91,14 @@ class Delegation:
         self.forwarder = forwarder
         self.env_id = env_id
         self.clock = clock
-        self.followers: FollowerNotifier | None = None
-        self.ender = TaskEnder(db, feed, runs, clock=clock)
+        # `RemoteTaskChanged` goes out when a remote task is recorded or stopped (its follower).
+        self._events = events or Events()
+        self.ender = TaskEnder(db, feed, runs, clock=clock, hub=hub)
+
+    @property
+    def hub(self) -> FeedHub:
+        """The box's side of the change feed (`POST /v1/feed/...`)."""
+        return self.ender.watcher.hub
 
     # --- delegate_task -----------------------------------------------------------------------
 
@@ -184,8 +190,7 @@ class Delegation:
             task, _ = await tasks.record(self.db, new, now=self.clock())
             if task.child_thread_id is None and not task.terminal:
                 task = await self.launch_remote(task, raise_terminal=True)
-            if self.followers is not None:
-                self.followers.notify(env, task.id)
+            await self._events.publish(RemoteTaskChanged(env, task.id))
         if placed is not None and self.ops.placement is not None:
             await self.ops.placement.kept(placed_key, placed, task_id=task.id)
         if req.mode == "wait":
@@ -392,8 +397,8 @@ class Delegation:
                 f"{result.rstrip('.')}. It could not be stopped in {label} and may still run there: {why}"
             )
         await self.end(task.id, status, result)
-        if self.followers is not None:  # delivered or not, the follower re-reads this task
-            self.followers.notify(task.target_env, task.id)
+        # Delivered or not, the follower re-reads this task.
+        await self._events.publish(RemoteTaskChanged(task.target_env, task.id))
         return (await tasks.get(self.db, task.id)).info()
 
     async def deliver_stop(self, task: TaskRow, *, for_follower: bool = False) -> bool:

@@ -18,6 +18,7 @@ from peerd.runtime.runner import RunManager
 from peerd.store import threads
 from peerd.store.db import Database
 from peerd.tasks import store as tasks
+from peerd.tasks.feed import FeedHub
 from peerd.tasks.rules import result_text, task_status_from_run
 from peerd.tasks.store import TaskRow
 from peerd.tasks.timing import Retrier
@@ -35,12 +36,13 @@ class TaskEnder:
         *,
         clock: Clock = SYSTEM_CLOCK,
         retries: Retrier | None = None,
+        hub: FeedHub | None = None,
     ) -> None:
         self.db = db
         self.feed = feed
         self.runs = runs
         self.clock = clock
-        self.watcher = RunWatcher(db, feed)
+        self.watcher = RunWatcher(db, feed, hub=hub)
         self.retries = retries or Retrier(clock=clock)
 
     async def end(

@@ -28,6 +28,7 @@ from peerd.approvals.desk import pending_hash
 from peerd.approvals.service import link_key as approvals_key
 from peerd.approvals.wire import MAX_MIRRORED, ApprovalView
 from peerd.contracts import Capacity, Usage
+from peerd.core.events import ClientRevoked
 from peerd.errors import CapabilityDenied, InvalidRequest
 from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed, Listener
@@ -60,7 +61,14 @@ class _Link:
 
 
 class FeedHub:
-    def __init__(self, db: Database, feed: ChangeFeed, *, epoch: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        feed: ChangeFeed,
+        *,
+        epoch: str | None = None,
+        capacity: Callable[[], Awaitable[Capacity]] | None = None,
+    ) -> None:
         self.db = db
         self.feed = feed
         self.epoch = epoch or secrets.token_hex(8)
@@ -68,8 +76,8 @@ class FeedHub:
         self._links: dict[str, _Link] = {}
         self._loading = asyncio.Lock()
         self.looks = 0  # threads looked at (the benchmark reads it: O(changes), not O(followed))
-        # This box's capacity report, sent with every answer (set by the daemon; peerd/placement/).
-        self.capacity: Callable[[], Awaitable[Capacity]] | None = None
+        # This box's capacity report, sent with the answers (peerd/placement/service.py).
+        self.capacity = capacity
 
     async def _link(self, caller: Caller) -> _Link:
         if caller.link is None:
@@ -88,6 +96,10 @@ class FeedHub:
                 link = _Link(client_id, state, listener)
                 self._links[client_id] = link
         return link
+
+    def client_revoked(self, event: ClientRevoked) -> None:
+        """A revoked client's open long-polls (here and `POST /v1/watch`) end now."""
+        self.feed.changed(client_key(event.client_id))
 
     # --- the subscription --------------------------------------------------------------------------
 

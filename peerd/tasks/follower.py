@@ -10,7 +10,7 @@ link for changes after a cursor (`POST /v1/feed/changes`, one request per chunk 
 number of tasks). The poll runs beside the other steps: a new task joins the subscription with
 a short request and the poll in flight is not restarted.
 
-What the machine is told: every answer from the box (the peer client's `on_answer` hook, so a
+What the machine is told: every answer from the box (the peer client's `PeerAnswered` event, so a
 forwarded call, a launch, a refresh or a probe ends a backoff at once and wakes a follower that
 was sleeping it out), a failed call's typed code, a poll left unanswered past its deadline (a
 black hole), and this daemon's store failing. No failure stops a follower: a store fault anywhere,
@@ -30,8 +30,8 @@ import structlog
 
 from peerd.approvals import store as approvals_store
 from peerd.approvals.service import ANY_KEY as APPROVALS_CHANGED
-from peerd.contracts import Capacity
 from peerd.core.clock import SYSTEM_CLOCK, Clock
+from peerd.core.events import CapacityReported, Events, LinkForgotten, PeerAnswered, RemoteTaskChanged
 from peerd.errors import PeerdError
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
@@ -80,6 +80,7 @@ class FollowerPool:
         clock: Clock | None = None,
         jitter: Callable[[], float] = random.random,
         watch_chunk_s: float = WATCH_CHUNK_S,
+        events: Events | None = None,
     ) -> None:
         self.db = db
         self.delegation = delegation
@@ -89,10 +90,19 @@ class FollowerPool:
         self._followers: dict[str, Follower] = {}
         self._closing = False
         self.feed = FeedTransport(db, delegation.forwarder)  # an older box: through its watch
-        delegation.followers = self
-        # A box's capacity report, as each feed answer brings it (set by the daemon; placement).
-        self.on_capacity: Callable[[str, Capacity], Coroutine[Any, Any, None]] | None = None
-        delegation.forwarder.peers.on_answer = self.answered  # any answer from a box ends its backoff
+        # `CapacityReported` goes out with each box's report a feed answer brings (placement).
+        self.events = events or Events()
+
+    # What the pool listens to (the daemon subscribes these: peerd/daemon.py:Daemon._subscribe).
+
+    def task_changed(self, event: RemoteTaskChanged) -> None:
+        self.notify(event.env_id, event.task_id)
+
+    def link_forgotten(self, event: LinkForgotten) -> None:
+        self.notify(event.env_id)  # its follower ends the link's open tasks now, not after a poll
+
+    def peer_answered(self, event: PeerAnswered) -> None:
+        self.answered(event.env_id)  # any answer from a box ends its backoff
 
     def notify(self, env_id: str, task_id: str | None = None) -> None:
         """New work on this link (this task changed, or, without one, the link itself): start its
@@ -425,8 +435,8 @@ class Follower:
             answer = FeedChanges.model_validate(data)
             if answer.approvals is not None:
                 self._mirror_approvals(answer)
-            if answer.capacity is not None and self.pool.on_capacity is not None:
-                self._background(self.pool.on_capacity(self.env_id, answer.capacity))
+            if answer.capacity is not None and self.pool.events.subscribers(CapacityReported):
+                self._background(self.pool.events.publish(CapacityReported(self.env_id, answer.capacity)))
         except PeerdError as exc:
             if is_store_fault(exc):
                 self.machine.poll_deadline = None

@@ -25,10 +25,10 @@ __all__ = ["RunWatcher", "client_key"]
 
 
 class RunWatcher:
-    def __init__(self, db: Database, feed: ChangeFeed) -> None:
+    def __init__(self, db: Database, feed: ChangeFeed, *, hub: FeedHub | None = None) -> None:
         self.db = db
         self.feed = feed
-        self.hub = FeedHub(db, feed)
+        self.hub = hub or FeedHub(db, feed)
 
     async def watch_one(self, thread_id: str, run_id: str) -> c.WatchedRun:
         """Has the work this run started settled (its own delegations included), and with which run?"""

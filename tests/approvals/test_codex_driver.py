@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from peerd.approvals.gate import ApprovalAnswer
 from peerd.config import ProviderConfig
 from peerd.core.usage import Usage
 from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
@@ -16,6 +15,7 @@ from peerd.providers.coders import CODEX_NO_SANDBOX
 from peerd.providers.codex_appserver import app_server_args, duplex_launch
 from peerd.providers.codex_rpc import CodexAppServerDriver, exec_shape
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
+from peerd.runtime.approval_gate import ApprovalAnswer
 from peerd.runtime.sandbox import Confinement
 
 THREAD = "01a23232-7c9e-77e0-bfa7-e5fe9ba9fc90"

@@ -4,7 +4,7 @@ change feed's routes `not_found`, the batched `POST /v1/watch` served. (The real
 is driven in test_skew.py; this one isolates the rules.)
 
 - A feed call it answers `not_found` is a typed `version_skew`, recorded on the link, and is not
-  reported as an answer (`on_answer` ends a follower's backoff: reporting it is the busy loop).
+  reported as an answer (`PeerAnswered` ends a follower's backoff: reporting it is the busy loop).
 - The follower's transport (`peerd.tasks.watchfeed.FeedTransport`) follows runs there through the
   watch instead.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from peerd.core.events import Events, PeerAnswered
 from peerd.errors import VersionSkew
 from peerd.peer.client import PeerClient
 from peerd.peer.forwarding import Forwarder
@@ -76,10 +77,11 @@ async def laptop(tmp_path: Path) -> AsyncIterator[Laptop]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", box.handle)
     db = await Database.open(tmp_path / "peerd.db")
-    peers = PeerClient(db, own_env_id="LAPTOP")
-    await peers.start()
     answers: list[str] = []
-    peers.on_answer = answers.append
+    events = Events()
+    events.subscribe(PeerAnswered, lambda event: answers.append(event.env_id))
+    peers = PeerClient(db, own_env_id="LAPTOP", events=events)
+    await peers.start()
     try:
         async with pinned_server(app, box.identity) as url:
             await links.upsert(

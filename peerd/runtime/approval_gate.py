@@ -6,13 +6,21 @@ own request into an `ApprovalAsk` and awaits `ApprovalGate.ask`. The gate record
 durably, lets a person decide (here, or on the linked machine that started the run), and answers;
 a deadline answers "deny" with a reason the model sees. The driver then answers the CLI in its own
 protocol. A driver never decides by itself: no answer means no action.
+
+This is the run layer's side of approvals: the run manager asks a `RunApprovals` (given to its
+constructor by the daemon; `peerd/approvals/service.py:RunGates` is the one it is given) for the
+gate of a run at approval-required, and tells it when a run ends. `peerd.runtime` never imports
+`peerd.approvals`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from peerd.contracts import Thread
 
 AskKind = Literal["command", "file_change", "mcp_tool", "tool"]
 
@@ -50,6 +58,19 @@ class ApprovalGate(Protocol):
     async def ask(self, ask: ApprovalAsk) -> ApprovalAnswer:
         """Record the question, wait for its decision (or deadline), return it. Never raises for a
         denial; raises only when the run is being torn down (CancelledError)."""
+        ...
+
+
+class RunApprovals(Protocol):
+    """Who decides a run's guarded actions, as the run manager sees it."""
+
+    async def gate_for(self, thread: Thread, run_id: str) -> ApprovalGate | None:
+        """The gate for this run of `thread` (asked only at approval-required)."""
+        ...
+
+    async def run_ended(self, run_id: str, *, cut: bool) -> None:
+        """The run is ending: its open questions are withdrawn, unless a stop of this daemon cut
+        it (`cut`: they wait for the restart). Awaited before the run's end is recorded."""
         ...
 
 
