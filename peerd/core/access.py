@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from peerd.contracts import INTERACTION_MODES, RUNTIME_MODES, InteractionMode, RuntimeMode
+from peerd.core.constants import INTERACTION_MODES, RUNTIME_MODES, InteractionMode, RuntimeMode
 from peerd.errors import (
     CapabilityDenied,
     InteractionModeEscalationDenied,

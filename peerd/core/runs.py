@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from peerd.contracts import RunStatus
+RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
 
 TERMINAL: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled", "interrupted"})
 LIVE: frozenset[RunStatus] = frozenset({"starting", "running"})
