@@ -27,10 +27,10 @@ from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, error_respo
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, add_oauth_routes
 from peerd.api.routes import DESCRIPTOR_ROUTE, OPENAPI_ROUTE, VIEW, Example, Route, add_routes
-from peerd.core.access import cap_for, parse_mode_limit
+from peerd.core.access import LinkContext, cap_for, parse_mode_limit
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import CapabilityDenied, PeerdError
-from peerd.operations import Caller, LinkContext, Operations
+from peerd.operations import Caller, Operations
 from peerd.peer.client import MODE_LIMIT_HEADER
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import TokenRejected, VerifiedTokens

@@ -20,6 +20,7 @@ from peerd import __version__
 from peerd.cli.client import DaemonNotRunning
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
 from peerd.cli.output import emit_json
+from peerd.core.fingerprint import format_fingerprint
 from peerd.errors import PeerdError
 from peerd.paths import Paths
 
@@ -70,7 +71,6 @@ def identity_facts(identity_dir: Path) -> tuple[str | None, CertFacts]:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
 
     from peerd.doctor import CertFacts  # noqa: PLC0415
-    from peerd.peer.identity import format_fingerprint  # noqa: PLC0415
 
     key_path, cert_path = identity_dir / "key.pem", identity_dir / "cert.pem"
     key_raw: bytes | None = None

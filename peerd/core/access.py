@@ -58,6 +58,16 @@ class ModeCap:
         return f"{self.runtime}/{self.interaction}"
 
 
+@dataclass(frozen=True)
+class LinkContext:
+    """A caller that came in through a link: the box enforces its access and fence from this."""
+
+    client_id: str
+    label: str
+    access: RuntimeMode
+    cap: ModeCap
+
+
 def parse_mode_limit(header: str | None) -> ModeCap | None:
     """`<runtimeMode>/<interactionMode>` (the calling agent's own modes), or None when absent."""
     if header is None or not header.strip():

@@ -58,6 +58,18 @@ class InvalidTransition(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class RunFact:
+    """What settling a delegated task needs to know of one of the child thread's runs (read by
+    `store/threads/reads.py:run_facts`, weighed by `tasks/rules.py:settlement`)."""
+
+    id: str
+    number: int
+    status: str
+    origin: str  # "user", "wake" or "continue"
+    reason: str | None = None
+
+
 def is_terminal(status: RunStatus) -> bool:
     return status in TERMINAL
 
