@@ -72,10 +72,10 @@ from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
 from peerd.peer.links import LinkService
 from peerd.providers import registry
-from peerd.providers.base import Provider
 from peerd.providers.command import CommandProvider
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
+from peerd.runtime.provider import Provider
 from peerd.runtime.runner import RunManager
 from peerd.runtime.sweep import Sweeper, SweepHooks
 from peerd.store import projects, provider_approvals, receipts, threads

@@ -25,8 +25,8 @@ from peerd.peer.client import PeerClient
 from peerd.peer.links import LinkService
 from peerd.placement.capacity import readers_for
 from peerd.placement.service import Placement
-from peerd.providers.base import Provider
 from peerd.providers.registry import available
+from peerd.runtime.provider import Provider
 from peerd.tasks.follower import FollowerPool
 
 PLACEMENT: web.AppKey[Placement] = web.AppKey("placement")

@@ -25,11 +25,11 @@ import structlog
 
 from peerd.approvals import rules
 from peerd.approvals import store as approvals_store
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.rules import Approval, Decision, LinkPolicy
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound, ApprovalWithdrawn
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)

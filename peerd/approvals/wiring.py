@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from peerd.approvals.gate import ApprovalGate
 from peerd.approvals.notify import Notifier
 from peerd.approvals.service import ApprovalService, RunContext
 from peerd.config import ApprovalsConfig
 from peerd.contracts import Thread
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalGate
 from peerd.store.db import Database
 from peerd.store.threads.writes import new_run
 from peerd.tasks import store as tasks_store

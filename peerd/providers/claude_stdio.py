@@ -43,14 +43,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from peerd.approvals.gate import ApprovalAnswer
 from peerd.config import ProviderConfig
-from peerd.providers.base import RunFinished, RunSpec
 from peerd.providers.claude_asks import FileReader, ask_for, worktree_reader
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import Launch, ToolBinding
 from peerd.providers.duplex import AskPerson, DuplexDriver, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_mapping, as_str, clip_head
+from peerd.runtime.gate import ApprovalAnswer
+from peerd.runtime.provider import RunFinished, RunSpec
 
 DEFAULT_DENY = "The person approving this run's actions did not allow it."
 ASKING_NOTICE = (

@@ -23,7 +23,6 @@ from pathlib import Path
 from peerd.config import ProviderConfig
 from peerd.errors import ProviderError
 from peerd.providers.asking import asks_person, duplex_launch
-from peerd.providers.base import ProviderRun, RunSpec
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import (
     MCP_SERVER_NAME,
@@ -48,6 +47,7 @@ from peerd.providers.gemini_acp import (
     writable_ancestor,  # noqa: F401  # tests/realcli.py imports it here
 )
 from peerd.providers.gemini_events import GeminiEvents
+from peerd.runtime.provider import ProviderRun, RunSpec
 from peerd.runtime.sandbox import Mount
 from peerd.runtime.sandbox_profile import real
 

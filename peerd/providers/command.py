@@ -19,7 +19,6 @@ from typing import Any
 
 from peerd.config import ProviderConfig
 from peerd.errors import ProviderError
-from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import (
     CliRun,
@@ -37,6 +36,7 @@ from peerd.providers.cli import (
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
 from peerd.providers.stream_common import tail_of_stderr
+from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted
 
 REPLY_MAX_CHARS = 200_000
 Approved = Callable[[str, str], Awaitable[bool]]

@@ -26,7 +26,6 @@ from typing import TypeVar
 
 import structlog
 
-from peerd.approvals.gate import ApprovalGate
 from peerd.config import LinksConfig
 from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
@@ -41,7 +40,11 @@ from peerd.errors import (
     StorageUnavailable,
 )
 from peerd.paths import Paths
-from peerd.providers.base import (
+from peerd.runtime import git, sandbox, sandbox_profile
+from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalGate
+from peerd.runtime.meter import RunMeter
+from peerd.runtime.provider import (
     ItemProduced,
     Provider,
     ProviderRun,
@@ -50,9 +53,6 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.runtime import git, sandbox, sandbox_profile
-from peerd.runtime.feed import ChangeFeed
-from peerd.runtime.meter import RunMeter
 from peerd.runtime.sandbox import Confinement
 from peerd.runtime.slots import Slot, StartSlots, default_start_slots
 from peerd.store import projects

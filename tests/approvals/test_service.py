@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from peerd.approvals import store as approvals_store
-from peerd.approvals.gate import ApprovalAnswer, ApprovalAsk
 from peerd.approvals.rules import Decision
 from peerd.approvals.service import ApprovalService, RunContext
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from peerd.store.db import Database
 from tests.support.eventually import eventually
 

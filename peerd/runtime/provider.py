@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from peerd.approvals.gate import ApprovalGate
 from peerd.core.usage import Usage
+from peerd.runtime.gate import ApprovalGate
 from peerd.runtime.sandbox import Confinement
 
 ItemKind = Literal[
