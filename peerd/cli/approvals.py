@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import cli_context, json_option, json_option_for, with_client
 from peerd.cli.output import (
     JsonOutput,
@@ -35,6 +35,7 @@ from peerd.cli.output import (
     when,
 )
 from peerd.cli.stream import to_a_pipe
+from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
 from peerd.core.text import path_segment
 from peerd.errors import ApprovalNotFound, ShuttingDown
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from peerd import __version__
-from peerd.cli.client import DaemonNotRunning
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
 from peerd.cli.output import emit_json
+from peerd.clientwire import DaemonNotRunning
 from peerd.core.fingerprint import format_fingerprint
 from peerd.errors import PeerdError
 from peerd.paths import Paths

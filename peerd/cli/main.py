@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from peerd import __version__
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     EXIT_USAGE,
     HOME_HELP,
@@ -31,6 +31,7 @@ from peerd.cli.common import (
     with_client,
 )
 from peerd.cli.output import emit_json, fields
+from peerd.clientwire import DaemonNotRunning
 
 
 @dataclass(frozen=True)

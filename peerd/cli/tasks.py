@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     ENV_META,
     cli_context,
@@ -29,6 +29,7 @@ from peerd.cli.output import (
     table,
     when,
 )
+from peerd.clientwire import DaemonNotRunning
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
 from peerd.errors import PeerdError
