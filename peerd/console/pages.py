@@ -11,7 +11,10 @@ from peerd.console.render import fragment, notice, page
 from peerd.console.server import CONSOLE, shown_error
 from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
+from peerd.doctor import passed, run_checks
+from peerd.doctor.gather import gather
 from peerd.errors import PeerdError
+from peerd.paths import Paths
 
 OWNER = web.AppKey("console_owner", Owner)
 PAIR_TTLS = (("600", "10 minutes"), ("1800", "30 minutes"), ("3600", "1 hour"))
@@ -42,10 +45,6 @@ async def environment(request: web.Request) -> web.StreamResponse:
 
 async def health(request: web.Request) -> web.StreamResponse:
     """The `peerd doctor` checks, gathered by the daemon for itself."""
-    from peerd.cli.doctor import gather  # noqa: PLC0415
-    from peerd.doctor import passed, run_checks  # noqa: PLC0415
-    from peerd.paths import Paths  # noqa: PLC0415
-
     status = await owner(request).status()
     home = Path(status.home)
     checks = run_checks(await gather(Paths(home), config_home=home))
