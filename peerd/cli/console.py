@@ -18,7 +18,8 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import cli_context, json_option, with_client
-from peerd.cli.output import JsonOutput, emit_json, when
+from peerd.cli.output import JsonOutput, emit_json
+from peerd.present import when
 
 OPEN_PAGE = "console-open.html"
 

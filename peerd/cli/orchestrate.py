@@ -21,9 +21,10 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, fail, json_option, with_client
-from peerd.cli.output import ago, emit_json, table
+from peerd.cli.output import emit_json, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
+from peerd.present import ago
 
 FOLLOW_CHUNK_S = 30.0
 

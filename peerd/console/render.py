@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from peerd.cli.output import ago, local_time
 from peerd.console.server import CONSOLE, SESSION
 from peerd.core.text import path_segment
+from peerd.present import ago, local_time
 
 if TYPE_CHECKING:
     import jinja2
