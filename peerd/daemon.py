@@ -29,6 +29,7 @@ from peerd.api import peercred
 from peerd.api import placement as placement_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
+from peerd.api.console_login import CONSOLE
 from peerd.api.gitwire import add_git_routes
 from peerd.api.handoff import add_box_routes, add_handoff_routes
 from peerd.api.listener import start_tcp
@@ -51,7 +52,7 @@ from peerd.boot import (
     take_lock,
 )
 from peerd.config import link_may_use
-from peerd.console.server import CONSOLE, Console
+from peerd.console.server import Console
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.idempotency import RECEIPT_RETENTION_S
 from peerd.core.liveness import Owners

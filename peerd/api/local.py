@@ -54,6 +54,7 @@ from peerd.api.app import (
     ok,
     query_model,
 )
+from peerd.api.console_login import CONSOLE
 from peerd.api.routes import VIEW, add_routes
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Caller, Operations
@@ -274,8 +275,6 @@ async def environment_unlink(request: web.Request) -> web.Response:
 
 async def console_login_token(request: web.Request) -> web.Response:
     """A one-time login token for the browser console, in its URL (peerd/console/auth.py)."""
-    from peerd.console.server import CONSOLE  # noqa: PLC0415  # the console is optional here
-
     console = request.app.get(CONSOLE)
     if console is None:
         raise NotFound("This daemon has no console.")

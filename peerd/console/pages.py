@@ -7,8 +7,8 @@ from pathlib import Path
 from aiohttp import web
 
 from peerd.console.owner import Owner
-from peerd.console.render import fragment, notice, page
-from peerd.console.server import CONSOLE, shown_error
+from peerd.console.render import fragment, notice, page, shown_error
+from peerd.console.state import CONSOLE
 from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
 from peerd.doctor import passed, run_checks

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from peerd.console.server import CONSOLE, SESSION
+from peerd.console.state import CONSOLE, SESSION
 from peerd.core.text import path_segment
+from peerd.errors import PeerdError
 from peerd.present import ago, local_time
 
 if TYPE_CHECKING:
@@ -132,3 +133,7 @@ def notice(request: web.Request, text: str, *, level: str = "info") -> None:
     session = request.get(SESSION)
     if session is not None:
         session.notices.append((level, text))
+
+
+def shown_error(exc: PeerdError) -> str:
+    return f"{exc.code}: {exc.message}"
