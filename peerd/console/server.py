@@ -18,6 +18,7 @@ from peerd.api.localclient import LocalClient
 from peerd.console import rules
 from peerd.console.app import build_app
 from peerd.console.state import ConsoleState
+from peerd.core import console_bind
 from peerd.errors import InvalidRequest
 
 log = structlog.get_logger(__name__)
@@ -33,8 +34,8 @@ class Console(ConsoleState):
         if not self.settings.enabled:
             return
         try:
-            host, port = rules.parse_bind(self.settings.listen, tls=self.settings.tls)
-        except rules.BindRefused as exc:
+            host, port = console_bind.parse_bind(self.settings.listen, tls=self.settings.tls)
+        except console_bind.BindRefused as exc:
             raise InvalidRequest(str(exc)) from None
         ssl_ctx = self._ssl_context() if self.settings.tls else None
         client = LocalClient(self.socket_path)
