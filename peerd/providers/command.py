@@ -13,6 +13,7 @@ formats reuse the Codex, Claude or Gemini stream parsers for a wrapper that spea
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -62,8 +63,6 @@ class TextEvents:
         return []
 
     def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]:
-        import json  # noqa: PLC0415  # rare: a JSON-looking line from a text coder
-
         return self.feed_text(json.dumps(line))
 
     def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:
