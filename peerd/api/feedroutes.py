@@ -8,7 +8,7 @@ from aiohttp import web
 
 from peerd.api import examples as ex
 from peerd.api.app import OPERATIONS, json_body, ok
-from peerd.api.local import caller_of
+from peerd.api.context import caller_of
 from peerd.api.routes import Example, Route, add_routes
 from peerd.errors import NotFound
 from peerd.tasks.feed import FeedHub

@@ -55,9 +55,11 @@ from peerd.api.app import (
     query_model,
 )
 from peerd.api.console_login import CONSOLE
+from peerd.api.context import CALLER_KEY as CALLER_KEY  # noqa: PLC0414  # api/mcp_http.py reads local.CALLER_KEY
+from peerd.api.context import LOCAL, caller_of
 from peerd.api.routes import VIEW, add_routes
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
-from peerd.operations import Caller, Operations
+from peerd.operations import Operations
 from peerd.peer.links import LinkService
 from peerd.runtime.runner import RunManager
 from peerd.store import threads
@@ -65,18 +67,9 @@ from peerd.tasks import store as tasks
 
 log = structlog.get_logger(__name__)
 
-LOCAL = Caller.local()
-CALLER_KEY = web.RequestKey("caller", Caller)
-
 
 def _ops(request: web.Request) -> Operations:
     return request.app[OPERATIONS]
-
-
-def caller_of(request: web.Request) -> Caller:
-    """The link caller the network app's auth middleware set, else the local owner."""
-    caller: Caller = request.get(CALLER_KEY, LOCAL)
-    return caller
 
 
 async def status(request: web.Request) -> web.Response:

@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd import contracts as c
 from peerd.api import examples as ex
-from peerd.api import feedroutes, gitwire, local, owner_routes
+from peerd.api import feedroutes, gitwire, owner_routes
 from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
+from peerd.api.context import CALLER_KEY
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, add_oauth_routes
 from peerd.api.routes import DESCRIPTOR_ROUTE, OPENAPI_ROUTE, VIEW, Example, Route, add_routes
@@ -73,7 +74,7 @@ def link_auth_middleware(
         link = LinkContext(
             client_id=client.id, label=client.label, access=client.access, cap=cap_for(client.access, limit)
         )
-        request[local.CALLER_KEY] = Caller.for_link(link)
+        request[CALLER_KEY] = Caller.for_link(link)
         return await handler(request)
 
     return middleware
@@ -81,7 +82,7 @@ def link_auth_middleware(
 
 async def link_self(request: web.Request) -> web.Response:
     """The calling link as this box sees it; answering at all says the link is still accepted."""
-    link = request[local.CALLER_KEY].link
+    link = request[CALLER_KEY].link
     if link is None:  # the auth middleware sets a link caller on every /v1 request
         raise CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
     desc = request.app[DESCRIPTOR]
