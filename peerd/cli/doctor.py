@@ -23,10 +23,10 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     """
     # CLI start-up: the checks and their facts (asyncio, aiohttp, pydantic, cryptography, the
     # store) are imported only when the doctor runs (tests/integration/test_cli_startup.py).
-    import asyncio  # noqa: PLC0415
+    import asyncio  # noqa: PLC0415  # CLI start-up
 
-    from peerd.doctor import passed, render, run_checks  # noqa: PLC0415
-    from peerd.doctor.gather import gather  # noqa: PLC0415
+    from peerd.doctor import passed, render, run_checks  # noqa: PLC0415  # CLI start-up
+    from peerd.doctor.gather import gather  # noqa: PLC0415  # CLI start-up
 
     try:
         home = cli_context(ctx)

@@ -292,13 +292,13 @@ def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Any]:
 
 
 def succeeded(info: dict[str, Any]) -> bool:
-    from peerd.orchestrate.report import succeeded as ok  # noqa: PLC0415
+    from peerd.orchestrate.report import succeeded as ok  # noqa: PLC0415  # stdlib only, lazily
 
     return ok(info)
 
 
 def render_report(info: dict[str, Any]) -> None:
-    from peerd.orchestrate.report import render  # noqa: PLC0415
+    from peerd.orchestrate.report import render  # noqa: PLC0415  # stdlib only, lazily
 
     click.echo("\n" + render(info), nl=False)
 

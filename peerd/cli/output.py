@@ -97,7 +97,7 @@ def json_option_for(route: str, *extra: str) -> Callable[[Callable[..., Any]], C
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonOutput | None:
         asked = _json_value(ctx, param, value)
         if asked is not None and asked.fields is not None:
-            from peerd.cli.answer_fields import ANSWER_FIELDS  # noqa: PLC0415
+            from peerd.cli.answer_fields import ANSWER_FIELDS  # noqa: PLC0415  # big: only for --json FIELDS
 
             known = (*ANSWER_FIELDS[route], *extra)
             unknown = [f for f in asked.fields if f not in known]
