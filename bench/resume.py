@@ -34,7 +34,7 @@ from benchlib import load_average, peerd_argv, save_results
 from wake import Pair, insert_idle_tasks, make_repo
 
 from peerd.api.localclient import LocalClient
-from peerd.cli.client import DaemonNotRunning
+from peerd.clientwire import DaemonNotRunning
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.logs import configure_logging
 

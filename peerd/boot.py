@@ -176,7 +176,7 @@ async def open_store(paths: Paths, *, new_store: bool) -> Database:
 
 def _checked_store(db: Path, identity_exists: bool, new_store: bool) -> type[Database]:
     from peerd.store import health  # noqa: PLC0415  # aiosqlite: only once serving
-    from peerd.store.db import Database  # noqa: PLC0415
+    from peerd.store.db import Database  # noqa: PLC0415  # aiosqlite: only once serving
 
     health.check(db, identity_exists=identity_exists, new_store=new_store)
     return Database

@@ -62,6 +62,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from peerd.core import console_bind
 from peerd.core.usage import Price
 from peerd.errors import ConfigInvalid
 from peerd.paths import config_file
@@ -264,14 +265,12 @@ def _validate(raw: dict[str, Any], source: str) -> Config:
 
 
 def console_problem(console: ConsoleConfig) -> str | None:
-    """What is wrong with `[console]`, in one sentence, or None (rules: peerd/console/rules.py)."""
-    from peerd.console import rules  # noqa: PLC0415  # only when a file names a console
-
+    """What is wrong with `[console]`, in one sentence, or None (rules: peerd/core/console_bind.py)."""
     if (console.tls_cert is None) != (console.tls_key is None):
         return "console: give both tls_cert and tls_key (PEM files), or neither."
-    if console.public_url is not None and (problem := rules.public_url_problem(console.public_url)):
+    if console.public_url is not None and (problem := console_bind.public_url_problem(console.public_url)):
         return problem
-    return rules.bind_problem(console.listen, tls=console.tls)
+    return console_bind.bind_problem(console.listen, tls=console.tls)
 
 
 def load(path: Path | None = None, *, required: bool = False, home: Path | None = None) -> Config:

@@ -23,6 +23,8 @@ from peerd.core.constants import LONG_POLL_MAX_S as LONG_POLL_MAX_S  # noqa: PLC
 from peerd.core.constants import RUNTIME_MODES as RUNTIME_MODES  # noqa: PLC0414
 from peerd.core.constants import InteractionMode as InteractionMode  # noqa: PLC0414
 from peerd.core.constants import RuntimeMode as RuntimeMode  # noqa: PLC0414
+from peerd.core.links import LinkStatus
+from peerd.core.runs import RunStatus
 from peerd.core.text import clean_label
 from peerd.core.usage import Budget as BudgetRule
 
@@ -41,7 +43,6 @@ VERSION_HEADER = "Peerd-Version"
 FEED_PROTOCOL = 2
 OMITS_DEFAULTS_PROTOCOL = 2
 
-RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
 ItemKind = Literal[
     "user_message", "assistant_message", "command", "file_change", "tool_call", "error", "notice"
 ]
@@ -450,8 +451,6 @@ class EventsResult(Wire):
 
 # --- pairing and links --------------------------------------------------------------------------
 
-# version_skew: the box answers, but runs a peerd too old for what this one needs (update it there).
-LinkStatus = Literal["reachable", "unreachable", "expired", "revoked", "version_skew"]
 PairingState = Literal["open", "used", "burnt", "cancelled", "expired"]
 ClientStatus = Literal["active", "revoked", "expired"]
 

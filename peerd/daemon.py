@@ -29,6 +29,7 @@ from peerd import contracts as c
 from peerd.api import peercred
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
+from peerd.api.console_login import CONSOLE
 from peerd.api.gitwire import add_git_routes
 from peerd.api.handoff import add_box_routes, add_handoff_routes
 from peerd.api.listener import start_tcp
@@ -52,7 +53,7 @@ from peerd.boot import (
     take_lock,
 )
 from peerd.config import link_may_use
-from peerd.console.server import CONSOLE, Console
+from peerd.console.server import Console
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.events import (
     CapacityReported,
@@ -87,10 +88,10 @@ from peerd.peer.links import LinkService
 from peerd.placement.capacity import readers_for
 from peerd.placement.service import Placement
 from peerd.providers import registry
-from peerd.providers.base import Provider
 from peerd.providers.command import CommandProvider
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
+from peerd.runtime.provider import Provider
 from peerd.runtime.runner import RunManager
 from peerd.runtime.sweep import Sweeper, SweepHooks
 from peerd.store import projects, provider_approvals, receipts, threads

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from peerd import contracts as c
-from peerd.core.access import ModeCap, cap_for, interaction_rank, require_write, resolve_modes, runtime_rank
+from peerd.core.access import (
+    LinkContext,
+    ModeCap,
+    cap_for,
+    interaction_rank,
+    require_write,
+    resolve_modes,
+    runtime_rank,
+)
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.events import Events, ThreadStopped
 from peerd.core.idempotency import request_hash
@@ -47,22 +55,11 @@ from peerd.runtime.runner import RunManager
 from peerd.store import clients, ownership, projects, threads
 from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
-from peerd.tasks import feedstore
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_RUNTIME_MODE: c.RuntimeMode = "full-access"
 DEFAULT_INTERACTION_MODE: c.InteractionMode = "default"
-
-
-@dataclass(frozen=True)
-class LinkContext:
-    """A caller that came in through a link: the box enforces its access and fence from this."""
-
-    client_id: str
-    label: str
-    access: c.RuntimeMode
-    cap: ModeCap
 
 
 @dataclass(frozen=True)
@@ -256,7 +253,7 @@ class Operations:
     async def project_remove(self, caller: Caller, project_id: str) -> c.Project:
         del caller
         project = await projects.get(self.db, project_id)
-        gone = await feedstore.thread_ids_of_project(self.db, project.id)
+        gone = await projects.thread_ids_of_project(self.db, project.id)
         removed = await projects.remove(self.db, project.id)
         for thread_id in gone:  # their threads went with it: long-polls and followers learn now
             self.feed.changed(thread_id)

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from peerd.api.listener_rules import ListenerLimits
 from peerd.api.localclient import LocalClient
-from peerd.cli.client import DaemonNotRunning
+from peerd.clientwire import DaemonNotRunning
 from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.paths import Paths

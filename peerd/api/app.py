@@ -46,6 +46,7 @@ from peerd.errors import (
 )
 from peerd.operations import Operations
 from peerd.peer.links import LinkService
+from peerd.tasks.delegation import Delegation
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,8 @@ SHUTTING_DOWN = "peerd is shutting down; this request was not carried out. Retry
 OPERATIONS = web.AppKey("operations", Operations)
 DESCRIPTOR = web.AppKey("descriptor", c.Descriptor)
 LINKS = web.AppKey("links", LinkService)
+# Delegated tasks (`/v1/tasks`, `POST /v1/watch`, the change feed): set where an app is built.
+DELEGATION = web.AppKey("delegation", Delegation)
 StatusFn = Callable[[], Awaitable[c.Status]]
 STATUS_FN: web.AppKey[StatusFn] = web.AppKey("status_fn")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from peerd.api.app import json_body, ok, query_model
-from peerd.api.local import caller_of
+from peerd.api.context import caller_of
 from peerd.api.routes import Example, Route, add_routes
 from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.wire import ApprovalDecisionBody, ApprovalListQuery, ApprovalPage, ApprovalView

@@ -7,8 +7,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from peerd.api import examples as ex
-from peerd.api.app import json_body, ok
-from peerd.api.local import DELEGATION, caller_of
+from peerd.api.app import DELEGATION, json_body, ok
+from peerd.api.context import caller_of
 from peerd.api.routes import Example, Route, add_routes
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.feedwire import (

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from peerd.api import examples as ex
 from peerd.api.app import OPERATIONS, json_body, ok
-from peerd.api.local import caller_of
+from peerd.api.context import caller_of
 from peerd.api.routes import Example, Route, add_routes
 from peerd.orchestrate.transport import (
     BundleData,

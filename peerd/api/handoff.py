@@ -21,7 +21,7 @@ from pydantic import Field
 from peerd import contracts as c
 from peerd.api import examples as ex
 from peerd.api.app import OPERATIONS, json_body, ok, query_model
-from peerd.api.local import caller_of
+from peerd.api.context import caller_of
 from peerd.api.routes import FORWARDING, Example, Route, add_routes
 from peerd.handoff import boxside
 from peerd.handoff.service import HandoffService

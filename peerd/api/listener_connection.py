@@ -30,8 +30,8 @@ import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from peerd.api import local
 from peerd.api.app import Handler
+from peerd.api.context import CALLER_KEY
 from peerd.api.listener_rules import (
     ConnectionGate,
     CrowdLog,
@@ -129,7 +129,7 @@ class Guard:
                 await response.write_eof()
             except ConnectionError:
                 pass  # the client left; aiohttp's own finish notices it too, quietly
-            if local.CALLER_KEY in request:
+            if CALLER_KEY in request:
                 conn.mark_authenticated()
             return response
         finally:
@@ -140,7 +140,7 @@ class Guard:
         """Innermost: a request whose link token was checked (`CALLER_KEY` set by the app's auth)
         makes its connection a link's before the handler runs, so a long-poll, or a slow first
         request on a new connection, never waits as an unknown connection that could be evicted."""
-        if local.CALLER_KEY in request:
+        if CALLER_KEY in request:
             conn = self.by_handler.get(request.protocol)
             if conn is not None:
                 conn.mark_authenticated()

@@ -40,6 +40,7 @@ from aiohttp.typedefs import Middleware
 from peerd import contracts as c
 from peerd.api import peercred
 from peerd.api.app import (
+    DELEGATION,
     DESCRIPTOR,
     LINKS,
     OPERATIONS,
@@ -54,34 +55,26 @@ from peerd.api.app import (
     ok,
     query_model,
 )
+from peerd.api.console_login import CONSOLE
+from peerd.api.context import CALLER_KEY as CALLER_KEY  # noqa: PLC0414  # api/mcp_http.py reads local.CALLER_KEY
+from peerd.api.context import LOCAL, caller_of
 from peerd.api.routes import VIEW, add_routes
 from peerd.api.tools import TOOL_SERVICES, ToolServices
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
-from peerd.operations import Caller, Operations
+from peerd.operations import Operations
 from peerd.peer.links import LinkService
 from peerd.runtime.runner import RunManager
 from peerd.store import threads
 from peerd.tasks import store as tasks
 
 if TYPE_CHECKING:
-    from peerd.tasks.delegation import Delegation
+    pass
 
 log = structlog.get_logger(__name__)
-
-LOCAL = Caller.local()
-CALLER_KEY = web.RequestKey("caller", Caller)
-# Delegated tasks (`/v1/tasks`, `POST /v1/watch`, the change feed): set where an app is built.
-DELEGATION: web.AppKey[Delegation] = web.AppKey("delegation")
 
 
 def _ops(request: web.Request) -> Operations:
     return request.app[OPERATIONS]
-
-
-def caller_of(request: web.Request) -> Caller:
-    """The link caller the network app's auth middleware set, else the local owner."""
-    caller: Caller = request.get(CALLER_KEY, LOCAL)
-    return caller
 
 
 async def status(request: web.Request) -> web.Response:
@@ -272,8 +265,6 @@ async def environment_unlink(request: web.Request) -> web.Response:
 
 async def console_login_token(request: web.Request) -> web.Response:
     """A one-time login token for the browser console, in its URL (peerd/console/auth.py)."""
-    from peerd.console.server import CONSOLE  # noqa: PLC0415  # the console is optional here
-
     console = request.app.get(CONSOLE)
     if console is None:
         raise NotFound("This daemon has no console.")

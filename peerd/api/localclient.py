@@ -3,7 +3,7 @@
 For code that runs in the loop a daemon may share (the tests' in-process daemons, the benches,
 `peerd doctor`'s concurrent checks): a blocking call there would stall the daemon it talks to. The
 command line uses the synchronous, standard-library `peerd.cli.client.LocalClient`; both shape
-requests and read answers with the same functions of that module, and raise the same errors.
+requests and read answers with the same functions (`peerd/clientwire.py`), and raise the same errors.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import yarl
 
-from peerd.cli.client import (
+from peerd.clientwire import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
     DaemonNotRunning,

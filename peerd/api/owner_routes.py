@@ -11,6 +11,7 @@ from pydantic import Field
 
 from peerd import contracts as c
 from peerd.api import examples as ex
+from peerd.api.console_login import LoginToken
 from peerd.api.local import (
     client_list,
     client_revoke,
@@ -47,7 +48,6 @@ from peerd.api.local import (
 )
 from peerd.api.routes import DESCRIPTOR_ROUTE, FORWARDING, OPENAPI_ROUTE, Example, Items, Route, without
 from peerd.api.tools import TOOLS_ROUTE
-from peerd.console.server import LoginToken
 
 
 class ThreadShowQuery(c.Input):

@@ -23,15 +23,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd import contracts as c
 from peerd.api import examples as ex
-from peerd.api import feedroutes, gitwire, local, owner_routes
-from peerd.api.app import DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
+from peerd.api import feedroutes, gitwire, owner_routes
+from peerd.api.app import DELEGATION, DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
+from peerd.api.context import CALLER_KEY
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, add_oauth_routes
 from peerd.api.routes import DESCRIPTOR_ROUTE, OPENAPI_ROUTE, VIEW, Example, Route, add_routes
-from peerd.core.access import cap_for, parse_mode_limit
+from peerd.core.access import LinkContext, cap_for, parse_mode_limit
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import CapabilityDenied, PeerdError
-from peerd.operations import Caller, LinkContext, Operations
+from peerd.operations import Caller, Operations
 from peerd.peer.client import MODE_LIMIT_HEADER
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import TokenRejected, VerifiedTokens
@@ -77,7 +78,7 @@ def link_auth_middleware(
         link = LinkContext(
             client_id=client.id, label=client.label, access=client.access, cap=cap_for(client.access, limit)
         )
-        request[local.CALLER_KEY] = Caller.for_link(link)
+        request[CALLER_KEY] = Caller.for_link(link)
         return await handler(request)
 
     return middleware
@@ -85,7 +86,7 @@ def link_auth_middleware(
 
 async def link_self(request: web.Request) -> web.Response:
     """The calling link as this box sees it; answering at all says the link is still accepted."""
-    link = request[local.CALLER_KEY].link
+    link = request[CALLER_KEY].link
     if link is None:  # the auth middleware sets a link caller on every /v1 request
         raise CapabilityDenied("This API needs a link; pair with `peerd pair` and `peerd link`.")
     desc = request.app[DESCRIPTOR]
@@ -147,7 +148,7 @@ def network_app(
     app.middlewares.append(host_middleware)  # a foreign Host on a loopback listener: refused first
     app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.env_id, clock))  # type: ignore[arg-type]
     app[OPERATIONS] = ops
-    app[local.DELEGATION] = delegation  # the watch and the change feed
+    app[DELEGATION] = delegation  # the watch and the change feed
     app[DESCRIPTOR] = desc
     app[VIEW] = "network"
     add_oauth_routes(

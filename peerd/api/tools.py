@@ -30,6 +30,7 @@ from peerd.api.app import base_app, json_object, ok
 from peerd.api.routes import FORWARDING, Example, Route, Variant, add_routes, wrapped
 from peerd.core.runs import is_live
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound, ParentNotActive
+from peerd.handoff.wire import ThreadMove
 from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
 from peerd.runtime.runner import token_hash
@@ -100,8 +101,6 @@ async def _thread_interrupt(s: ToolServices, caller: Caller, req: t.ThreadInterr
 
 
 async def _thread_move(s: ToolServices, caller: Caller, req: t.ThreadMoveTool) -> c.Wire:
-    from peerd.handoff.wire import ThreadMove  # noqa: PLC0415  # the tool's own feature
-
     if caller.thread_id is None:
         raise InvalidRequest("thread_move moves the calling agent's own thread; use `peerd thread move`.")
     move = ThreadMove.model_validate(req.model_dump(by_alias=True, exclude_unset=True))

@@ -28,9 +28,9 @@ from peerd.approvals.wire import (
     ApprovalPage,
     ApprovalView,
 )
+from peerd.core.access import LinkContext
 from peerd.core.text import path_segment
 from peerd.errors import ApprovalDecided, ApprovalNotFound, PeerdError
-from peerd.operations import LinkContext
 from peerd.peer.forwarding import Forwarder
 from peerd.store import links
 from peerd.store.db import Database

@@ -2,7 +2,7 @@
 on linked boxes (for the work this machine started there), and deciding them.
 
 Everything an approval shows came from a run (the command line, a file's diff, a tool's
-arguments: the model chose them), so every value goes through `output.one_line` or `block`. A
+arguments: the model chose them), so every value goes through `present.one_line` or `block`. A
 decision carries a fresh `decisionId`: the daemon (or the box, when the approval waits there)
 answers a retry of it as the first, and a second, different decision is `approval_decided`.
 `watch` long-polls the pending set's hash (`changedFrom`), so it wakes when one arrives or leaves.
@@ -18,25 +18,23 @@ from typing import Any
 
 import click
 
-from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import cli_context, json_option, json_option_for, with_client
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
-    ago,
-    block,
     emit_ids,
     emit_json,
     emit_json_line,
     fields,
-    one_line,
     quiet_option,
     table,
-    when,
 )
 from peerd.cli.stream import to_a_pipe
+from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
 from peerd.core.text import path_segment
 from peerd.errors import ApprovalNotFound, ShuttingDown
+from peerd.present import ago, block, one_line, when
 
 PATH = "/v1/approvals"
 DECIDE = "POST /v1/approvals/{id}/decision"

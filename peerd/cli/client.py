@@ -4,16 +4,8 @@ Standard library only (`_socket`, socket.py's C core, and `json`) and synchronou
 (`Connection: close`): a command makes a few calls, and importing an HTTP stack costs more than
 they do (aiohttp ~0.5 s, `http.client` ~25 ms against a 120 ms start-up budget). Code that runs
 inside an event loop (the tests' in-process daemons, the benches, `peerd doctor`) uses the asyncio
-twin `peerd.api.localclient.LocalClient`, which shapes requests and answers with the functions here.
-
-The request/answer rules, shared by both:
-- `--env` (`environment_id`) adds `environmentId`: to the query of a GET, to the body otherwise;
-- `path` is already encoded (ids as `core.text.path_segment`s) and sent as is; query values are
-  percent-encoded here, booleans as `true`/`false`, `None` values left out;
-- an answer that is not JSON is a `PeerdError`; an error answer `{code, message}` is raised as the
-  typed error of its code (`errors.from_body`);
-- no daemon at the socket -> `DaemonNotRunning`; a daemon that drops the connection, or says
-  nothing for `READ_TIMEOUT_S`, -> `DaemonConnectionError`.
+twin `peerd.api.localclient.LocalClient`; both shape requests and read answers with the functions
+of `peerd/clientwire.py`, which says the rules they share.
 """
 
 from __future__ import annotations
@@ -23,51 +15,19 @@ import contextlib
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from peerd.errors import PeerdError, from_body
+from peerd.clientwire import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    DaemonConnectionError,
+    DaemonNotRunning,
+    decode_answer,
+    query_string,
+    with_environment,
+)
+from peerd.errors import PeerdError
 
-CONNECT_TIMEOUT_S = 5.0
-READ_TIMEOUT_S = 70.0  # long-polls last up to 50 s on the wire; allow for that plus slack
 _RECV_BYTES = 65536
-
-
-class DaemonNotRunning(Exception):
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-        super().__init__(
-            f"peerd is not running (no daemon answers at {socket_path}). Start it with `peerd serve`."
-        )
-
-
-class DaemonConnectionError(ConnectionError):
-    """The daemon took the call but closed the connection, or went silent, before it answered."""
-
-
-def with_environment(
-    method: str, body: dict[str, Any] | None, params: dict[str, Any] | None, environment_id: str | None
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """`--env`: every call names this linked environment, so it runs there through the link."""
-    if environment_id is None:
-        return body, params
-    if method == "GET":
-        return body, {"environmentId": environment_id, **(params or {})}
-    return {"environmentId": environment_id, **(body or {})}, params
-
-
-def query_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def query_string(params: dict[str, Any] | None) -> str:
-    """`k=v&...` with keys and values percent-encoded; `None` values are left out."""
-    return "&".join(
-        f"{quote(str(k), safe='')}={quote(query_value(v), safe='')}"
-        for k, v in (params or {}).items()
-        if v is not None
-    )
 
 
 def request_bytes(
@@ -85,20 +45,6 @@ def request_bytes(
     if body is not None or method != "GET":
         head.append(f"Content-Length: {len(payload)}")
     return ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + payload
-
-
-def decode_answer(status: int, raw: bytes) -> Any:
-    """The JSON of an answer, or its typed error. An empty body is `None` (as aiohttp's json())."""
-    try:
-        text = raw.decode("utf-8")
-        data = json.loads(text) if text.strip() else None
-    except ValueError:  # UnicodeDecodeError is a ValueError too
-        raise PeerdError(f"The daemon sent a response that is not JSON (HTTP {status}).") from None
-    if status >= 400:
-        if isinstance(data, dict) and "code" in data and "message" in data:
-            raise from_body(data)
-        raise PeerdError(f"The daemon answered HTTP {status}.")
-    return data
 
 
 class ResponseReader:

@@ -20,7 +20,8 @@ from typing import Any, Literal, NoReturn, TypeVar
 import click
 
 from peerd.cli import output
-from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
+from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
 from peerd.errors import PeerdError
 from peerd.paths import Paths, resolve_home
 

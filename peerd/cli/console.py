@@ -18,7 +18,8 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import cli_context, json_option, with_client
-from peerd.cli.output import JsonOutput, emit_json, when
+from peerd.cli.output import JsonOutput, emit_json
+from peerd.present import when
 
 OPEN_PAGE = "console-open.html"
 
@@ -61,7 +62,7 @@ def console(ctx: click.Context, open_browser: bool, qr: bool, as_json: JsonOutpu
 
         segno.make(data["url"], error="l").terminal(compact=True)
     if open_browser:
-        import webbrowser  # noqa: PLC0415
+        import webbrowser  # noqa: PLC0415  # only for --open (it imports subprocess, shlex)
 
         page = open_page(cli_context(ctx).home, data["url"])
         if not webbrowser.open(page.as_uri()):

@@ -8,7 +8,8 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import json_option, with_client
-from peerd.cli.output import JsonOutput, emit_json, one_line, table
+from peerd.cli.output import JsonOutput, emit_json, table
+from peerd.present import one_line
 
 HEADERS = ("environment", "status", "runs", "load", "free memory", "providers", "projects", "preference")
 SHOWN = {"prefer": "prefers", "normal": "normal", "less": "less often", "manual-only": "manual only"}

@@ -12,9 +12,10 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_TIMED_OUT, json_option_for, with_client
-from peerd.cli.output import JsonOutput, emit_json, fields, one_line, table
+from peerd.cli.output import JsonOutput, emit_json, fields, table
 from peerd.core.constants import LONG_POLL_MAX_S
 from peerd.core.text import path_segment
+from peerd.present import one_line
 
 _OPEN = ("waiting", "moving")
 

@@ -14,17 +14,15 @@ from peerd.cli.output import (
     JsonCommand,
     JsonOutput,
     PeerdGroup,
-    ago,
     emit_ids,
     emit_json,
     fields,
-    one_line,
     quiet_option,
     table,
-    when,
 )
 from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
+from peerd.present import ago, one_line, when
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

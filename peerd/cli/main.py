@@ -9,7 +9,9 @@ load (tests/integration/test_cli_startup.py). `serve`, `mcp` and `doctor` import
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 import click
 
 from peerd import __version__
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     EXIT_USAGE,
     HOME_HELP,
@@ -31,6 +33,8 @@ from peerd.cli.common import (
     with_client,
 )
 from peerd.cli.output import emit_json, fields
+from peerd.clientwire import DaemonNotRunning
+from peerd.errors import ConfigInvalid, HomeNewer, PeerdError, StoreRefused
 
 
 @dataclass(frozen=True)
@@ -200,11 +204,10 @@ def serve(
     # Only `serve` needs the server stack, and only after the owner socket answers `status`
     # (peerd/boot.py): until then the standard library only. The config file is validated and
     # logging set up by `settle`, in the thread that imports the daemon.
-    import asyncio  # noqa: PLC0415
-    import socket  # noqa: PLC0415
+    import asyncio  # noqa: PLC0415  # serve only: CLI start-up
+    import socket  # noqa: PLC0415  # serve only (the client needs only _socket)
 
-    from peerd import boot  # noqa: PLC0415
-    from peerd.errors import ConfigInvalid, HomeNewer, PeerdError, StoreRefused  # noqa: PLC0415
+    from peerd import boot  # noqa: PLC0415  # serve only: CLI start-up
 
     try:
         home = cli_context(ctx)
@@ -213,10 +216,10 @@ def serve(
     named = None if home.given_by == "default" else home.home  # its own config.toml
 
     def settle() -> boot.DaemonConfig:
-        import logging  # noqa: PLC0415
+        import logging  # noqa: PLC0415  # boot's early start: after `status` answers
 
-        from peerd import config as settings_file  # noqa: PLC0415
-        from peerd.logs import configure_logging  # noqa: PLC0415
+        from peerd import config as settings_file  # noqa: PLC0415  # pydantic: boot's early start
+        from peerd.logs import configure_logging  # noqa: PLC0415  # structlog: boot's early start
 
         configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
         try:
@@ -262,13 +265,10 @@ def mcp(ctx: click.Context, log_level: str) -> None:
     thread_send, thread_interrupt, project_list, environment_list. Started by peerd for a run, the
     tools act as that run; otherwise as this user. Logs go to stderr.
     """
-    import contextlib  # noqa: PLC0415
-    import os  # noqa: PLC0415
-
     # The bridge is synchronous and standard-library only: no asyncio or logging set-up here,
     # which would cost more than the bridge itself. It writes its few diagnostics to stderr
     # (`--log-level` is kept for compatibility).
-    from peerd.mcp_proxy import ProxyConfig, run_stdio  # noqa: PLC0415
+    from peerd.mcp_proxy import ProxyConfig, run_stdio  # noqa: PLC0415  # `peerd mcp` only
 
     del log_level
     env = dict(os.environ)

@@ -20,9 +20,10 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, fail, json_option, with_client
-from peerd.cli.output import ago, emit_json, table
+from peerd.cli.output import emit_json, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
+from peerd.present import ago
 
 FOLLOW_CHUNK_S = 30.0
 
@@ -296,13 +297,13 @@ def _waiter(run_id: str, after: float) -> Callable[[LocalClient], Any]:
 
 
 def succeeded(info: dict[str, Any]) -> bool:
-    from peerd.orchestrate.report import succeeded as ok  # noqa: PLC0415
+    from peerd.orchestrate.report import succeeded as ok  # noqa: PLC0415  # stdlib only, lazily
 
     return ok(info)
 
 
 def render_report(info: dict[str, Any]) -> None:
-    from peerd.orchestrate.report import render  # noqa: PLC0415
+    from peerd.orchestrate.report import render  # noqa: PLC0415  # stdlib only, lazily
 
     click.echo("\n" + render(info), nl=False)
 

@@ -8,7 +8,8 @@ labels too; this is the second line of defence. `--json` output is JSON-escaped 
 
 Times: the daemon sends epoch seconds (or ISO 8601); `json_ready` turns every `...At` field into
 ISO 8601 UTC with `Z` for programs, and people see `ago` ("3 min ago") in tables and `when`
-("2026-05-01 14:03:07 CEST, 3 min ago") in a single record's fields.
+("2026-05-01 14:03:07 CEST, 3 min ago") in a single record's fields (`peerd/present.py`, shared
+with the console).
 
 `--json` alone prints every field; `--json id,status` only those (of each element, for lists); a
 field that does not exist is a usage error naming those that do. `-q` prints a list's ids, one per
@@ -21,49 +22,17 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from peerd.core.text import strip_controls
-
-
-def one_line(value: Any) -> str:
-    """A cell or field value for the terminal: text, no controls, no line breaks."""
-    return "" if value is None else strip_controls(str(value))
-
-
-def block(text: str) -> str:
-    """Multi-line text for the terminal: line breaks and tabs kept, every other control removed."""
-    return strip_controls(text, multiline=True)
-
+from peerd.present import as_datetime, one_line
 
 # --- times ----------------------------------------------------------------------------------------
 
 _TIME_KEY = re.compile(r"(?:[a-z0-9]At|_at)$")
-
-
-def as_datetime(value: Any) -> datetime | None:
-    """A time the daemon sent (epoch seconds, or ISO 8601 with or without a zone: UTC) as an
-    aware datetime; None for anything else."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        try:
-            return datetime.fromtimestamp(float(value), UTC)
-        except (OverflowError, OSError, ValueError):
-            return None
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    return None
 
 
 def iso_utc(value: Any) -> Any:
@@ -85,41 +54,6 @@ def json_ready(data: Any) -> Any:
     if isinstance(data, list):
         return [json_ready(v) for v in data]
     return data
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''}"
-    return f"{int(seconds)} s"
-
-
-def ago(value: Any, *, now: float | None = None) -> str:
-    """A time relative to now, for tables: `3 min ago`, `in 2 h`, `just now`; '' when unset."""
-    moment = as_datetime(value)
-    if moment is None:
-        return "" if value is None else one_line(value)
-    delta = (time.time() if now is None else now) - moment.timestamp()
-    if abs(delta) < 5:
-        return "just now"
-    return f"{_span(delta)} ago" if delta > 0 else f"in {_span(-delta)}"
-
-
-def local_time(value: Any) -> str:
-    """A time in this machine's local time with its zone: `2026-05-01 14:03:07 CEST`."""
-    moment = as_datetime(value)
-    if moment is None:
-        return "" if value is None else one_line(value)
-    local = moment.astimezone()
-    return local.strftime("%Y-%m-%d %H:%M:%S ") + (local.strftime("%Z") or local.strftime("%z"))
-
-
-def when(value: Any, *, now: float | None = None) -> str:
-    """A time for a record's fields: local time with zone, then how long ago (or until)."""
-    if as_datetime(value) is None:
-        return ago(value)
-    return f"{local_time(value)}, {ago(value, now=now)}"
 
 
 # --- --json [FIELDS] and -q ----------------------------------------------------------------------
@@ -163,7 +97,7 @@ def json_option_for(route: str, *extra: str) -> Callable[[Callable[..., Any]], C
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> JsonOutput | None:
         asked = _json_value(ctx, param, value)
         if asked is not None and asked.fields is not None:
-            from peerd.cli.answer_fields import ANSWER_FIELDS  # noqa: PLC0415
+            from peerd.cli.answer_fields import ANSWER_FIELDS  # noqa: PLC0415  # big: only for --json FIELDS
 
             known = (*ANSWER_FIELDS[route], *extra)
             unknown = [f for f in asked.fields if f not in known]

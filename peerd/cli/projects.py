@@ -9,8 +9,9 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import confirm, env_option, json_option, json_option_for, with_client, yes_option
-from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table, when
+from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
 from peerd.core.text import path_segment
+from peerd.present import when
 
 
 @click.group(cls=PeerdGroup)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -18,6 +18,7 @@ from peerd.cli.common import (
     with_client,
 )
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
+from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 from peerd.paths import config_file

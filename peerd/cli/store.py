@@ -25,7 +25,7 @@ from peerd.errors import PeerdError
 
 
 def _sqlite_failure(exc: sqlite3.Error, path: Path) -> str:
-    from peerd.store.db import storage_fault  # noqa: PLC0415
+    from peerd.store.db import storage_fault  # noqa: PLC0415  # aiosqlite: CLI start-up
 
     fault = storage_fault(exc, path)
     return f"{fault.code}: {fault.message}" if fault is not None else f"{path}: {exc}"
@@ -42,7 +42,7 @@ def backup(ctx: click.Context, file: Path, as_json: bool) -> None:
     The copy is checked (`PRAGMA quick_check`) before it is given its name. The identity key
     (`identity/key.pem` in the home) is not in it: keep a copy of that file too.
     """
-    from peerd.store import health  # noqa: PLC0415
+    from peerd.store import health  # noqa: PLC0415  # aiosqlite: CLI start-up
 
     paths = cli_context(ctx).paths
     source = paths.db
@@ -78,7 +78,7 @@ def restore(ctx: click.Context, file: Path, as_json: bool) -> None:
     changes otherwise). The store it replaces is kept as `peerd.db.before-restore-<time>` in the
     home. Start the daemon afterwards with `peerd serve`.
     """
-    from peerd.store import health  # noqa: PLC0415
+    from peerd.store import health  # noqa: PLC0415  # aiosqlite: CLI start-up
 
     paths = cli_context(ctx).paths
     paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -1,7 +1,7 @@
 """Items and events as lines, and following them as they arrive (`--follow`).
 
 Every item or event is one line of readable text (never a Python repr; peer text through
-`output.one_line`/`block`), or with `--json` one JSON object per line, flushed as it is printed so
+`present.one_line`/`block`), or with `--json` one JSON object per line, flushed as it is printed so
 a pipe sees it at once. Following uses only the daemon's long-polls: `GET .../events?after=&timeout=`
 wakes when anything happens to the thread, then the new items are read (`afterPosition`) and the
 run's state checked (`/wait?timeout=0`). `thread wait --follow` ends when the run ends (exit 0;
@@ -20,9 +20,10 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.output import JsonOutput, block, emit_json_line, local_time, one_line
+from peerd.cli.output import JsonOutput, emit_json_line
 from peerd.core.constants import LONG_POLL_MAX_S
 from peerd.core.text import path_segment
+from peerd.present import block, local_time, one_line
 
 EVENTS_PAGE = 100
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from peerd.cli.client import DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     ENV_META,
     cli_context,
@@ -16,22 +16,12 @@ from peerd.cli.common import (
     with_client,
     yes_option,
 )
-from peerd.cli.output import (
-    JsonOutput,
-    PeerdGroup,
-    ago,
-    block,
-    emit_ids,
-    emit_json,
-    fields,
-    one_line,
-    quiet_option,
-    table,
-    when,
-)
+from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
+from peerd.clientwire import DaemonNotRunning
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
 from peerd.errors import PeerdError
+from peerd.present import ago, block, one_line, when
 
 
 @click.group(cls=PeerdGroup)

@@ -23,20 +23,18 @@ from peerd.cli.handoff import thread_move
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
-    ago,
     emit_ids,
     emit_json,
     emit_json_line,
     fields,
-    one_line,
     quiet_option,
     table,
-    when,
 )
 from peerd.cli.stream import event_summary, follow_events, follow_run, item_text, items_after
 from peerd.core.constants import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
+from peerd.present import ago, one_line, when
 
 
 @click.group(cls=PeerdGroup)

@@ -6,18 +6,10 @@ import structlog
 from aiohttp import web
 
 from peerd.console import approvals, pages, stream, threads, work
+from peerd.console.guard import guard, login, logout, security_headers, static, stop_streams
 from peerd.console.owner import Owner
-from peerd.console.server import (
-    CONSOLE,
-    Console,
-    Handler,
-    guard,
-    login,
-    logout,
-    security_headers,
-    static,
-    stop_streams,
-)
+from peerd.console.render import page
+from peerd.console.state import CONSOLE, ConsoleState, Handler
 from peerd.errors import PeerdError, http_status
 
 log = structlog.get_logger(__name__)
@@ -30,8 +22,6 @@ MAX_FORM_BYTES = 256 * 1024
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A typed error from the API is a page with its code and sentence; anything else is logged
     and answered without details."""
-    from peerd.console.render import page  # noqa: PLC0415
-
     try:
         return await handler(request)
     except web.HTTPException:
@@ -53,7 +43,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
 
 
-def build_app(console: Console) -> web.Application:
+def build_app(console: ConsoleState) -> web.Application:
     app = web.Application(middlewares=[errors, guard], client_max_size=MAX_FORM_BYTES)
     app[CONSOLE] = console
     assert console.client is not None  # noqa: S101  # Console.start opens it first

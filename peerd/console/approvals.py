@@ -24,8 +24,8 @@ from aiohttp import web
 
 from peerd.console.owner import Env, Owner
 from peerd.console.pages import back, form, owner
-from peerd.console.render import notice, page, render_text
-from peerd.console.server import CONSOLE, SESSION, shown_error
+from peerd.console.render import notice, page, render_text, shown_error
+from peerd.console.state import CONSOLE, SESSION
 from peerd.console.threads import thread_href
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError

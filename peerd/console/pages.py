@@ -7,11 +7,14 @@ from pathlib import Path
 from aiohttp import web
 
 from peerd.console.owner import Owner
-from peerd.console.render import fragment, notice, page
-from peerd.console.server import CONSOLE, shown_error
+from peerd.console.render import fragment, notice, page, shown_error
+from peerd.console.state import CONSOLE
 from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
+from peerd.doctor import passed, run_checks
+from peerd.doctor.gather import gather
 from peerd.errors import PeerdError
+from peerd.paths import Paths
 
 OWNER = web.AppKey("console_owner", Owner)
 PAIR_TTLS = (("600", "10 minutes"), ("1800", "30 minutes"), ("3600", "1 hour"))
@@ -42,10 +45,6 @@ async def environment(request: web.Request) -> web.StreamResponse:
 
 async def health(request: web.Request) -> web.StreamResponse:
     """The `peerd doctor` checks, gathered by the daemon for itself."""
-    from peerd.cli.doctor import gather  # noqa: PLC0415
-    from peerd.doctor import passed, run_checks  # noqa: PLC0415
-    from peerd.paths import Paths  # noqa: PLC0415
-
     status = await owner(request).status()
     home = Path(status.home)
     checks = run_checks(await gather(Paths(home), config_home=home))
@@ -86,7 +85,7 @@ async def pair(request: web.Request) -> web.StreamResponse:
             request, shown_error(exc) if isinstance(exc, PeerdError) else "Pick a lifetime.", level="error"
         )
         raise back(request, "/connections") from None
-    import segno  # noqa: PLC0415
+    import segno  # noqa: PLC0415  # ~45 ms: only for a pairing code, not at daemon start
 
     qr = segno.make(created.code, error="m").svg_inline(scale=4, dark="#000", light="#fff", omitsize=False)
     return page(request, "pair.html", title="Pairing code", created=created, qr=qr)

@@ -1,8 +1,7 @@
 """The console's request rules, pure: where it may listen, which Host and Origin it answers.
 
-- **Bind**: `HOST:PORT`; off loopback only with TLS (a certificate and key in `[console]`): plain
-  HTTP with a session cookie must never cross a network. `tailscale serve` in front of the
-  loopback port is the documented way to reach it from a phone.
+- **Bind**: `HOST:PORT`; off loopback only with TLS (`core/console_bind.py`, which the config
+  check reads too).
 - **Host** (DNS rebinding): a page of another site that makes its name resolve to 127.0.0.1 sends
   its own name as Host; only the console's own names are answered (`allowed_hosts`).
 - **Origin** (the console's own origin rule; the API's "no Origin at all" rule stays for the API):
@@ -14,52 +13,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-DEFAULT_LISTEN = "127.0.0.1:7434"
+from peerd.core.console_bind import is_loopback
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-class BindRefused(ValueError):
-    """`console.listen` is malformed, or not loopback without TLS (the sentence says which)."""
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_bind(listen: str, *, tls: bool) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 as `[::1]:7434`) -> (host, port); refused off loopback without TLS."""
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise BindRefused(f"console.listen {listen!r} must be HOST:PORT, e.g. {DEFAULT_LISTEN}.")
-    port = int(port_text)
-    if port > 65535:
-        raise BindRefused(f"console.listen port {port} is out of range (0-65535).")
-    host = host.strip("[]")
-    if not tls and not is_loopback(host):
-        raise BindRefused(
-            f"Refusing to serve the console on {host} without TLS: give console.tls_cert and "
-            "console.tls_key, or keep it on loopback and put `tailscale serve` in front of it."
-        )
-    return host, port
-
-
-def bind_problem(listen: str, *, tls: bool) -> str | None:
-    try:
-        parse_bind(listen, tls=tls)
-    except BindRefused as exc:
-        return str(exc)
-    return None
 
 
 def _hostport(host: str, port: int) -> str:
@@ -93,16 +53,6 @@ def site_for(bound_host: str, port: int, *, tls: bool, public_url: str | None = 
             origins.add(f"{parts.scheme}://{parts.netloc.lower()}")
             base = f"{parts.scheme}://{parts.netloc.lower()}"
     return Site(frozenset(h.lower() for h in hosts), frozenset(o.lower() for o in origins), base)
-
-
-def public_url_problem(url: str) -> str | None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/"):
-        return (
-            f"console.public_url {url!r} must be an origin such as https://box.tailnet.ts.net "
-            "(scheme and host, no path)."
-        )
-    return None
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from aiohttp import web
 from peerd import contracts as c
 from peerd.console.owner import Env, Owner
 from peerd.console.pages import owner
-from peerd.console.render import render_text
-from peerd.console.server import CONSOLE, shown_error
+from peerd.console.render import render_text, shown_error
+from peerd.console.state import CONSOLE
 from peerd.errors import PeerdError, ShuttingDown
 
 log = structlog.get_logger(__name__)

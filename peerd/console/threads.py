@@ -16,8 +16,7 @@ from aiohttp import web
 from peerd import contracts as c
 from peerd.console.owner import HERE, LIVE, RUN_STATES, Env, Owner
 from peerd.console.pages import back, form, owner
-from peerd.console.render import fragment, notice, page
-from peerd.console.server import shown_error
+from peerd.console.render import fragment, notice, page, shown_error
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 

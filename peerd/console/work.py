@@ -12,8 +12,7 @@ from aiohttp import web
 from peerd.console.graph import NODE_H, NODE_W, layout
 from peerd.console.owner import Env
 from peerd.console.pages import back, owner
-from peerd.console.render import fragment, notice, page
-from peerd.console.server import shown_error
+from peerd.console.render import fragment, notice, page, shown_error
 from peerd.console.threads import thread_href
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from peerd.contracts import INTERACTION_MODES, RUNTIME_MODES, InteractionMode, RuntimeMode
+from peerd.core.constants import INTERACTION_MODES, RUNTIME_MODES, InteractionMode, RuntimeMode
 from peerd.errors import (
     CapabilityDenied,
     InteractionModeEscalationDenied,
@@ -56,6 +56,16 @@ class ModeCap:
 
     def describe(self) -> str:
         return f"{self.runtime}/{self.interaction}"
+
+
+@dataclass(frozen=True)
+class LinkContext:
+    """A caller that came in through a link: the box enforces its access and fence from this."""
+
+    client_id: str
+    label: str
+    access: RuntimeMode
+    cap: ModeCap
 
 
 def parse_mode_limit(header: str | None) -> ModeCap | None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from peerd.contracts import LinkStatus
+# version_skew: the box answers, but runs a peerd too old for what this one needs (update it there).
+LinkStatus = Literal["reachable", "unreachable", "expired", "revoked", "version_skew"]
 
 LinkEvent = Literal[
     "answered",  # the box answered as the linked environment (a call, a probe, a clock_skew refusal)

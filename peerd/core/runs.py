@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from peerd.contracts import RunStatus
+RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
 
 TERMINAL: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled", "interrupted"})
 LIVE: frozenset[RunStatus] = frozenset({"starting", "running"})
@@ -56,6 +56,18 @@ ThreadKind = Literal["plain", "child", "orchestrated"]
 
 class InvalidTransition(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class RunFact:
+    """What settling a delegated task needs to know of one of the child thread's runs (read by
+    `store/threads/reads.py:run_facts`, weighed by `tasks/rules.py:settlement`)."""
+
+    id: str
+    number: int
+    status: str
+    origin: str  # "user", "wake" or "continue"
+    reason: str | None = None
 
 
 def is_terminal(status: RunStatus) -> bool:

@@ -4,8 +4,8 @@ The checks here are pure (one module per area: `files`, `network`, `system`; wha
 is `facts`; how they say it, `text`): each takes facts gathered beforehand (file modes and owners, the
 daemon's answers or why there were none, the certificate, `git --version`, read by
 `peerd.runtime.git.parse_version`) and returns a `Check`
-with a status, a one-line detail and, for a problem, the fix. `peerd/cli/doctor.py` gathers the
-facts and prints the checks. Statuses: `ok`; `warn`, a problem that breaks nothing by itself;
+with a status, a one-line detail and, for a problem, the fix. `gather.py` gathers the facts and
+`peerd/cli/doctor.py` prints the checks. Statuses: `ok`; `warn`, a problem that breaks nothing by itself;
 `fail`, a problem to fix (the command exits 1); `skip`, not checked, the detail says why.
 """
 

@@ -3,7 +3,7 @@
 A coder spec is `[<environment>/]<backend>[:<model>]`: `codex`, `claude:opus`, `box/codex:gpt-5.5`,
 `"gemini:Gemini 3.1 Pro (High)"` (everything after the first colon is the model, spaces and colons
 included). The environment `auto` (`auto/codex`, or `--on auto`) lets placement choose here or a
-linked box for each hop as it starts (peerd/placement/orchestrate.py). Backends are peerd's
+linked box for each hop as it starts (peerd/orchestrate/placing.py). Backends are peerd's
 providers: `script`, `codex`, `claude`, `gemini`, or a custom command.
 
 The project's `.peerd/orchestrate.toml` (all keys optional; unknown keys are refused):

@@ -41,12 +41,12 @@ from peerd.orchestrate.implement import implementing, start_packet
 from peerd.orchestrate.integrate import deliver_run, integrate
 from peerd.orchestrate.models import PacketSpec, PlanReceipt
 from peerd.orchestrate.overlaps import overlap_warnings, serialize_overlaps, shared_files
+from peerd.orchestrate.placing import place_coder
 from peerd.orchestrate.review import reviewing, verifying
 from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     planner_prompt,
 )
-from peerd.placement.orchestrate import place_coder
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database

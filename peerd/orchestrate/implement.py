@@ -15,8 +15,8 @@ from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.escapes import Collected
 from peerd.orchestrate.memo import PacketMemo
 from peerd.orchestrate.models import CoderChoice, ImplementationReceipt, PacketSpec, VerificationResult
+from peerd.orchestrate.placing import place_coder
 from peerd.orchestrate.prompts import implementer_prompt
-from peerd.placement.orchestrate import place_coder
 from peerd.runtime import git
 from peerd.store import projects
 

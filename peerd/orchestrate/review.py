@@ -13,9 +13,9 @@ from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, OrchestrationContext, Settings
 from peerd.orchestrate.implement import perform, view
 from peerd.orchestrate.models import CoderChoice, PacketSpec, ReviewReceipt, VerificationResult
+from peerd.orchestrate.placing import place_coder
 from peerd.orchestrate.prompts import reviewer_prompt, scripted_reviewer_prompt
 from peerd.orchestrate.verdicts import verification_result
-from peerd.placement.orchestrate import place_coder
 from peerd.runtime import git
 from peerd.store import projects
 

@@ -15,10 +15,10 @@ import uuid
 from typing import Any
 
 from peerd import contracts as c
+from peerd.core.envid import normalize_env_id
 from peerd.core.idempotency import scoped_request_id
 from peerd.errors import CapabilityDenied, InvalidRequest, NotLinked
 from peerd.peer.client import PeerClient, not_linked_message
-from peerd.peer.identity import normalize_env_id
 from peerd.store import links
 
 

@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import ipaddress
 import os
-import re
 import secrets
 import ssl
 import stat
@@ -34,11 +33,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import NameOID
 
-from peerd.core.envid import B32 as _B32
-from peerd.core.envid import GROUP_LEN as _GROUP_LEN
-from peerd.core.envid import GROUPS as _GROUPS
-from peerd.core.envid import env_id_from_public_key
-from peerd.core.envid import luhn32 as _luhn32
+from peerd.core.envid import env_id_from_public_key, normalize_env_id
+from peerd.core.fingerprint import format_fingerprint
 from peerd.errors import IdentityError, InvalidRequest
 from peerd.logs import get_logger
 
@@ -47,20 +43,14 @@ __all__ = [
     "env_id_from_certificate",
     "env_id_from_public_key",
     "env_id_matches",
-    "format_fingerprint",
     "load_or_create_identity",
-    "normalize_env_id",
-    "parse_fingerprint",
     "pinned_fingerprint",
     "server_ssl_context",
 ]
 
 log = get_logger(__name__)
 
-ENV_ID_LEN = _GROUPS * (_GROUP_LEN + 1)  # 24 significant characters, dashes not counted
-_TYPOS = str.maketrans({"0": "O", "1": "I", "8": "B"})  # Syncthing's untypeoify
 _CERT_VALIDITY = timedelta(days=20 * 365 + 5)  # 20 years, leap days included
-_FP_PREFIX = "sha256:"
 
 
 @dataclass(frozen=True)
@@ -87,37 +77,6 @@ class Identity:
 
 
 # --- environment ids ---------------------------------------------------------------------------
-
-
-def normalize_env_id(text: str) -> str:
-    """Canonical form of a typed environment id, or ``InvalidRequest`` saying what is wrong.
-
-    Accepts any case, missing or misplaced dashes and spaces, and the typos 0->O, 1->I, 8->B
-    (base32 has none of 0, 1, 8). Every group's check character must be right.
-    """
-    example = "e.g. ABCDEF-GHIJKL-MNOPQR-STUVWX"
-    compact = "".join(text.split()).replace("-", "").upper().translate(_TYPOS)
-    if not compact:
-        raise InvalidRequest(f"environment id is empty; expected 4 groups of 6 characters, {example}")
-    bad = sorted({ch for ch in compact if ch not in _B32})
-    if bad:
-        shown = ", ".join(repr(ch) for ch in bad)
-        raise InvalidRequest(
-            f"environment id {text.strip()!r} contains {shown}; only letters A-Z and digits 2-7 are used"
-        )
-    if len(compact) != ENV_ID_LEN:
-        raise InvalidRequest(
-            f"environment id {text.strip()!r} has {len(compact)} characters without dashes; "
-            f"expected {ENV_ID_LEN} (4 groups of 6, {example})"
-        )
-    groups = [compact[i : i + _GROUP_LEN + 1] for i in range(0, ENV_ID_LEN, _GROUP_LEN + 1)]
-    for n, group in enumerate(groups, start=1):
-        if _luhn32(group[:-1]) != group[-1]:
-            raise InvalidRequest(
-                f"environment id {text.strip()!r}: group {n} ({group}) fails its check character, "
-                "so a character in it was mistyped; copy the id again from the other machine"
-            )
-    return "-".join(groups)
 
 
 def env_id_from_certificate(cert_der: bytes, pin: bytes) -> str:
@@ -148,33 +107,6 @@ def env_id_matches(env_id: str, raw_public_key: bytes) -> bool:
     except (ValueError, InvalidRequest):
         return False
     return hmac.compare_digest(given, expected)
-
-
-# --- fingerprints ------------------------------------------------------------------------------
-
-
-def format_fingerprint(fp: bytes) -> str:
-    """``"sha256:"`` + lowercase hex of a 32-byte sha256 digest."""
-    if len(fp) != 32:
-        raise ValueError(f"a sha256 fingerprint is 32 bytes, got {len(fp)}")
-    return _FP_PREFIX + fp.hex()
-
-
-def parse_fingerprint(text: str) -> bytes:
-    """The 32 digest bytes of ``sha256:<64 hex>``, or plain 64 hex with or without colons."""
-    s = text.strip()
-    algo = re.match(r"([A-Za-z0-9-]+):", s)
-    if algo and len(algo.group(1)) != 2:  # a two-character head is a hex byte pair, not a name
-        if algo.group(1).lower() != "sha256":
-            raise ValueError(f"fingerprint {s!r}: only sha256 is supported, not {algo.group(1)!r}")
-        s = s[algo.end() :]
-    digits = s.replace(":", "")
-    if len(digits) != 64 or any(ch not in "0123456789abcdefABCDEF" for ch in digits):
-        raise ValueError(
-            f"fingerprint {text.strip()!r} is not a sha256 fingerprint; expected 'sha256:' followed by "
-            "64 hex characters (colons between byte pairs are allowed)"
-        )
-    return bytes.fromhex(digits)
 
 
 # aiohttp.Fingerprint has no __eq__/__hash__ and is part of the pool's ConnectionKey: a fresh

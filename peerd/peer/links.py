@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 import structlog
 
 from peerd import contracts as c
+from peerd.core import pairing_code
 from peerd.core.access import ACCESS_LEVELS, access_within
+from peerd.core.envid import normalize_env_id
 from peerd.core.events import ClientRevoked, Events, LinkChecked, LinkForgotten
 from peerd.core.links import is_final
 from peerd.core.text import clean_label
@@ -40,7 +42,6 @@ from peerd.errors import (
     SelfLink,
     WrongEnvironment,
 )
-from peerd.peer import pairing_code
 from peerd.peer.client import (
     PAIRING_GRANT,
     PeerClient,
@@ -49,7 +50,7 @@ from peerd.peer.client import (
     not_linked_message,
     unreachable_message,
 )
-from peerd.peer.identity import Identity, env_id_from_certificate, normalize_env_id
+from peerd.peer.identity import Identity, env_id_from_certificate
 from peerd.store import clients, links, pairing
 from peerd.store.db import Database
 from peerd.store.links import LinkRow

@@ -8,7 +8,6 @@ that the client has not been revoked, so revocation takes effect at once.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from collections.abc import Callable
@@ -102,11 +101,3 @@ class VerifiedTokens:
             self._seen.pop(token, None)
             raise TokenRejected("ExpiredTokenError")
         return claims
-
-
-def new_refresh_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def refresh_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from peerd.config import ProviderConfig
 from peerd.providers import claude_stdio, codex_appserver, gemini_acp
-from peerd.providers.base import RunSpec
 from peerd.providers.cli import Launch, ToolBinding
 from peerd.providers.duplex import DuplexDriver
+from peerd.runtime.provider import RunSpec
 
 
 def asks_person(spec: RunSpec) -> bool:

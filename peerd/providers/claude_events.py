@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import Any
 
 from peerd.core.usage import Usage
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
     as_count,
     as_float,
@@ -35,6 +34,7 @@ from peerd.providers.stream_common import (
     tool_call_item,
     with_failure,
 )
+from peerd.runtime.provider import ItemProduced, RunFinished, SessionStarted, UsageReported
 
 CLI_NAME = "Claude Code"
 EXIT_NAMES: Mapping[int, str] = {1: "error", 143: "terminated"}

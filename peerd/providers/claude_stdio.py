@@ -39,18 +39,20 @@ which a model server can repeat. An allow answers with the exact input the perso
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from peerd.config import ProviderConfig
-from peerd.providers.base import RunFinished, RunSpec
 from peerd.providers.claude_asks import FileReader, ask_for, worktree_reader
 from peerd.providers.claude_events import ClaudeEvents
-from peerd.providers.cli import Launch, ToolBinding
+from peerd.providers.cli import MCP_SERVER_NAME, MCP_TOOL_TIMEOUT_S, Launch, ToolBinding, write_private
 from peerd.providers.duplex import AskPerson, DuplexDriver, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_mapping, as_str, clip_head
 from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.provider import RunFinished, RunSpec
 
 DEFAULT_DENY = "The person approving this run's actions did not allow it."
 ASKING_NOTICE = (
@@ -179,12 +181,32 @@ class ClaudeStdioDriver:
         )
 
 
+def claude_binding_flags(spec: RunSpec, binding: ToolBinding | None, scratch: Path) -> list[str]:
+    """peerd's MCP tools for this run (allowed without asking: peerd checks them itself) and the
+    session to start or resume; the same on the headless and the asking path (`claude_stdio`)."""
+    argv: list[str] = []
+    if binding is not None:
+        server: dict[str, object]
+        if binding.url:  # the daemon's MCP endpoint; the token only in this 0600 file
+            server = {"type": "http", "url": binding.url, "headers": binding.bearer()}
+        else:
+            server = {"type": "stdio", "command": binding.command, "args": binding.args, "env": binding.env}
+        server["timeout"] = MCP_TOOL_TIMEOUT_S * 1000
+        server["alwaysLoad"] = True  # keeps peerd's tools out of tool search
+        path = write_private(scratch / "mcp.json", json.dumps({"mcpServers": {MCP_SERVER_NAME: server}}))
+        argv += ["--mcp-config", str(path), "--strict-mcp-config"]
+        argv += ["--allowedTools", f"mcp__{MCP_SERVER_NAME}__*"]
+    if spec.resume_session:
+        argv += ["--resume", spec.resume_session]
+    else:
+        argv += ["--session-id", str(uuid.uuid4())]
+    return argv
+
+
 def duplex_launch(
     binary: str, spec: RunSpec, config: ProviderConfig, binding: ToolBinding | None, scratch: Path
 ) -> tuple[Launch, DuplexDriver]:
     """Claude Code in its asking mode, peerd's MCP tools attached exactly as on the headless path."""
-    from peerd.providers.coders import claude_binding_flags  # noqa: PLC0415  # coders imports this module
-
     argv = [binary, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
     if model := spec.model or config.model:
         argv += ["--model", model]

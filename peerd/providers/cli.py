@@ -29,7 +29,9 @@ import structlog
 from peerd.config import ProviderConfig
 from peerd.errors import ProviderPathUnreachable
 from peerd.providers import reach
-from peerd.providers.base import (
+from peerd.runtime import sandbox, sandbox_profile
+from peerd.runtime.process import ProviderProcess
+from peerd.runtime.provider import (
     ItemProduced,
     ProviderEvent,
     RunFinished,
@@ -37,8 +39,6 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.runtime import sandbox, sandbox_profile
-from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Confinement, Mount
 
 log = structlog.get_logger(__name__)

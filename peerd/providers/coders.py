@@ -13,9 +13,7 @@ the nearest narrower mode is used and a notice in the run's items says so.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +21,9 @@ from pathlib import Path
 from peerd.config import ProviderConfig
 from peerd.errors import ProviderError
 from peerd.providers.asking import asks_person, duplex_launch
-from peerd.providers.base import ProviderRun, RunSpec
 from peerd.providers.claude_events import ClaudeEvents
+from peerd.providers.claude_stdio import claude_binding_flags
 from peerd.providers.cli import (
-    MCP_SERVER_NAME,
-    MCP_TOOL_TIMEOUT_S,
     Launch,
     StreamParser,
     ToolBinding,
@@ -38,7 +34,6 @@ from peerd.providers.cli import (
     resolve_binary,
     scratch_dir,
     start_cli,
-    write_private,
 )
 from peerd.providers.codex_appserver import codex_mcp_flags
 from peerd.providers.codex_events import CodexEvents
@@ -48,6 +43,7 @@ from peerd.providers.gemini_acp import (
     writable_ancestor,  # noqa: F401  # tests/realcli.py imports it here
 )
 from peerd.providers.gemini_events import GeminiEvents
+from peerd.runtime.provider import ProviderRun, RunSpec
 from peerd.runtime.sandbox import Mount
 from peerd.runtime.sandbox_profile import real
 
@@ -208,28 +204,6 @@ def claude_argv(
     argv += claude_binding_flags(spec, binding, scratch)
     argv += config.args
     return Launch(argv, env, spec.cwd, spec.prompt.encode("utf-8"), scratch, notices)
-
-
-def claude_binding_flags(spec: RunSpec, binding: ToolBinding | None, scratch: Path) -> list[str]:
-    """peerd's MCP tools for this run (allowed without asking: peerd checks them itself) and the
-    session to start or resume; the same on the headless and the asking path (`claude_stdio`)."""
-    argv: list[str] = []
-    if binding is not None:
-        server: dict[str, object]
-        if binding.url:  # the daemon's MCP endpoint; the token only in this 0600 file
-            server = {"type": "http", "url": binding.url, "headers": binding.bearer()}
-        else:
-            server = {"type": "stdio", "command": binding.command, "args": binding.args, "env": binding.env}
-        server["timeout"] = MCP_TOOL_TIMEOUT_S * 1000
-        server["alwaysLoad"] = True  # keeps peerd's tools out of tool search
-        path = write_private(scratch / "mcp.json", json.dumps({"mcpServers": {MCP_SERVER_NAME: server}}))
-        argv += ["--mcp-config", str(path), "--strict-mcp-config"]
-        argv += ["--allowedTools", f"mcp__{MCP_SERVER_NAME}__*"]
-    if spec.resume_session:
-        argv += ["--resume", spec.resume_session]
-    else:
-        argv += ["--session-id", str(uuid.uuid4())]
-    return argv
 
 
 def gemini_argv(

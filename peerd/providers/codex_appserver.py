@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from peerd.config import ProviderConfig
-from peerd.providers.base import RunSpec
 from peerd.providers.cli import MCP_SERVER_NAME, MCP_TOOL_TIMEOUT_S, TOKEN_ENV, Launch, ToolBinding
 from peerd.providers.codex_rpc import CodexAppServerDriver
 from peerd.providers.duplex import DuplexDriver
+from peerd.runtime.provider import RunSpec
 
 APPROVAL_POLICY = "untrusted"
 SANDBOX_CONFINED = "danger-full-access"  # peerd's sandbox confines the run

@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from peerd.core.usage import Usage
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
     as_count,
     as_int,
@@ -36,6 +35,7 @@ from peerd.providers.stream_common import (
     joined_text,
     with_failure,
 )
+from peerd.runtime.provider import ItemProduced, RunFinished, SessionStarted, UsageReported
 
 CLI_NAME = "Codex"
 # Lines Codex prints on stderr in ordinary runs; they say nothing about why a run failed.

@@ -56,7 +56,6 @@ from typing import Any
 
 from peerd import __version__
 from peerd.core.usage import Usage
-from peerd.providers.base import ItemProduced, RunFinished, UsageReported
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_count, as_list, as_mapping, as_str, clip_head
@@ -67,6 +66,7 @@ from peerd.runtime.approval_gate import (
     command_summary,
     file_change_summary,
 )
+from peerd.runtime.provider import ItemProduced, RunFinished, UsageReported
 
 _INIT, _THREAD, _TURN = 1, 2, 3
 # Streamed pieces of items that `item/completed` repeats whole, and status chatter.

@@ -13,13 +13,13 @@ formats reuse the Codex, Claude or Gemini stream parsers for a wrapper that spea
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from peerd.config import ProviderConfig
 from peerd.errors import ProviderError
-from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import (
     CliRun,
@@ -37,6 +37,7 @@ from peerd.providers.cli import (
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
 from peerd.providers.stream_common import tail_of_stderr
+from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted
 
 REPLY_MAX_CHARS = 200_000
 Approved = Callable[[str, str], Awaitable[bool]]
@@ -62,8 +63,6 @@ class TextEvents:
         return []
 
     def feed(self, line: Mapping[str, Any]) -> list[SessionStarted | ItemProduced]:
-        import json  # noqa: PLC0415  # rare: a JSON-looking line from a text coder
-
         return self.feed_text(json.dumps(line))
 
     def finish(self, *, exit_code: int, stderr_tail: str, interrupted: bool) -> RunFinished:

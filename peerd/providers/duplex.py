@@ -28,16 +28,16 @@ from typing import Any, Protocol
 
 import structlog
 
-from peerd.providers.base import (
+from peerd.providers.cli import BoundedRetries, CliRun, Launch, sandboxed
+from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
+from peerd.runtime.process import ProviderProcess
+from peerd.runtime.provider import (
     ItemProduced,
     ProviderEvent,
     RunFinished,
     SessionStarted,
     UsageReported,
 )
-from peerd.providers.cli import BoundedRetries, CliRun, Launch, sandboxed
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
-from peerd.runtime.process import ProviderProcess
 
 log = structlog.get_logger(__name__)
 

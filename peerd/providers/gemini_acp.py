@@ -70,10 +70,10 @@ from pathlib import Path
 
 from peerd import __version__
 from peerd.config import ProviderConfig
-from peerd.providers.base import RunSpec
 from peerd.providers.cli import MCP_SERVER_NAME, MCP_TOOL_TIMEOUT_S, Launch, ToolBinding, write_private
 from peerd.providers.duplex import DuplexDriver
 from peerd.providers.gemini_acp_driver import GeminiAcpDriver
+from peerd.runtime.provider import RunSpec
 
 _SESSION_PREFIX = re.compile(r"[0-9A-Za-z-]{8}")
 GEMINI_ASKS = (

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from peerd.core.usage import Usage
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.stream_common import (
     as_count,
     as_mapping,
@@ -29,6 +28,7 @@ from peerd.providers.stream_common import (
     tool_call_item,
     with_failure,
 )
+from peerd.runtime.provider import ItemProduced, RunFinished, SessionStarted, UsageReported
 
 CLI_NAME = "Gemini CLI"
 # Exit codes from the CLI's own table (`FatalError` subclasses).

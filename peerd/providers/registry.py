@@ -10,11 +10,11 @@ from collections.abc import Mapping
 
 from peerd import contracts as c
 from peerd.config import BUILTIN_KINDS, Config, ProviderConfig
-from peerd.providers.base import Provider
 from peerd.providers.cli import TOOL_ENV_KEYS, resolve_binary
 from peerd.providers.coders import CoderProvider
 from peerd.providers.command import Approved, CommandProvider
 from peerd.providers.script import ScriptProvider
+from peerd.runtime.provider import Provider
 
 VERSION_TIMEOUT_S = 15.0
 

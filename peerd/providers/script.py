@@ -20,7 +20,13 @@ import structlog
 
 from peerd.core.usage import Usage
 from peerd.providers.asking import asks_person
-from peerd.providers.base import (
+from peerd.providers.cli import TOOL_ENV_KEYS, Launch
+from peerd.providers.duplex import AskPerson, DuplexOutput, DuplexRun, EndInput, Send
+from peerd.providers.stream_common import as_count, as_float
+from peerd.runtime import sandbox, sandbox_profile
+from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, AskKind
+from peerd.runtime.process import ProviderProcess
+from peerd.runtime.provider import (
     FinishStatus,
     ItemKind,
     ItemProduced,
@@ -31,12 +37,6 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.providers.cli import TOOL_ENV_KEYS, Launch
-from peerd.providers.duplex import AskPerson, DuplexOutput, DuplexRun, EndInput, Send
-from peerd.providers.stream_common import as_count, as_float
-from peerd.runtime import sandbox, sandbox_profile
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, AskKind
-from peerd.runtime.process import ProviderProcess
 from peerd.runtime.sandbox import Mount
 
 log = structlog.get_logger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from peerd.providers.base import ItemProduced, RunFinished
+from peerd.runtime.provider import ItemProduced, RunFinished
 
 # How much of a command's or tool's output an item keeps (the end matters most: errors, summaries).
 OUTPUT_TAIL_CHARS = 4000

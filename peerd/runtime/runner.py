@@ -41,7 +41,11 @@ from peerd.errors import (
     StorageUnavailable,
 )
 from peerd.paths import Paths
-from peerd.providers.base import (
+from peerd.runtime import git, sandbox, sandbox_profile
+from peerd.runtime.approval_gate import ApprovalGate, RunApprovals
+from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.meter import RunMeter
+from peerd.runtime.provider import (
     ItemProduced,
     Provider,
     ProviderRun,
@@ -50,10 +54,6 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.runtime import git, sandbox, sandbox_profile
-from peerd.runtime.approval_gate import ApprovalGate, RunApprovals
-from peerd.runtime.feed import ChangeFeed
-from peerd.runtime.meter import RunMeter
 from peerd.runtime.sandbox import Confinement
 from peerd.runtime.slots import Slot, StartSlots, default_start_slots
 from peerd.store import projects

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import peerd
 from peerd.runtime import runas
 from peerd.runtime.sandbox import Confinement, Mount
 
@@ -208,8 +209,6 @@ def real(path: Path | str) -> Path:
 def python_dirs() -> list[Path]:
     """What `python -m peerd ...` needs: the interpreter's prefixes, the user's site-packages when
     Python uses it (`pip install --user`), and the peerd package."""
-    import peerd  # noqa: PLC0415  # the package this module belongs to
-
     dirs = {real(sys.prefix), real(sys.base_prefix), real(Path(peerd.__file__).parent)}
     user_site = site.getusersitepackages()
     if user_site in sys.path and Path(user_site).is_dir():

@@ -27,6 +27,8 @@ import aiosqlite
 
 from peerd.contracts import MAX_LINK_AGE_S, ClientInfo, ClientStatus
 from peerd.core.access import AccessLevel, access_within
+from peerd.core.credentials import new_refresh_token, refresh_hash
+from peerd.core.pairing_code import secret_hash
 from peerd.core.text import clean_label
 from peerd.errors import (
     AccessExceedsCode,
@@ -37,8 +39,6 @@ from peerd.errors import (
     RefreshReason,
     RefreshRejected,
 )
-from peerd.peer.pairing_code import secret_hash
-from peerd.peer.tokens import new_refresh_token, refresh_hash
 from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.store.pairing import MAX_FAILED_ATTEMPTS, check_max_age, code_state

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 
 import aiosqlite
 
-from peerd.contracts import LinkInfo, LinkStatus, RuntimeMode
-from peerd.core.links import FINAL, LEADS_TO, LinkEvent, is_final
-from peerd.peer.identity import format_fingerprint
+from peerd.contracts import LinkInfo, RuntimeMode
+from peerd.core.fingerprint import format_fingerprint
+from peerd.core.links import FINAL, LEADS_TO, LinkEvent, LinkStatus, is_final
 from peerd.store.db import Database
 from peerd.store.sqltext import sql_list
 

@@ -17,9 +17,9 @@ import aiosqlite
 
 from peerd.contracts import MAX_LINK_AGE_S, PairingCodeInfo, PairingState
 from peerd.core.access import AccessLevel
+from peerd.core.pairing_code import new_code_id, new_secret, secret_hash
 from peerd.core.text import clean_label
 from peerd.errors import Conflict, InvalidRequest, NotFound
-from peerd.peer.pairing_code import new_code_id, new_secret, secret_hash
 from peerd.store.db import Database
 
 # A failed attempt counter reaching this burns the code (issue 3: "5 wrong attempts").

@@ -111,5 +111,11 @@ async def remove(db: Database, project_id: str) -> Project:
     return project
 
 
+async def thread_ids_of_project(db: Database, project_id: str) -> list[str]:
+    """Every thread of the project, whatever its status (those a removal takes with it)."""
+    rows = await db.fetchall("SELECT id FROM threads WHERE project_id = ?", (project_id,))
+    return [r["id"] for r in rows]
+
+
 async def count(db: Database) -> int:
     return int(await db.scalar("SELECT count(*) FROM projects"))

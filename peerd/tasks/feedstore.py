@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import aiosqlite
 
+from peerd.core.runs import RunFact
 from peerd.store.db import Database
 from peerd.tasks.machine import OpenTask
-from peerd.tasks.rules import RunFact
 
 CHUNK = 500
 LOOKUP_MAX = 8  # threads looked at inline in one read (a wake); more go to the reader's thread
@@ -129,11 +129,6 @@ async def last_reply(db: Database, thread_id: str, run_id: str) -> str | None:
         (thread_id, run_id),
     )
     return None if row is None or row[0] is None else str(row[0])
-
-
-async def thread_ids_of_project(db: Database, project_id: str) -> list[str]:
-    rows = await db.fetchall("SELECT id FROM threads WHERE project_id = ?", (project_id,))
-    return [r["id"] for r in rows]
 
 
 # --- the laptop: a link's open tasks, the columns the follower needs ----------------------------------

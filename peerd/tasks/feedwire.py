@@ -19,7 +19,8 @@ from typing import Annotated
 from pydantic import Field
 
 from peerd.approvals.wire import MAX_MIRRORED, ApprovalView
-from peerd.contracts import LONG_POLL_MAX_S, Capacity, Input, RunStatus, Usage, Wire
+from peerd.contracts import LONG_POLL_MAX_S, Capacity, Input, Usage, Wire
+from peerd.core.runs import RunStatus
 from peerd.tasks.subscription import CURSOR_PATTERN, MAX_FOLLOWED_RUNS
 
 SUBSCRIPTION_PATH = "/v1/feed/subscription"

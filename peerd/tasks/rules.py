@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from peerd.core.backoff import Backoff
+from peerd.core.runs import RunFact
 from peerd.errors import Failure as Failure  # noqa: PLC0414  # the registry's, re-exported here
 from peerd.errors import PeerdError, StorageUnavailable
 from peerd.errors import classify as classify  # noqa: PLC0414  # the registry's, re-exported here
@@ -133,15 +134,6 @@ def result_text(
 # continuations (a run cut by a daemon stop, continued in its session after the restart). Runs a
 # user or another caller sent to the child ("user") are never the task's result.
 CHILD_WORK_ORIGINS: frozenset[str] = frozenset({"wake", "continue"})
-
-
-@dataclass(frozen=True)
-class RunFact:
-    id: str
-    number: int
-    status: str
-    origin: str  # "user", "wake" or "continue"
-    reason: str | None = None
 
 
 def is_terminal_run(status: str) -> bool:

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from peerd.config import ProviderConfig
-from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 from peerd.providers.claude_asks import OnDisk, worktree_reader
 from peerd.providers.claude_stdio import ClaudeStdioDriver, duplex_launch
 from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.duplex import AskPerson, EndInput, Send
 from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 
 CWD = "/tmp/h11/work"
 SESSION = "b38317b6-bbf3-483e-8efe-9b91cd11351c"

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from peerd.config import ProviderConfig
-from peerd.providers.base import (
+from peerd.providers.coders import CoderProvider
+from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED, toml_value
+from peerd.runtime.provider import (
     ItemProduced,
     ProviderEvent,
     RunFinished,
@@ -27,8 +29,6 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.providers.coders import CoderProvider
-from peerd.providers.codex_appserver import CODEX_ASKS, CODEX_CONFINED, toml_value
 from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal

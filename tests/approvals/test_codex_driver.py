@@ -9,13 +9,13 @@ from typing import Any
 
 from peerd.config import ProviderConfig
 from peerd.core.usage import Usage
-from peerd.providers.base import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 from peerd.providers.cli import TOKEN_ENV, bind_tools, scratch_dir
 from peerd.providers.coders import CODEX_NO_SANDBOX
 from peerd.providers.codex_appserver import app_server_args, duplex_launch
 from peerd.providers.codex_rpc import CodexAppServerDriver, exec_shape
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 from peerd.runtime.sandbox import Confinement
 
 THREAD = "01a23232-7c9e-77e0-bfa7-e5fe9ba9fc90"

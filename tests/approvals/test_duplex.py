@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished
 from peerd.providers.cli import Launch
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send, start_duplex
 from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.provider import ItemProduced, ProviderEvent, RunFinished
 from tests.support.approvals import Gate
 
 # A tiny "CLI": reads a prompt line, asks permission for a command, runs it only if allowed.

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from peerd.providers.base import (
+from peerd.providers.coders import CoderProvider
+from peerd.runtime.provider import (
     ItemProduced,
     ProviderEvent,
     RunFinished,
@@ -22,7 +23,6 @@ from peerd.providers.base import (
     SessionStarted,
     UsageReported,
 )
-from peerd.providers.coders import CoderProvider
 from peerd.runtime.sandbox import Confinement
 from tests.fakemodel import FakeModel
 from tests.helpers import client_for, make_repo, running_daemon, wait_terminal

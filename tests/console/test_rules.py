@@ -12,6 +12,7 @@ from peerd.console import rules
 from peerd.console.auth import Sessions, csrf_ok
 from peerd.console.graph import depths, layout
 from peerd.console.stream import resume_point, sse
+from peerd.core import console_bind
 from tests.fakeclock import FakeClock
 
 # --- where it listens ---------------------------------------------------------------------------
@@ -19,19 +20,19 @@ from tests.fakeclock import FakeClock
 
 @pytest.mark.parametrize("listen", ["127.0.0.1:7434", "localhost:0", "[::1]:7434", "127.8.9.1:1"])
 def test_loopback_binds_need_no_tls(listen: str) -> None:
-    assert rules.bind_problem(listen, tls=False) is None
+    assert console_bind.bind_problem(listen, tls=False) is None
 
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:7434", "[::]:7434", "192.168.1.4:7434", "box.lan:7434"])
 def test_a_bind_off_loopback_without_tls_is_refused(listen: str) -> None:
-    problem = rules.bind_problem(listen, tls=False)
+    problem = console_bind.bind_problem(listen, tls=False)
     assert problem is not None and "without TLS" in problem and "tailscale serve" in problem
-    assert rules.bind_problem(listen, tls=True) is None
+    assert console_bind.bind_problem(listen, tls=True) is None
 
 
 @pytest.mark.parametrize("listen", ["7434", ":7434", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:x"])
 def test_a_malformed_bind_is_refused(listen: str) -> None:
-    assert rules.bind_problem(listen, tls=False) is not None
+    assert console_bind.bind_problem(listen, tls=False) is not None
 
 
 def test_the_config_file_refuses_a_console_off_loopback_without_tls(tmp_path: Path) -> None:

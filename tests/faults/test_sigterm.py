@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.client import DaemonNotRunning
+from peerd.clientwire import DaemonNotRunning
 from peerd.errors import PeerdError
 from tests.faults.harness import FULL, REPORT, Outcome, Row, linked_world, table
 from tests.helpers import script

@@ -19,9 +19,9 @@ import pytest
 
 from peerd.api.localclient import LocalClient
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from peerd.core import pairing_code
 from peerd.daemon import Daemon
 from peerd.errors import CapabilityDenied
-from peerd.peer import pairing_code
 from peerd.peer.client import REVOKED_MESSAGE
 from tests.helpers import client_for, running_daemon
 

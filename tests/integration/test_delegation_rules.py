@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from peerd.core.runs import RunFact
 from peerd.errors import PeerdError
-from peerd.tasks.rules import RunFact, settlement
+from peerd.tasks.rules import settlement
 from tests.helpers import Pair, git, items, script, wait_terminal
 from tests.support.delegation import delegate, linked, runs_script, tasks_of, wait_run_number
 

@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 
 from peerd import boot
-from peerd.cli.client import DaemonConnectionError, DaemonNotRunning, LocalClient
+from peerd.cli.client import LocalClient
+from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
 from peerd.contracts import PROTOCOL_VERSION
 from peerd.paths import Paths
 from peerd.peer.identity import env_id_from_public_key, load_or_create_identity

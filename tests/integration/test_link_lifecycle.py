@@ -24,10 +24,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from multidict import CIMultiDictProxy
 
 from peerd.api.remote import NOT_ACCEPTED
+from peerd.core.credentials import refresh_hash
 from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
 from peerd.peer.client import REVOKED_MESSAGE, is_loopback_url
 from peerd.peer.identity import pinned_fingerprint
-from peerd.peer.tokens import refresh_hash, sign_access_token
+from peerd.peer.tokens import sign_access_token
 from peerd.store.clients import UNLINKED_REASON
 from tests.helpers import Pair as BasePair
 from tests.helpers import make_repo, running_daemon, two_daemons

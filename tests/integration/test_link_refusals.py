@@ -22,9 +22,9 @@ from aiohttp import web
 
 from peerd import contracts as c
 from peerd.api.localclient import LocalClient
+from peerd.core import pairing_code
 from peerd.daemon import Daemon
 from peerd.errors import PeerdError
-from peerd.peer import pairing_code
 from peerd.peer.client import is_loopback_url
 from peerd.peer.identity import Identity, load_or_create_identity
 from tests.helpers import client_for, pinned_server, running_daemon

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from peerd.core import pairing_code
 from peerd.errors import CapabilityDenied, InvalidRequest, PeerdError
-from peerd.peer import pairing_code
 from peerd.peer.client import REVOKED_MESSAGE
 from tests.helpers import Pair, make_repo, script, two_daemons, wait_terminal
 

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from peerd.errors import ProviderError
-from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
 from peerd.providers.script import ScriptProvider, ScriptRun
 from peerd.runtime.process import ProviderProcess
+from peerd.runtime.provider import ItemProduced, ProviderEvent, RunFinished, RunSpec, SessionStarted
 from tests.support.eventually import eventually
 
 TOKEN = "run-token-123"

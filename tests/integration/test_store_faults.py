@@ -24,9 +24,9 @@ import aiohttp
 import pytest
 
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
-from peerd.cli.doctor import gather
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.doctor import run_checks
+from peerd.doctor.gather import gather
 from peerd.errors import PeerdError
 from peerd.paths import Paths
 from peerd.store import db as db_module

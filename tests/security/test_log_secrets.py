@@ -31,8 +31,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from peerd.api.app import base_app
 from peerd.api.localclient import LocalClient
+from peerd.core import pairing_code
 from peerd.logs import OWN_LOGGER, THIRD_PARTY_LOGGERS, configure_logging
-from peerd.peer import pairing_code
 from tests.helpers import DaemonProcess, client_for, make_repo, script
 from tests.support.eventually import eventually
 

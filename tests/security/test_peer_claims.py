@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from peerd import contracts as c
 from peerd.cli.main import cli
 from peerd.cli.output import fields, table
+from peerd.core import pairing_code
 from peerd.core.text import clean_label, strip_controls
 from peerd.errors import PeerdError
-from peerd.peer import pairing_code
 from peerd.peer.client import PAIRING_GRANT
 from peerd.peer.identity import load_or_create_identity
 from tests.helpers import Pair, make_repo, pinned_server, script, two_daemons, wait_terminal

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from peerd.api.localclient import LocalClient
-from peerd.providers.base import ItemProduced, ProviderEvent, RunSpec
 from peerd.providers.coders import CoderProvider
 from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.provider import ItemProduced, ProviderEvent, RunSpec
 from tests.fakemodel import FakeModel
 from tests.helpers import Pair, make_repo
 from tests.support.eventually import eventually

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from peerd.peer import pairing_code
+from peerd.core import pairing_code
 from peerd.peer.identity import pinned_fingerprint
 from tests.helpers import Pair
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from peerd.core.access import ModeCap
-from peerd.operations import Caller, LinkContext
+from peerd.core.access import LinkContext, ModeCap
+from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
 from peerd.tasks import feedstore

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from peerd.store import threads
+from peerd.store import projects, threads
 from peerd.store.db import Database
 from peerd.tasks import feedstore
 from peerd.tasks import store as tasks
@@ -63,7 +63,7 @@ async def test_no_hot_path_statement_scans_a_table(tmp_path: Path) -> None:
             await feedstore.save(db, "cli_a", add={"run_1": "thr_1"}, remove=["run_2"], reset=False)
             await feedstore.save(db, "cli_a", add={"run_1": "thr_1"}, remove=[], reset=True)
             await feedstore.thread_facts(db, "cli_a", ["thr_1", "thr_2"])
-            await feedstore.thread_ids_of_project(db, "prj_1")
+            await projects.thread_ids_of_project(db, "prj_1")
             await feedstore.last_reply(db, "thr_1", "run_1")
             await threads.last_reply(db, "run_1")  # a local task's result when its child ends
 

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from peerd.cli.client import (
+from peerd.cli.client import LocalClient, ResponseReader, request_bytes
+from peerd.clientwire import (
     DaemonConnectionError,
     DaemonNotRunning,
-    LocalClient,
-    ResponseReader,
     decode_answer,
     query_string,
-    request_bytes,
     with_environment,
 )
 from peerd.errors import PeerdError, ThreadNotFound

@@ -16,19 +16,17 @@ from click.testing import CliRunner
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
-    ago,
     emit_ids,
     emit_json,
     emit_json_line,
     iso_utc,
     json_option,
     json_ready,
-    local_time,
     quiet_option,
     select,
     table,
-    when,
 )
+from peerd.present import ago, local_time, when
 
 T0 = 1_777_000_000.25  # 2026-04-24T03:06:40.250Z
 

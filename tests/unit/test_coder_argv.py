@@ -14,7 +14,6 @@ from peerd.config import ProviderConfig
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import runtime_rank
 from peerd.errors import ProviderError
-from peerd.providers.base import RunSpec
 from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.coders import (
     CODEX_IN_PEERD_SANDBOX,
@@ -29,6 +28,7 @@ from peerd.providers.coders import (
     state_mounts,
 )
 from peerd.providers.command import TextEvents, expand
+from peerd.runtime.provider import RunSpec
 from peerd.runtime.sandbox import Confinement, Mount
 
 MCP_URL = "http://127.0.0.1:5555/mcp"

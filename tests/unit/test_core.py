@@ -9,7 +9,6 @@ from typing import get_args
 
 import pytest
 
-from peerd.contracts import RunStatus
 from peerd.core.idempotency import Receipt, replay, request_hash, scoped_request_id
 from peerd.core.runs import (
     CONTINUE_NOTE,
@@ -18,6 +17,7 @@ from peerd.core.runs import (
     SHUTDOWN_REASON,
     CutThread,
     InvalidTransition,
+    RunStatus,
     RunView,
     ThreadKind,
     check_transition,

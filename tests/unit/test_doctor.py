@@ -14,7 +14,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from peerd import contracts as c
-from peerd.cli.doctor import file_facts, identity_facts
 from peerd.doctor import (
     CertFacts,
     Check,
@@ -32,6 +31,7 @@ from peerd.doctor import (
     run_checks,
     summary,
 )
+from peerd.doctor.gather import file_facts, identity_facts
 from peerd.peer.identity import load_or_create_identity
 from tests.support.doctor import (
     DAY,

@@ -20,16 +20,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 from pytest_aiohttp import AiohttpServer
 
+from peerd.core.envid import luhn32 as _luhn32
+from peerd.core.envid import normalize_env_id
+from peerd.core.fingerprint import format_fingerprint, parse_fingerprint
 from peerd.errors import IdentityError, InvalidRequest, PeerdError
 from peerd.peer.identity import (
     Identity,
-    _luhn32,
     env_id_from_public_key,
     env_id_matches,
-    format_fingerprint,
     load_or_create_identity,
-    normalize_env_id,
-    parse_fingerprint,
     pinned_fingerprint,
     server_ssl_context,
 )

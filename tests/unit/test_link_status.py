@@ -14,8 +14,7 @@ import pytest
 from aiohttp import web
 
 from peerd import contracts as c
-from peerd.contracts import LinkStatus
-from peerd.core.links import FINAL, LEADS_TO, LinkEvent, next_status
+from peerd.core.links import FINAL, LEADS_TO, LinkEvent, LinkStatus, next_status
 from peerd.peer.client import PeerClient
 from peerd.store import links
 from peerd.store.db import Database

@@ -14,8 +14,8 @@ from peerd.core.usage import (
     scope_exceeded,
     spent_before,
 )
-from peerd.providers.base import UsageReported
 from peerd.providers.claude_events import ClaudeEvents
+from peerd.runtime.provider import UsageReported
 
 BUDGET = Budget(tokens=50_000)
 

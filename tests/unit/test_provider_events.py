@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, UsageReported
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
 from peerd.providers.stream_common import tail_of_stderr
+from peerd.runtime.provider import ItemProduced, RunFinished, SessionStarted, UsageReported
 
 Parser = CodexEvents | ClaudeEvents | GeminiEvents
 Event = SessionStarted | ItemProduced

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from peerd.contracts import Thread
-from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished, RunSpec
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.provider import ItemProduced, ProviderEvent, RunFinished, RunSpec
 from peerd.runtime.runner import RunManager
 from peerd.runtime.slots import StartSlots, default_start_slots
 from peerd.store import projects

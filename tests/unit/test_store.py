@@ -12,8 +12,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from peerd.contracts import RunStatus
-from peerd.core.runs import RECOVERY_REASON
+from peerd.core.runs import RECOVERY_REASON, RunStatus
 from peerd.store import projects, receipts, threads
 from peerd.store.db import Database, migrate, user_version
 from peerd.store.schema import MIGRATIONS

@@ -13,10 +13,10 @@ import pytest
 
 from peerd.core.usage import Budget, Usage, describe, exceeded, total
 from peerd.errors import ConfigInvalid
-from peerd.providers.base import UsageReported
 from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.gemini_events import GeminiEvents
+from peerd.runtime.provider import UsageReported
 
 # claude-code 2.1.332 `result` (fake model: input 10, cache reads 3, output 5); fields trimmed
 # only where they say nothing about usage (modelUsage, subagent_stats, timings).

@@ -10,7 +10,7 @@ from typing import Any
 import aiosqlite
 
 from peerd.contracts import Event, Page, Run, Thread
-from peerd.core.runs import RunView
+from peerd.core.runs import RunFact, RunView
 from peerd.errors import InvalidRequest, ItemNotFound, RunNotFound, ThreadNotFound
 from peerd.store.db import Database
 from peerd.store.threads.rows import (
@@ -20,7 +20,6 @@ from peerd.store.threads.rows import (
     thread_from_joined,
     view_from_row,
 )
-from peerd.tasks.rules import RunFact
 
 
 async def get_run(db: Database, run_id: str) -> Run:

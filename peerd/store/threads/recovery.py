@@ -15,8 +15,8 @@ from peerd.core.runs import (
 )
 from peerd.core.usage import scope_budget, scope_exceeded, spent_before
 from peerd.store.db import Database, Tx
-from peerd.store.threads import usage as usage_store
 from peerd.store.threads.rows import add_event, fetch_must, view_from_row
+from peerd.store.threads.usage import priced, scope_in
 from peerd.store.threads.writes import insert_item, new_run
 
 
@@ -89,8 +89,8 @@ async def recover(
 async def _past_budget(db: Database, tx: Tx, run_id: str) -> str | None:
     """Why a cut run's work had already passed its budget, from the usage recorded before the
     stop (the stop the budget asked for may not have landed); None: within it, or no budget."""
-    scope = await usage_store.scope_in(tx, run_id)
-    budget = await usage_store.priced(db, run_id, scope_budget(scope))
+    scope = await scope_in(tx, run_id)
+    budget = await priced(db, run_id, scope_budget(scope))
     if budget is None or not scope:
         return None
     own = scope[-1].usage

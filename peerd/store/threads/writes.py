@@ -9,10 +9,10 @@ from typing import Any
 
 import aiosqlite
 
-from peerd.contracts import Item, Run, RunStatus, Thread
+from peerd.contracts import Item, Run, Thread
 from peerd.core.idempotency import replay
 from peerd.core.ownership import owner_of_thread
-from peerd.core.runs import check_transition, is_terminal, next_to_start
+from peerd.core.runs import RunStatus, check_transition, is_terminal, next_to_start
 from peerd.errors import BranchTaken, InvalidRequest, NotYours, RunNotFound, ThreadNotFound
 from peerd.store import ownership, receipts
 from peerd.store.db import Database, Tx

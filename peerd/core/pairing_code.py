@@ -19,8 +19,8 @@ import secrets
 from dataclasses import dataclass
 
 from peerd.core.access import AccessLevel, parse_access
+from peerd.core.envid import normalize_env_id
 from peerd.errors import InvalidRequest
-from peerd.peer.identity import normalize_env_id
 
 PREFIX = "peerd-pair:"
 VERSION = 1

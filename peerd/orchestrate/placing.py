@@ -9,16 +9,12 @@ own key for that hop, so a resumed run (after a restart) places the hop where it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from peerd import contracts as c
 from peerd.errors import InvalidRequest
+from peerd.orchestrate.context import OrchestrationContext
 from peerd.orchestrate.models import CoderChoice
+from peerd.orchestrate.store import RunRow
 from peerd.store import links, projects
-
-if TYPE_CHECKING:
-    from peerd.orchestrate.context import OrchestrationContext
-    from peerd.orchestrate.store import RunRow
 
 AUTO = "auto"
 
