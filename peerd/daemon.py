@@ -147,7 +147,7 @@ class Parts:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK, subreaper: bool = False) -> None:
         self.config = config
         # The one clock: every part below that stamps, measures or waits is given this one (a test
         # may give a daemon a clock it moves itself: tests/fakeclock.py).
@@ -167,7 +167,7 @@ class Daemon:
         self.feed = ChangeFeed()
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
-        self.subreaper = False
+        self.subreaper = subreaper
         self._early: EarlyStart | None = None  # `peerd serve`'s early owner socket (peerd/boot.py)
 
     # The parts by name, once built (tests and `shutdown` read them; None before).
@@ -764,8 +764,7 @@ async def serve(
     """Run until SIGTERM or SIGINT, then shut down gracefully (`peerd serve` comes through
     `boot.serve`, which answers `status` first: `early`; a signal its handlers took, `stop`, is
     not lost in the hand-over)."""
-    daemon = Daemon(config)
-    daemon.subreaper = peercred.become_subreaper()
+    daemon = Daemon(config, subreaper=peercred.become_subreaper())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)
