@@ -1,8 +1,11 @@
-"""The composition root: wires the store, identity, runs and listeners; recovers; shuts down.
+"""The composition root: the only place that wires; recovers; shuts down.
 
-Start-up order: take the home lock, load the identity, open and migrate the store, cut runs a
-dead daemon left live (interrupted, and continued where owed: `store.threads.recover`), prune old
-receipts, start the listeners, then start queued runs (continuations first).
+Start-up order (`Daemon.start`): open the home (the lock, the store, the identity), recover the
+store (cut runs a dead daemon left live: interrupted, and continued where owed,
+`store.threads.recover`; prune old receipts), build every part through its constructor (`Parts`;
+the events between them, `peerd/core/events.py`, subscribed in `Daemon._subscribe`), then serve
+them: the listeners, then queued runs (continuations first), tasks, followers, orchestrations,
+moves, the sweep.
 Shutdown (SIGTERM/SIGINT): every request is answered, in-flight ones (long-polls, forwarded calls)
 with `shutting_down` within a second; live runs are interrupted and recorded as cut (continued
 after the restart where owed), the listeners stop, the store closes. Nothing is half-written:
