@@ -1,8 +1,11 @@
-"""The composition root: wires the store, identity, runs and listeners; recovers; shuts down.
+"""The composition root: the only place that wires; recovers; shuts down.
 
-Start-up order: take the home lock, load the identity, open and migrate the store, cut runs a
-dead daemon left live (interrupted, and continued where owed: `store.threads.recover`), prune old
-receipts, start the listeners, then start queued runs (continuations first).
+Start-up order (`Daemon.start`): open the home (the lock, the store, the identity), recover the
+store (cut runs a dead daemon left live: interrupted, and continued where owed,
+`store.threads.recover`; prune old receipts), build every part through its constructor (`Parts`;
+the events between them, `peerd/core/events.py`, subscribed in `Daemon._subscribe`), then serve
+them: the listeners, then queued runs (continuations first), tasks, followers, orchestrations,
+moves, the sweep.
 Shutdown (SIGTERM/SIGINT): every request is answered, in-flight ones (long-polls, forwarded calls)
 with `shutting_down` within a second; live runs are interrupted and recorded as cut (continued
 after the restart where owed), the listeners stop, the store closes. Nothing is half-written:
@@ -148,7 +151,7 @@ class Parts:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK, subreaper: bool = False) -> None:
         self.config = config
         # The one clock: every part below that stamps, measures or waits is given this one (a test
         # may give a daemon a clock it moves itself: tests/fakeclock.py).
@@ -168,7 +171,7 @@ class Daemon:
         self.feed = ChangeFeed()
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
-        self.subreaper = False
+        self.subreaper = subreaper
         self._early: EarlyStart | None = None  # `peerd serve`'s early owner socket (peerd/boot.py)
 
     # The parts by name, once built (tests and `shutdown` read them; None before).
@@ -765,8 +768,7 @@ async def serve(
     """Run until SIGTERM or SIGINT, then shut down gracefully (`peerd serve` comes through
     `boot.serve`, which answers `status` first: `early`; a signal its handlers took, `stop`, is
     not lost in the hand-over)."""
-    daemon = Daemon(config)
-    daemon.subreaper = peercred.become_subreaper()
+    daemon = Daemon(config, subreaper=peercred.become_subreaper())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, daemon.request_stop)
