@@ -61,5 +61,5 @@ class LocalClient:
             async with self._session.request(method, url, json=body) as resp:
                 status, raw = resp.status, await resp.read()
         except (aiohttp.ClientConnectorError, FileNotFoundError, ConnectionRefusedError):
-            raise DaemonNotRunning(self.socket_path) from None
+            raise DaemonNotRunning.at(self.socket_path) from None
         return decode_answer(status, raw)

@@ -356,6 +356,8 @@ def approval_watch(ctx: click.Context, as_json: JsonOutput | None) -> None:
         except KeyboardInterrupt:
             return  # Ctrl-C ends a watch: nothing went wrong
         except ShuttingDown:  # the daemon is stopping: the watch ends as if it were not running
-            raise DaemonNotRunning(cli_context(ctx).paths.socket) from None  # it stopped: as for any command
+            raise DaemonNotRunning.at(
+                cli_context(ctx).paths.socket
+            ) from None  # it stopped: as for any command
 
     with_client(ctx, go)

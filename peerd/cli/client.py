@@ -25,19 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from peerd.errors import DaemonNotRunning as DaemonNotRunning  # noqa: PLC0414  # re-exported: the CLI names it here
 from peerd.errors import PeerdError, from_body
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 70.0  # long-polls last up to 50 s on the wire; allow for that plus slack
 _RECV_BYTES = 65536
-
-
-class DaemonNotRunning(Exception):
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-        super().__init__(
-            f"peerd is not running (no daemon answers at {socket_path}). Start it with `peerd serve`."
-        )
 
 
 class DaemonConnectionError(ConnectionError):
@@ -214,7 +207,7 @@ class LocalClient:
         try:
             sock.connect(str(self.socket_path))
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-            raise DaemonNotRunning(self.socket_path) from None
+            raise DaemonNotRunning.at(self.socket_path) from None
         except TimeoutError:
             raise DaemonConnectionError(
                 f"The daemon at {self.socket_path} did not accept the connection within "

@@ -18,7 +18,7 @@ import click
 
 from peerd import __version__
 from peerd.cli.client import DaemonNotRunning
-from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
+from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, interrupted, json_option
 from peerd.cli.output import emit_json
 from peerd.errors import PeerdError
 from peerd.paths import Paths
@@ -286,7 +286,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
         home = cli_context(ctx)
         facts = asyncio.run(gather(home.paths, config_home=None if home.given_by == "default" else home.home))
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        interrupted()
     checks = run_checks(facts)
     ok = passed(checks)
     if as_json:

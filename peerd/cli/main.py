@@ -21,7 +21,6 @@ import click
 from peerd import __version__
 from peerd.cli.client import DaemonNotRunning, LocalClient
 from peerd.cli.common import (
-    EXIT_USAGE,
     HOME_HELP,
     accept_home_everywhere,
     cli_context,
@@ -209,7 +208,7 @@ def serve(
     try:
         home = cli_context(ctx)
     except PeerdError as exc:
-        fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+        fail(exc)
     named = None if home.given_by == "default" else home.home  # its own config.toml
 
     def settle() -> boot.DaemonConfig:
@@ -247,9 +246,7 @@ def serve(
         asyncio.run(boot.serve(early, settle=settle))
     except PeerdError as exc:
         # The config file or a flag (what is wrong, and where); a damaged, foreign, missing or newer store.
-        if isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)):
-            fail(exc.message, EXIT_USAGE)
-        fail(f"{exc.code}: {exc.message}")
+        fail(exc, bare=isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)))
 
 
 @cli.command()
