@@ -211,7 +211,11 @@ def test_the_exit_codes_each_class_declares() -> None:
 def test_the_oauth_answer_of_each_class() -> None:
     """The OAuth endpoints answer RFC 6749's `error` each class declares (inherited), with peerd's
     `peerd_reason` (the typed reason, else the code) where the class names one."""
-    declared = {code: cls.oauth_error for code, cls in REGISTRY.items() if cls.oauth_error and "oauth_error" in vars(cls)}
+    declared = {
+        code: cls.oauth_error
+        for code, cls in REGISTRY.items()
+        if cls.oauth_error and "oauth_error" in vars(cls)
+    }
     assert declared == {
         "invalid_request": "invalid_request",
         "unsupported_grant_type": "unsupported_grant_type",
