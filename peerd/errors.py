@@ -353,6 +353,17 @@ class ThreadBusy(Conflict):
     code = "thread_busy"
 
 
+class StateChanged(Conflict):
+    """An orchestration's packet is not in the state a write was decided from any more (another
+    writer moved it first): nothing was written, and the engine decides again from what is there."""
+
+    code = "state_changed"
+
+    def __init__(self, message: str, *, current: str | None = None) -> None:
+        super().__init__(message)
+        self.current = current  # the state found, for the engine; not on the wire
+
+
 class AlreadyRunning(PeerdError):
     """`peerd serve`: another daemon holds the home's lock."""
 
