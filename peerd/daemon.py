@@ -122,7 +122,7 @@ class Daemon:
         self.followers: FollowerPool | None = None
         self._pruner: asyncio.Task[None] | None = None
         self._stopped = False
-        self.feed = ChangeFeed()
+        self.feed = ChangeFeed(clock=clock)
         self.providers: dict[str, Provider] = {}
         self.orchestrations: Orchestrations | None = None
         self.handoff: HandoffService | None = None
