@@ -14,7 +14,6 @@ The request/answer rules:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -22,14 +21,6 @@ from peerd.errors import PeerdError, from_body
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 70.0  # long-polls last up to 50 s on the wire; allow for that plus slack
-
-
-class DaemonNotRunning(Exception):
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-        super().__init__(
-            f"peerd is not running (no daemon answers at {socket_path}). Start it with `peerd serve`."
-        )
 
 
 class DaemonConnectionError(ConnectionError):

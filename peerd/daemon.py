@@ -168,7 +168,7 @@ class Daemon:
         self._pruner: asyncio.Task[None] | None = None
         self._loopback: Loopback | None = None  # the MCP loopback port, bound before the parts
         self._stopped = False
-        self.feed = ChangeFeed()
+        self.feed = ChangeFeed(clock=clock)
         # Under `peerd serve` the daemon is a child subreaper, so every process below it is one it
         # started, and the owner socket refuses them all (peerd/api/peercred.py).
         self.subreaper = subreaper

@@ -6,12 +6,16 @@ Each class says once what its failure is:
     http_status  what the API answers with it (inherited: a `NotFound` is 404 unless it says else)
     transient    retrying later can succeed with nothing changed here (the class's own, not inherited)
     ends_link    the link itself is unusable: a task through it cannot succeed (own, not inherited)
+    exit_code    what the CLI exits with when it fails with it (inherited; 1 unless it says else)
+    oauth_error  RFC 6749's `error` value an OAuth endpoint answers it with (inherited; `None`:
+                 never answered there)
     wire_fields  typed extra fields the wire carries, in `details`, with the values they may take
 
 and `PeerdError.__init_subclass__` registers it by its code (`REGISTRY`): a class without a code of
 its own, or with another class's code, is refused when it is defined. Everything else is computed
 from the registry: `HTTP_STATUS`, `from_wire` (every code comes back as its class), `is_transient`
-and `classify` (how the follower, delegation and a thread's move treat a failure), and the table of
+and `classify` (how the follower, delegation and a thread's move treat a failure), the CLI's exit
+code (`exit_code_of`), the OAuth endpoints' RFC 6749 answer (`oauth_error_of`), and the table of
 error codes in docs/reference/api.md (`tools/gen_openapi.py`).
 
 All the classes live here, whichever layer raises them: this module imports only the standard
@@ -31,9 +35,24 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
+    from pathlib import PurePath
+
     from peerd.core.constants import RuntimeMode
 
 Failure = Literal["transient", "link", "task"]
+
+# RFC 6749 §5.2's `error` values peerd's OAuth endpoints answer with, and their statuses (§5.2: 400;
+# `slow_down`, RFC 8628's, with 429 as a rate limit is). A class says which it is (`oauth_error`).
+OAuthErrorCode = Literal[
+    "invalid_request", "invalid_grant", "invalid_scope", "unsupported_grant_type", "slow_down"
+]
+OAUTH_STATUS: dict[OAuthErrorCode, int] = {
+    "invalid_request": 400,
+    "invalid_grant": 400,
+    "invalid_scope": 400,
+    "unsupported_grant_type": 400,
+    "slow_down": 429,
+}
 
 # The values of `PairingRejected.reason`, `RefreshRejected.reason` and `AccessExceedsCode`'s access
 # levels (`core/constants.py:RUNTIME_MODES`, not imported: this module stays the standard library's
@@ -71,6 +90,9 @@ class PeerdError(Exception):
     http_status: ClassVar[int] = 500
     transient: ClassVar[bool] = False
     ends_link: ClassVar[bool] = False
+    exit_code: ClassVar[int] = 1
+    oauth_error: ClassVar[OAuthErrorCode | None] = None
+    oauth_reason: ClassVar[bool] = False  # the OAuth answer names the code (or typed `reason`): peerd_reason
     wire_fields: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -123,6 +145,29 @@ class InvalidRequest(PeerdError):
 
     code = "invalid_request"
     http_status = 400
+    oauth_error: ClassVar[OAuthErrorCode | None] = "invalid_request"
+
+
+class UsageError(InvalidRequest):
+    """The command line is wrong: a flag, an argument, or a file it names (the CLI found it before
+    asking the daemon)."""
+
+    code = "usage_error"
+    exit_code = 2
+
+
+class UnsupportedGrant(InvalidRequest):
+    """`POST /oauth/token` with a `grant_type` peerd does not take."""
+
+    code = "unsupported_grant_type"
+    oauth_error = "unsupported_grant_type"
+
+
+class ScopeInvalid(InvalidRequest):
+    """`POST /oauth/token` asked for an access level that does not exist."""
+
+    code = "invalid_scope"
+    oauth_error = "invalid_scope"
 
 
 class NotLinked(InvalidRequest):
@@ -156,6 +201,7 @@ class ConfigInvalid(PeerdError):
 
     code = "config_invalid"
     http_status = 400
+    exit_code = 2
 
 
 class PayloadTooLarge(PeerdError):
@@ -307,6 +353,17 @@ class ThreadBusy(Conflict):
     code = "thread_busy"
 
 
+class StateChanged(Conflict):
+    """An orchestration's packet is not in the state a write was decided from any more (another
+    writer moved it first): nothing was written, and the engine decides again from what is there."""
+
+    code = "state_changed"
+
+    def __init__(self, message: str, *, current: str | None = None) -> None:
+        super().__init__(message)
+        self.current = current  # the state found, for the engine; not on the wire
+
+
 class AlreadyRunning(PeerdError):
     """`peerd serve`: another daemon holds the home's lock."""
 
@@ -394,6 +451,8 @@ class AccessExceedsCode(PeerdError):
 
     code = "access_exceeds_code"
     http_status = 400
+    oauth_error = "invalid_scope"
+    oauth_reason = True
     wire_fields = {"requested": ACCESS_LEVELS, "ceiling": ACCESS_LEVELS}
 
     def __init__(
@@ -409,6 +468,8 @@ class PairingRejected(PeerdError):
 
     code = "pairing_rejected"
     http_status = 400
+    oauth_error = "invalid_grant"
+    oauth_reason = True
     wire_fields = {"reason": PAIRING_REASONS}
 
     def __init__(self, message: str, *, reason: PairingReason | None = None) -> None:
@@ -421,6 +482,8 @@ class RefreshRejected(PeerdError):
 
     code = "invalid_grant"
     http_status = 400
+    oauth_error = "invalid_grant"
+    oauth_reason = True
     wire_fields = {"reason": REFRESH_REASONS}
 
     def __init__(
@@ -437,6 +500,7 @@ class RateLimited(PeerdError):
     code = "rate_limited"
     http_status = 429
     transient = True
+    oauth_error = "slow_down"
 
 
 # --- a linked environment -------------------------------------------------------------------------
@@ -524,6 +588,7 @@ class HomeNewer(PeerdError):
     """The home was last used by a newer peerd (its `home-format`): `peerd serve` refuses it."""
 
     code = "home_newer"
+    exit_code = 2
 
 
 class HomeUnusable(PeerdError):
@@ -536,6 +601,7 @@ class StoreRefused(PeerdError):
     """The daemon will not start over this store (the message names the file and the way out)."""
 
     code = "store_refused"
+    exit_code = 2
 
 
 class IdentityError(PeerdError):
@@ -577,6 +643,38 @@ class ShuttingDown(Unavailable):
     transient = True
 
 
+# --- the CLI and `peerd mcp` --------------------------------------------------------------------
+
+
+class DaemonNotRunning(PeerdError):
+    """No daemon answers at the home's socket (not started, or stopped), or, to `peerd mcp`, it
+    dropped the call. The CLI and `peerd mcp` say so; a daemon never answers it."""
+
+    code = "daemon_unavailable"
+    http_status = 503
+    exit_code = 3
+
+    def __init__(self, message: str, *, socket_path: PurePath | None = None) -> None:
+        super().__init__(message)
+        self.socket_path = socket_path
+
+    @classmethod
+    def at(cls, socket_path: PurePath) -> DaemonNotRunning:
+        return cls(
+            f"peerd is not running (no daemon answers at {socket_path}). Start it with `peerd serve`.",
+            socket_path=socket_path,
+        )
+
+
+class TimedOut(PeerdError):
+    """A wait ended at its timeout with what it waited for still going (`peerd thread wait`, a
+    move's `--wait`), or the daemon did not answer `peerd mcp` in time."""
+
+    code = "timeout"
+    http_status = 504
+    exit_code = 4
+
+
 # --- computed from the registry -------------------------------------------------------------------
 
 
@@ -599,6 +697,25 @@ def classify(code: str) -> Failure:
     if cls is not None and cls.ends_link:
         return "link"
     return "task"
+
+
+def exit_code_of(error: BaseException) -> int:
+    """What the CLI exits with when it fails with `error`: its class's `exit_code` (anything that
+    is not a `PeerdError`: 1, as `internal_error`)."""
+    return error.exit_code if isinstance(error, PeerdError) else PeerdError.exit_code
+
+
+def oauth_error_of(error: PeerdError) -> tuple[OAuthErrorCode, int, str | None]:
+    """How an OAuth endpoint answers `error` (RFC 6749 §5.2): its `error` value, the status, and
+    peerd's stable `peerd_reason` (the class's typed `reason`, else its code, for a class that
+    names one; `None` otherwise). A class with no `oauth_error` of its own is a bug there:
+    `invalid_request` is what the client can act on least wrongly."""
+    cls = type(error)
+    value: OAuthErrorCode = cls.oauth_error or "invalid_request"
+    reason: str | None = None
+    if cls.oauth_reason:
+        reason = error.details().get("reason") if "reason" in cls.wire_fields else cls.code
+    return value, OAUTH_STATUS[value], reason
 
 
 def from_wire(code: str, message: str, details: object = None) -> PeerdError:

@@ -501,7 +501,7 @@ class Operations:
                 caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params=params
             )
             return c.ThreadWaitResult.model_validate(data)
-        deadline = asyncio.get_running_loop().time() + req.timeout
+        deadline = self.feed.deadline(req.timeout)
         while True:
             changed = self.feed.watch(thread_id)
             run = await self._run_to_wait_on(thread_id, req.run_id)
@@ -509,7 +509,7 @@ class Operations:
                 return c.ThreadWaitResult(
                     thread_id=thread_id, run_id=run.id, status=run.status, terminal=True, timed_out=False
                 )
-            remaining = deadline - asyncio.get_running_loop().time()
+            remaining = self.feed.remaining(deadline)
             if remaining <= 0 or self.feed.closed:
                 return c.ThreadWaitResult(
                     thread_id=thread_id,
@@ -635,11 +635,11 @@ class Operations:
             )
             return c.EventsResult.model_validate(data)
         await threads.get_thread(self.db, thread_id)
-        deadline = asyncio.get_running_loop().time() + req.timeout
+        deadline = self.feed.deadline(req.timeout)
         while True:
             changed = self.feed.watch(thread_id)
             events = await threads.events_after(self.db, thread_id, after=req.after, limit=req.limit)
-            remaining = deadline - asyncio.get_running_loop().time()
+            remaining = self.feed.remaining(deadline)
             if events or remaining <= 0 or self.feed.closed:
                 cursor = events[-1].seq if events else req.after
                 return c.EventsResult(events=events, next_cursor=cursor)

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from peerd.cli.main import cli
+from peerd.errors import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "reference" / "cli.md"
@@ -31,10 +32,33 @@ HEADER = """\
      run `python tools/gen_cli_docs.py` after changing a command. -->
 
 Every command talks to the daemon over its local socket, found from `--home`, `PEERD_HOME` or the
-XDG default (see the [user guide](../user/guide.md)). Exit codes: 0 ok, 1 an error the daemon
-reported (printed as `error: code: message`), 2 usage, 3 the daemon is not running, 4 a wait timed
-out.
+XDG default (see the [user guide](../user/guide.md)).
 """
+
+EXIT_MEANING = {
+    1: "an error the daemon reported (printed as `error: code: message`), or any other failure",
+    2: "usage: the command line, a flag or a file it names is wrong (click's own usage errors too)",
+    3: "the daemon is not running",
+    4: "a wait timed out with what it waited for still going",
+}
+
+
+def exit_codes() -> str:
+    """The exit codes, each with the error codes that exit with it: from the registry
+    (`exit_code` of each class in peerd/errors.py)."""
+    by_exit: dict[int, list[str]] = {}
+    for code, cls in sorted(REGISTRY.items()):
+        by_exit.setdefault(cls.exit_code, []).append(code)
+    missing = set(by_exit) - set(EXIT_MEANING)
+    if missing:
+        raise SystemExit(f"tools/gen_cli_docs.py: say what exit code {sorted(missing)} means (EXIT_MEANING)")
+    lines = ["## Exit codes", "", "| exit | meaning | error codes |", "| --- | --- | --- |", "| 0 | ok | |"]
+    for number, meaning in sorted(EXIT_MEANING.items()):
+        codes = by_exit.get(number, [])
+        named = "every other code" if number == 1 else ", ".join(f"`{c}`" for c in codes)
+        lines.append(f"| {number} | {meaning} | {named} |")
+    lines.append("| 130 | interrupted (Ctrl-C) | |")
+    return "\n".join(lines) + "\n"
 
 
 def _context(command: click.Command, name: str, parent: click.Context | None) -> click.Context:
@@ -65,7 +89,7 @@ def _anchor(path: str) -> str:
 def render(root: click.Command = cli) -> str:
     """The whole reference as markdown."""
     entries = list(walk(root))
-    out = [HEADER, "## Commands", ""]
+    out = [HEADER, exit_codes(), "## Commands", ""]
     for ctx, command in entries:
         path = ctx.command_path
         indent = "  " * path.count(" ")

@@ -94,9 +94,15 @@ def _error_codes(codes: dict[str, dict[str, Any]]) -> list[str]:
         "Every code, from the exception tree (`peerd/errors.py`). *Transient*: retrying later can "
         "succeed with nothing changed on the caller's side; a linked machine's follower backs off and "
         "retries, and so does a thread's move. *Ends link*: the link is unusable, so a follower ends "
-        "every open task of it with the reason. Any other failure ends only the one task or move."
+        "every open task of it with the reason. Any other failure ends only the one task or move. "
+        "*Exit*: what the CLI exits with when a command fails with it (see the CLI reference). "
+        "*OAuth*: the RFC 6749 `error` the OAuth endpoints answer it with."
     )
-    out += ["", "| code | status | kind | details | meaning |", "| --- | --- | --- | --- | --- |"]
+    out += [
+        "",
+        "| code | status | exit | kind | OAuth | details | meaning |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for code, entry in codes.items():
         kind = "transient" if entry["transient"] else "ends link" if entry["endsLink"] else ""
         details = "; ".join(
@@ -104,7 +110,10 @@ def _error_codes(codes: dict[str, dict[str, Any]]) -> list[str]:
             for name, values in entry.get("details", {}).items()
         )
         meaning = entry["description"].replace("|", "\\|")
-        out.append(f"| `{code}` | {entry['status']} | {kind} | {details} | {meaning} |")
+        oauth = f"`{entry['oauthError']}`" if "oauthError" in entry else ""
+        out.append(
+            f"| `{code}` | {entry['status']} | {entry['exitCode']} | {kind} | {oauth} | {details} | {meaning} |"
+        )
     return out
 
 

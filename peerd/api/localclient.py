@@ -17,11 +17,11 @@ import yarl
 from peerd.clientwire import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
-    DaemonNotRunning,
     decode_answer,
     query_value,
     with_environment,
 )
+from peerd.errors import DaemonNotRunning
 
 
 class LocalClient:
@@ -61,5 +61,5 @@ class LocalClient:
             async with self._session.request(method, url, json=body) as resp:
                 status, raw = resp.status, await resp.read()
         except (aiohttp.ClientConnectorError, FileNotFoundError, ConnectionRefusedError):
-            raise DaemonNotRunning(self.socket_path) from None
+            raise DaemonNotRunning.at(self.socket_path) from None
         return decode_answer(status, raw)

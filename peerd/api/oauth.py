@@ -5,9 +5,11 @@
                          grant_type=refresh_token   refresh_token
     POST /oauth/revoke   token, token_type_hint?    (RFC 7009: 200 {} whether or not it was known)
 
-Our own async handlers over `peerd.store.clients`; authlib's error classes give the RFC 6749 §5.2
-bodies, statuses and headers (`no-store`). Every error carries a description a person can act on
-and, for the grant failures, a stable `peerd_reason`. Nothing secret is echoed or logged.
+Our own async handlers over `peerd.store.clients`. A failure is a typed error of the registry
+(peerd/errors.py), which says once which RFC 6749 §5.2 `error` it is (`oauth_error`) and whether
+the answer names peerd's stable `peerd_reason` (`errors.oauth_error_of`); authlib's `OAuth2Error`
+gives the body and headers (`no-store`). Every error carries a description a person can act on.
+Nothing secret is echoed or logged.
 
 Guessing is slowed twice: each code burns after 5 wrong secrets (in the store), and failed pairing
 redemptions are limited globally; past that limit pairing requests are answered 429 `slow_down`
@@ -28,19 +30,28 @@ from typing import Any, Literal
 
 from aiohttp import web
 from authlib.oauth2.base import OAuth2Error
-from authlib.oauth2.rfc6749.errors import (
-    InvalidGrantError,
-    InvalidRequestError,
-    InvalidScopeError,
-    UnsupportedGrantTypeError,
-)
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
 
 from peerd.api import examples as ex
 from peerd.api.routes import Example, Route, add_routes
 from peerd.core.access import ACCESS_LEVELS, DEFAULT_LINK_ACCESS
-from peerd.errors import AccessExceedsCode, InvalidRequest, NotFound, PairingRejected, RefreshRejected
+from peerd.errors import (
+    OAUTH_STATUS,
+    REGISTRY,
+    AccessExceedsCode,
+    InvalidRequest,
+    NotFound,
+    PairingReason,
+    PairingRejected,
+    PeerdError,
+    RateLimited,
+    RefreshReason,
+    RefreshRejected,
+    ScopeInvalid,
+    UnsupportedGrant,
+    oauth_error_of,
+)
 from peerd.logs import get_logger
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import ACCESS_TOKEN_TTL_S, TokenRejected, sign_access_token, verify_access_token
@@ -59,14 +70,13 @@ _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
 class _Reject(Exception):
-    """An OAuth error response to send, with peerd's own reason when there is one."""
+    """An OAuth error response to send: a typed error, its description a person can act on
+    (RFC 6749 §5.2 characters only), and extra headers."""
 
-    def __init__(
-        self, error: OAuth2Error, reason: str | None = None, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(error.error)
+    def __init__(self, error: PeerdError, description: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(error.code)
         self.error = error
-        self.reason = reason
+        self.description = _printable(description)
         self.headers = headers or {}
 
 
@@ -77,14 +87,35 @@ def _printable(text: str) -> str:
 
 
 def _error_response(reject: _Reject) -> web.Response:
-    status, body, headers = reject.error()
-    if reject.reason is not None:
-        body["peerd_reason"] = reject.reason
+    error, status_code, reason = oauth_error_of(reject.error)
+    status, body, headers = OAuth2Error(
+        error=error, description=reject.description, status_code=status_code
+    )()
+    if reason is not None:
+        body["peerd_reason"] = reason
     # Not web.json_response: authlib's headers already carry the Content-Type.
     return web.Response(text=json.dumps(body), status=status, headers={**dict(headers), **reject.headers})
 
 
 Form = dict[str, list[str]]
+
+# What a person reads for each typed reason (the reasons are peerd/errors.py's; `{box}` is this
+# box's name). One per reason: tests/integration/test_oauth.py.
+PAIRING_TEXTS: dict[PairingReason, str] = {
+    "unknown_code": "{box} has no such pairing code.",
+    "wrong_secret": "The pairing code's secret does not match; copy the whole code again. "
+    "A code is burnt after 5 wrong attempts.",
+    "expired": "This pairing code expired.",
+    "used": "This pairing code was already used.",
+    "burnt": "This pairing code was burnt after too many wrong attempts.",
+    "cancelled": "This pairing code was cancelled on {box}.",
+}
+REFRESH_TEXTS: dict[RefreshReason, str] = {
+    "unknown": "{box} does not know this refresh token.",
+    "reused": "This refresh token was already used once, so {box} revoked the link to be safe.",
+    "revoked": "The link to {box} was revoked there.",
+    "expired": "The link to {box} expired.",
+}
 
 
 async def _read_form(request: web.Request) -> Form:
@@ -93,11 +124,8 @@ async def _read_form(request: web.Request) -> Form:
     try:
         fields = await request.post()
     except ValueError:  # a multipart body without its boundary, or one that does not parse
-        raise _Reject(
-            InvalidRequestError(
-                description="The body is not a readable form; send application/x-www-form-urlencoded."
-            )
-        ) from None
+        text = "The body is not a readable form; send application/x-www-form-urlencoded."
+        raise _Reject(InvalidRequest(text), text) from None
     for key, value in fields.items():
         if isinstance(value, str):
             form.setdefault(key, []).append(value)
@@ -107,7 +135,7 @@ async def _read_form(request: web.Request) -> Form:
 def _optional(form: Form, name: str) -> str | None:
     values = form.get(name, [])
     if len(values) > 1:  # RFC 6749 §3.2: parameters MUST NOT repeat
-        raise _Reject(InvalidRequestError(description=f"Send {name} only once."))
+        raise _invalid(f"Send {name} only once.")
     value = values[0].strip() if values else ""
     return value or None
 
@@ -115,8 +143,12 @@ def _optional(form: Form, name: str) -> str | None:
 def _required(form: Form, name: str) -> str:
     value = _optional(form, name)
     if value is None:
-        raise _Reject(InvalidRequestError(description=f"The request is missing {name}."))
+        raise _invalid(f"The request is missing {name}.")
     return value
+
+
+def _invalid(text: str) -> _Reject:
+    return _Reject(InvalidRequest(text), text)
 
 
 class OAuthEndpoints:
@@ -152,23 +184,20 @@ class OAuthEndpoints:
             # grant_type first: an unknown grant is unsupported_grant_type whatever else is wrong.
             grant = _optional(form, "grant_type")
             if grant is None:
-                raise _Reject(
-                    InvalidRequestError(
-                        description="The token request is missing grant_type; send it as a form "
-                        "(application/x-www-form-urlencoded)."
-                    )
+                raise _invalid(
+                    "The token request is missing grant_type; send it as a form "
+                    "(application/x-www-form-urlencoded)."
                 )
             if grant == PAIRING_GRANT:
                 body = await self._pairing(form)
             elif grant == REFRESH_GRANT:
                 body = await self._refresh(form)
             else:
-                unsupported = UnsupportedGrantTypeError(grant)
-                unsupported.description = (
+                text = (
                     f"grant_type {_printable(grant[:100])} is not supported here; use {PAIRING_GRANT} "
                     f"or {REFRESH_GRANT}."
                 )
-                raise _Reject(unsupported)
+                raise _Reject(UnsupportedGrant(text), text)
         except _Reject as reject:
             return _error_response(reject)
         return web.json_response(body, headers=_NO_STORE)
@@ -177,30 +206,20 @@ class OAuthEndpoints:
         if not self.pairing_limit.allowed(_GLOBAL):
             wait_s = max(1, math.ceil(self.pairing_limit.retry_after(_GLOBAL)))
             log.warning("oauth.pairing_slowed_down", retry_after_s=wait_s)
-            raise _Reject(
-                OAuth2Error(
-                    error="slow_down",
-                    status_code=429,
-                    description=f"Too many failed pairing attempts on {self.name}; try again in {wait_s} s.",
-                ),
-                headers={"Retry-After": str(wait_s)},
-            )
+            text = f"Too many failed pairing attempts on {self.name}; try again in {wait_s} s."
+            raise _Reject(RateLimited(text), text, headers={"Retry-After": str(wait_s)})
         code_id = _required(form, "code_id")
         secret = _required(form, "code_secret")
         access = _optional(form, "access") or _optional(form, "scope") or DEFAULT_LINK_ACCESS
         if access not in ACCESS_LEVELS:
-            raise _Reject(
-                InvalidScopeError(
-                    description=f"Unknown access level {_printable(access[:60])}; use one of: "
-                    f"{', '.join(ACCESS_LEVELS)}."
-                )
-            )
+            text = f"Unknown access level {_printable(access[:60])}; use one of: {', '.join(ACCESS_LEVELS)}."
+            raise _Reject(ScopeInvalid(text), text)
         max_age = self._max_age(_optional(form, "max_age"))
         label, env_id = _optional(form, "client_label"), _optional(form, "client_env_id")
         try:
             clients.check_redemption(label=label, env_id=env_id, max_age_s=max_age)
         except InvalidRequest as exc:
-            raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
+            raise _Reject(exc, exc.message) from None
         now = self.clock()
         try:
             redeemed = await clients.redeem_pairing_code(
@@ -218,18 +237,16 @@ class OAuthEndpoints:
             log.info(
                 "oauth.pairing_rejected", code_id=code_id[:64], reason=exc.reason
             )  # caller-chosen: bounded
-            raise _Reject(InvalidGrantError(description=self._pairing_text(exc.reason)), exc.reason) from None
+            raise _Reject(exc, self._pairing_text(exc.reason)) from None
         except InvalidRequest as exc:  # e.g. a code stored with an unusable max age: nothing spent
-            raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
+            raise _Reject(exc, exc.message) from None
         except AccessExceedsCode as exc:
-            raise _Reject(
-                InvalidScopeError(
-                    description=f"You asked for {exc.requested} access, but this pairing code allows at "
-                    f"most {exc.ceiling}. Link with --access {exc.ceiling} (or lower), or run "
-                    f"`peerd pair --access {exc.requested}` on {self.name} for a code that allows it."
-                ),
-                AccessExceedsCode.code,
-            ) from None
+            text = (
+                f"You asked for {exc.requested} access, but this pairing code allows at most {exc.ceiling}. "
+                f"Link with --access {exc.ceiling} (or lower), or run `peerd pair --access {exc.requested}` "
+                f"on {self.name} for a code that allows it."
+            )
+            raise _Reject(exc, text) from None
         log.info("oauth.linked", code_id=code_id, client_id=redeemed.client.id, access=access)
         return self._token_body(redeemed, now)
 
@@ -243,19 +260,11 @@ class OAuthEndpoints:
         try:
             return check_max_age(value)
         except InvalidRequest as exc:
-            raise _Reject(InvalidRequestError(description=_printable(exc.message))) from None
+            raise _Reject(exc, exc.message) from None
 
-    def _pairing_text(self, reason: str | None) -> str:
-        texts = {
-            "unknown_code": f"{self.name} has no such pairing code.",
-            "wrong_secret": "The pairing code's secret does not match; copy the whole code again. "
-            "A code is burnt after 5 wrong attempts.",
-            "expired": "This pairing code expired.",
-            "used": "This pairing code was already used.",
-            "burnt": "This pairing code was burnt after too many wrong attempts.",
-            "cancelled": f"This pairing code was cancelled on {self.name}.",
-        }
-        return f"{texts.get(reason or '', 'This pairing code cannot be used.')} {self._new_code()}"
+    def _pairing_text(self, reason: PairingReason | None) -> str:
+        said = PAIRING_TEXTS[reason] if reason is not None else "This pairing code cannot be used."
+        return f"{said.format(box=self.name)} {self._new_code()}"
 
     async def _refresh(self, form: Form) -> dict[str, Any]:
         token = _required(form, "refresh_token")
@@ -264,18 +273,12 @@ class OAuthEndpoints:
             rotated = await clients.rotate_refresh(self.db, token, now=now)
         except RefreshRejected as exc:
             log.info("oauth.refresh_rejected", client_id=exc.client_id, reason=exc.reason)
-            raise _Reject(InvalidGrantError(description=self._refresh_text(exc.reason)), exc.reason) from None
+            raise _Reject(exc, self._refresh_text(exc.reason)) from None
         return self._token_body(rotated, now)
 
-    def _refresh_text(self, reason: str | None) -> str:
-        texts = {
-            "unknown": f"{self.name} does not know this refresh token.",
-            "reused": f"This refresh token was already used once, so {self.name} revoked the link to be "
-            "safe.",
-            "revoked": f"The link to {self.name} was revoked there.",
-            "expired": f"The link to {self.name} expired.",
-        }
-        return f"{texts.get(reason or '', 'This refresh token cannot be used.')} {self._relink()}"
+    def _refresh_text(self, reason: RefreshReason | None) -> str:
+        said = REFRESH_TEXTS[reason] if reason is not None else "This refresh token cannot be used."
+        return f"{said.format(box=self.name)} {self._relink()}"
 
     def _token_body(self, grant: clients.Redeemed | clients.Rotated, now: float) -> dict[str, Any]:
         client = grant.client
@@ -409,10 +412,9 @@ class Revoked(BaseModel):
     """RFC 7009: `{}` whether or not the token was known."""
 
 
-_STATUS = {
-    cls.error: cls.status_code
-    for cls in (InvalidRequestError, InvalidGrantError, InvalidScopeError, UnsupportedGrantTypeError)
-} | {"slow_down": 429}
+# The RFC 6749 errors a token request can answer: those the registry's classes declare.
+_DECLARED = {cls.oauth_error for cls in REGISTRY.values() if "oauth_error" in vars(cls)}
+_STATUS: dict[str, int] = {error: status for error, status in OAUTH_STATUS.items() if error in _DECLARED}
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/oauth/token", token, "oauth_token", "Redeem a pairing code, or refresh a link's tokens.",
           "oauth", body=TokenForm, form=True, answer=TokenAnswer, errors=tuple(_STATUS), error_body=OAuthError,

@@ -430,7 +430,9 @@ def document(view: View | None = None) -> dict[str, Any]:
 
 def error_codes() -> dict[str, dict[str, Any]]:
     """Every error code from the registry: its status, whether retrying later can succeed
-    (`transient`), whether it makes a link unusable (`endsLink`), the typed fields it carries in
+    (`transient`), whether it makes a link unusable (`endsLink`), what the CLI exits with on it
+    (`exitCode`), the RFC 6749 `error` the OAuth endpoints answer it with (`oauthError`, for a
+    class that declares one), the typed fields it carries in
     `details` with their values, and what it means (its class's docstring)."""
     found: dict[str, dict[str, Any]] = {}
     for code, cls in sorted(REGISTRY.items()):
@@ -438,7 +440,10 @@ def error_codes() -> dict[str, dict[str, Any]]:
             "status": cls.http_status,
             "transient": cls.transient,
             "endsLink": cls.ends_link,
+            "exitCode": cls.exit_code,
         }
+        if cls.oauth_error is not None and "oauth_error" in vars(cls):
+            entry["oauthError"] = cls.oauth_error
         if cls.wire_fields:
             entry["details"] = {name: list(values) for name, values in cls.wire_fields.items()}
         entry["description"] = " ".join((cls.__doc__ or "").split("\n\n")[0].split())  # 1st paragraph

@@ -54,12 +54,11 @@ class ApprovalDesk:
 
     async def listing(self, query: ApprovalListQuery, *, link: LinkContext | None = None) -> ApprovalPage:
         key = ANY_KEY if link is None else link_key(link.client_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + query.timeout
+        deadline = self.service.feed.deadline(query.timeout)
         while True:
             changed = self.service.feed.watch(key)  # before reading: no change slips in between
             page = await self._page(query, link)
-            remaining = deadline - loop.time()
+            remaining = self.service.feed.remaining(deadline)
             if query.changed_from is None or page.pending_hash != query.changed_from or remaining <= 0:
                 return page
             await self.service.feed.wait(changed, min(remaining, 10.0 if link is None else remaining))

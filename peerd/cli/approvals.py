@@ -31,9 +31,9 @@ from peerd.cli.output import (
     table,
 )
 from peerd.cli.stream import to_a_pipe
-from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
+from peerd.clientwire import DaemonConnectionError
 from peerd.core.text import path_segment
-from peerd.errors import ApprovalNotFound, ShuttingDown
+from peerd.errors import ApprovalNotFound, DaemonNotRunning, ShuttingDown
 from peerd.present import ago, block, one_line, when
 
 PATH = "/v1/approvals"
@@ -354,6 +354,8 @@ def approval_watch(ctx: click.Context, as_json: JsonOutput | None) -> None:
         except KeyboardInterrupt:
             return  # Ctrl-C ends a watch: nothing went wrong
         except ShuttingDown:  # the daemon is stopping: the watch ends as if it were not running
-            raise DaemonNotRunning(cli_context(ctx).paths.socket) from None  # it stopped: as for any command
+            raise DaemonNotRunning.at(
+                cli_context(ctx).paths.socket
+            ) from None  # it stopped: as for any command
 
     with_client(ctx, go)

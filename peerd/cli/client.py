@@ -20,12 +20,11 @@ from peerd.clientwire import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
     DaemonConnectionError,
-    DaemonNotRunning,
     decode_answer,
     query_string,
     with_environment,
 )
-from peerd.errors import PeerdError
+from peerd.errors import DaemonNotRunning, PeerdError
 
 _RECV_BYTES = 65536
 
@@ -160,7 +159,7 @@ class LocalClient:
         try:
             sock.connect(str(self.socket_path))
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-            raise DaemonNotRunning(self.socket_path) from None
+            raise DaemonNotRunning.at(self.socket_path) from None
         except TimeoutError:
             raise DaemonConnectionError(
                 f"The daemon at {self.socket_path} did not accept the connection within "

@@ -1,7 +1,10 @@
 """Shared CLI plumbing: the home, the client, and the exit codes.
 
-Exit codes: 0 ok, 1 an error the daemon reported (printed as `code: message`), 2 usage,
-3 the daemon is not running, 4 a wait timed out.
+Exit codes: 0 ok; a failure exits with its error class's `exit_code` (peerd/errors.py, declared
+once per class, 1 unless it says else): 1 an error the daemon reported (printed as `code: message`),
+2 usage (`UsageError`, `ConfigInvalid`, `StoreRefused`, `HomeNewer`; click's own usage errors too),
+3 the daemon is not running (`DaemonNotRunning`), 4 a wait timed out (`TimedOut`); 130 Ctrl-C.
+The table of codes with their exit codes is in docs/reference/api.md.
 
 Nothing here (nor in any `peerd.cli` module at import) may import asyncio, aiohttp, pydantic,
 cryptography, aiosqlite, mcp or structlog: `peerd status` must start at once
@@ -21,15 +24,17 @@ import click
 
 from peerd.cli import output
 from peerd.cli.client import LocalClient
-from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
-from peerd.errors import PeerdError
+from peerd.clientwire import DaemonConnectionError
+from peerd.errors import DaemonNotRunning, PeerdError, TimedOut, UsageError, exit_code_of
 from peerd.paths import Paths, resolve_home
 
+# Each from the class that declares it (tests and `ctx.exit` name them).
 EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_RUNNING = 3
-EXIT_TIMED_OUT = 4
+EXIT_ERROR = PeerdError.exit_code
+EXIT_USAGE = UsageError.exit_code
+EXIT_NOT_RUNNING = DaemonNotRunning.exit_code
+EXIT_TIMED_OUT = TimedOut.exit_code
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention: not an error of peerd's
 
 T = TypeVar("T")
 
@@ -111,9 +116,22 @@ def accept_home_everywhere(command: click.Command) -> click.Command:
     return command
 
 
-def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+def fail(problem: PeerdError | str, *, bare: bool = False) -> NoReturn:
+    """Print `error: code: message` (`bare`, or a `UsageError`: the message alone; a string: as
+    is) and exit with the error's exit code (a string: 1)."""
+    if isinstance(problem, str):
+        text = problem
+    elif bare or isinstance(problem, UsageError):
+        text = problem.message
+    else:
+        text = f"{problem.code}: {problem.message}"
+    click.echo(f"error: {text}", err=True)
+    sys.exit(exit_code_of(problem) if isinstance(problem, PeerdError) else EXIT_ERROR)
+
+
+def interrupted() -> NoReturn:
+    click.echo("error: interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def with_client(ctx: click.Context, fn: Callable[[LocalClient], T]) -> T:
@@ -123,13 +141,14 @@ def with_client(ctx: click.Context, fn: Callable[[LocalClient], T]) -> T:
     try:
         return fn(client)
     except DaemonNotRunning as exc:
-        fail(home.not_running(exc.socket_path), EXIT_NOT_RUNNING)
+        socket_path = home.paths.socket if exc.socket_path is None else Path(exc.socket_path)
+        fail(DaemonNotRunning(home.not_running(socket_path), socket_path=socket_path), bare=True)
     except DaemonConnectionError as exc:
-        fail(str(exc), EXIT_ERROR)
+        fail(str(exc))
     except PeerdError as exc:
-        fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
+        fail(exc)
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        interrupted()
 
 
 ENV_META = "peerd.environment_id"
@@ -167,7 +186,7 @@ def confirm(yes: bool, question: str) -> None:
     if yes or not on_terminal():
         return
     if not click.confirm(question, default=False):
-        fail("cancelled; nothing was changed.", EXIT_ERROR)
+        fail("cancelled; nothing was changed.")
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:

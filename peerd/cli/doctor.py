@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, fail, json_option
+from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, interrupted, json_option
 from peerd.cli.output import emit_json
 
 
@@ -32,7 +32,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
         home = cli_context(ctx)
         facts = asyncio.run(gather(home.paths, config_home=None if home.given_by == "default" else home.home))
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        interrupted()
     checks = run_checks(facts)
     ok = passed(checks)
     if as_json:

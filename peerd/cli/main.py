@@ -23,7 +23,6 @@ import click
 from peerd import __version__
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
-    EXIT_USAGE,
     HOME_HELP,
     accept_home_everywhere,
     cli_context,
@@ -33,8 +32,7 @@ from peerd.cli.common import (
     with_client,
 )
 from peerd.cli.output import emit_json, fields
-from peerd.clientwire import DaemonNotRunning
-from peerd.errors import ConfigInvalid, HomeNewer, PeerdError, StoreRefused
+from peerd.errors import ConfigInvalid, DaemonNotRunning, HomeNewer, PeerdError, StoreRefused
 
 
 @dataclass(frozen=True)
@@ -212,7 +210,7 @@ def serve(
     try:
         home = cli_context(ctx)
     except PeerdError as exc:
-        fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+        fail(exc)
     named = None if home.given_by == "default" else home.home  # its own config.toml
 
     def settle() -> boot.DaemonConfig:
@@ -250,9 +248,7 @@ def serve(
         asyncio.run(boot.serve(early, settle=settle))
     except PeerdError as exc:
         # The config file or a flag (what is wrong, and where); a damaged, foreign, missing or newer store.
-        if isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)):
-            fail(exc.message, EXIT_USAGE)
-        fail(f"{exc.code}: {exc.message}")
+        fail(exc, bare=isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)))
 
 
 @cli.command()

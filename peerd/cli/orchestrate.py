@@ -19,10 +19,10 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_ERROR, EXIT_USAGE, fail, json_option, with_client
+from peerd.cli.common import EXIT_ERROR, fail, json_option, with_client
 from peerd.cli.output import emit_json, table
 from peerd.core.text import path_segment
-from peerd.errors import PeerdError
+from peerd.errors import PeerdError, UsageError
 from peerd.present import ago
 
 FOLLOW_CHUNK_S = 30.0
@@ -81,8 +81,9 @@ def _project_here(client: LocalClient) -> str:
         if not cursor:
             break
     return fail(
-        "This directory is not a registered project: pass --project NAME, or `peerd project add .` first.",
-        EXIT_USAGE,
+        UsageError(
+            "This directory is not a registered project: pass --project NAME, or `peerd project add .` first."
+        )
     )
 
 
@@ -207,14 +208,14 @@ def orchestrate_run(
         "access": access,
     }
     if ready and not pr:
-        fail("--ready is for --pr: add --pr, or drop --ready.", EXIT_USAGE)
+        fail(UsageError("--ready is for --pr: add --pr, or drop --ready."))
     if plan_dir is not None:
         from peerd.orchestrate.verdicts import load_plan_dir  # noqa: PLC0415  # pydantic: only here
 
         try:
             packets, notes = load_plan_dir(plan_dir, default_verify=verify)
-        except PeerdError as exc:
-            fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+        except PeerdError as exc:  # a file --plan names: the command line is wrong
+            fail(UsageError(f"{exc.code}: {exc.message}"))
         for note in notes:
             click.echo(f"plan: {note}", err=True)
         body["plan"] = [p.model_dump(mode="json", by_alias=True) for p in packets]

@@ -9,8 +9,6 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
-    EXIT_ERROR,
-    EXIT_USAGE,
     cli_context,
     fail,
     json_option,
@@ -18,9 +16,9 @@ from peerd.cli.common import (
     with_client,
 )
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
-from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
+from peerd.clientwire import DaemonConnectionError
 from peerd.core.text import path_segment
-from peerd.errors import PeerdError
+from peerd.errors import DaemonNotRunning, NotFound, PeerdError
 from peerd.paths import config_file
 
 
@@ -84,12 +82,12 @@ def provider_approve(ctx: click.Context, name: str, yes: bool, as_json: JsonOutp
     info = items.get(name)
     if info is None or info["kind"] != "command":
         custom = ", ".join(n for n, p in items.items() if p["kind"] == "command") or "none configured"
-        fail(f"not_found: {name!r} is not a custom command provider (custom commands: {custom}).", EXIT_ERROR)
+        fail(NotFound(f"{name!r} is not a custom command provider (custom commands: {custom})."))
     command = info["command"]
     if not yes and not as_json:
         click.echo(f"{name} would run, in each run's worktree, with the task in {{SPEC}}:\n\n  {command}\n")
         if not click.confirm("Approve exactly this command?", default=False):
-            fail("Not approved.", EXIT_ERROR)
+            fail("Not approved.")
 
     def approve(client: LocalClient) -> Any:
         return client.call("POST", f"/v1/providers/{path_segment(name)}/approve", body={"command": command})
@@ -161,16 +159,16 @@ def config_show(ctx: click.Context, config_path: Path | None, as_json: JsonOutpu
     except DaemonNotRunning:
         data = None
     except DaemonConnectionError as exc:
-        fail(str(exc), EXIT_ERROR)
+        fail(str(exc))
     except PeerdError as exc:
-        fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
+        fail(exc)
     if data is None:
         from peerd import config as settings_file  # noqa: PLC0415  # pydantic: only without a daemon
 
         try:
             settings = settings_file.load(looked_at, required=config_path is not None)
         except PeerdError as exc:
-            fail(f"{exc.code}: {exc.message}", EXIT_USAGE)
+            fail(exc)
         click.echo(
             "peerd is not running: showing the config file only (flags given to `peerd serve` win).", err=True
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from peerd.cli.common import EXIT_ERROR, cli_context, fail, json_option
+from peerd.cli.common import cli_context, fail, json_option
 from peerd.cli.output import emit_json
 from peerd.errors import PeerdError
 
@@ -47,18 +47,18 @@ def backup(ctx: click.Context, file: Path, as_json: bool) -> None:
     paths = cli_context(ctx).paths
     source = paths.db
     if not source.is_file():
-        fail(f"there is no store at {source} (is --home right?)", EXIT_ERROR)
+        fail(f"there is no store at {source} (is --home right?)")
     dest = file.expanduser().absolute()
     if not dest.parent.is_dir():
-        fail(f"{dest.parent} is not a directory", EXIT_ERROR)
+        fail(f"{dest.parent} is not a directory")
     try:
         made = health.backup(source, dest)
     except PeerdError as exc:
-        fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
+        fail(exc)
     except sqlite3.Error as exc:
-        fail(_sqlite_failure(exc, source), EXIT_ERROR)
+        fail(_sqlite_failure(exc, source))
     except OSError as exc:
-        fail(f"cannot write {dest}: {exc.strerror or exc}", EXIT_ERROR)
+        fail(f"cannot write {dest}: {exc.strerror or exc}")
     if as_json:
         emit_json(
             {"source": str(source), "file": made.path, "bytes": made.size, "schemaVersion": made.version}
@@ -88,19 +88,18 @@ def restore(ctx: click.Context, file: Path, as_json: bool) -> None:
         except BlockingIOError:
             fail(
                 f"a peerd daemon is running with home {paths.home}: stop it first "
-                "(SIGTERM, or `systemctl --user stop peerd`), then restore",
-                EXIT_ERROR,
+                "(SIGTERM, or `systemctl --user stop peerd`), then restore"
             )
         try:
             aside = health.restore(
                 file.expanduser().absolute(), paths.db, stamp=time.strftime("%Y%m%d-%H%M%S")
             )
         except PeerdError as exc:
-            fail(f"{exc.code}: {exc.message}", EXIT_ERROR)
+            fail(exc)
         except sqlite3.Error as exc:
-            fail(_sqlite_failure(exc, file), EXIT_ERROR)
+            fail(_sqlite_failure(exc, file))
         except OSError as exc:
-            fail(f"cannot restore into {paths.db}: {exc.strerror or exc}", EXIT_ERROR)
+            fail(f"cannot restore into {paths.db}: {exc.strerror or exc}")
     if as_json:
         emit_json(
             {"file": str(file), "store": str(paths.db), "previous": None if aside is None else str(aside)}

@@ -17,10 +17,9 @@ from peerd.cli.common import (
     yes_option,
 )
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
-from peerd.clientwire import DaemonNotRunning
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
-from peerd.errors import PeerdError
+from peerd.errors import DaemonNotRunning, PeerdError
 from peerd.present import ago, block, one_line, when
 
 

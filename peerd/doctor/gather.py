@@ -24,11 +24,10 @@ from peerd import __version__
 from peerd import config as settings_file
 from peerd import contracts as c
 from peerd.api.localclient import LocalClient
-from peerd.clientwire import DaemonNotRunning
 from peerd.core.fingerprint import format_fingerprint
 from peerd.doctor.facts import CertFacts, ConfinementFacts, DaemonFacts, Facts, FileFacts
 from peerd.doctor.text import kind_of
-from peerd.errors import PeerdError
+from peerd.errors import DaemonNotRunning, PeerdError
 from peerd.paths import Paths
 from peerd.runtime import runas, sandbox, sandbox_profile
 from peerd.runtime.git import probe_version

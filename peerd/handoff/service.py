@@ -203,13 +203,12 @@ class HandoffService:
 
     async def show(self, move_id: str, *, wait_s: float = 0.0) -> MoveInfo:
         """The move; with `wait_s`, a long-poll until it ends (moved, cancelled or failed)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
+        deadline = self.ops.feed.deadline(wait_s)
         while True:
             row = await moves.get(self.db, move_id)
             changed = self.ops.feed.watch(str(row["thread_id"]))
             row = await moves.get(self.db, move_id)
-            remaining = deadline - loop.time()
+            remaining = self.ops.feed.remaining(deadline)
             if row["state"] not in machine.OPEN or remaining <= 0 or self.ops.feed.closed:
                 return moves.info(row)
             await self.ops.feed.wait(changed, remaining)

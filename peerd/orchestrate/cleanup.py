@@ -22,7 +22,7 @@ from peerd.core.backoff import Backoff
 from peerd.core.ownership import Owner
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
-from peerd.errors import Conflict, PeerdError, PeerUnreachable
+from peerd.errors import Conflict, PeerdError, PeerUnreachable, StateChanged
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.runtime import git
@@ -77,9 +77,18 @@ async def stop_packets(ctx: OrchestrationContext, run_id: str, reason: str) -> i
         ]
         memo = packet.memo.copy_for_update()
         memo.stop_owed = pending
-        await ostore.update_packet(
-            ctx.db, run_id, packet.packet_id, now=ctx.clock(), state="cancelled", failure=reason, memo=memo
-        )
+        try:
+            await ostore.update_packet(
+                ctx.db,
+                run_id,
+                packet.packet_id,
+                now=ctx.clock(),
+                state="cancelled",
+                failure=reason,
+                memo=memo,
+            )
+        except StateChanged:  # it became final (or approved) meanwhile: that state stands
+            continue
         owed += len(pending)
     return owed
 

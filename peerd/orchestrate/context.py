@@ -19,10 +19,11 @@ from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.runs import DAEMON_STOPPED
 from peerd.core.text import path_segment
 from peerd.core.usage import Budget
-from peerd.errors import Conflict, InvalidRequest, PeerdError, PeerUnreachable, ReceiptMissing
+from peerd.errors import InvalidRequest, PeerdError, PeerUnreachable, ReceiptMissing
 from peerd.operations import Caller, Operations
 from peerd.orchestrate import store as ostore
-from peerd.orchestrate.models import CoderChoice, can_transition
+from peerd.orchestrate.models import CoderChoice
+from peerd.orchestrate.states import PacketState
 from peerd.orchestrate.transport import GitTransport
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
@@ -152,18 +153,17 @@ class OrchestrationContext:
     def caller(self, run_id: str) -> Caller:
         return Caller(namespace=f"orchestrate:{run_id}")
 
-    async def set(self, orch_id: str, packet_id: str, **changes: Any) -> None:
-        """Record a packet's change; a state change must follow the state machine (`TRANSITIONS`)."""
-        new = changes.get("state")
-        if new is not None:
-            current = await ostore.packet_state(self.db, orch_id, packet_id)
-            if current != new and not can_transition(current, new):
-                raise Conflict(f"Packet {packet_id} cannot go from {current} to {new}.")
-        await ostore.update_packet(self.db, orch_id, packet_id, now=self.clock(), **changes)
+    async def set(
+        self, orch_id: str, packet_id: str, *, expect: PacketState | None = None, **changes: Any
+    ) -> None:
+        """Record a packet's change by compare-and-set (`ostore.update_packet`): a state change
+        follows the state machine (`orchestrate/states.py`), and lands only while the packet is in
+        `expect` (the state the caller decided from; `StateChanged` otherwise)."""
+        await ostore.update_packet(self.db, orch_id, packet_id, now=self.clock(), expect=expect, **changes)
         self.changed(orch_id)
 
-    async def park(self, run_id: str, packet_id: str, why: str) -> None:
-        await self.set(run_id, packet_id, state="parked", failure=why)
+    async def park(self, run_id: str, packet_id: str, why: str, *, expect: PacketState | None = None) -> None:
+        await self.set(run_id, packet_id, expect=expect, state="parked", failure=why)
 
     async def gate(self, run_id: str, packet_id: str | None, kind: str, **expect: Any) -> dict[str, Any]:
         """A hop starts only with the previous hop's receipt, and only one that lets it start."""

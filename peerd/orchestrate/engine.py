@@ -32,9 +32,9 @@ from typing import Any
 import structlog
 
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing
+from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing, StateChanged
 from peerd.operations import Operations
-from peerd.orchestrate import cleanup, spend, userwork
+from peerd.orchestrate import cleanup, runsteps, spend, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
@@ -175,23 +175,29 @@ class Engine:
     async def _plan(self, run: ostore.RunRow) -> bool:
         settings = Settings.from_request(run.request)
         planner = await place_coder(self.ctx, run, settings.planner, "plan", runtime_mode="read-only")
-        errors: list[str] | None = None
+        errors: list[str] = []
         thread_id: str | None = None
         planner_runs: list[str] = []
-        for attempt in (1, 2):
-            prompt = planner_prompt(
-                run.task, verify_default=settings.verify, workarounds=settings.workarounds, errors=errors
+        for attempt in range(1, runsteps.PLAN_ATTEMPTS + 1):
+            start = runsteps.decide_plan_attempt(
+                runsteps.PlanAttempt(attempt, await spend.check(self.ctx, run, None), errors)
             )
-            if (why := await spend.check(self.ctx, run, None)) is not None:
-                await self._fail_run(run.id, why)
+            if isinstance(start, runsteps.FailRun):
+                await self._fail_run(run.id, start.why)
                 return False
-            budget = await spend.budget_for(self.ctx, run, None, f"plan:{attempt}")
-            if thread_id is None:
+            budget = await spend.budget_for(self.ctx, run, None, start.key)
+            if isinstance(start, runsteps.LaunchPlanner) or thread_id is None:
+                prompt = planner_prompt(
+                    run.task,
+                    verify_default=settings.verify,
+                    workarounds=settings.workarounds,
+                    errors=errors or None,
+                )
                 launched = await self.ctx.launch(
                     run,
                     planner,
                     prompt,
-                    key=f"plan:{attempt}",
+                    key=start.key,
                     runtime_mode="read-only",
                     base=run.base_commit,
                     role="planner",
@@ -199,34 +205,30 @@ class Engine:
                 )
                 thread_id, run_ref = launched.thread_id, launched.run_id
             else:
-                # The send-back is a follow-up in the planner's own session: only what was wrong.
-                again = (
-                    "Your plan is not valid:\n"
-                    + "\n".join(f"- {e}" for e in errors or [])
-                    + "\nSend the whole corrected plan as JSON, in the same shape."
-                )
                 run_ref = await self.ctx.send(
-                    run.id, thread_id, planner.environment, again, key=f"plan:{attempt}", budget=budget
+                    run.id, thread_id, planner.environment, start.text, key=start.key, budget=budget
                 )
             planner_runs.append(run_ref)
             status = await self.ctx.wait(run.id, thread_id, run_ref, planner.environment)
             await spend.record_run(self.ctx, run.id, None, thread_id, run_ref, planner.environment, "planner")
-            if (why := await spend.check(self.ctx, run, None)) is not None:
-                await self._fail_run(run.id, why)
-                return False
-            reply = await self.ctx.reply(run.id, thread_id, run_ref, planner.environment)
-            if status != "completed":
-                await self._fail_run(run.id, f"The planner's run ended {status}: {reply or 'no reply'}")
-                return False
-            packets, errors = parse_plan_reply(reply)
-            if packets is not None:
-                await self.ctx.archive(run.id, thread_id, planner.environment)  # planning is done
-                break
-        else:
-            await self._fail_run(
-                run.id, "The plan was not valid after one send-back:\n" + "\n".join(errors or [])
+            over_budget = await spend.check(self.ctx, run, None)
+            reply, parsed, errors = None, None, []
+            if over_budget is None:
+                reply = await self.ctx.reply(run.id, thread_id, run_ref, planner.environment)
+                if status == "completed":
+                    parsed, errors = parse_plan_reply(reply)
+            ended = runsteps.decide_plan_ended(
+                runsteps.PlanEnded(attempt, over_budget, status, reply, parsed, errors)
             )
-            return False
+            if isinstance(ended, runsteps.FailRun):
+                await self._fail_run(run.id, ended.why)
+                return False
+            if isinstance(ended, runsteps.AcceptPlan):
+                await self.ctx.archive(run.id, thread_id, planner.environment)  # planning is done
+                packets = ended.packets
+                break
+        else:  # pragma: no cover  # decide_plan_ended fails the run at the last attempt
+            raise AssertionError("the plan hop ended without a decision")
         packets, notes = plan_checks(packets, run.request)
         if settings.user_work and not run.request.get("includeDirty"):
             project = await projects.get(self.ctx.db, run.project_id)
@@ -267,30 +269,21 @@ class Engine:
             while True:
                 run = await ostore.get(self.ctx.db, run_id)
                 settings = Settings.from_request(run.request)
-                states = {p.packet_id: p.state for p in run.packets}
-                whole = await spend.check(self.ctx, run, None)
-                for packet in run.packets:
-                    if packet.packet_id in in_flight or packet.terminal:
-                        continue
-                    if whole is not None:  # past the whole run's budget: no new hop starts
-                        await self.ctx.park(run_id, packet.packet_id, whole)
-                        continue
-                    if packet.state == "approved":
-                        continue
-                    deps = PacketSpec.model_validate(packet.spec).depends_on
-                    blocked = [d for d in deps if states.get(d) in ("parked", "failed", "cancelled")]
-                    if blocked:
-                        await self.ctx.park(
-                            run_id, packet.packet_id, f"Dependency {', '.join(blocked)} did not make it."
+                seen = [
+                    runsteps.Scheduled(p.packet_id, p.state, PacketSpec.model_validate(p.spec).depends_on)
+                    for p in run.packets
+                ]
+                whole = await spend.check(self.ctx, run, None)  # past it: no new hop starts
+                for effect in runsteps.schedule(
+                    seen, in_flight.keys(), concurrency=settings.concurrency, over_budget=whole
+                ):
+                    if isinstance(effect, runsteps.Park):
+                        with contextlib.suppress(StateChanged):  # moved meanwhile: the next pass sees it
+                            await self.ctx.park(run_id, effect.packet_id, effect.why, expect=effect.expect)
+                    else:
+                        in_flight[effect.packet_id] = asyncio.create_task(
+                            self._packet(run_id, effect.packet_id), name=f"packet:{run_id}:{effect.packet_id}"
                         )
-                        continue
-                    if any(states.get(d) not in ("approved", "integrated") for d in deps):
-                        continue
-                    if packet.state == "queued" and len(in_flight) >= settings.concurrency:
-                        continue
-                    in_flight[packet.packet_id] = asyncio.create_task(
-                        self._packet(run_id, packet.packet_id), name=f"packet:{run_id}:{packet.packet_id}"
-                    )
                 if not in_flight:
                     return
                 done, _ = await asyncio.wait(in_flight.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -321,15 +314,18 @@ class Engine:
             if (why := await spend.check(self.ctx, run, packet_id)) is not None:
                 await spend.stop_over_budget(self.ctx, run_id, packet, why)
                 return
-            if packet.state == "queued":
-                await start_packet(self.ctx, run, packet)
-            elif packet.state == "implementing":
-                await implementing(self.ctx, run, packet)
-            elif packet.state == "verifying":
-                await verifying(self.ctx, run, packet)
-            elif packet.state == "reviewing":
-                await reviewing(self.ctx, run, packet)
-            else:
-                raise InvalidRequest(f"Packet {packet_id} is in an unknown state {packet.state!r}.")
+            try:
+                if packet.state == "queued":
+                    await start_packet(self.ctx, run, packet)
+                elif packet.state == "implementing":
+                    await implementing(self.ctx, run, packet)
+                elif packet.state == "verifying":
+                    await verifying(self.ctx, run, packet)
+                elif packet.state == "reviewing":
+                    await reviewing(self.ctx, run, packet)
+                else:
+                    raise InvalidRequest(f"Packet {packet_id} is in an unknown state {packet.state!r}.")
+            except StateChanged as exc:  # another writer moved it first: decide again from there
+                log.info("orchestrate.state_changed", run_id=run_id, packet=packet_id, now=exc.current)
 
     # --- threads --------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ async def start_packet(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     await ctx.set(
         run.id,
         packet.packet_id,
+        expect=packet.state,
         state="implementing",
         hop="implement",
         attempt=1,
@@ -181,12 +182,12 @@ async def perform(
     settings = Settings.from_request(run.request)
     for effect in effects:
         if isinstance(effect, steps.Record):
-            await ctx.set(run.id, packet.packet_id, **effect.fields, memo=effect.memo)
+            await ctx.set(run.id, packet.packet_id, expect=packet.state, **effect.fields, memo=effect.memo)
             for name, value in effect.fields.items():
                 setattr(packet, name, value)
             packet.memo = effect.memo
         elif isinstance(effect, steps.Park):
-            await ctx.park(run.id, packet.packet_id, effect.why)
+            await ctx.park(run.id, packet.packet_id, effect.why, expect=packet.state)
         elif isinstance(effect, steps.StopOverBudget):
             await spend.stop_over_budget(ctx, run.id, packet, effect.why)
         elif isinstance(effect, steps.RecordImpl):
@@ -223,6 +224,7 @@ async def _redispatch(
     await ctx.set(
         run.id,
         packet.packet_id,
+        expect=packet.state,
         state="implementing",
         attempt=effect.attempt,
         coder=nxt.model_dump(mode="json"),

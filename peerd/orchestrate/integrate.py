@@ -72,13 +72,14 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
             result = await git.merge_into(repo, worktree, packet.branch, f"Integrate {packet.packet_id}")
             if result.merged:
                 merged.append(packet.packet_id)
-                await ctx.set(run.id, packet.packet_id, state="integrated")
+                await ctx.set(run.id, packet.packet_id, expect="approved", state="integrated")
             else:
                 conflicts[packet.packet_id] = result.conflicts
                 await ctx.park(
                     run.id,
                     packet.packet_id,
                     "Merge conflict in " + ", ".join(result.conflicts) + ":\n" + result.output,
+                    expect="approved",
                 )
         verification = None
         if settings.verify and merged:

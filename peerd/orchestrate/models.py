@@ -7,21 +7,7 @@ verification run); a reviewer's is a `ReviewReceipt` whose verdict is only appro
 request_changes, with evidence; the run ends in an `IntegrationReceipt`. The engine hands work on
 only once it holds the previous hop's receipt.
 
-Packet states and their transitions (anything else is a bug in the engine, see `can_transition`):
-
-    queued     -> running (dispatched to a coder) | cancelled | failed (a dependency failed)
-    running    -> verifying (the coder finished) | running (re-dispatched: empty diff, coder error,
-                  timeout) | parked (the one retry is spent) | cancelled
-    verifying  -> reviewing (verification passed) | running (content failure: back to the same coder
-                  once, with the failure output) | verifying (environmental: the re-run is
-                  authoritative) | parked | cancelled
-    reviewing  -> approved | running (request_changes: back to the same coder once, with the
-                  evidence) | parked (reject, or changes requested again) | cancelled
-    approved   -> integrated | parked (merge conflict or integrated check failure) | cancelled
-    integrated, parked, failed, cancelled: terminal
-
-`parked` means "stopped after its retry, reported with its failure output verbatim"; `failed` means it
-never ran (a dependency was parked or failed).
+Packet states and their transitions: `orchestrate/states.py` (the store writes a state only along them).
 """
 
 from __future__ import annotations
@@ -33,22 +19,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from peerd.contracts import Budget, Input, Usage, Wire
-
-PacketState = Literal[
-    "queued", "implementing", "verifying", "reviewing", "approved", "integrated", "parked", "cancelled"
-]
-TERMINAL_STATES: frozenset[PacketState] = frozenset({"integrated", "parked", "cancelled"})
-# The engine moves a packet only along these edges (`OrchestrationContext.set` checks each move).
-TRANSITIONS: dict[PacketState, frozenset[PacketState]] = {
-    "queued": frozenset({"implementing", "parked", "cancelled"}),  # parked: a dependency failed
-    "implementing": frozenset({"implementing", "verifying", "parked", "cancelled"}),  # re-dispatch
-    "verifying": frozenset({"reviewing", "implementing", "parked", "cancelled"}),  # fix
-    "reviewing": frozenset({"approved", "implementing", "parked", "cancelled"}),  # changes
-    "approved": frozenset({"integrated", "parked"}),  # parked: a merge conflict
-    "integrated": frozenset(),
-    "parked": frozenset(),
-    "cancelled": frozenset(),
-}
 
 Classification = Literal[
     "passed", "content", "environmental", "empty_diff", "coder_error", "timeout", "budget"
@@ -70,10 +40,6 @@ CheckoutReason = Literal[
 HeldReason = Literal["out_of_scope"]
 VERDICTS: tuple[Verdict, ...] = ("approve", "reject", "request_changes")
 PACKET_ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
-
-
-def can_transition(current: PacketState, new: PacketState) -> bool:
-    return new in TRANSITIONS[current]
 
 
 class PacketSpec(Input):

@@ -3,7 +3,6 @@ and wait on runs; cancel. The CLI talks to this through `/v1/orchestrations` on 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -258,12 +257,11 @@ class Orchestrations:
 
     async def wait(self, run_id: str, *, after: float, seconds: float) -> dict[str, Any]:
         """Long-poll: the run once it changed past `after` (its updatedAt), or at the timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(seconds, c.LONG_POLL_MAX_S)
+        deadline = self.feed.deadline(min(seconds, c.LONG_POLL_MAX_S))
         while True:
             changed = self.feed.watch(feed_key(run_id))
             run = await ostore.get(self.db, run_id)
-            remaining = deadline - loop.time()
+            remaining = self.feed.remaining(deadline)
             if run.updated_at > after or run.terminal or remaining <= 0 or self.feed.closed:
                 return await self.info(run_id)
             with contextlib.suppress(TimeoutError):

@@ -215,4 +215,4 @@ async def stop_over_budget(
         with contextlib.suppress(PeerdError):
             stop = c.ThreadInterrupt(stop=True, reason=why, environment_id=env)
             await ctx.ops.thread_interrupt(ctx.caller(run_id), thread_id, stop)
-    await ctx.park(run_id, packet.packet_id, why)
+    await ctx.park(run_id, packet.packet_id, why, expect=fresh.state)

@@ -1,6 +1,11 @@
 """Orchestration state in SQLite: runs, packets (one row each, rewritten as it moves) and the
 append-only receipts each hop ends with. Every change is one transaction, committed before the
-engine acts on it, so a restarted daemon resumes from exactly what was recorded."""
+engine acts on it, so a restarted daemon resumes from exactly what was recorded.
+
+The states are `orchestrate/states.py`'s, spelled in SQL only through it. A packet's state changes
+by compare-and-set in the write transaction (`update_packet`): the row is written only while it is
+in the state the writer decided from (or, when it names none, one the table lets go to the new
+state); otherwise nothing is written and `StateChanged` says what it is now."""
 
 from __future__ import annotations
 
@@ -11,15 +16,25 @@ from typing import Any
 import structlog
 
 from peerd.core.ownership import Owner
-from peerd.errors import OrchestrationNotFound
+from peerd.errors import Conflict, OrchestrationNotFound, StateChanged
 from peerd.orchestrate.memo import PacketMemo, parse
+from peerd.orchestrate.states import (
+    FIRST_PACKET,
+    FIRST_RUN,
+    OPEN_RUN,
+    TERMINAL_PACKET,
+    TERMINAL_RUN,
+    PacketState,
+    RunState,
+    can_transition,
+    may_become,
+)
 from peerd.store import ownership
 from peerd.store.db import Database
 from peerd.store.ids import new_id
+from peerd.store.sqltext import sql_list
 
 log = structlog.get_logger(__name__)
-TERMINAL_RUN = frozenset({"completed", "failed", "cancelled"})
-TERMINAL_PACKET = frozenset({"integrated", "parked", "failed", "cancelled"})
 
 
 @dataclass
@@ -28,7 +43,7 @@ class PacketRow:
     packet_id: str
     position: int
     spec: dict[str, Any]
-    state: str
+    state: PacketState
     hop: str | None
     attempt: int
     memo: PacketMemo  # the `retries` column: per-class retry counts, and what a resumed hop needs
@@ -52,7 +67,7 @@ class RunRow:
     project_id: str
     task: str
     request: dict[str, Any]
-    status: str
+    status: RunState
     base_commit: str
     branch: str
     reason: str | None
@@ -127,8 +142,8 @@ async def create(
     async with db.write() as tx:
         await tx.execute(
             "INSERT INTO orchestrations (id, project_id, task, request, status, base_commit, branch,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, 'planning', ?, ?, ?, ?)",
-            (run_id, project_id, task, json.dumps(request), base_commit, branch, now, now),
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, project_id, task, json.dumps(request), FIRST_RUN, base_commit, branch, now, now),
         )
         # The integration branch is the orchestration's before git makes it (core/ownership.py).
         await ownership.claim(
@@ -168,28 +183,29 @@ async def get(db: Database, run_id: str) -> RunRow:
     )
 
 
-async def all_runs(db: Database, *, open_only: bool = False, status: str | None = None) -> list[str]:
+async def all_runs(db: Database, *, open_only: bool = False, status: RunState | None = None) -> list[str]:
     sql = "SELECT id FROM orchestrations"
     params: tuple[str, ...] = ()
     if open_only:
-        sql += " WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+        sql += f" WHERE status IN {sql_list(OPEN_RUN)}"
     elif status is not None:
         sql, params = sql + " WHERE status = ?", (status,)
     return [r["id"] for r in await db.fetchall(sql + " ORDER BY created_at", params)]
 
 
-async def packet_state(db: Database, orch_id: str, packet_id: str) -> Any:
+async def packet_state(db: Database, orch_id: str, packet_id: str) -> PacketState:
     row = await db.fetchone(
         "SELECT state FROM orchestration_packets WHERE orchestration_id = ? AND packet_id = ?",
         (orch_id, packet_id),
     )
     if row is None:
         raise OrchestrationNotFound(f"No packet {packet_id!r} in orchestration {orch_id!r}.")
-    return row["state"]
+    state: PacketState = row["state"]
+    return state
 
 
 async def set_status(
-    db: Database, run_id: str, status: str, *, now: float, reason: str | None = None
+    db: Database, run_id: str, status: RunState, *, now: float, reason: str | None = None
 ) -> None:
     ended = now if status in TERMINAL_RUN else None
     async with db.write() as tx:
@@ -235,8 +251,8 @@ async def _insert_packets(tx: Any, run_id: str, specs: list[dict[str, Any]], now
     for position, spec in enumerate(specs):
         await tx.execute(
             "INSERT OR IGNORE INTO orchestration_packets (orchestration_id, packet_id, position, spec,"
-            " state, updated_at) VALUES (?, ?, ?, ?, 'queued', ?)",
-            (run_id, spec["id"], position, json.dumps(spec), now),
+            " state, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, spec["id"], position, json.dumps(spec), FIRST_PACKET, now),
         )
 
 
@@ -254,18 +270,52 @@ def _column(key: str, value: Any) -> tuple[str, Any]:
     return key, json.dumps(value) if key == "coder" and value is not None else value
 
 
-async def update_packet(db: Database, orch_id: str, packet_id: str, *, now: float, **changes: Any) -> None:
+async def update_packet(
+    db: Database,
+    orch_id: str,
+    packet_id: str,
+    *,
+    now: float,
+    expect: PacketState | None = None,
+    **changes: Any,
+) -> None:
+    """Write a packet's `changes` in one transaction, by compare-and-set: only while the packet is
+    in `expect` (the state the writer decided from), or, with no `expect`, for a new `state` only
+    while it is in one the table lets go to it. Otherwise nothing is written: `StateChanged` with
+    the state it is in (a move the table forbids from `expect` is a bug: `Conflict`)."""
     unknown = set(changes) - _PACKET_FIELDS
     if unknown:
         raise ValueError(f"unknown packet fields: {sorted(unknown)}")
+    new: PacketState | None = changes.get("state")
+    if new is not None and expect is not None and not can_transition(expect, new):
+        raise Conflict(f"Packet {packet_id} cannot go from {expect} to {new}.")
     values = dict(_column(k, v) for k, v in changes.items())
     assignments = ", ".join(f"{key} = ?" for key in values)
+    where, params = "orchestration_id = ? AND packet_id = ?", [orch_id, packet_id]
+    if expect is not None:
+        where, params = where + " AND state = ?", [*params, expect]
+    elif new is not None:
+        where += f" AND state IN {sql_list(may_become(new))}"
     async with db.write() as tx:
-        await tx.execute(
-            f"UPDATE orchestration_packets SET {assignments}, updated_at = ?"  # noqa: S608  # keys checked above
-            " WHERE orchestration_id = ? AND packet_id = ?",
-            (*values.values(), now, orch_id, packet_id),
+        cur = await tx.execute(
+            f"UPDATE orchestration_packets SET {assignments}, updated_at = ? WHERE {where}",  # noqa: S608  # keys checked above, states from states.py
+            (*values.values(), now, *params),
         )
+        if (cur.rowcount or 0) == 0:
+            found = await (
+                await tx.execute(
+                    "SELECT state FROM orchestration_packets WHERE orchestration_id = ? AND packet_id = ?",
+                    (orch_id, packet_id),
+                )
+            ).fetchone()
+            if found is None:
+                raise OrchestrationNotFound(f"No packet {packet_id!r} in orchestration {orch_id!r}.")
+            said = (
+                f"Packet {packet_id} is {found['state']} now, not {expect}: nothing was written."
+                if expect is not None
+                else f"Packet {packet_id} cannot go from {found['state']} to {new}."
+            )
+            raise StateChanged(said, current=found["state"])
         await tx.execute("UPDATE orchestrations SET updated_at = ? WHERE id = ?", (now, orch_id))
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from peerd.approvals import store as approvals_store
 from peerd.orchestrate import spend
 from peerd.orchestrate import store as ostore
+from peerd.orchestrate.states import TERMINAL_PACKET
 from peerd.store.db import Database
 
 
@@ -27,8 +28,9 @@ def _out_of_scope(receipts: list[dict[str, Any]], packet_id: str) -> list[str]:
 
 async def _awaiting(db: Database, packet: ostore.PacketRow) -> dict[str, Any] | None:
     """The question the packet's coder waits on a person for (here, or on its box as the feed
-    brought it); None when nothing waits."""
-    if packet.thread_id is None or packet.state in ("merged", "parked", "failed", "cancelled"):
+    brought it); None when nothing waits: a packet in a final state (integrated, parked, cancelled)
+    has no coder that could ask, whatever a box's feed last said."""
+    if packet.thread_id is None or packet.state in TERMINAL_PACKET:
         return None
     if packet.environment is None:
         found = await approvals_store.waiting_on_thread(db, packet.thread_id)

@@ -2,12 +2,18 @@
 
 Waiters re-read the store after waking, so a missed or merged notification can never lose state;
 it can only cost one extra read.
+
+A long-poll's deadline is on the daemon's one clock (`core/clock.py`), the feed's: `deadline(s)`
+when it starts, `remaining(deadline)` at each look, and `wait`/`wait_any` sleep through
+`clock.sleep`, so a test's fake clock moves every long-poll's timeout (tests/fakeclock.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+
+from peerd.core.clock import SYSTEM_CLOCK, Clock
 
 
 class Listener:
@@ -25,7 +31,8 @@ class Listener:
 
 
 class ChangeFeed:
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self._events: dict[str, asyncio.Event] = {}
         self._listeners: dict[str, set[Listener]] = {}
         self._closed = asyncio.Event()
@@ -62,6 +69,14 @@ class ChangeFeed:
                 if not listeners:
                     del self._listeners[thread_id]
 
+    def deadline(self, seconds: float) -> float:
+        """When a long-poll of `seconds` ends, on the clock's monotonic time."""
+        return self.clock.monotonic() + seconds
+
+    def remaining(self, deadline: float) -> float:
+        """Seconds left until `deadline` (0 or less: it passed)."""
+        return deadline - self.clock.monotonic()
+
     async def wait(self, event: asyncio.Event, seconds: float) -> None:
         """Until the thread changes, the feed closes (shutdown) or `seconds` pass."""
         await self.wait_any([event], seconds)
@@ -71,10 +86,11 @@ class ChangeFeed:
         if seconds <= 0 or self.closed:
             return
         waiters = [asyncio.ensure_future(e.wait()) for e in events] + [
-            asyncio.ensure_future(self._closed.wait())
+            asyncio.ensure_future(self._closed.wait()),
+            asyncio.ensure_future(self.clock.sleep(seconds)),
         ]
         try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()

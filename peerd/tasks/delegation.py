@@ -337,15 +337,14 @@ class Delegation:
     async def _wait(self, task_id: str, seconds: float) -> c.TaskInfo:
         """Until the task ends, or return `waitTimedOut` before the caller's own tool-call limit and
         switch the task to wake the parent later, so a waiting agent never re-dispatches it."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(seconds, WAIT_CAP_S)
+        deadline = self.feed.deadline(min(seconds, WAIT_CAP_S))
         parent_thread_id = (await tasks.get(self.db, task_id)).parent_thread_id
         while True:
             changed = self.feed.watch(parent_thread_id)  # task changes are events of the parent thread
             task = await tasks.get(self.db, task_id)
             if task.terminal:
                 return task.info(wait_timed_out=False)
-            remaining = deadline - loop.time()
+            remaining = self.feed.remaining(deadline)
             if remaining <= 0 or self.feed.closed:
                 await tasks.set_wake(self.db, task_id, "always", now=self.clock())
                 task = await tasks.get(self.db, task_id)

@@ -17,7 +17,6 @@ started. Any other run id (another link's, an unknown one) is followed as *gone*
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
 from collections.abc import Awaitable, Callable
@@ -130,8 +129,7 @@ class FeedHub:
 
     async def changes(self, caller: Caller, req: FeedPoll) -> FeedChanges:
         link = await self._link(caller)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.timeout
+        deadline = self.feed.deadline(req.timeout)
         while True:
             async with link.lock:
                 await self._look(link)
@@ -147,7 +145,7 @@ class FeedHub:
                 asking = link.asking
                 asked = pending_hash(asking)
                 news, link.approvals_sent = asked != link.approvals_sent, asked
-            remaining = deadline - loop.time()
+            remaining = self.feed.remaining(deadline)
             if reports or resynced or news or remaining <= 0 or link.revoked or self.feed.closed:
                 return FeedChanges(
                     cursor=cursor,
@@ -156,10 +154,9 @@ class FeedHub:
                     timed_out=not reports and not news,
                     set_hash=link.state.set.hex if resynced else None,
                     approvals=asking,
-                    capacity=await self._capacity_for(link, loop.time()),
+                    capacity=await self._capacity_for(link, self.feed.clock.monotonic()),
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(link.listener.event.wait(), remaining)
+            await self.feed.wait_any([link.listener.event], remaining)
 
     async def _capacity_for(self, link: _Link, now: float) -> Capacity | None:
         """This box's report, when the link has not had it for `CAPACITY_EVERY_S` (None: nothing

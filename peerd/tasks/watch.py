@@ -8,9 +8,6 @@ calling link is revoked here (its next request then learns why).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from peerd import contracts as c
 from peerd.errors import NotFound
 from peerd.operations import Caller
@@ -59,8 +56,7 @@ class RunWatcher:
     async def watch(self, caller: Caller, req: c.RunWatch) -> c.RunWatchResult:
         """The follower's batched long-poll: returns when any named run settles (or is gone), and
         at once when the calling link is revoked here."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.timeout
+        deadline = self.feed.deadline(req.timeout)
         # Each change re-reads only the threads that changed, not every watched run: a link with
         # many open tasks must not pay O(tasks) for every item one child adds.
         keys = {ref.thread_id for ref in req.runs}
@@ -72,11 +68,10 @@ class RunWatcher:
             runs = [await self.watch_one(ref.thread_id, ref.run_id) for ref in req.runs]
             while True:
                 done = any(r.settled or not r.found for r in runs)
-                remaining = deadline - loop.time()
+                remaining = self.feed.remaining(deadline)
                 if done or remaining <= 0 or self.feed.closed:
                     return c.RunWatchResult(runs=runs, timed_out=not done)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(listener.event.wait(), remaining)
+                await self.feed.wait_any([listener.event], remaining)
                 changed = listener.take()
                 if revoked_key is not None and revoked_key in changed:
                     return c.RunWatchResult(runs=runs, timed_out=True)

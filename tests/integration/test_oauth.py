@@ -492,3 +492,61 @@ async def test_touch_writes_at_most_every_30s_unless_the_address_changes(box: Bo
     assert not await clients.touch(box.db, cid, address="10.0.0.3", now=T0 + 40, known=known)
     assert await clients.touch(box.db, cid, address="10.0.0.3", now=T0 + 59, known=known)
     assert not await clients.touch(box.db, "cli_nope", address="x", now=T0)
+
+
+async def test_every_refusal_is_rfc_6749_byte_for_byte(box: Box) -> None:
+    """The answers are computed from the registry (each class's `oauth_error`): what goes on the
+    wire is RFC 6749 §5.2 exactly as before it, status, headers and body."""
+    code_id, secret = await box.code("approval-required")
+    forms: list[Any] = [
+        {"grant_type": "password"},
+        {"code_id": "x"},
+        [("grant_type", PAIRING_GRANT), ("grant_type", PAIRING_GRANT)],
+        {"grant_type": PAIRING_GRANT, "code_id": code_id},
+        {"grant_type": PAIRING_GRANT, "code_id": code_id, "code_secret": secret, "access": "root"},
+        {"grant_type": PAIRING_GRANT, "code_id": code_id, "code_secret": secret, "access": "auto"},
+        {"grant_type": PAIRING_GRANT, "code_id": code_id, "code_secret": secret, "max_age": "-1"},
+        {"grant_type": PAIRING_GRANT, "code_id": "nope", "code_secret": secret},
+        {"grant_type": "refresh_token", "refresh_token": "nope"},
+    ]
+    seen = []
+    for form in forms:
+        resp = await box.http.post("/oauth/token", data=form)
+        headers = {k: resp.headers[k] for k in ("Content-Type", "Cache-Control", "Pragma")}
+        seen.append((resp.status, headers, await resp.text()))
+    json_headers = {
+        "Content-Type": "application/json; charset=utf-8",
+        "Cache-Control": "no-store",
+        "Pragma": "no-cache",
+    }
+    pair_again = "Run `peerd pair` on the-box for a new code."
+    assert seen == [
+        (400, json_headers, '{"error": "unsupported_grant_type", "error_description": "grant_type password is '
+         'not supported here; use urn:peerd:params:oauth:grant-type:pairing-code or refresh_token."}'),
+        (400, json_headers, '{"error": "invalid_request", "error_description": "The token request is missing '
+         'grant_type; send it as a form (application/x-www-form-urlencoded)."}'),
+        (400, json_headers, '{"error": "invalid_request", "error_description": "Send grant_type only once."}'),
+        (400, json_headers, '{"error": "invalid_request", "error_description": "The request is missing '
+         'code_secret."}'),
+        (400, json_headers, '{"error": "invalid_scope", "error_description": "Unknown access level root; use '
+         'one of: read-only, approval-required, auto-accept-edits, auto, full-access."}'),
+        (400, json_headers, '{"error": "invalid_scope", "error_description": "You asked for auto access, but '
+         "this pairing code allows at most approval-required. Link with --access approval-required (or lower), "
+         'or run `peerd pair --access auto` on the-box for a code that allows it.", "peerd_reason": '
+         '"access_exceeds_code"}'),
+        (400, json_headers, '{"error": "invalid_request", "error_description": "max_age must be a positive '
+         'number of seconds, at most 315360000 (ten years)."}'),
+        (400, json_headers, '{"error": "invalid_grant", "error_description": "the-box has no such pairing code. '
+         f'{pair_again}", "peerd_reason": "unknown_code"}}'),
+        (400, json_headers, '{"error": "invalid_grant", "error_description": "the-box does not know this '
+         'refresh token. Link it again with a new pairing code from `peerd pair` on the-box.", '
+         '"peerd_reason": "unknown"}'),
+    ]  # fmt: skip
+
+
+def test_every_typed_reason_has_a_text() -> None:
+    from peerd.api.oauth import PAIRING_TEXTS, REFRESH_TEXTS  # noqa: PLC0415
+    from peerd.errors import PAIRING_REASONS, REFRESH_REASONS  # noqa: PLC0415
+
+    assert tuple(PAIRING_TEXTS) == PAIRING_REASONS
+    assert tuple(REFRESH_TEXTS) == REFRESH_REASONS

@@ -175,14 +175,18 @@ async def test_integration_needs_an_approving_review_receipt(tmp_path: Path) -> 
         spec = packet("p", "goal", ["calc.py"], "true")
         await ostore.add_packets(daemon.db, run.id, [spec], now=1.0)
         git(repo, "branch", f"orchestrate/{run.id}/p", head)
-        # approved on paper, but no review receipt: the integration hop must refuse it
-        await ostore.update_packet(
-            daemon.db, run.id, "p", now=2.0, state="approved", branch=f"orchestrate/{run.id}/p"
-        )
+        # approved on paper (written past the store's state machine), but no review receipt: the
+        # integration hop must refuse it
+        async with daemon.db.write() as tx:
+            await tx.execute(
+                "UPDATE orchestration_packets SET state = 'approved', branch = ? WHERE packet_id = 'p'",
+                (f"orchestrate/{run.id}/p",),
+            )
         with pytest.raises(ReceiptMissing):
             await integrate(engine.ctx, run.id)
         # no hop is skipped: a queued packet cannot jump to approved
-        await ostore.update_packet(daemon.db, run.id, "p", now=2.5, state="queued")
+        async with daemon.db.write() as tx:
+            await tx.execute("UPDATE orchestration_packets SET state = 'queued' WHERE packet_id = 'p'")
         with pytest.raises(PeerdError, match="cannot go from queued to approved"):
             await engine.ctx.set(run.id, "p", state="approved")
         # and the implementation hop cannot start without the plan's receipt

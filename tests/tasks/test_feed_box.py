@@ -70,7 +70,7 @@ async def subscribed(hub: FeedHub, runs: list[str], caller: Caller | None = None
 def parked(poll: asyncio.Task[Any]) -> bool:
     """Whether the box's poll waits for a change (its look done, nothing to answer yet)."""
     chain = await_chain(poll)
-    return chain[:1] == ["FeedHub.changes"] and "wait_for" in chain
+    return chain[:1] == ["FeedHub.changes"] and "ChangeFeed.wait_any" in chain
 
 
 async def test_a_poll_answers_the_moment_a_followed_run_settles_with_only_that_run(db: Database) -> None:

@@ -188,5 +188,49 @@ def test_the_user_guide_names_only_codes_that_exist() -> None:
     table = guide.split("## Error codes", 1)[1].split("\n## ", 1)[0]
     named = {code for row in table.splitlines() if row.startswith("| `") for code in re.findall(
         r"`([a-z_]+)`", row.split("|")[1])}  # fmt: skip
-    bridge_only = {"daemon_unavailable", "timeout"}  # `peerd mcp`'s own, never the daemon's
-    assert named - bridge_only <= set(REGISTRY), named - bridge_only - set(REGISTRY)
+    assert named <= set(REGISTRY), named - set(REGISTRY)
+
+
+def test_the_exit_codes_each_class_declares() -> None:
+    """What the CLI exits with (peerd/cli/common.py:fail): 1 unless a class says else, inherited.
+    These are the exit codes of the release before the registry had them: they never change."""
+    by_exit = {code: cls.exit_code for code, cls in REGISTRY.items() if cls.exit_code != 1}
+    assert by_exit == {
+        "usage_error": 2,
+        "config_invalid": 2,
+        "store_refused": 2,
+        "home_newer": 2,
+        "daemon_unavailable": 3,
+        "timeout": 4,
+    }
+    assert errors.exit_code_of(errors.StoreRefused("no")) == 2
+    assert errors.exit_code_of(from_wire("a_code_from_a_newer_peerd", "?")) == 1
+    assert errors.exit_code_of(ValueError("a bug")) == 1
+
+
+def test_the_oauth_answer_of_each_class() -> None:
+    """The OAuth endpoints answer RFC 6749's `error` each class declares (inherited), with peerd's
+    `peerd_reason` (the typed reason, else the code) where the class names one."""
+    declared = {
+        code: cls.oauth_error
+        for code, cls in REGISTRY.items()
+        if cls.oauth_error and "oauth_error" in vars(cls)
+    }
+    assert declared == {
+        "invalid_request": "invalid_request",
+        "unsupported_grant_type": "unsupported_grant_type",
+        "invalid_scope": "invalid_scope",
+        "access_exceeds_code": "invalid_scope",
+        "pairing_rejected": "invalid_grant",
+        "invalid_grant": "invalid_grant",
+        "rate_limited": "slow_down",
+    }
+    assert set(errors.OAUTH_STATUS) == set(get_args(errors.OAuthErrorCode))
+    oauth = errors.oauth_error_of
+    assert oauth(errors.PairingRejected("no", reason="used")) == ("invalid_grant", 400, "used")
+    assert oauth(errors.PairingRejected("no")) == ("invalid_grant", 400, None)
+    assert oauth(errors.RefreshRejected("no", reason="reused")) == ("invalid_grant", 400, "reused")
+    assert oauth(errors.AccessExceedsCode("wide")) == ("invalid_scope", 400, "access_exceeds_code")
+    assert oauth(errors.RateLimited("wait")) == ("slow_down", 429, None)
+    assert oauth(errors.UsageError("x")) == ("invalid_request", 400, None)  # inherited
+    assert oauth(errors.ScopeInvalid("x")) == ("invalid_scope", 400, None)

@@ -24,10 +24,10 @@ from peerd.orchestrate.models import (
     PacketSpec,
     ReviewEvidence,
     VerificationResult,
-    can_transition,
     dependency_order,
     validate_plan,
 )
+from peerd.orchestrate.states import can_transition
 from peerd.orchestrate.verdicts import (
     classify_verification,
     implementer_prompt,
