@@ -48,7 +48,7 @@ from typing import Any
 from benchlib import save_results
 
 from peerd.api.localclient import LocalClient
-from peerd.clientwire import DaemonNotRunning
+from peerd.errors import DaemonNotRunning
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "peerd bench",

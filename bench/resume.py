@@ -34,8 +34,8 @@ from benchlib import load_average, peerd_argv, save_results
 from wake import Pair, insert_idle_tasks, make_repo
 
 from peerd.api.localclient import LocalClient
-from peerd.clientwire import DaemonNotRunning
 from peerd.daemon import Daemon, DaemonConfig
+from peerd.errors import DaemonNotRunning
 from peerd.logs import configure_logging
 
 GOAL_RESUME_S = 1.0  # issue 14: resume at start-up with 10,000 open remote tasks

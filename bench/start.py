@@ -29,7 +29,8 @@ from typing import Any
 from benchlib import save_results
 
 from peerd.cli.client import LocalClient
-from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
+from peerd.clientwire import DaemonConnectionError
+from peerd.errors import DaemonNotRunning
 from peerd.paths import Paths
 
 BUDGET_MS = 300.0  # issue 14: status within 300 ms of start

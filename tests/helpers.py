@@ -21,9 +21,9 @@ from aiohttp import web
 
 from peerd.api.listener_rules import ListenerLimits
 from peerd.api.localclient import LocalClient
-from peerd.clientwire import DaemonNotRunning
 from peerd.config import Config
 from peerd.daemon import Daemon, DaemonConfig
+from peerd.errors import DaemonNotRunning
 from peerd.paths import Paths
 from peerd.peer.identity import Identity, server_ssl_context
 from tests.support.eventually import eventually

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from peerd.clientwire import DaemonNotRunning
-from peerd.errors import PeerdError
+from peerd.errors import DaemonNotRunning, PeerdError
 from tests.faults.harness import FULL, REPORT, Outcome, Row, linked_world, table
 from tests.helpers import script
 

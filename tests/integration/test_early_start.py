@@ -19,8 +19,9 @@ from aiohttp import web
 
 from peerd import boot
 from peerd.cli.client import LocalClient
-from peerd.clientwire import DaemonConnectionError, DaemonNotRunning
+from peerd.clientwire import DaemonConnectionError
 from peerd.contracts import PROTOCOL_VERSION
+from peerd.errors import DaemonNotRunning
 from peerd.paths import Paths
 from peerd.peer.identity import env_id_from_public_key, load_or_create_identity
 from tests.helpers import make_repo
