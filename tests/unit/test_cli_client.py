@@ -15,12 +15,11 @@ import pytest
 from peerd.cli.client import LocalClient, ResponseReader, request_bytes
 from peerd.clientwire import (
     DaemonConnectionError,
-    DaemonNotRunning,
     decode_answer,
     query_string,
     with_environment,
 )
-from peerd.errors import PeerdError, ThreadNotFound
+from peerd.errors import DaemonNotRunning, PeerdError, ThreadNotFound
 
 
 def test_query_values_are_percent_encoded_and_none_left_out() -> None:
