@@ -43,10 +43,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tasks/follower.py", "self.machine.*"): "the follower's own pure machine (its state, not a hook)",
     ("api/listener.py", "record.msg"): "a logging record being reworded by a log filter",
     ("api/listener.py", "self._guard.server"): "the site hands its guard the server it serves",
-    (
-        "api/oauth.py",
-        "unsupported.description",
-    ): "authlib's error object, its message set before it is raised",
     ("peer/links.py", "ctx.*"): "an `ssl.SSLContext` being configured",
     ("peer/identity.py", "ctx.minimum_version"): "an `ssl.SSLContext` being configured",
     ("console/server.py", "ctx.minimum_version"): "an `ssl.SSLContext` being configured",
