@@ -46,6 +46,7 @@ sandbox:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check peerd tests examples tools bench
 	$(VENV)/bin/ruff format --check peerd tests examples tools bench
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

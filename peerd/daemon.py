@@ -3,7 +3,7 @@
 Start-up order (`Daemon.start`): open the home (the lock, the store, the identity), recover the
 store (cut runs a dead daemon left live: interrupted, and continued where owed,
 `store.threads.recover`; prune old receipts), build every part through its constructor (`Parts`;
-the events between them, `peerd/core/events.py`, subscribed in `Daemon._subscribe`), then serve
+the events between them, `peerd/events.py`, subscribed in `Daemon._subscribe`), then serve
 them: the listeners, then queued runs (continuations first), tasks, followers, orchestrations,
 moves, the sweep.
 Shutdown (SIGTERM/SIGINT): every request is answered, in-flight ones (long-polls, forwarded calls)
@@ -21,6 +21,7 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -36,9 +37,9 @@ from peerd.api.console_login import CONSOLE
 from peerd.api.gitwire import add_git_routes
 from peerd.api.handoff import add_box_routes, add_handoff_routes
 from peerd.api.listener import start_tcp
-from peerd.api.local import local_app
 from peerd.api.mcp_http import Loopback, McpService, add_mcp_route, bind_loopback, start_tcp_listener
 from peerd.api.orchestrate import add_orchestration_routes
+from peerd.api.owner_routes import local_app
 from peerd.api.placement import add_placement_routes
 from peerd.api.remote import network_app
 from peerd.api.tools import ToolServices, agent_app
@@ -58,7 +59,16 @@ from peerd.boot import (
 from peerd.config import link_may_use
 from peerd.console.server import Console
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.core.events import (
+from peerd.core.idempotency import RECEIPT_RETENTION_S
+from peerd.core.liveness import Owners
+from peerd.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StorageUnavailable,
+    Unavailable,
+)
+from peerd.events import (
     CapacityReported,
     ClientRevoked,
     Events,
@@ -69,15 +79,6 @@ from peerd.core.events import (
     RunEnded,
     RunQueued,
     ThreadStopped,
-)
-from peerd.core.idempotency import RECEIPT_RETENTION_S
-from peerd.core.liveness import Owners
-from peerd.errors import (
-    Conflict,
-    InvalidRequest,
-    NotFound,
-    StorageUnavailable,
-    Unavailable,
 )
 from peerd.handoff.service import HandoffService, MoveGuard
 from peerd.operations import Operations
@@ -101,6 +102,7 @@ from peerd.store import projects, provider_approvals, receipts, threads
 from peerd.store import sweep as sweep_store
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
+from peerd.tasks import store as tasks_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.follower import FollowerPool
@@ -125,7 +127,7 @@ PRUNE_EVERY_S = 3600.0
 @dataclass(frozen=True)
 class Parts:
     """Every part of a running daemon, built once by `Daemon._build` with constructors only: each
-    part is given what it uses, and the events between them (`peerd/core/events.py`) are
+    part is given what it uses, and the events between them (`peerd/events.py`) are
     subscribed in one place, `Daemon._subscribe`. Nothing is wired after it is built."""
 
     events: Events
@@ -332,7 +334,8 @@ class Daemon:
             continue_cut_runs=settings.continue_cut_runs,
             start_slots=settings.runs.start_slots,  # [runs] start_slots
             clock=clock,
-            approvals=RunGates(approvals, db),  # each run's gate at approval-required, and its end
+            # each run's gate at approval-required (with the task that delegated it here), and its end
+            approvals=RunGates(approvals, partial(tasks_store.delegated_by, db)),
             events=events,
         )
         peers = PeerClient(db, own_env_id=env_id, clock=clock, events=events)
@@ -438,7 +441,7 @@ class Daemon:
 
     @staticmethod
     def _subscribe(p: Parts) -> None:
-        """Who hears what (`peerd/core/events.py`): the only subscriptions of the daemon."""
+        """Who hears what (`peerd/events.py`): the only subscriptions of the daemon."""
         on = p.events.subscribe
         on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts

@@ -37,8 +37,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 if TYPE_CHECKING:
     from pathlib import PurePath
 
-    from peerd.core.constants import RuntimeMode
-
 Failure = Literal["transient", "link", "task"]
 
 # RFC 6749 §5.2's `error` values peerd's OAuth endpoints answer with, and their statuses (§5.2: 400;
@@ -456,7 +454,11 @@ class AccessExceedsCode(PeerdError):
     wire_fields = {"requested": ACCESS_LEVELS, "ceiling": ACCESS_LEVELS}
 
     def __init__(
-        self, message: str, *, requested: RuntimeMode | None = None, ceiling: RuntimeMode | None = None
+        self,
+        message: str,
+        *,
+        requested: str | None = None,
+        ceiling: str | None = None,  # access levels (ACCESS_LEVELS)
     ) -> None:
         super().__init__(message)
         self.requested = requested

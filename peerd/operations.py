@@ -12,7 +12,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -27,11 +27,11 @@ from peerd.core.access import (
     runtime_rank,
 )
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.core.events import Events, ThreadStopped
 from peerd.core.idempotency import request_hash
 from peerd.core.ownership import Owner, owner_of_thread
 from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
+from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.errors import (
     CapabilityDenied,
     Conflict,
@@ -44,11 +44,8 @@ from peerd.errors import (
     RuntimeModeEscalationDenied,
     WorktreeDirty,
 )
+from peerd.events import Events, ThreadStopped
 from peerd.peer.forwarding import Forwarder
-
-if TYPE_CHECKING:
-    from peerd.placement.service import Placement
-from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
@@ -113,6 +110,33 @@ def _fence(caller: Caller, thread: c.Thread, what: str, cap: ModeCap | None) -> 
         )
 
 
+class Placer(Protocol):
+    """What `auto` asks of placement: `peerd/placement/service.py:Placement`, given by the daemon
+    (placement is a feature above this layer, so operations and delegation see it only so)."""
+
+    async def for_project(
+        self,
+        project: c.Project,
+        provider: str,
+        runtime_mode: c.RuntimeMode | None,
+        *,
+        via_link: bool,
+        key: str | None,
+    ) -> c.Placed: ...
+
+    async def kept(
+        self, key: str | None, placed: c.Placed, *, task_id: str | None = None, thread_id: str | None = None
+    ) -> None: ...
+
+    async def reason_for_thread(self, thread_id: str) -> str | None: ...
+
+    async def reason_for_task(self, task_id: str) -> str | None: ...
+
+    async def local_capacity(self) -> c.Capacity:
+        """This environment's capacity report (a link's answer carries it: `api/remote.py:link_self`)."""
+        ...
+
+
 class Operations:
     def __init__(
         self,
@@ -124,7 +148,7 @@ class Operations:
         forwarder: Forwarder | None = None,
         clock: Clock = SYSTEM_CLOCK,
         events: Events | None = None,
-        placement: Placement | None = None,
+        placement: Placer | None = None,
         before_send: Callable[[str], Awaitable[None]] | None = None,
         link_may_use: Callable[[str], bool] = lambda provider: True,
         provider_installed: Callable[[str], bool] = lambda provider: True,
@@ -364,7 +388,7 @@ class Operations:
         )
 
     async def _launch_placed(
-        self, caller: Caller, req: c.ThreadLaunch, placement: Placement
+        self, caller: Caller, req: c.ThreadLaunch, placement: Placer
     ) -> c.ThreadLaunchResult:
         """environmentId "auto": placed here or on a linked box (peerd/placement/); the choice is
         kept under the request's key first, so a retry lands where the first try went."""

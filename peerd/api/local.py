@@ -46,8 +46,6 @@ from peerd.api.app import (
     OPERATIONS,
     STATUS_FN,
     Handler,
-    StatusFn,
-    base_app,
     caller_protocol,
     error_response,
     json_body,
@@ -58,8 +56,7 @@ from peerd.api.app import (
 from peerd.api.console_login import CONSOLE
 from peerd.api.context import CALLER_KEY as CALLER_KEY  # noqa: PLC0414  # api/mcp_http.py reads local.CALLER_KEY
 from peerd.api.context import LOCAL, caller_of
-from peerd.api.routes import VIEW, add_routes
-from peerd.api.tools import TOOL_SERVICES, ToolServices
+from peerd.api.routes import VIEW
 from peerd.errors import CapabilityDenied, InvalidRequest, NotFound
 from peerd.operations import Operations
 from peerd.peer.links import LinkService
@@ -320,27 +317,3 @@ def owner_only(runs: RunManager, *, any_descendant: Callable[[], bool]) -> Middl
         return await handler(request)
 
     return middleware
-
-
-def local_app(
-    services: ToolServices,
-    desc: c.Descriptor,
-    status_fn: StatusFn,
-    admin: Admin,
-    *,
-    any_descendant: Callable[[], bool] = lambda: False,
-) -> web.Application:
-    """The owner socket's app: the whole local API, the agent tools without a token too."""
-    app = base_app()
-    app.middlewares.append(owner_only(services.ops.runs, any_descendant=any_descendant))
-    app[ADMIN] = admin
-    app[OPERATIONS] = services.ops
-    app[LINKS] = services.links
-    app[DELEGATION] = services.delegation
-    app[TOOL_SERVICES] = services
-    app[DESCRIPTOR] = desc
-    app[STATUS_FN] = status_fn
-    from peerd.api.owner_routes import ROUTES  # noqa: PLC0415  # the table names this module's handlers
-
-    add_routes(app, ROUTES)
-    return app

@@ -1,4 +1,4 @@
-"""The owner socket's route table (`local_app` registers it; `peerd.api.openapi` describes it).
+"""The owner socket's route table and its app (`local_app`, below, registers it; `peerd.api.openapi` describes it).
 
 Each entry is one route: method, path, handler, and what the API reference says of it (the models
 of its body, query and answer, its success status, the error codes it can return besides the
@@ -7,12 +7,18 @@ generic ones, an example). The handlers live in `peerd.api.local` and beside it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from aiohttp import web
 from pydantic import Field
 
 from peerd import contracts as c
 from peerd.api import examples as ex
+from peerd.api.app import DELEGATION, DESCRIPTOR, LINKS, OPERATIONS, STATUS_FN, StatusFn, base_app
 from peerd.api.console_login import LoginToken
 from peerd.api.local import (
+    ADMIN,
+    Admin,
     client_list,
     client_revoke,
     config_show,
@@ -21,6 +27,7 @@ from peerd.api.local import (
     environment_show,
     environment_unlink,
     link_create,
+    owner_only,
     pair_cancel,
     pair_create,
     pair_list,
@@ -46,8 +53,17 @@ from peerd.api.local import (
     thread_wait,
     watch_runs,
 )
-from peerd.api.routes import DESCRIPTOR_ROUTE, FORWARDING, OPENAPI_ROUTE, Example, Items, Route, without
-from peerd.api.tools import TOOLS_ROUTE
+from peerd.api.routes import (
+    DESCRIPTOR_ROUTE,
+    FORWARDING,
+    OPENAPI_ROUTE,
+    Example,
+    Items,
+    Route,
+    add_routes,
+    without,
+)
+from peerd.api.tools import TOOL_SERVICES, TOOLS_ROUTE, ToolServices
 
 
 class ThreadShowQuery(c.Input):
@@ -204,3 +220,25 @@ ROUTES: tuple[Route, ...] = (
           "or could not listen (the message says why).",
           example=Example({"url": "http://127.0.0.1:7434/login?token=Yk3...", "expiresAt": ex.T0 + 300})),
 )  # fmt: skip
+
+
+def local_app(
+    services: ToolServices,
+    desc: c.Descriptor,
+    status_fn: StatusFn,
+    admin: Admin,
+    *,
+    any_descendant: Callable[[], bool] = lambda: False,
+) -> web.Application:
+    """The owner socket's app: the whole local API, the agent tools without a token too."""
+    app = base_app()
+    app.middlewares.append(owner_only(services.ops.runs, any_descendant=any_descendant))
+    app[ADMIN] = admin
+    app[OPERATIONS] = services.ops
+    app[LINKS] = services.links
+    app[DELEGATION] = services.delegation
+    app[TOOL_SERVICES] = services
+    app[DESCRIPTOR] = desc
+    app[STATUS_FN] = status_fn
+    add_routes(app, ROUTES)
+    return app

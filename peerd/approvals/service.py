@@ -32,12 +32,11 @@ from peerd.approvals import store as approvals_store
 from peerd.approvals.notify import Notifier
 from peerd.approvals.rules import Approval, Decision, LinkPolicy
 from peerd.contracts import Thread
-from peerd.core.events import Events, RunQueued
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound, ApprovalWithdrawn
+from peerd.events import Events, RunQueued
 from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
-from peerd.tasks import store as tasks_store
 
 log = structlog.get_logger(__name__)
 
@@ -324,24 +323,27 @@ class ApprovalService:
             self.feed.changed(link_key(approval.link_origin))
 
 
+# Who delegated a thread here: (task id, parent thread id) of its open local task, or None.
+DelegatedBy = Callable[[str], Awaitable[tuple[str, str] | None]]
+
+
 class RunGates:
     """The run manager's `RunApprovals` (`peerd/runtime/approval_gate.py`): each run's gate, with
     who it is from (the link, the task that delegated it here), and each run's end."""
 
-    def __init__(self, service: ApprovalService, db: Database) -> None:
+    def __init__(self, service: ApprovalService, delegated_by: DelegatedBy) -> None:
         self.service = service
-        self.db = db
+        self.delegated_by = delegated_by  # the tasks' store, given by the daemon (tasks sit above approvals)
 
     async def gate_for(self, thread: Thread, run_id: str) -> ApprovalGate | None:
-        open_tasks = await tasks_store.open_local(self.db, child_thread_id=thread.id)
-        parent_task = open_tasks[0] if open_tasks else None
+        parent_task = await self.delegated_by(thread.id)
         context = RunContext(
             run_id=run_id,
             thread_id=thread.id,
             link_origin=thread.link_origin,
             link_label=thread.link_label,
-            parent_task_id=None if parent_task is None else parent_task.id,
-            parent_thread_id=None if parent_task is None else parent_task.parent_thread_id,
+            parent_task_id=None if parent_task is None else parent_task[0],
+            parent_thread_id=None if parent_task is None else parent_task[1],
         )
         return self.service.gate_for(context)
 

@@ -12,7 +12,7 @@ expired or missing (`not_linked`) link, or a typed refusal from the box is termi
 Nothing waits on a silent box for long: a call's read timeout is `CALL_TIMEOUT_S`, a long-poll's
 is its own wait plus `LONG_POLL_MARGIN_S`, and the sockets use TCP keepalive, so a black-holed
 route is noticed within one long-poll chunk. Every answer from a box (a call, a token refresh, a
-probe of its descriptor) is published as `PeerAnswered(env_id)` (`peerd/core/events.py`): the
+probe of its descriptor) is published as `PeerAnswered(env_id)` (`peerd/events.py`): the
 followers use it to end a backoff the moment the box is back.
 
 Version skew. Every request says which wire revision this peerd speaks (`Peerd-Protocol`), and
@@ -45,7 +45,6 @@ import yarl
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import require_write, runtime_rank
-from peerd.core.events import Events, PeerAnswered
 from peerd.core.links import LinkEvent, is_final, next_status
 from peerd.errors import (
     CapabilityDenied,
@@ -61,6 +60,7 @@ from peerd.errors import (
     VersionSkew,
     from_body,
 )
+from peerd.events import Events, PeerAnswered
 from peerd.peer.identity import pinned_fingerprint
 from peerd.peer.skew import REQUIRED_PROTOCOL, PeerProtocol, skew_message
 from peerd.store import links

@@ -26,7 +26,6 @@ from peerd import contracts as c
 from peerd.core import pairing_code
 from peerd.core.access import ACCESS_LEVELS, access_within
 from peerd.core.envid import normalize_env_id
-from peerd.core.events import ClientRevoked, Events, LinkChecked, LinkForgotten
 from peerd.core.links import is_final
 from peerd.core.text import clean_label
 from peerd.errors import (
@@ -42,6 +41,7 @@ from peerd.errors import (
     SelfLink,
     WrongEnvironment,
 )
+from peerd.events import ClientRevoked, Events, LinkChecked, LinkForgotten
 from peerd.peer.client import (
     PAIRING_GRANT,
     PeerClient,

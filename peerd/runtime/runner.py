@@ -31,7 +31,6 @@ from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.backoff import Backoff
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.core.events import Events, RunEnded
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
 from peerd.errors import (
     CapabilityDenied,
@@ -40,6 +39,7 @@ from peerd.errors import (
     ProviderPathUnreachable,
     StorageUnavailable,
 )
+from peerd.events import Events, RunEnded
 from peerd.paths import Paths
 from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.approval_gate import ApprovalGate, RunApprovals

@@ -25,11 +25,11 @@ from peerd import contracts as c
 from peerd.approvals import store as approvals_store
 from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.core.events import Events, RemoteTaskChanged
 from peerd.core.idempotency import request_hash
 from peerd.core.runs import is_live
 from peerd.core.text import path_segment
 from peerd.errors import InvalidRequest, NotFound, ParentNotActive, PeerdError, TargetRequired, TaskNotFound
+from peerd.events import Events, RemoteTaskChanged
 from peerd.operations import Caller, Operations
 from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git

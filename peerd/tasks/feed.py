@@ -27,8 +27,8 @@ from peerd.approvals.desk import pending_hash
 from peerd.approvals.service import link_key as approvals_key
 from peerd.approvals.wire import MAX_MIRRORED, ApprovalView
 from peerd.contracts import Capacity, Usage
-from peerd.core.events import ClientRevoked
 from peerd.errors import CapabilityDenied, InvalidRequest
+from peerd.events import ClientRevoked
 from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed, Listener
 from peerd.store.db import Database

@@ -31,8 +31,8 @@ import structlog
 from peerd.approvals import store as approvals_store
 from peerd.approvals.service import ANY_KEY as APPROVALS_CHANGED
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.core.events import CapacityReported, Events, LinkForgotten, PeerAnswered, RemoteTaskChanged
 from peerd.errors import PeerdError
+from peerd.events import CapacityReported, Events, LinkForgotten, PeerAnswered, RemoteTaskChanged
 from peerd.store.db import Database
 from peerd.store.threads import usage as usage_store
 from peerd.tasks import feedstore

@@ -392,6 +392,13 @@ async def open_local(db: Database, *, child_thread_id: str | None = None) -> lis
     return [_row(r) for r in await db.fetchall(sql + " AND child_thread_id = ?", (child_thread_id,))]
 
 
+async def delegated_by(db: Database, thread_id: str) -> tuple[str, str] | None:
+    """Who delegated this thread here: (task id, parent thread id) of its open local task, if any
+    (an approval's context says which task a question comes from)."""
+    open_tasks = await open_local(db, child_thread_id=thread_id)
+    return None if not open_tasks else (open_tasks[0].id, open_tasks[0].parent_thread_id)
+
+
 async def has_open_children(db: Database, thread_id: str) -> bool:
     """Does this thread still wait on tasks it delegated? Its own result is not final until not."""
     row = await db.fetchone(

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from peerd.core.events import Events, PeerAnswered
 from peerd.errors import VersionSkew
+from peerd.events import Events, PeerAnswered
 from peerd.peer.client import PeerClient
 from peerd.peer.forwarding import Forwarder
 from peerd.peer.identity import Identity, load_or_create_identity

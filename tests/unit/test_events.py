@@ -1,4 +1,4 @@
-"""The daemon's event hub (`peerd/core/events.py`): typed, in order, awaited, errors to the publisher."""
+"""The daemon's event hub (`peerd/events.py`): typed, in order, awaited, errors to the publisher."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from peerd.core.events import Event, Events, RunEnded, RunQueued, ThreadStopped
+from peerd.events import Event, Events, RunEnded, RunQueued, ThreadStopped
 
 
 async def test_handlers_of_the_type_run_in_the_order_they_subscribed_sync_and_async() -> None:

@@ -4,7 +4,7 @@ No module of peerd sets an attribute of an object it did not make itself after t
 exists: a hook (`ops.on_stop = ...`, `followers.on_capacity = ...`), a collaborator
 (`ops.delegation = ...`) or a patch through a chain (`self.runs.on_run_end = ...`,
 `followers.delegation.ender.watcher.hub.capacity = ...`). What a part uses is given to its
-constructor; what forms a cycle is an event (`peerd/core/events.py`), subscribed in
+constructor; what forms a cycle is an event (`peerd/events.py`), subscribed in
 `peerd/daemon.py:Daemon._subscribe`.
 
 The check is syntactic (`ast`): an assignment to `<name>.<attr>` whose receiver is not `self` or
@@ -130,7 +130,7 @@ def test_nothing_is_wired_after_it_is_built() -> None:
                 used.add(key)
     assert not wired, (
         "Set after the object exists (give it to the constructor; a cycle is an event of "
-        "peerd/core/events.py, subscribed in Daemon._subscribe):\n" + "\n".join(wired)
+        "peerd/events.py, subscribed in Daemon._subscribe):\n" + "\n".join(wired)
     )
     assert set(ALLOWED) <= used, f"ALLOWED entries no longer found: {sorted(set(ALLOWED) - used)}"
 
