@@ -49,7 +49,7 @@ from peerd import __version__
 from peerd.api.listener_rules import ListenerLimits
 from peerd.core.ed25519 import public_key
 from peerd.core.envid import env_id_from_public_key
-from peerd.errors import AlreadyRunning, HomeUnusable, InvalidRequest, PeerdError, ShuttingDown
+from peerd.errors import AlreadyRunning, HomeUnusable, InvalidRequest, PeerdError, ShuttingDown, Unavailable
 from peerd.homeformat import check_home_format, record_home_format
 from peerd.paths import Paths, config_file
 
@@ -331,7 +331,7 @@ def _counts(db: Path) -> tuple[int, int, int]:
 
 
 def _refusal(message: str) -> dict[str, str]:
-    return {"code": "unavailable", "message": message}
+    return {"code": Unavailable.code, "message": message}
 
 
 class EarlyStart:

@@ -677,6 +677,31 @@ class TimedOut(PeerdError):
     exit_code = 4
 
 
+class BadResponse(PeerdError):
+    """What answered was not an answer this peerd can read (not JSON, or not of its shape): to a
+    run's agent tools (the scripted coder), peerd's answer over the run's socket."""
+
+    code = "bad_response"
+    http_status = 502
+
+
+# --- the codes of run items -----------------------------------------------------------------------
+
+# A run's items carry a code in `data.code` where peerd decides on it later (never on the text):
+# an error item the code of the error that ended the run (a registry code above), or one of these.
+ItemCode = Literal["daemon_stopped", "confined", "budget_exceeded"]
+DAEMON_STOPPED: ItemCode = "daemon_stopped"
+CONFINED: ItemCode = "confined"
+BUDGET_EXCEEDED: ItemCode = "budget_exceeded"
+ITEM_CODES: dict[ItemCode, str] = {
+    DAEMON_STOPPED: "The error item of a run a stop or crash of its daemon cut: the run was interrupted "
+    "(and is continued where the run rules say so).",
+    CONFINED: "The notice item of a run peerd confined (bubblewrap): it could write only its worktree.",
+    BUDGET_EXCEEDED: "The error item of a run that failed because its work passed its budget: it is never "
+    "continued.",
+}
+
+
 # --- computed from the registry -------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 
 from peerd import __version__
+from peerd.errors import CapabilityDenied, DaemonNotRunning, ParentNotActive, PeerdError, TimedOut
 
 TYPE_CHECKING = False  # `typing` costs a few ms of this process's start-up; the names are for mypy
 if TYPE_CHECKING:
@@ -192,12 +193,12 @@ class Bridge:
     def post(self, raw: bytes) -> list[bytes]:
         """POST one message to the daemon's `/mcp`; the messages it answered (none for a notification)."""
         if self.config.token_error is not None:
-            raise Refused("parent_not_active", self.config.token_error)
+            raise Refused(ParentNotActive.code, self.config.token_error)
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if self.config.token:
             if not self.config.token.isascii() or not self.config.token.isprintable():
                 raise Refused(
-                    "capability_denied", "The run token in this process's environment is malformed."
+                    CapabilityDenied.code, "The run token in this process's environment is malformed."
                 )
             headers["Authorization"] = f"Bearer {self.config.token}"
         if self._protocol_version:
@@ -205,14 +206,14 @@ class Bridge:
         try:
             answer = http_post(self.config.socket, MCP_PATH, raw, headers, CALL_TIMEOUT_S)
         except TimeoutError:
-            raise Refused("timeout", f"peerd did not answer within {CALL_TIMEOUT_S:.0f} s.") from None
+            raise Refused(TimedOut.code, f"peerd did not answer within {CALL_TIMEOUT_S:.0f} s.") from None
         except (FileNotFoundError, ConnectionRefusedError):
             raise Refused(
-                "daemon_unavailable",
+                DaemonNotRunning.code,
                 f"peerd is not running (nothing answers at {self.config.socket}); start it with `peerd serve`.",
             ) from None
         except (OSError, BadAnswer, ValueError) as exc:
-            raise Refused("daemon_unavailable", f"Talking to peerd failed: {exc}.") from None
+            raise Refused(DaemonNotRunning.code, f"Talking to peerd failed: {exc}.") from None
         status, kind, body = answer.status, answer.kind, answer.body
         if status in (202, 204) or (status < 300 and not body.strip()):
             return []
@@ -226,7 +227,7 @@ class Bridge:
             return [_line(data)]  # the MCP server's own answer (an error too), as it gave it
         if isinstance(data, dict) and "code" in data and "message" in data:
             raise Refused(str(data["code"]), str(data["message"]))
-        raise Refused("internal_error", f"peerd answered HTTP {status}.")
+        raise Refused(PeerdError.code, f"peerd answered HTTP {status}.")
 
     # -- one message -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from peerd.api.openapi import GENERIC, document
+from peerd.errors import ITEM_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 JSON_OUT = ROOT / "docs" / "reference" / "openapi.json"
@@ -77,6 +78,7 @@ def render_md() -> str:
                 f"| {status} | `{code}` | {where.get(kind, LISTENER_NAMES.get(kind, kind))} | {when} |"
             )
     out += _error_codes(doc["x-peerd-errors"])
+    out += _item_codes()
     schemas = doc["components"]["schemas"]
     for tag in (t["name"] for t in doc["tags"]):
         out += ["", f"## {tag.capitalize()}"]
@@ -114,6 +116,19 @@ def _error_codes(codes: dict[str, dict[str, Any]]) -> list[str]:
         out.append(
             f"| `{code}` | {entry['status']} | {entry['exitCode']} | {kind} | {oauth} | {details} | {meaning} |"
         )
+    return out
+
+
+def _item_codes() -> list[str]:
+    """The codes a run's items carry in `data.code` besides an error's (peerd/errors.py:ITEM_CODES)."""
+    out = ["", "### Item codes", ""]
+    out.append(
+        "A run's items carry a code in `data.code` where peerd decides on it: an `error` item the code "
+        "of the error that ended the run (the table above), or one of these (`peerd/errors.py`, "
+        "`ITEM_CODES`)."
+    )
+    out += ["", "| code | meaning |", "| --- | --- |"]
+    out += [f"| `{code}` | {meaning} |" for code, meaning in ITEM_CODES.items()]
     return out
 
 

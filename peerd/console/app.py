@@ -38,7 +38,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             "error.html",
             title="Internal error",
             status=500,
-            code="internal_error",
+            code=PeerdError.code,
             message="peerd hit an internal error; its log has the details.",
         )
 

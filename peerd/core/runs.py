@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from peerd import errors
+
 RunStatus = Literal["queued", "starting", "running", "completed", "failed", "cancelled", "interrupted"]
 
 TERMINAL: frozenset[RunStatus] = frozenset({"completed", "failed", "cancelled", "interrupted"})
@@ -37,12 +39,11 @@ _ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
     "interrupted": frozenset(),
 }
 
-# The code on the error item of a run a daemon stop cut (the typed mark; the reason is prose).
-DAEMON_STOPPED = "daemon_stopped"
-# The code on the notice item of a run peerd confined (bubblewrap): it could write only its worktree.
-CONFINED = "confined"
-# The code on the error item of a run that failed because its work passed its budget.
-BUDGET_EXCEEDED = "budget_exceeded"
+# The codes of a run's items (the typed mark; the reason is prose): declared once, with what each
+# means, in peerd/errors.py's table of item codes (`ITEM_CODES`).
+DAEMON_STOPPED = errors.DAEMON_STOPPED
+CONFINED = errors.CONFINED
+BUDGET_EXCEEDED = errors.BUDGET_EXCEEDED
 RECOVERY_REASON = "The daemon stopped while this run was live; it was interrupted."
 SHUTDOWN_REASON = "The daemon shut down while this run was live; it was interrupted."
 CONTINUE_NOTE = "Your previous turn was cut off by a restart of peerd; continue."

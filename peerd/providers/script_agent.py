@@ -85,6 +85,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from peerd.errors import BadResponse, Unavailable  # the standard library's only, as this module
+
 RUNTIME_MODES = ("read-only", "approval-required", "auto-accept-edits", "auto", "full-access")
 OUTPUT_LIMIT = 64 * 1024
 ECHO_LIMIT = 2000
@@ -450,7 +452,10 @@ def call_tool(name: str, arguments: Any) -> tuple[Any, dict[str, str] | None]:
     """(result, None) on success, (None, {"code", "message"}) on any failure."""
     socket_path = os.environ.get("PEERD_SOCKET")
     if not socket_path:
-        return None, {"code": "unavailable", "message": "peerd agent tools are not configured for this run"}
+        return None, {
+            "code": Unavailable.code,
+            "message": "peerd agent tools are not configured for this run",
+        }
     conn = UnixHTTPConnection(socket_path, TOOL_TIMEOUT)
     try:
         conn.request(
@@ -465,22 +470,23 @@ def call_tool(name: str, arguments: Any) -> tuple[Any, dict[str, str] | None]:
         response = conn.getresponse()
         status, raw = response.status, response.read()
     except OSError as exc:
-        return None, {"code": "unavailable", "message": f"cannot reach peerd at {socket_path}: {exc}"}
+        return None, {"code": Unavailable.code, "message": f"cannot reach peerd at {socket_path}: {exc}"}
     finally:
         conn.close()
     try:
         body = json.loads(raw)
     except ValueError:
         body = None
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or not (200 <= status < 300 or body.get("code")):
         return None, {
-            "code": "bad_response",
-            "message": f"peerd answered HTTP {status} without a JSON object",
+            "code": BadResponse.code,
+            "message": f"peerd answered HTTP {status} without a JSON object"
+            if not isinstance(body, dict)
+            else f"peerd answered HTTP {status} without an error code",
         }
     if 200 <= status < 300:
         return body.get("result"), None
-    code = str(body.get("code") or f"http_{status}")
-    return None, {"code": code, "message": str(body.get("message") or f"HTTP {status}")}
+    return None, {"code": str(body["code"]), "message": str(body.get("message") or f"HTTP {status}")}
 
 
 def main(argv: list[str] | None = None) -> int:

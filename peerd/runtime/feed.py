@@ -11,7 +11,6 @@ when it starts, `remaining(deadline)` at each look, and `wait`/`wait_any` sleep 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 
@@ -94,9 +93,10 @@ class ChangeFeed:
         finally:
             for waiter in waiters:
                 waiter.cancel()
-            for waiter in waiters:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiter
+            # Not `await waiter` under suppress(CancelledError): a cancellation of this task that
+            # lands while the waiters unwind would be swallowed with theirs (and an engine that
+            # cancels a long-poll at shutdown would wait for it for ever).
+            await asyncio.wait(waiters)
 
     def close(self) -> None:
         """Shutdown: every long-poll returns now."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from peerd.core.text import path_segment
-from peerd.errors import PeerdError
+from peerd.errors import NotFound, PeerdError, Unavailable
 from peerd.peer.forwarding import Forwarder
 from peerd.tasks.actions import Poll, ReadResult
 from peerd.tasks.subscription import Delta
@@ -34,11 +34,11 @@ def poll_body(poll: Poll) -> dict[str, Any]:
 def feed_code(exc: PeerdError) -> str:
     """A box without the change feed answers `not_found` for its routes: that is worth waiting
     out (the box may be updated), not a reason to fail the link's tasks."""
-    return "unavailable" if exc.code == "not_found" else exc.code
+    return Unavailable.code if exc.code == NotFound.code else exc.code
 
 
 def feed_message(exc: PeerdError, label: str) -> str:
-    if exc.code == "not_found":
+    if exc.code == NotFound.code:
         return f"{label} runs a peerd without the change feed; update peerd there (the tasks wait)."
     return exc.message
 

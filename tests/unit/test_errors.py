@@ -234,3 +234,58 @@ def test_the_oauth_answer_of_each_class() -> None:
     assert oauth(errors.RateLimited("wait")) == ("slow_down", 429, None)
     assert oauth(errors.UsageError("x")) == ("invalid_request", 400, None)  # inherited
     assert oauth(errors.ScopeInvalid("x")) == ("invalid_scope", 400, None)
+
+
+def _literal_codes(path: Path) -> list[str]:
+    """Where `path` spells an error or item code as a string: `{"code": "x"}`, `code="x"`, a
+    refusal's code (`Refused("x", ...)`), or a comparison of a code with a string."""
+    found: list[str] = []
+
+    def spelled(node: ast.AST | None) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return "<f-string>" if isinstance(node, ast.JoinedStr) else None
+
+    def is_code(node: ast.AST) -> bool:
+        return (
+            (isinstance(node, ast.Attribute) and node.attr == "code")
+            or (isinstance(node, ast.Subscript) and spelled(node.slice) == "code")
+            or (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and bool(node.args)
+                and spelled(node.args[0]) == "code"
+            )
+        )
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        values: list[ast.AST | None] = []
+        if isinstance(node, ast.Dict):
+            values += [v for k, v in zip(node.keys, node.values, strict=True) if spelled(k) == "code"]
+        elif isinstance(node, ast.Call):
+            values += [k.value for k in node.keywords if k.arg == "code"]
+            if isinstance(node.func, ast.Name) and node.func.id == "Refused" and node.args:
+                values.append(node.args[0])
+        elif isinstance(node, ast.Compare) and (
+            is_code(node.left) or any(is_code(c) for c in node.comparators)
+        ):
+            values += [node.left, *node.comparators]
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} {text!r}" for v in values if (text := spelled(v))]
+    return found
+
+
+@pytest.mark.slow
+def test_no_module_spells_a_code_it_could_take_from_the_registry() -> None:
+    """Every code peerd puts on a wire or in an item is declared once, in peerd/errors.py: a class
+    of the registry, or the table of item codes (`ITEM_CODES`); elsewhere it is named through
+    them (`Unavailable.code`, `errors.CONFINED`), so a code that is not declared cannot be
+    written, and each shows in the generated docs (docs/reference/api.md)."""
+    found = []
+    for path in sorted((ROOT / "peerd").rglob("*.py")):
+        if path != ROOT / "peerd" / "errors.py":
+            found += _literal_codes(path)
+    assert not found
+    assert not set(errors.ITEM_CODES) & set(REGISTRY), "an item code is not also an error's"
+    api = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    assert all(f"| `{code}` |" in api for code in [*REGISTRY, *errors.ITEM_CODES])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from peerd.runtime.feed import ChangeFeed
+from tests.fakeclock import FakeClock
 
 
 async def test_a_listener_hears_only_its_threads_and_says_which_changed() -> None:
@@ -26,3 +29,30 @@ async def test_close_wakes_listeners_and_watchers() -> None:
     watch = feed.watch("a")
     feed.close()
     assert listener.event.is_set() and watch.is_set() and feed.closed
+
+
+async def test_a_long_poll_cancelled_at_any_moment_is_cancelled() -> None:
+    """A wait cancelled while it unwinds (the feed closed at shutdown, its timer being cancelled)
+    ends cancelled: the engine cancels its packets' long-polls at shutdown and waits for them, so a
+    cancellation swallowed there held `peerd serve` for ever after SIGTERM."""
+    for turns in range(8):  # cancelled after 0..7 turns of the loop: each moment of the unwinding
+        feed = ChangeFeed()
+        polling = asyncio.ensure_future(feed.wait_any([asyncio.Event()], 30.0))
+        await asyncio.sleep(0)
+        feed.close()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        finished_first = polling.done()
+        polling.cancel()
+        await asyncio.wait([polling], timeout=5)
+        assert polling.done(), turns
+        assert finished_first or polling.cancelled(), f"a cancel after {turns} turns was swallowed"
+
+
+async def test_a_wait_ends_on_the_feed_s_clock() -> None:
+    clock = FakeClock()
+    feed = ChangeFeed(clock=clock)
+    deadline = feed.deadline(30)
+    polling = asyncio.ensure_future(feed.wait(feed.watch("a"), feed.remaining(deadline)))
+    assert await clock.jump() == 30 and feed.remaining(deadline) == 0
+    await asyncio.wait_for(polling, 5)
