@@ -50,7 +50,7 @@ from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import Launch, ToolBinding
 from peerd.providers.duplex import AskPerson, DuplexDriver, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_mapping, as_str, clip_head
-from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.gate import ApprovalAnswer
 
 DEFAULT_DENY = "The person approving this run's actions did not allow it."
 ASKING_NOTICE = (

@@ -36,7 +36,7 @@ from peerd.providers.base import (
     UsageReported,
 )
 from peerd.providers.cli import BoundedRetries, CliRun, Launch, sandboxed
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.runtime.process import ProviderProcess
 
 log = structlog.get_logger(__name__)

@@ -33,7 +33,7 @@ from peerd.providers.base import ItemProduced, RunFinished, SessionStarted, Usag
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.providers.gemini_events import FILE_TOOLS, GeminiEvents, _mcp_name
 from peerd.providers.stream_common import as_list, as_mapping, as_str, clip_head, joined_text
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, command_summary, file_change_summary
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk, command_summary, file_change_summary
 
 PROTOCOL_VERSION = 1
 # Request ids peerd uses (the CLI numbers its own requests to peerd from 0: another id space).

@@ -11,7 +11,7 @@ from typing import Any
 from peerd.providers.base import ItemProduced, ProviderEvent, RunFinished
 from peerd.providers.cli import Launch
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send, start_duplex
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from tests.support.approvals import Gate
 
 # A tiny "CLI": reads a prompt line, asks permission for a command, runs it only if allowed.

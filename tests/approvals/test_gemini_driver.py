@@ -16,7 +16,7 @@ from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.providers.gemini_acp import duplex_launch, spare_same_minute_session
 from peerd.providers.gemini_acp_driver import GeminiAcpDriver
-from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.gate import ApprovalAnswer
 
 CWD = "/w/repo"
 SID = "fe2c95d3-0b02-4358-af44-cc7d6cbe0d30"

@@ -12,7 +12,7 @@ from typing import Any
 from peerd.api.localclient import LocalClient
 from peerd.providers.base import ItemProduced, ProviderEvent, RunSpec
 from peerd.providers.coders import CoderProvider
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from tests.fakemodel import FakeModel
 from tests.helpers import Pair, make_repo
 from tests.support.eventually import eventually
