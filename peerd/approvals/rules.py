@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from peerd.runtime.approval_gate import ApprovalAnswer, AskKind
+from peerd.runtime.gate import ApprovalAnswer, AskKind
 
 Status = Literal["pending", "approved", "denied", "expired", "cancelled"]
 Scope = Literal["once", "run", "command"]

@@ -12,7 +12,7 @@ queued so it does.
 Change keys on the `ChangeFeed`: `approvals` (anything), `approvals:link:<client id>` (that link's
 work), and the thread's own id.
 
-What the run manager sees of it is `RunGates`, its `RunApprovals` (`peerd/runtime/approval_gate.py`):
+What the run manager sees of it is `RunGates`, its `RunApprovals` (`peerd/runtime/gate.py`):
 the gate of each run at approval-required, and each run's end. A continuation is queued here
 (`continuation`) and started by the run manager, told by the event `RunQueued`.
 """
@@ -34,8 +34,8 @@ from peerd.approvals.rules import Approval, Decision, LinkPolicy
 from peerd.contracts import Thread
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound, ApprovalWithdrawn
 from peerd.events import Events, RunQueued
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
@@ -328,7 +328,7 @@ DelegatedBy = Callable[[str], Awaitable[tuple[str, str] | None]]
 
 
 class RunGates:
-    """The run manager's `RunApprovals` (`peerd/runtime/approval_gate.py`): each run's gate, with
+    """The run manager's `RunApprovals` (`peerd/runtime/gate.py`): each run's gate, with
     who it is from (the link, the task that delegated it here), and each run's end."""
 
     def __init__(self, service: ApprovalService, delegated_by: DelegatedBy) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from peerd.providers.stream_common import as_list, as_mapping, as_str, clip_head
-from peerd.runtime.approval_gate import ApprovalAsk, command_summary, file_change_summary
+from peerd.runtime.gate import ApprovalAsk, command_summary, file_change_summary
 
 FILE_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 # How much of a file the reader shows a person (a diff of a larger file says it is not shown).

@@ -51,7 +51,7 @@ from peerd.providers.claude_events import ClaudeEvents
 from peerd.providers.cli import MCP_SERVER_NAME, MCP_TOOL_TIMEOUT_S, Launch, ToolBinding, write_private
 from peerd.providers.duplex import AskPerson, DuplexDriver, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_mapping, as_str, clip_head
-from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.gate import ApprovalAnswer
 from peerd.runtime.provider import RunFinished, RunSpec
 
 DEFAULT_DENY = "The person approving this run's actions did not allow it."

@@ -59,7 +59,7 @@ from peerd.core.usage import Usage
 from peerd.providers.codex_events import CodexEvents
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.providers.stream_common import as_count, as_list, as_mapping, as_str, clip_head
-from peerd.runtime.approval_gate import (
+from peerd.runtime.gate import (
     ApprovalAnswer,
     ApprovalAsk,
     AskKind,

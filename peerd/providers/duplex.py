@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import structlog
 
 from peerd.providers.cli import BoundedRetries, CliRun, Launch, sandboxed
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk, ApprovalGate
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.provider import (
     ItemProduced,

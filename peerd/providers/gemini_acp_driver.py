@@ -32,7 +32,7 @@ from typing import Any
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.providers.gemini_events import FILE_TOOLS, GeminiEvents, _mcp_name
 from peerd.providers.stream_common import as_list, as_mapping, as_str, clip_head, joined_text
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, command_summary, file_change_summary
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk, command_summary, file_change_summary
 from peerd.runtime.provider import ItemProduced, RunFinished, SessionStarted, UsageReported
 
 PROTOCOL_VERSION = 1

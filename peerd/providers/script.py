@@ -24,7 +24,7 @@ from peerd.providers.cli import TOOL_ENV_KEYS, Launch
 from peerd.providers.duplex import AskPerson, DuplexOutput, DuplexRun, EndInput, Send
 from peerd.providers.stream_common import as_count, as_float
 from peerd.runtime import sandbox, sandbox_profile
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk, AskKind
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk, AskKind
 from peerd.runtime.process import ProviderProcess
 from peerd.runtime.provider import (
     FinishStatus,

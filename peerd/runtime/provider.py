@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from peerd.core.usage import Usage
-from peerd.runtime.approval_gate import ApprovalGate
+from peerd.runtime.gate import ApprovalGate
 from peerd.runtime.sandbox import Confinement
 
 ItemKind = Literal[

@@ -42,8 +42,8 @@ from peerd.errors import (
 from peerd.events import Events, RunEnded
 from peerd.paths import Paths
 from peerd.runtime import git, sandbox, sandbox_profile
-from peerd.runtime.approval_gate import ApprovalGate, RunApprovals
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalGate, RunApprovals
 from peerd.runtime.meter import RunMeter
 from peerd.runtime.provider import (
     ItemProduced,
@@ -148,7 +148,7 @@ class RunManager:
         self.store_retries = 0
         self.store_fault = asyncio.Event()
         # Who decides a run's guarded actions at approval-required, told first when a run ends
-        # (peerd/runtime/approval_gate.py; the daemon gives it peerd/approvals/service.py:RunGates).
+        # (peerd/runtime/gate.py; the daemon gives it peerd/approvals/service.py:RunGates).
         self._approvals = approvals
         # `RunEnded` goes out here once a run ended (delegated tasks whose child it is may settle).
         self._events = events or Events()

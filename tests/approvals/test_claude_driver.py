@@ -14,7 +14,7 @@ from peerd.providers.claude_asks import OnDisk, worktree_reader
 from peerd.providers.claude_stdio import ClaudeStdioDriver, duplex_launch
 from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.duplex import AskPerson, EndInput, Send
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 
 CWD = "/tmp/h11/work"

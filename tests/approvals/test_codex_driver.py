@@ -14,7 +14,7 @@ from peerd.providers.coders import CODEX_NO_SANDBOX
 from peerd.providers.codex_appserver import app_server_args, duplex_launch
 from peerd.providers.codex_rpc import CodexAppServerDriver, exec_shape
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
-from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.gate import ApprovalAnswer
 from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 from peerd.runtime.sandbox import Confinement
 

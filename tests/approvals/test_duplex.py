@@ -10,7 +10,7 @@ from typing import Any
 
 from peerd.providers.cli import Launch
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send, start_duplex
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from peerd.runtime.provider import ItemProduced, ProviderEvent, RunFinished
 from tests.support.approvals import Gate
 

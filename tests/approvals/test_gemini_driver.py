@@ -15,7 +15,7 @@ from peerd.providers.cli import bind_tools, scratch_dir
 from peerd.providers.duplex import AskPerson, DuplexOutput, EndInput, Send
 from peerd.providers.gemini_acp import duplex_launch, spare_same_minute_session
 from peerd.providers.gemini_acp_driver import GeminiAcpDriver
-from peerd.runtime.approval_gate import ApprovalAnswer
+from peerd.runtime.gate import ApprovalAnswer
 from peerd.runtime.provider import ItemProduced, RunFinished, RunSpec, SessionStarted, UsageReported
 
 CWD = "/w/repo"

@@ -14,8 +14,8 @@ from peerd.approvals import store as approvals_store
 from peerd.approvals.rules import Decision
 from peerd.approvals.service import ApprovalService, RunContext
 from peerd.errors import ApprovalDecided, ApprovalNotAllowed, ApprovalNotFound
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
 from peerd.runtime.feed import ChangeFeed
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from peerd.store.db import Database
 from tests.support.eventually import eventually
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.providers.coders import CoderProvider
-from peerd.runtime.approval_gate import ApprovalAnswer, ApprovalAsk
+from peerd.runtime.gate import ApprovalAnswer, ApprovalAsk
 from peerd.runtime.provider import ItemProduced, ProviderEvent, RunSpec
 from tests.fakemodel import FakeModel
 from tests.helpers import Pair, make_repo

@@ -16,7 +16,14 @@ listed in `ALLOWED` with the reason; an entry no longer found fails too, so the 
 from __future__ import annotations
 
 import ast
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
+
+from peerd.contracts import Capacity
+from peerd.core import events
+from peerd.daemon import Daemon
+from peerd.events import Event, Events
 
 PEERD = Path(__file__).resolve().parents[2] / "peerd"
 
@@ -153,4 +160,58 @@ class Pool:
         (7, "self.peers.on_answer"),
         (8, "ops.placement"),
         (9, "setattr(peers)"),
+    ]
+
+
+async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() -> None:
+    """`Daemon._subscribe`, the one place events are subscribed: each event reaches its part, once."""
+    heard: list[tuple[str, tuple[object, ...]]] = []
+
+    def part(**names: str) -> SimpleNamespace:
+        def recorder(name: str) -> Callable[..., Awaitable[None]]:
+            async def record(*args: object) -> None:
+                heard.append((name, args))
+
+            return record
+
+        return SimpleNamespace(**{attr: recorder(name) for attr, name in names.items()})
+
+    hub = Events()
+    delegation = part(on_run_end="settle", stop_children="stop children")
+    delegation.hub = part(client_revoked="end the client's polls")
+    parts = SimpleNamespace(
+        events=hub,
+        delegation=delegation,
+        runs=part(kick="kick"),
+        followers=part(task_changed="follow task", link_forgotten="fail link", peer_answered="end backoff"),
+        placement=part(link_answered="keep link report", keep_from_feed="keep feed report"),
+    )
+    Daemon._subscribe(parts)  # type: ignore[arg-type]  # the parts it subscribes, as fakes
+    capacity = Capacity(live_runs=0, max_runs=1, providers=[], projects=[])
+    published = [
+        events.RunEnded("thr_1"),
+        events.RunQueued("thr_2"),
+        events.ThreadStopped("thr_3", "why"),
+        events.RemoteTaskChanged("box", "tsk_1"),
+        events.LinkForgotten("box"),
+        events.ClientRevoked("cli_1"),
+        events.PeerAnswered("box"),
+        events.LinkChecked("box", {"capacity": None}),
+        events.CapacityReported("box", capacity),
+    ]
+    kinds = {kind for kind in vars(events).values() if isinstance(kind, type) and issubclass(kind, Event)}
+    assert {type(event) for event in published} == kinds - {Event}, "a new event: publish it here too"
+    assert all(hub.subscribers(type(event)) == 1 for event in published)
+    for event in published:
+        await hub.publish(event)
+    assert heard == [
+        ("settle", ("thr_1",)),
+        ("kick", ("thr_2",)),
+        ("stop children", ("thr_3", "why")),
+        ("follow task", (published[3],)),
+        ("fail link", (published[4],)),
+        ("end the client's polls", (published[5],)),
+        ("end backoff", (published[6],)),
+        ("keep link report", ("box", {"capacity": None})),
+        ("keep feed report", ("box", capacity)),
     ]
