@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from peerd.contracts import Capacity
-from peerd.core import events
+from peerd import events
 from peerd.daemon import Daemon
 from peerd.events import Event, Events
 
