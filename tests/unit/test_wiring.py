@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
-from peerd.contracts import Capacity
 from peerd import events
+from peerd.contracts import Capacity
 from peerd.daemon import Daemon
 from peerd.events import Event, Events
 
