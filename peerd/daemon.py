@@ -83,7 +83,7 @@ from peerd.events import (
 from peerd.handoff.service import HandoffService, MoveGuard
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
-from peerd.orchestrate.service import Orchestrations
+from peerd.orchestrate.service import Assigner, Orchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
 from peerd.peer.forwarding import Forwarder
@@ -385,25 +385,27 @@ class Daemon:
             db, identity, peers, label=label, advertised_urls=self.advertised_urls, clock=clock, events=events
         )
         handoff = HandoffService(ops, links, env_id=env_id, label=label)
+        assigner = Assigner(
+            available=self._available_providers,
+            models={n: p.model for n, p in settings.providers.items() if p.command is None},
+        )
         engine = Engine(
             db,
             self.feed,
             ops,
             worktrees_dir=self.paths.worktrees,
-            # Orchestrations is built with the engine: it is read when a plan is made, after start.
-            assign_more=lambda request, packets: self._orchestrations().assign_more(request, packets),
+            assign_more=assigner.assign_more,
             clock=clock,
         )
         orchestrations = Orchestrations(
             db,
             self.feed,
             engine,
-            available=self._available_providers,
+            assigner=assigner,
             approved=self.command_approved,
             custom_commands={
                 name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
             },
-            models={n: p.model for n, p in settings.providers.items() if p.command is None},
             clock=clock,
         )
         tools = ToolServices(ops, links, delegation, handoff)
@@ -594,11 +596,6 @@ class Daemon:
                 url = url.replace(f"//{wildcard}:", f"//{socket.gethostname()}:")
             urls.append(url)
         return urls
-
-    def _orchestrations(self) -> Orchestrations:
-        if self.parts is None:
-            raise Unavailable("The daemon is still starting.")
-        return self.parts.orchestrations
 
     async def _available_providers(self) -> dict[str, bool]:
         return registry.available(self.providers)

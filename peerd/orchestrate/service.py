@@ -78,6 +78,49 @@ async def _keep_out_of_git(repo: Path) -> None:
         handle.write("\n.peerd/\n")
 
 
+class Assigner:
+    """Which coders and reviewers a run's packets get, recorded with the run (and why each was
+    chosen): asked when a run starts and when its planner made packets (`Engine(assign_more=...)`).
+    Built by the daemon before the engine and the service, which both are given it."""
+
+    def __init__(
+        self,
+        *,
+        available: Callable[[], Awaitable[dict[str, bool]]],
+        models: Mapping[str, str | None] | None = None,
+    ) -> None:
+        self.available = available
+        self._models = {k: v for k, v in (models or {}).items() if v}
+
+    def with_model(self, choice: CoderChoice) -> CoderChoice:
+        """A coder without a model runs its provider's configured one: say which."""
+        configured = self._models.get(choice.backend)
+        if choice.model is not None or choice.environment is not None or configured is None:
+            return choice
+        return choice.model_copy(
+            update={"model": configured, "reason": f"{choice.reason}; model {configured} from peerd's config"}
+        )
+
+    async def assign_more(self, request: dict[str, Any], packets: list[PacketSpec]) -> dict[str, Any]:
+        """Coders and reviewers for each packet, recorded with the run (and why each was chosen)."""
+        coders = [CoderChoice.model_validate(x) for x in request["coders"]]
+        reviewer_flag = request.get("reviewerFlag")
+        configured = request.get("reviewerConfigured")
+        available = await self.available()
+        assignment = assign(packets, coders, reviewer_flag=reviewer_flag)
+        reviewers = {
+            pid: self.with_model(
+                choose_reviewer(choice, coders, reviewer_flag, configured=configured, available=available)
+            ).model_dump(mode="json")
+            for pid, choice in assignment.items()
+        }
+        return {
+            **request,
+            "assignment": {pid: choice.model_dump(mode="json") for pid, choice in assignment.items()},
+            "reviewers": reviewers,
+        }
+
+
 class Orchestrations:
     def __init__(
         self,
@@ -85,19 +128,17 @@ class Orchestrations:
         feed: ChangeFeed,
         engine: Engine,
         *,
-        available: Callable[[], Awaitable[dict[str, bool]]],
+        assigner: Assigner,
         approved: Callable[[str, str], Awaitable[bool]],
         custom_commands: Mapping[str, str],
-        models: Mapping[str, str | None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.db = db
         self.feed = feed
         self.engine = engine
-        self._available = available
+        self.assigner = assigner
         self._approved = approved
         self._custom = dict(custom_commands)
-        self._models = {k: v for k, v in (models or {}).items() if v}
         self.clock = clock
 
     async def _environments(self) -> list[str]:
@@ -110,7 +151,7 @@ class Orchestrations:
         resolution = resolve_coders(
             req.coders,
             config,
-            await self._available(),
+            await self.assigner.available(),
             # Interactive: the CLI asked the person about each custom command in a dry run first,
             # and sends the ones they allowed; anything still unconfirmed is refused below.
             interactive=not req.non_interactive,
@@ -120,17 +161,8 @@ class Orchestrations:
             on=req.on,
             known_environments=await self._environments(),
         )
-        coders = [self._with_model(choice) for choice in resolution.coders]
+        coders = [self.assigner.with_model(choice) for choice in resolution.coders]
         return config, resolution.model_copy(update={"coders": coders})
-
-    def _with_model(self, choice: CoderChoice) -> CoderChoice:
-        """A coder without a model runs its provider's configured one: say which."""
-        configured = self._models.get(choice.backend)
-        if choice.model is not None or choice.environment is not None or configured is None:
-            return choice
-        return choice.model_copy(
-            update={"model": configured, "reason": f"{choice.reason}; model {configured} from peerd's config"}
-        )
 
     async def start(self, req: OrchestrateRequest) -> dict[str, Any]:
         project = await projects.get(self.db, req.project_id)
@@ -209,7 +241,7 @@ class Orchestrations:
             **request_flags,
         }
         if plan is not None:
-            request.update(await self.assign_more(request, plan))
+            request.update(await self.assigner.assign_more(request, plan))
         run = await ostore.create(
             self.db, project_id=project.id, task=req.task, request=request, base_commit=base,
             now=self.clock(), run_id=run_id,
@@ -222,25 +254,6 @@ class Orchestrations:
             await self.engine.record_given_plan(run.id, receipt)
         self.engine.spawn(run.id)
         return await self.info(run.id)
-
-    async def assign_more(self, request: dict[str, Any], packets: list[PacketSpec]) -> dict[str, Any]:
-        """Coders and reviewers for each packet, recorded with the run (and why each was chosen)."""
-        coders = [CoderChoice.model_validate(x) for x in request["coders"]]
-        reviewer_flag = request.get("reviewerFlag")
-        configured = request.get("reviewerConfigured")
-        available = await self._available()
-        assignment = assign(packets, coders, reviewer_flag=reviewer_flag)
-        reviewers = {
-            pid: self._with_model(
-                choose_reviewer(choice, coders, reviewer_flag, configured=configured, available=available)
-            ).model_dump(mode="json")
-            for pid, choice in assignment.items()
-        }
-        return {
-            **request,
-            "assignment": {pid: choice.model_dump(mode="json") for pid, choice in assignment.items()},
-            "reviewers": reviewers,
-        }
 
     async def info(self, run_id: str) -> dict[str, Any]:
         return await views.describe(self.db, run_id)
