@@ -11,6 +11,7 @@ when it starts, `remaining(deadline)` at each look, and `wait`/`wait_any` sleep 
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 
@@ -32,7 +33,9 @@ class Listener:
 class ChangeFeed:
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
-        self._events: dict[str, asyncio.Event] = {}
+        # A thread's event lives while a waiter holds it: a long-poll that returns without a change
+        # (its run was already over, or its time ran out) leaves nothing behind, whatever it watched.
+        self._events: weakref.WeakValueDictionary[str, asyncio.Event] = weakref.WeakValueDictionary()
         self._listeners: dict[str, set[Listener]] = {}
         self._closed = asyncio.Event()
 
@@ -41,8 +44,16 @@ class ChangeFeed:
         return self._closed.is_set()
 
     def watch(self, thread_id: str) -> asyncio.Event:
-        """Take this before reading the store, then wait on it: no change can slip in between."""
-        return self._events.setdefault(thread_id, asyncio.Event())
+        """Take this before reading the store, then wait on it: no change can slip in between. Hold
+        it while waiting: the feed keeps it only as long as someone does."""
+        event = self._events.get(thread_id)
+        if event is None:
+            event = self._events[thread_id] = asyncio.Event()
+        return event
+
+    def watched(self) -> int:
+        """How many threads someone waits on now."""
+        return len(self._events)
 
     def changed(self, thread_id: str) -> None:
         event = self._events.pop(thread_id, None)
@@ -104,6 +115,6 @@ class ChangeFeed:
         for listeners in self._listeners.values():
             for listener in listeners:
                 listener.event.set()
-        for event in self._events.values():
+        for event in list(self._events.values()):
             event.set()
         self._events.clear()
