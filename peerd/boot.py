@@ -32,7 +32,6 @@ import contextlib
 import fcntl
 import hashlib
 import importlib
-import ipaddress
 import json
 import os
 import signal
@@ -47,6 +46,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from peerd import __version__
 from peerd.api.listener_rules import ListenerLimits
+from peerd.core.console_bind import is_loopback
 from peerd.core.ed25519 import public_key
 from peerd.core.envid import env_id_from_public_key
 from peerd.errors import AlreadyRunning, HomeUnusable, InvalidRequest, PeerdError, ShuttingDown, Unavailable
@@ -126,20 +126,11 @@ def parse_listen(listen: str, *, tls: bool) -> tuple[str, int]:
     port = int(port_text)
     if port > 65535:
         raise InvalidRequest(f"--listen port {port} is out of range.")
-    if not tls and not _is_loopback(host):
+    if not tls and not is_loopback(host):
         raise InvalidRequest(
             f"Refusing to listen on {host} without TLS: only loopback addresses may serve plain HTTP."
         )
     return host, port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def take_lock(paths: Paths) -> IO[str]:

@@ -28,7 +28,6 @@ is `version_skew`, with that sentence, instead of `reachable`.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import math
 import socket
@@ -45,6 +44,7 @@ import yarl
 from peerd import contracts as c
 from peerd.contracts import RUNTIME_MODES
 from peerd.core.access import require_write, runtime_rank
+from peerd.core.console_bind import is_loopback
 from peerd.core.links import LinkEvent, is_final, next_status
 from peerd.errors import (
     CapabilityDenied,
@@ -161,13 +161,7 @@ def unreachable_message(label: str, urls: tuple[str, ...] | list[str]) -> str:
 
 
 def is_loopback_url(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(urlsplit(url).hostname or "")
 
 
 def check_url(url: str) -> str:

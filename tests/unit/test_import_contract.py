@@ -49,46 +49,37 @@ def test_the_tree_keeps_the_contract() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_a_broken_layer_rule_fails_the_contract(tmp_path: Path) -> None:
-    """The store importing the composition root: `lint-imports` names it and fails."""
+def broken(tmp_path: Path, **imports: str) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over a copy of the tree where each named module (a path below peerd/, `/` as
+    `__`) also imports the given module inside a function (lazy imports count too)."""
     copy = tmp_path / "tree"
     shutil.copytree(ROOT / "peerd", copy / "peerd", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PYPROJECT, copy / "pyproject.toml")
-    ids = copy / "peerd" / "store" / "ids.py"
-    ids.write_text(ids.read_text() + "\nimport peerd.daemon  # noqa: E402, F401\n")
-    done = lint(copy)
+    for module, target in imports.items():
+        path = copy / "peerd" / (module.replace("__", "/") + ".py")
+        path.write_text(
+            path.read_text() + f"\n\ndef _late() -> None:\n    import {target}  # noqa: F401, PLC0415\n"
+        )
+    return lint(copy)
+
+
+def test_a_broken_layer_rule_fails_the_contract(tmp_path: Path) -> None:
+    """The store importing the composition root: `lint-imports` names it and fails."""
+    done = broken(tmp_path, store__ids="peerd.daemon")
     assert done.returncode == 1, done.stdout
     assert "peerd.store.ids -> peerd.daemon" in done.stdout
 
 
 def test_a_package_cycle_fails_the_contract(tmp_path: Path) -> None:
     """core importing the store (which imports core): a cycle between sibling packages."""
-    copy = tmp_path / "tree"
-    shutil.copytree(ROOT / "peerd", copy / "peerd", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(PYPROJECT, copy / "pyproject.toml")
-    text = copy / "peerd" / "core" / "text.py"
-    text.write_text(
-        text.read_text() + "\n\ndef _late() -> None:\n    import peerd.store.ids  # noqa: F401, PLC0415\n"
-    )
-    done = lint(copy)
+    done = broken(tmp_path, core__text="peerd.store.ids")
     assert done.returncode == 1, done.stdout
     assert "No cycles are allowed in peerd." in done.stdout
 
 
 def test_a_loop_between_two_modules_of_one_package_fails_the_contract(tmp_path: Path) -> None:
-    """Two modules of one package importing each other (one of them inside a function)."""
-    copy = tmp_path / "tree"
-    shutil.copytree(ROOT / "peerd", copy / "peerd", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(PYPROJECT, copy / "pyproject.toml")
-    backoff = copy / "peerd" / "core" / "backoff.py"
-    backoff.write_text(
-        backoff.read_text() + "\n\ndef _late() -> None:\n    import peerd.core.clock  # noqa: F401, PLC0415\n"
-    )
-    clock = copy / "peerd" / "core" / "clock.py"
-    clock.write_text(
-        clock.read_text() + "\n\ndef _late() -> None:\n    import peerd.core.backoff  # noqa: F401, PLC0415\n"
-    )
-    done = lint(copy)
+    """Two modules of one package importing each other."""
+    done = broken(tmp_path, core__backoff="peerd.core.clock", core__clock="peerd.core.backoff")
     assert done.returncode == 1, done.stdout
     assert "No cycles are allowed in peerd.core." in done.stdout
 
