@@ -42,10 +42,11 @@ Failure = Literal["transient", "link", "task"]
 # RFC 6749 §5.2's `error` values peerd's OAuth endpoints answer with, and their statuses (§5.2: 400;
 # `slow_down`, RFC 8628's, with 429 as a rate limit is). A class says which it is (`oauth_error`).
 OAuthErrorCode = Literal[
-    "invalid_request", "invalid_grant", "invalid_scope", "unsupported_grant_type", "slow_down"
+    "invalid_request", "invalid_client", "invalid_grant", "invalid_scope", "unsupported_grant_type", "slow_down"
 ]
 OAUTH_STATUS: dict[OAuthErrorCode, int] = {
     "invalid_request": 400,
+    "invalid_client": 401,
     "invalid_grant": 400,
     "invalid_scope": 400,
     "unsupported_grant_type": 400,
@@ -63,6 +64,17 @@ PAIRING_REASONS: tuple[PairingReason, ...] = (
     "used",
     "burnt",
     "cancelled",
+)
+# The values of `AuthCodeRejected.reason` (an agent's authorization code at the token endpoint).
+AuthCodeReason = Literal["unknown", "reused", "expired", "pkce", "redirect_uri", "client", "resource"]
+AUTH_CODE_REASONS: tuple[AuthCodeReason, ...] = (
+    "unknown",
+    "reused",
+    "expired",
+    "pkce",
+    "redirect_uri",
+    "client",
+    "resource",
 )
 RefreshReason = Literal["unknown", "reused", "revoked", "expired"]
 REFRESH_REASONS: tuple[RefreshReason, ...] = ("unknown", "reused", "revoked", "expired")
@@ -494,6 +506,32 @@ class RefreshRejected(PeerdError):
         super().__init__(message)
         self.reason = reason
         self.client_id = client_id  # for the box's log; never a token, never on the wire
+
+
+class AuthCodeRejected(PeerdError):
+    """The box refused an agent's authorization code at the token endpoint (OAuth's
+    `invalid_grant`; `reason` says why: unknown, reused, expired, pkce, redirect_uri, client,
+    resource)."""
+
+    code = "authorization_code_rejected"
+    http_status = 400
+    oauth_error = "invalid_grant"
+    oauth_reason = True
+    wire_fields = {"reason": AUTH_CODE_REASONS}
+
+    def __init__(self, message: str, *, reason: AuthCodeReason | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class InvalidClient(PeerdError):
+    """An agent's OAuth client is not one the box can use: an unknown client id, a client ID
+    metadata document that could not be fetched or is refused, or a redirect URI it does not list."""
+
+    code = "invalid_client"
+    http_status = 400
+    oauth_error = "invalid_client"
+    oauth_reason = True
 
 
 class RateLimited(PeerdError):

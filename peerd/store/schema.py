@@ -437,4 +437,35 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE link_backoff ADD COLUMN delay_s REAL",
     ],
+    # 19: agents peerd did not start sign in over OAuth (issue 29; api/agent_signin.py). A pairing
+    # code is for a link or for an agent (`purpose`; one never redeems as the other); a client is a
+    # link or a signed-in agent (`kind`) with the OAuth client it signed in as (`agent`, JSON:
+    # client_id, name, redirect_uri). Agents' OAuth clients registered dynamically (RFC 7591), and
+    # authorization codes (hashed; single use, bound to client, redirect URI, PKCE challenge and
+    # resource; `client_id` names the peerd client the exchange made, revoked if the code comes back).
+    [
+        "ALTER TABLE pairing_codes ADD COLUMN purpose TEXT NOT NULL DEFAULT 'link'",
+        "ALTER TABLE clients ADD COLUMN kind TEXT NOT NULL DEFAULT 'link'",
+        "ALTER TABLE clients ADD COLUMN agent TEXT",
+        """CREATE TABLE oauth_clients (
+            client_id TEXT PRIMARY KEY,
+            metadata TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        """CREATE TABLE auth_codes (
+            code_hash TEXT PRIMARY KEY,
+            oauth_client_id TEXT NOT NULL,
+            client_name TEXT,
+            redirect_uri TEXT NOT NULL,
+            code_challenge TEXT NOT NULL,
+            resource TEXT NOT NULL,
+            access TEXT NOT NULL,
+            max_age_s REAL,
+            pairing_code_id TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            used_at REAL,
+            client_id TEXT
+        )""",
+    ],
 ]
