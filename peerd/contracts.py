@@ -453,10 +453,15 @@ class EventsResult(Wire):
 
 PairingState = Literal["open", "used", "burnt", "cancelled", "expired"]
 ClientStatus = Literal["active", "revoked", "expired"]
+PairingPurpose = Literal["link", "agent"]
+ClientKind = Literal["link", "agent"]
 
 
 class PairCreate(Input):
     access: RuntimeMode = "approval-required"
+    # `agent`: a code a person types into an outside agent's OAuth sign-in page (issue 29), never
+    # redeemable as a link; `link` (default): for `peerd link` on another machine.
+    purpose: PairingPurpose = "link"
     ttl_s: float = Field(default=600.0, gt=0, le=24 * 3600)
     label_hint: str | None = Field(default=None, max_length=200)
     max_age_s: float | None = Field(default=None, gt=0, le=MAX_LINK_AGE_S)
@@ -472,6 +477,7 @@ class PairingCodeInfo(Wire):
     state: PairingState
     failed_attempts: int
     client_id: str | None = None
+    purpose: PairingPurpose = "link"
 
 
 class PairCreateResult(Wire):
@@ -492,6 +498,8 @@ class ClientInfo(Wire):
     revoked_at: float | None
     revoked_reason: str | None
     status: ClientStatus
+    kind: ClientKind = "link"  # `agent`: an outside agent signed in over OAuth (issue 29)
+    agent_name: str | None = None  # an agent's OAuth client name (or client id)
 
 
 class ClientRevoke(Input):

@@ -62,6 +62,15 @@ DURATION = Duration()
     "--max-age", type=DURATION, default=None, help="End the link this long after linking, used or not."
 )
 @click.option("--url", "urls", multiple=True, help="Address the laptop should use (repeatable).")
+@click.option(
+    "--for",
+    "purpose",
+    type=click.Choice(["link", "agent"]),
+    default="link",
+    show_default=True,
+    help="link: for `peerd link` on another machine; agent: for an outside agent's OAuth sign-in "
+    "page (Claude Code, Codex, any MCP client); the sign-in lasts at most 30 days.",
+)
 @json_option_for("POST /v1/pair")
 @click.pass_context
 def pair(
@@ -71,13 +80,14 @@ def pair(
     label_hint: str | None,
     max_age: float | None,
     urls: tuple[str, ...],
+    purpose: str,
     as_json: JsonOutput | None,
 ) -> None:
     """Print a one-time pairing code for another machine to link here (`peerd link -` there, then
     paste it: a code on a command line stays in the shell's history)."""
     if ctx.invoked_subcommand is not None:
         return
-    body: dict[str, Any] = {"access": access, "ttlS": ttl, "urls": list(urls)}
+    body: dict[str, Any] = {"access": access, "ttlS": ttl, "urls": list(urls), "purpose": purpose}
     if label_hint:
         body["labelHint"] = label_hint
     if max_age:
@@ -92,6 +102,14 @@ def pair(
         return
     info = data["info"]
     click.echo(data["code"])
+    if purpose == "agent":
+        mcp = ", ".join(f"{u.rstrip('/')}/mcp" for u in data["urls"]) or "this machine's listener /mcp"
+        click.echo(
+            f"\nSingle use, valid until {when(info['expiresAt'])}, access up to {info['access']}. Point the "
+            f"agent at {mcp}; type this code into the sign-in page it opens.",
+            err=True,
+        )
+        return
     click.echo(
         f"\nSingle use, valid until {when(info['expiresAt'])}, access up to {info['access']}; reaches this "
         f"machine at {', '.join(data['urls'])}.\nOn the other machine: peerd link - (then paste the code)",
@@ -311,11 +329,12 @@ def client_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> 
         emit_json(items, as_json)
         return
     table(
-        ["id", "label", "access", "status", "linked", "last seen", "from"],
+        ["id", "kind", "label", "access", "status", "linked", "last seen", "from"],
         [
             [
                 x["id"],
-                x["label"],
+                x.get("kind", "link"),
+                x.get("agentName") or x["label"] if x.get("kind") == "agent" else x["label"],
                 x["access"],
                 x["status"],
                 ago(x["createdAt"]),

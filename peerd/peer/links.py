@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from peerd import contracts as c
+from peerd.core.agent_oauth import agent_code
 from peerd.core import pairing_code
 from peerd.core.access import ACCESS_LEVELS, access_within
 from peerd.core.envid import normalize_env_id
@@ -146,6 +147,8 @@ class LinkService:
 
     async def pair_create(self, req: c.PairCreate) -> c.PairCreateResult:
         urls = [check_url(u) for u in req.urls] or self.advertised_urls()
+        if req.purpose == "agent":
+            return await self._agent_code(req, urls)
         if not urls:
             raise InvalidRequest(
                 "This daemon has no network listener, so a laptop could not reach it. Restart it with "
@@ -169,6 +172,20 @@ class LinkService:
         )
         log.info("pair.created", code_id=info.id, access=req.access, expires_at=info.expires_at)
         return c.PairCreateResult(code=code.encode(), info=info, urls=urls)
+
+    async def _agent_code(self, req: c.PairCreate, urls: list[str]) -> c.PairCreateResult:
+        """A code a person types into an outside agent's sign-in page (`/oauth/authorize`)."""
+        info, secret = await pairing.create_code(
+            self.db,
+            access=req.access,
+            ttl_s=req.ttl_s,
+            label_hint=req.label_hint,
+            max_age_s=req.max_age_s,
+            now=self.clock(),
+            purpose="agent",
+        )
+        log.info("pair.created", code_id=info.id, access=req.access, expires_at=info.expires_at, purpose="agent")
+        return c.PairCreateResult(code=agent_code(info.id, secret), info=info, urls=urls)
 
     async def pair_list(self, *, include_done: bool) -> list[c.PairingCodeInfo]:
         return await pairing.list_codes(self.db, now=self.clock(), include_done=include_done)

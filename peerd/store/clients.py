@@ -19,6 +19,7 @@ characters (it is printed in `peerd client list` and carried on the threads the 
 from __future__ import annotations
 
 import hmac
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +160,18 @@ def client_info(row: aiosqlite.Row, now: float) -> ClientInfo:
         revoked_at=row["revoked_at"],
         revoked_reason=row["revoked_reason"],
         status=client_status(row, now),
+        kind=row["kind"],
+        agent_name=_agent_name(row["agent"]),
     )
+
+
+def _agent_name(agent: str | None) -> str | None:
+    """A signed-in agent's name (its OAuth client_name, else its client id)."""
+    if agent is None:
+        return None
+    data = json.loads(agent)
+    name = data.get("name") or data.get("client_id")
+    return str(name) if name else None
 
 
 async def _one(tx: Tx, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | None:
@@ -168,14 +180,14 @@ async def _one(tx: Tx, sql: str, params: tuple[Any, ...]) -> aiosqlite.Row | Non
         return row
 
 
-async def _client_in(tx: Tx, client_id: str) -> aiosqlite.Row:
+async def client_in(tx: Tx, client_id: str) -> aiosqlite.Row:
     row = await _one(tx, _SELECT + " WHERE c.id = ?", (client_id,))
     if row is None:
         raise RuntimeError(f"client {client_id} vanished inside its own transaction")
     return row
 
 
-async def _issue_refresh(
+async def issue_refresh(
     tx: Tx, client_id: str, client_expires_at: float | None, now: float, ttl_s: float
 ) -> tuple[str, float]:
     # Never outlive the link's hard max age: a refresh past it would be refused anyway, and the
@@ -189,7 +201,7 @@ async def _issue_refresh(
     return token, expires_at
 
 
-async def _revoke_in(tx: Tx, client_id: str, reason: str, now: float) -> None:
+async def revoke_in(tx: Tx, client_id: str, reason: str, now: float) -> None:
     # Idempotent: the first revocation's time and reason are the ones worth keeping.
     await tx.execute(
         "UPDATE clients SET revoked_at = ?, revoked_reason = ? WHERE id = ? AND revoked_at IS NULL",
@@ -215,7 +227,9 @@ async def redeem_pairing_code(
     given = check_redemption(label=label, env_id=env_id, max_age_s=max_age_s)
     failure: PairingRejected | None = None
     async with db.write() as tx:
-        code = await _one(tx, "SELECT * FROM pairing_codes WHERE id = ?", (code_id,))
+        # A link's codes only: an agent's code (purpose 'agent') is unknown here, as a link's is to an
+        # agent's sign-in (store/agent_signin.py).
+        code = await _one(tx, "SELECT * FROM pairing_codes WHERE id = ? AND purpose = 'link'", (code_id,))
         if code is None:
             raise pairing_rejected("unknown_code")
         state = code_state(code, now)
@@ -253,8 +267,8 @@ async def redeem_pairing_code(
             await tx.execute(
                 "UPDATE pairing_codes SET state = 'used', client_id = ? WHERE id = ?", (client_id, code_id)
             )
-            token, refresh_expires_at = await _issue_refresh(tx, client_id, expires_at, now, refresh_ttl_s)
-            client = client_info(await _client_in(tx, client_id), now)
+            token, refresh_expires_at = await issue_refresh(tx, client_id, expires_at, now, refresh_ttl_s)
+            client = client_info(await client_in(tx, client_id), now)
     if failure is not None:
         raise failure  # after the commit: the counted attempt (or the burn) must stick
     return Redeemed(client, token, refresh_expires_at)
@@ -282,9 +296,9 @@ async def rotate_refresh(
         if old is None:
             raise refresh_rejected("unknown")
         client_id: str = old["client_id"]
-        row = await _client_in(tx, client_id)
+        row = await client_in(tx, client_id)
         if old["rotated_at"] is not None:
-            await _revoke_in(tx, client_id, REUSE_REASON, now)
+            await revoke_in(tx, client_id, REUSE_REASON, now)
             failure = refresh_rejected("reused", client_id)
         elif row["revoked_at"] is not None:
             raise refresh_rejected("revoked", client_id)
@@ -294,10 +308,10 @@ async def rotate_refresh(
             await tx.execute(
                 "UPDATE refresh_tokens SET rotated_at = ? WHERE token_hash = ?", (now, old["token_hash"])
             )
-            token, refresh_expires_at = await _issue_refresh(
+            token, refresh_expires_at = await issue_refresh(
                 tx, client_id, row["expires_at"], now, refresh_ttl_s
             )
-            client = client_info(await _client_in(tx, client_id), now)
+            client = client_info(await client_in(tx, client_id), now)
     if failure is not None:
         raise failure  # after the commit: the revocation must stick
     return Rotated(client, token, refresh_expires_at)
@@ -308,8 +322,8 @@ async def revoke_client(db: Database, client_id: str, *, reason: str, now: float
     async with db.write() as tx:
         if await _one(tx, "SELECT id FROM clients WHERE id = ?", (client_id,)) is None:
             raise NotFound(f"No client {client_id} here. `peerd client list` shows them.")
-        await _revoke_in(tx, client_id, reason, now)
-        row = await _client_in(tx, client_id)
+        await revoke_in(tx, client_id, reason, now)
+        row = await client_in(tx, client_id)
     return client_info(row, now)
 
 
@@ -321,7 +335,7 @@ async def revoke_by_refresh_token(db: Database, token: str, *, now: float) -> bo
         )
         if row is None:
             return False
-        await _revoke_in(tx, row["client_id"], UNLINKED_REASON, now)
+        await revoke_in(tx, row["client_id"], UNLINKED_REASON, now)
     return True
 
 

@@ -15,7 +15,7 @@ import math
 
 import aiosqlite
 
-from peerd.contracts import MAX_LINK_AGE_S, PairingCodeInfo, PairingState
+from peerd.contracts import MAX_LINK_AGE_S, PairingCodeInfo, PairingPurpose, PairingState
 from peerd.core.access import AccessLevel
 from peerd.core.pairing_code import new_code_id, new_secret, secret_hash
 from peerd.core.text import clean_label
@@ -55,6 +55,7 @@ def code_info(row: aiosqlite.Row, now: float) -> PairingCodeInfo:
         state=code_state(row, now),
         failed_attempts=row["failed_attempts"],
         client_id=row["client_id"],
+        purpose=row["purpose"],
     )
 
 
@@ -70,6 +71,7 @@ async def create_code(
     label_hint: str | None,
     max_age_s: float | None,
     now: float,
+    purpose: PairingPurpose = "link",
 ) -> tuple[PairingCodeInfo, str]:
     """A new open code and its plaintext secret (the only time the secret exists outside a code)."""
     if not math.isfinite(ttl_s) or not 0 < ttl_s <= MAX_CODE_TTL_S:
@@ -81,8 +83,8 @@ async def create_code(
     async with db.write() as tx:
         await tx.execute(
             "INSERT INTO pairing_codes (id, secret_hash, access, label_hint, max_age_s, created_at,"
-            " expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (code_id, secret_hash(secret), access, label_hint, max_age_s, now, now + ttl_s),
+            " expires_at, purpose) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (code_id, secret_hash(secret), access, label_hint, max_age_s, now, now + ttl_s, purpose),
         )
     info = PairingCodeInfo(
         id=code_id,
@@ -92,6 +94,7 @@ async def create_code(
         expires_at=now + ttl_s,
         state="open",
         failed_attempts=0,
+        purpose=purpose,
     )
     return info, secret
 
