@@ -175,6 +175,14 @@ class RunsConfig(_Strict):
     start_slots: int | None = Field(default=None, ge=1, le=1024)
 
 
+class AgentsConfig(_Strict):
+    """Outside agents that sign in over OAuth (`[agents]`; api/agent_signin.py, docs/user/agents.md)."""
+
+    # Fetch client ID metadata documents from loopback, private and link-local addresses too
+    # (refused by default: the fetch must not reach this machine's or its network's services).
+    allow_private_metadata_urls: bool = False
+
+
 class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
@@ -190,6 +198,7 @@ class Config(_Strict):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
     # What models cost, for CLIs that report no cost: model (or provider) name -> price.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

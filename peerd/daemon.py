@@ -31,6 +31,7 @@ from aiohttp import web
 from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
+from peerd.api.agent_signin import AGENT_SIGNIN
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE
@@ -489,7 +490,10 @@ class Daemon:
                 delegation=p.delegation,
                 signing_key=self.identity.private_key,
                 clock=self.clock,
+                allow_private_metadata=self.config.settings.agents.allow_private_metadata_urls,
             )
+            # Outside agents signed in over OAuth (issue 29; peerd/api/agent_signin.py).
+            add_mcp_route(network, p.mcp, "network", signed_in=network[AGENT_SIGNIN].authenticate)
             add_approval_routes(network, p.desk)  # a link's own work's approvals
             add_box_routes(network)  # the side of a move a link calls
             await self._serve_tcp(network, self.identity)

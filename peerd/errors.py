@@ -42,7 +42,12 @@ Failure = Literal["transient", "link", "task"]
 # RFC 6749 §5.2's `error` values peerd's OAuth endpoints answer with, and their statuses (§5.2: 400;
 # `slow_down`, RFC 8628's, with 429 as a rate limit is). A class says which it is (`oauth_error`).
 OAuthErrorCode = Literal[
-    "invalid_request", "invalid_client", "invalid_grant", "invalid_scope", "unsupported_grant_type", "slow_down"
+    "invalid_request",
+    "invalid_client",
+    "invalid_grant",
+    "invalid_scope",
+    "unsupported_grant_type",
+    "slow_down",
 ]
 OAUTH_STATUS: dict[OAuthErrorCode, int] = {
     "invalid_request": 400,

@@ -42,6 +42,7 @@ from peerd.errors import (
     ProviderUnavailable,
     RunNotFound,
     RuntimeModeEscalationDenied,
+    ThreadNotFound,
     WorktreeDirty,
 )
 from peerd.events import Events, ThreadStopped
@@ -87,6 +88,15 @@ class Caller:
     def via_network(self) -> bool:
         """A linked environment calling over the network (not a run on this machine)."""
         return self.link is not None and self.namespace == f"link:{self.link.client_id}"
+
+
+def _read_fence(caller: Caller, thread: c.Thread) -> c.Thread:
+    """A signed-in agent (`own_threads_only`) reads only threads it started; any other thread is
+    answered as if it did not exist (no oracle for ids)."""
+    link = caller.link
+    if link is not None and link.own_threads_only and thread.link_origin != link.client_id:
+        raise ThreadNotFound(f"Thread {thread.id} was not found.")
+    return thread
 
 
 def _fence(caller: Caller, thread: c.Thread, what: str, cap: ModeCap | None) -> None:
@@ -217,7 +227,13 @@ class Operations:
                     "runs can no longer act."
                 )
             cap = cap_for(client.access, ModeCap(thread.runtime_mode, thread.interaction_mode))
-            link = LinkContext(client_id=client.id, label=client.label, access=client.access, cap=cap)
+            link = LinkContext(
+                client_id=client.id,
+                label=client.label,
+                access=client.access,
+                cap=cap,
+                own_threads_only=client.kind == "agent",
+            )
         return Caller(namespace=namespace, thread_id=thread.id, run_id=run_id, link=link)
 
     async def check_can_change(self, caller: Caller, thread: c.Thread, what: str) -> None:
@@ -432,6 +448,9 @@ class Operations:
             include_archived=req.include_archived,
             cursor=req.cursor,
             limit=req.limit,
+            link_origin=caller.link.client_id
+            if caller.link is not None and caller.link.own_threads_only
+            else None,
         )
 
     async def thread_show(
@@ -443,7 +462,7 @@ class Operations:
             )
             placed = None if self.placement is None else await self.placement.reason_for_thread(thread_id)
             return there if placed is None else there.model_copy(update={"placement": placed})
-        thread = await threads.get_thread(self.db, thread_id)
+        thread = _read_fence(caller, await threads.get_thread(self.db, thread_id))
         spent: dict[str, Any] = {
             "usage": await usage_store.thread_total(self.db, thread_id),
             "run_usage": await usage_store.run_usages(self.db, thread_id),
@@ -462,7 +481,7 @@ class Operations:
                 params=Forwarder.query(req),
             )
             return c.ThreadReadResult.model_validate(data)
-        thread = await threads.get_thread(self.db, thread_id)
+        thread = _read_fence(caller, await threads.get_thread(self.db, thread_id))
         if req.item_id is not None:
             row = await threads.get_item(self.db, thread_id, req.item_id)
             item = threads.item_from_row(row, text_offset=req.text_offset, max_chars=req.max_chars_per_item)
@@ -525,6 +544,7 @@ class Operations:
                 caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params=params
             )
             return c.ThreadWaitResult.model_validate(data)
+        _read_fence(caller, await threads.get_thread(self.db, thread_id))
         deadline = self.feed.deadline(req.timeout)
         while True:
             changed = self.feed.watch(thread_id)
@@ -658,7 +678,7 @@ class Operations:
                 params=Forwarder.query(req),
             )
             return c.EventsResult.model_validate(data)
-        await threads.get_thread(self.db, thread_id)
+        _read_fence(caller, await threads.get_thread(self.db, thread_id))
         deadline = self.feed.deadline(req.timeout)
         while True:
             changed = self.feed.watch(thread_id)

@@ -57,6 +57,7 @@ CUT_WAIT_S = 0.5  # how long a cut handler may take to unwind before it is answe
 SHUTTING_DOWN = "peerd is shutting down; this request was not carried out. Retry once it is back."
 
 OPERATIONS = web.AppKey("operations", Operations)
+SAME_ORIGIN_PATHS: web.AppKey[frozenset[str]] = web.AppKey("same_origin_paths")
 DESCRIPTOR = web.AppKey("descriptor", c.Descriptor)
 LINKS = web.AppKey("links", LinkService)
 # Delegated tasks (`/v1/tasks`, `POST /v1/watch`, the change feed): set where an app is built.
@@ -157,8 +158,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 @web.middleware
 async def no_browsers_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A page in a browser must never drive peerd: requests carrying `Origin` are refused."""
-    if "Origin" in request.headers:
+    """A page in a browser must never drive peerd: requests carrying `Origin` are refused, but for
+    the paths an app serves to a person's browser (`SAME_ORIGIN_PATHS`: an agent's OAuth sign-in
+    page, api/agent_signin.py) from a page of its own origin."""
+    origin = request.headers.get("Origin")
+    same_origin = origin == f"{request.scheme}://{request.host}"
+    if same_origin and request.path in request.app.get(SAME_ORIGIN_PATHS, frozenset()):
+        return await handler(request)
+    if origin is not None:
         return error_response(
             CapabilityDenied("Requests from web pages (with an Origin header) are refused.")
         )

@@ -15,6 +15,12 @@ Three listeners serve it, each deciding who the caller is before the MCP server 
   (`no_browsers_middleware`), bodies are capped at `MAX_BODY_BYTES`, and connections get the
   network listener's caps and deadlines (`peerd.api.listener.start_tcp`).
 
+- the **network listener** (TLS, `--listen`; issue 29): outside agents (Claude Code in a terminal,
+  Codex, any MCP client) with an access token from the box's OAuth sign-in. Who they are is
+  `peerd.api.agent_signin.AgentSignin.authenticate`'s to say (`add_mcp_route(..., signed_in=)`): a
+  link caller at the agent's level, fenced to its own threads; no or a refused token is 401 with
+  `WWW-Authenticate: Bearer resource_metadata=...` (RFC 9728).
+
 The caller is the run the token belongs to (`peerd.api.tools.caller_from_token`, exactly as for
 `/v1/tools/*`), so a link's run gets the link's fence and cap here too. It travels to the tool
 call in the ASGI scope (`mcp_server.CALLER_SCOPE_KEY`); each tool is the one `/v1/tools/{name}`
@@ -38,7 +44,7 @@ import importlib
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -62,7 +68,7 @@ log = structlog.get_logger(__name__)
 MCP_PATH = "/mcp"
 TCP_HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0  # how long a request waits for the SDK's first import (about a second)
-Access = Literal["owner", "agent", "tcp"]
+Access = Literal["owner", "agent", "tcp", "network"]
 NO_TOKEN_HERE = (
     "This endpoint serves peerd's agent tools to peerd's runs only: pass the run token peerd gave "  # noqa: S105
     "this run (Authorization: Bearer)."
@@ -194,12 +200,20 @@ class McpService:
 
 MCP_SERVICE = web.AppKey("mcp_service", McpService)
 MCP_ACCESS: web.AppKey[Access] = web.AppKey("mcp_access")
+# The network listener (`access="network"`): outside agents signed in over OAuth (issue 29). Who
+# the caller is, or the 401 to answer, is peerd/api/agent_signin.py's (`AgentSignin.authenticate`).
+SignedIn = Callable[[web.Request], Awaitable["Caller | web.Response"]]
+NETWORK_CALLER: web.AppKey[SignedIn] = web.AppKey("mcp_network_caller")
 
 
-def add_mcp_route(app: web.Application, service: McpService, access: Access) -> None:
+def add_mcp_route(
+    app: web.Application, service: McpService, access: Access, *, signed_in: SignedIn | None = None
+) -> None:
     """Serve `/mcp` on `app` (before it is started); `access` says who may call (module docstring)."""
     app[MCP_SERVICE] = service
     app[MCP_ACCESS] = access
+    if signed_in is not None:
+        app[NETWORK_CALLER] = signed_in
     add_routes(app, (MCP_ROUTE,))
 
 
@@ -213,11 +227,14 @@ def _unauthorized(err: PeerdError) -> web.Response:
 async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
     service, access = request.app[MCP_SERVICE], request.app[MCP_ACCESS]
     ops = service.services.ops
+    signed_in = await request.app[NETWORK_CALLER](request) if access == "network" else None
+    if isinstance(signed_in, web.StreamResponse):  # no token, or one refused: 401 (RFC 9728)
+        return signed_in
     header = request.headers.get(hdrs.AUTHORIZATION)
     if access == "tcp" and header is None:
         return _unauthorized(CapabilityDenied(NO_TOKEN_HERE))
     try:
-        caller = await caller_from_token(ops, header, owner_without_token=access == "owner")
+        caller = signed_in or await caller_from_token(ops, header, owner_without_token=access == "owner")
     except CapabilityDenied as err:  # parent_not_active, link_revoked, no or malformed token
         if access == "tcp":
             return _unauthorized(err)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol
 
 from aiohttp import web
 from authlib.oauth2.base import OAuth2Error
@@ -40,6 +40,8 @@ from peerd.errors import (
     OAUTH_STATUS,
     REGISTRY,
     AccessExceedsCode,
+    AuthCodeRejected,
+    InvalidClient,
     InvalidRequest,
     NotFound,
     PairingReason,
@@ -63,6 +65,7 @@ log = get_logger(__name__)
 
 PAIRING_GRANT = "urn:peerd:params:oauth:grant-type:pairing-code"
 REFRESH_GRANT = "refresh_token"
+AUTHORIZATION_CODE_GRANT = "authorization_code"  # an outside agent's sign-in (api/agent_signin.py)
 PAIRING_FAILURES_PER_WINDOW = 20
 PAIRING_WINDOW_S = 60.0
 _GLOBAL = "pairing"
@@ -151,6 +154,22 @@ def _invalid(text: str) -> _Reject:
     return _Reject(InvalidRequest(text), text)
 
 
+class CodeExchange(Protocol):
+    """An agent's authorization code for a new client (`AgentSignin.exchange`); raises
+    `AuthCodeRejected`, `InvalidClient` or `InvalidRequest`."""
+
+    def __call__(
+        self,
+        *,
+        code: str,
+        client_id: str | None,
+        redirect_uri: str | None,
+        verifier: str | None,
+        resource: str | None,
+        now: float,
+    ) -> Awaitable[clients.Redeemed]: ...
+
+
 class OAuthEndpoints:
     def __init__(
         self,
@@ -161,8 +180,10 @@ class OAuthEndpoints:
         label: str,
         clock: Callable[[], float],
         pairing_limit: SlidingWindow,
+        code_exchange: CodeExchange | None = None,
     ) -> None:
         self.db = db
+        self.code_exchange = code_exchange
         self.signing_key = signing_key
         self.env_id = env_id
         self.label = label  # as configured, for the token response
@@ -192,6 +213,8 @@ class OAuthEndpoints:
                 body = await self._pairing(form)
             elif grant == REFRESH_GRANT:
                 body = await self._refresh(form)
+            elif grant == AUTHORIZATION_CODE_GRANT and self.code_exchange is not None:
+                body = await self._authorization_code(form, self.code_exchange)
             else:
                 text = (
                     f"grant_type {_printable(grant[:100])} is not supported here; use {PAIRING_GRANT} "
@@ -248,6 +271,23 @@ class OAuthEndpoints:
             )
             raise _Reject(exc, text) from None
         log.info("oauth.linked", code_id=code_id, client_id=redeemed.client.id, access=access)
+        return self._token_body(redeemed, now)
+
+    async def _authorization_code(self, form: Form, exchange: CodeExchange) -> dict[str, Any]:
+        code = _required(form, "code")
+        now = self.clock()
+        try:
+            redeemed = await exchange(
+                code=code,
+                client_id=_optional(form, "client_id"),
+                redirect_uri=_optional(form, "redirect_uri"),
+                verifier=_optional(form, "code_verifier"),
+                resource=_optional(form, "resource"),
+                now=now,
+            )
+        except (AuthCodeRejected, InvalidClient, InvalidRequest) as exc:
+            log.info("oauth.code_rejected", code=exc.code, reason=getattr(exc, "reason", None))
+            raise _Reject(exc, exc.message) from None
         return self._token_body(redeemed, now)
 
     def _max_age(self, text: str | None) -> float | None:
@@ -334,8 +374,10 @@ def add_oauth_routes(
     label: str,
     clock: Callable[[], float] = time.time,
     pairing_limit: SlidingWindow | None = None,
+    code_exchange: CodeExchange | None = None,
 ) -> None:
-    """Mount `/oauth/token` and `/oauth/revoke` (the network listener's app)."""
+    """Mount `/oauth/token` and `/oauth/revoke` (the network listener's app); with `code_exchange`,
+    the token endpoint takes agents' authorization codes too."""
     endpoints = OAuthEndpoints(
         db=db,
         signing_key=signing_key,
@@ -347,6 +389,7 @@ def add_oauth_routes(
             if pairing_limit is None
             else pairing_limit
         ),
+        code_exchange=code_exchange,
     )
     app[OAUTH] = endpoints
     add_routes(app, ROUTES)
@@ -368,7 +411,7 @@ async def revoke(request: web.Request) -> web.Response:
 class TokenForm(BaseModel):
     """`POST /oauth/token`, a form: a pairing code's redemption or a refresh (module docstring)."""
 
-    grant_type: str = Field(description=f"{PAIRING_GRANT} or {REFRESH_GRANT}")
+    grant_type: str = Field(description=f"{PAIRING_GRANT}, {REFRESH_GRANT} or {AUTHORIZATION_CODE_GRANT}")
     code_id: str | None = Field(default=None, description="pairing: the code's id")
     code_secret: str | None = Field(default=None, description="pairing: the code's secret")
     access: str | None = Field(default=None, description=f"pairing: one of {', '.join(ACCESS_LEVELS)}")
@@ -377,6 +420,17 @@ class TokenForm(BaseModel):
     client_env_id: str | None = Field(default=None, description="pairing: the client's environment id")
     max_age: str | None = Field(default=None, description="pairing: the link's hard age limit, seconds")
     refresh_token: str | None = Field(default=None, description="refresh: the refresh token")
+    code: str | None = Field(
+        default=None, description="authorization_code: an agent's code (RFC 6749 §4.1.3)"
+    )
+    redirect_uri: str | None = Field(
+        default=None, description="authorization_code: as in the authorization request"
+    )
+    client_id: str | None = Field(default=None, description="authorization_code: the agent's OAuth client id")
+    code_verifier: str | None = Field(
+        default=None, description="authorization_code: the PKCE verifier (RFC 7636)"
+    )
+    resource: str | None = Field(default=None, description="authorization_code: this box's /mcp (RFC 8707)")
 
 
 class RevokeForm(BaseModel):

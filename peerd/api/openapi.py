@@ -80,7 +80,7 @@ LISTENERS: tuple[Listener, ...] = (
         "https://{host}:{port}",
         "The network listener (`--listen`): TLS with the box's self-signed certificate, which linked "
         "machines pin. `/v1/*` takes a link's access token (`linkBearer`, from `/oauth/token`).",
-        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES, *handoff.BOX_ROUTES),
+        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES, *handoff.BOX_ROUTES, mcp_http.MCP_ROUTE),
     ),
     Listener(
         "agent",

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd import contracts as c
 from peerd.api import examples as ex
 from peerd.api import feedroutes, gitwire, owner_routes
+from peerd.api.agent_signin import AgentSignin, MetadataFetcher, add_agent_signin_routes
 from peerd.api.app import DELEGATION, DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
 from peerd.api.context import CALLER_KEY
 from peerd.api.listener import host_middleware
@@ -68,7 +69,7 @@ def link_auth_middleware(
             return _unauthorized(CapabilityDenied(NOT_ACCEPTED))
         now = clock()
         client = await clients.active_client(db, claims.client_id, now=now)
-        if client is None:
+        if client is None or client.kind != "link":  # a signed-in agent's token is for /mcp only
             return _unauthorized(CapabilityDenied(NOT_ACCEPTED))
         try:
             limit = parse_mode_limit(request.headers.get(MODE_LIMIT_HEADER))
@@ -143,6 +144,7 @@ def network_app(
     delegation: Delegation,
     signing_key: Ed25519PrivateKey,
     clock: Clock = SYSTEM_CLOCK,
+    allow_private_metadata: bool = False,
 ) -> web.Application:
     app = base_app()
     app.middlewares.append(host_middleware)  # a foreign Host on a loopback listener: refused first
@@ -151,6 +153,17 @@ def network_app(
     app[DELEGATION] = delegation  # the watch and the change feed
     app[DESCRIPTOR] = desc
     app[VIEW] = "network"
+    # One brake on wrong pairing codes, for links' redemptions and agents' sign-in pages alike.
+    pairing_limit = SlidingWindow(PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, clock.monotonic)
+    signin = AgentSignin(
+        db=ops.db,
+        signing_key=signing_key,
+        env_id=desc.env_id,
+        label=desc.label,
+        clock=clock,
+        pairing_limit=pairing_limit,
+        fetcher=MetadataFetcher(allow_private=allow_private_metadata),
+    )
     add_oauth_routes(
         app,
         db=ops.db,
@@ -158,7 +171,9 @@ def network_app(
         env_id=desc.env_id,
         label=desc.label,
         clock=clock,
-        pairing_limit=SlidingWindow(PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, clock.monotonic),
+        pairing_limit=pairing_limit,
+        code_exchange=signin.exchange,
     )
+    add_agent_signin_routes(app, signin)  # outside agents sign in to /mcp (issue 29)
     add_routes(app, ROUTES)
     return app

@@ -66,6 +66,8 @@ class LinkContext:
     label: str
     access: RuntimeMode
     cap: ModeCap
+    # A signed-in agent (issue 29) sees only the threads it started; a linked peerd reads them all.
+    own_threads_only: bool = False
 
 
 def parse_mode_limit(header: str | None) -> ModeCap | None:

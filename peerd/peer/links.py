@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import structlog
 
 from peerd import contracts as c
-from peerd.core.agent_oauth import agent_code
 from peerd.core import pairing_code
 from peerd.core.access import ACCESS_LEVELS, access_within
+from peerd.core.agent_oauth import agent_code
 from peerd.core.envid import normalize_env_id
 from peerd.core.links import is_final
 from peerd.core.text import clean_label
@@ -184,7 +184,9 @@ class LinkService:
             now=self.clock(),
             purpose="agent",
         )
-        log.info("pair.created", code_id=info.id, access=req.access, expires_at=info.expires_at, purpose="agent")
+        log.info(
+            "pair.created", code_id=info.id, access=req.access, expires_at=info.expires_at, purpose="agent"
+        )
         return c.PairCreateResult(code=agent_code(info.id, secret), info=info, urls=urls)
 
     async def pair_list(self, *, include_done: bool) -> list[c.PairingCodeInfo]:

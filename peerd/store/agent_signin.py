@@ -100,7 +100,7 @@ async def approve(
             raise clients.pairing_rejected("unknown_code")
         state = code_state(row, now)
         if state != "open":
-            raise clients.pairing_rejected(state)  # type: ignore[arg-type]  # a closed state is a reason
+            raise clients.pairing_rejected(state)
         if not hmac.compare_digest(row["secret_hash"], secret_hash(secret)):
             attempts = int(row["failed_attempts"]) + 1
             burnt = attempts >= MAX_FAILED_ATTEMPTS
@@ -163,14 +163,21 @@ async def exchange(
                 used=row["used_at"] is not None,
             )
         reason = code_verdict(
-            stored, client_id=client_id, redirect_uri=redirect_uri, verifier=verifier, resource=resource, now=now
+            stored,
+            client_id=client_id,
+            redirect_uri=redirect_uri,
+            verifier=verifier,
+            resource=resource,
+            now=now,
         )
         if reason is not None:
             if row is not None and reason == "reused" and row["client_id"] is not None:
                 await clients.revoke_in(tx, row["client_id"], CODE_REUSE_REASON, now)
             elif row is not None and reason != "reused":
                 # A live code refused once is spent: no second guess at a verifier.
-                await tx.execute("UPDATE auth_codes SET used_at = ? WHERE code_hash = ?", (now, row["code_hash"]))
+                await tx.execute(
+                    "UPDATE auth_codes SET used_at = ? WHERE code_hash = ?", (now, row["code_hash"])
+                )
             failure = AuthCodeRejected(AUTH_CODE_TEXTS[reason], reason=reason)
         else:
             assert row is not None  # noqa: S101  # code_verdict said so
@@ -194,7 +201,9 @@ async def exchange(
             await tx.execute(
                 "UPDATE pairing_codes SET client_id = ? WHERE id = ?", (new_client, row["pairing_code_id"])
             )
-            token, refresh_expires_at = await clients.issue_refresh(tx, new_client, expires_at, now, refresh_ttl_s)
+            token, refresh_expires_at = await clients.issue_refresh(
+                tx, new_client, expires_at, now, refresh_ttl_s
+            )
             info = clients.client_info(await clients.client_in(tx, new_client), now)
     if failure is not None:
         raise failure  # after the commit: the spent code and a revocation must stick

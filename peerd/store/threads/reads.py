@@ -73,7 +73,13 @@ async def get_thread(db: Database, thread_id: str) -> Thread:
 
 
 async def page(
-    db: Database, *, project_id: str | None, include_archived: bool, cursor: str | None, limit: int
+    db: Database,
+    *,
+    project_id: str | None,
+    include_archived: bool,
+    cursor: str | None,
+    limit: int,
+    link_origin: str | None = None,
 ) -> Page[Thread]:
     """One page of threads in creation order, each with its latest run: one statement per page
     (`THREAD_WITH_LATEST`), whatever the page's size."""
@@ -87,6 +93,9 @@ async def page(
         params.append(project_id)  # type: ignore[arg-type]  # mixed params list
     if not include_archived:
         clauses.append("t.status != 'archived'")
+    if link_origin is not None:  # a signed-in agent's own threads only
+        clauses.append("t.link_origin = ?")
+        params.append(link_origin)  # type: ignore[arg-type]  # mixed params list
     rows = await db.fetchall(
         f"{THREAD_WITH_LATEST} WHERE {' AND '.join(clauses)} ORDER BY t.rowid LIMIT ?",
         (*params, limit + 1),
