@@ -100,8 +100,15 @@ PAGE_PAIRING_TEXTS: dict[PairingReason, str] = {
 
 
 def origin_of(request: web.Request) -> str:
-    """This listener as the caller reached it: the issuer and the resource's origin."""
+    """This listener as the caller reached it: the resource's origin."""
     return f"{request.scheme}://{request.host}"
+
+
+def issuer_of(request: web.Request) -> str:
+    """The issuer: the origin with its root path, `https://host:port/`. Clients compare `iss` and
+    `issuer` as strings, some after URL normalization (which adds the `/`), some before: with the
+    slash written out, both agree."""
+    return origin_of(request) + "/"
 
 
 @dataclass(frozen=True)
@@ -272,7 +279,7 @@ class AgentSignin:
         return web.json_response(
             {
                 "resource": base + MCP_PATH,
-                "authorization_servers": [base],
+                "authorization_servers": [issuer_of(request)],
                 "bearer_methods_supported": ["header"],
                 "resource_name": f"peerd on {self.label}",
             }
@@ -282,7 +289,7 @@ class AgentSignin:
         base = origin_of(request)
         return web.json_response(
             {
-                "issuer": base,
+                "issuer": issuer_of(request),
                 "authorization_endpoint": base + AUTHORIZE_PATH,
                 "token_endpoint": base + "/oauth/token",
                 "registration_endpoint": base + REGISTER_PATH,
@@ -378,7 +385,7 @@ class AgentSignin:
         )
 
     def _redirect(self, request: web.Request, uri: str, params: dict[str, str | None]) -> web.Response:
-        target = _with_query(uri, {**params, "iss": origin_of(request)})
+        target = _with_query(uri, {**params, "iss": issuer_of(request)})
         return web.Response(status=303, headers={**_NO_STORE, hdrs.LOCATION: target})
 
     async def authorize_page(self, request: web.Request) -> web.Response:
