@@ -192,7 +192,7 @@ def address_allowed(address: str, *, allow_private: bool) -> bool:
         return False
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+    if ip.is_multicast or ip.is_unspecified:
         return False
     if ip.is_global:
         return True
