@@ -121,6 +121,16 @@ class AgentClient:
 # --- client ID metadata documents (SSRF-guarded fetch) -----------------------------------------
 
 
+REFUSED_ADDRESS = (
+    "The client_id URL names an address this box does not fetch from (loopback, private or "
+    "link-local); the owner may allow it with [agents] allow_private_metadata_urls = true."
+)
+
+
+class RefusedAddress(OSError):
+    """A name that resolves to an address peerd does not fetch from (`GuardedResolver`)."""
+
+
 class GuardedResolver(AbstractResolver):
     """Resolves as the system does, and refuses a name with any address peerd may not reach
     (`rules.address_allowed`): the check and the connection use the same answer."""
@@ -136,7 +146,7 @@ class GuardedResolver(AbstractResolver):
         if not found or not all(
             rules.address_allowed(r["host"], allow_private=self._allow_private) for r in found
         ):
-            raise OSError(f"{host} resolves to an address this box does not fetch from")
+            raise RefusedAddress(f"{host} resolves to an address this box does not fetch from")
         return found
 
     async def close(self) -> None:
@@ -158,10 +168,7 @@ class MetadataFetcher:
         except ValueError:
             literal = None
         if literal is not None and not rules.address_allowed(host, allow_private=self.allow_private):
-            raise InvalidClient(
-                "The client_id URL names an address this box does not fetch from (loopback, private or "
-                "link-local); the owner may allow it with [agents] allow_private_metadata_urls = true."
-            )
+            raise InvalidClient(REFUSED_ADDRESS)
         connector = aiohttp.TCPConnector(
             resolver=GuardedResolver(allow_private=self.allow_private), use_dns_cache=False
         )
@@ -176,11 +183,14 @@ class MetadataFetcher:
                         f"The client_id URL answered {resp.status}, not 200 with the metadata."
                     )
                 raw = await resp.content.read(MAX_METADATA_BYTES + 1)
-        except (aiohttp.ClientError, OSError, TimeoutError):
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, RefusedAddress):
+                raise InvalidClient(REFUSED_ADDRESS) from None
             raise InvalidClient(
-                "The client's metadata document could not be fetched (unreachable, or an address this box "
-                "does not fetch from)."
+                "The client's metadata document could not be fetched (unreachable)."
             ) from None
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            raise InvalidClient("The client's metadata document could not be fetched.") from None
         if len(raw) > MAX_METADATA_BYTES:
             raise InvalidClient(f"The client's metadata document is larger than {MAX_METADATA_BYTES} bytes.")
         try:

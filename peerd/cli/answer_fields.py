@@ -225,6 +225,8 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "revokedAt",
         "revokedReason",
         "status",
+        "kind",
+        "agentName",
         "stoppedThreads",
     ),
     "POST /v1/console/login-token": (
@@ -265,6 +267,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "state",
         "failedAttempts",
         "clientId",
+        "purpose",
     ),
     "POST /v1/projects": (
         "id",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -19,10 +20,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from peerd.agent_tools import TOOL_SPECS
+from peerd.config import AgentsConfig, Config
 from peerd.api.oauth import PAIRING_GRANT
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
-from tests.helpers import LocalClient, script
+from tests.helpers import LocalClient, running_daemon, script
 from tests.support.cli import ok, peerd
 from tests.support.signin import REDIRECT, Agent, Person, base_of, pkce, query_of, tls_for
 
@@ -386,6 +388,19 @@ async def test_a_metadata_url_on_a_private_address_is_refused(agent: Agent, clie
     async with Person(agent.daemon) as person:
         resp = await person.open(agent.authorize_url(pkce()[1]))
     assert resp.status == 400 and "Location" not in resp.headers
+    if client_id.startswith("https://"):  # refused for its address, before any connection
+        assert "names an address this box does not fetch from" in await resp.text()
+
+
+async def test_the_owner_may_allow_private_metadata_urls(tmp_path: Path) -> None:
+    settings = Config(agents=AgentsConfig(allow_private_metadata_urls=True))
+    async with running_daemon(tmp_path / "home", settings=settings) as daemon, Agent(daemon) as agent:
+        for client_id in ("https://127.0.0.1:9/agent.json", "https://localhost:9/agent.json"):
+            agent.client_id = client_id
+            async with Person(daemon) as person:
+                resp = await person.open(agent.authorize_url(pkce()[1]))
+            # Fetched this time (nothing answers on port 9): refused for that, not for its address.
+            assert resp.status == 400 and "could not be fetched" in await resp.text()
 
 
 async def test_registration_is_bounded(agent: Agent) -> None:

@@ -159,3 +159,25 @@ def test_a_sign_in_lasts_thirty_days_or_the_code_max_age() -> None:
     assert rules.signin_expiry(0.0, None) == 30 * 24 * 3600
     assert rules.signin_expiry(0.0, 3600.0) == 3600.0
     assert rules.signin_expiry(0.0, 90 * 24 * 3600.0) == 30 * 24 * 3600
+
+
+def test_a_metadata_document_names_itself_and_its_redirect_uris() -> None:
+    from peerd.api.agent_signin import client_from_document
+
+    url = "https://app.example/oauth/client.json"
+    doc = {"client_id": url, "client_name": "App", "redirect_uris": ["http://127.0.0.1:3000/cb"]}
+    client = client_from_document(url, doc)
+    assert (client.client_id, client.name, client.redirect_uris) == (
+        url,
+        "App",
+        ("http://127.0.0.1:3000/cb",),
+    )
+    for bad in (
+        {**doc, "client_id": "https://elsewhere.example/c.json"},
+        {**doc, "redirect_uris": []},
+        {**doc, "redirect_uris": ["http://evil.example/cb"]},
+        {**doc, "redirect_uris": "http://127.0.0.1:3000/cb"},
+        {**doc, "client_name": 7},
+    ):
+        with pytest.raises(InvalidClient):
+            client_from_document(url, bad)

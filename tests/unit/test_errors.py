@@ -224,6 +224,8 @@ def test_the_oauth_answer_of_each_class() -> None:
         "pairing_rejected": "invalid_grant",
         "invalid_grant": "invalid_grant",
         "rate_limited": "slow_down",
+        "authorization_code_rejected": "invalid_grant",
+        "invalid_client": "invalid_client",
     }
     assert set(errors.OAUTH_STATUS) == set(get_args(errors.OAuthErrorCode))
     oauth = errors.oauth_error_of
@@ -232,6 +234,8 @@ def test_the_oauth_answer_of_each_class() -> None:
     assert oauth(errors.RefreshRejected("no", reason="reused")) == ("invalid_grant", 400, "reused")
     assert oauth(errors.AccessExceedsCode("wide")) == ("invalid_scope", 400, "access_exceeds_code")
     assert oauth(errors.RateLimited("wait")) == ("slow_down", 429, None)
+    assert oauth(errors.AuthCodeRejected("no", reason="pkce")) == ("invalid_grant", 400, "pkce")
+    assert oauth(errors.InvalidClient("no")) == ("invalid_client", 401, "invalid_client")
     assert oauth(errors.UsageError("x")) == ("invalid_request", 400, None)  # inherited
     assert oauth(errors.ScopeInvalid("x")) == ("invalid_scope", 400, None)
 
