@@ -329,14 +329,14 @@ def client_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> 
         emit_json(items, as_json)
         return
     table(
-        ["id", "kind", "label", "access", "status", "linked", "last seen", "from"],
+        ["id", "label", "access", "status", "kind", "linked", "last seen", "from"],
         [
             [
                 x["id"],
-                x.get("kind", "link"),
-                x.get("agentName") or x["label"] if x.get("kind") == "agent" else x["label"],
+                (x.get("agentName") or x["label"]) if x.get("kind") == "agent" else x["label"],
                 x["access"],
                 x["status"],
+                x.get("kind", "link"),  # a link, or an outside agent signed in over OAuth
                 ago(x["createdAt"]),
                 ago(x["lastSeenAt"]),
                 x["lastAddress"],

@@ -90,7 +90,7 @@ async def test_the_mcp_sdk_signs_in_with_pkce_calls_tools_and_is_refused_after_r
     provider = OAuthClientProvider(
         server_url=url,
         client_metadata=OAuthClientMetadata(
-            client_name="sdk test agent",
+            client_name="sdk-test-agent",
             redirect_uris=[REDIRECT],
             grant_types=["authorization_code", "refresh_token"],
         ),
@@ -112,8 +112,8 @@ async def test_the_mcp_sdk_signs_in_with_pkce_calls_tools_and_is_refused_after_r
 
     # The agent is a client of the box, listed with its kind and name, and its thread is its own.
     listed_clients = ok(await peerd(daemon.paths.home, "client", "list"))
-    row = next(line for line in listed_clients.splitlines() if "sdk test agent" in line)
-    assert row.split()[1] == "agent"
+    row = next(line for line in listed_clients.splitlines() if "sdk-test-agent" in line)
+    assert row.split()[4] == "agent"
     client_id = row.split()[0]
     thread = await client.call("GET", f"/v1/threads/{thread_id}")
     assert thread["linkOrigin"] == client_id
