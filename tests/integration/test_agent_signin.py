@@ -20,8 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from peerd.agent_tools import TOOL_SPECS
-from peerd.config import AgentsConfig, Config
 from peerd.api.oauth import PAIRING_GRANT
+from peerd.config import AgentsConfig, Config
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient, running_daemon, script
