@@ -24,7 +24,7 @@ from peerd.api.oauth import PAIRING_GRANT
 from peerd.config import AgentsConfig, Config
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
-from tests.helpers import LocalClient, running_daemon, script
+from tests.helpers import LocalClient, client_for, running_daemon, script
 from tests.support.cli import ok, peerd
 from tests.support.signin import REDIRECT, Agent, Person, base_of, pkce, query_of, tls_for
 
@@ -415,3 +415,16 @@ async def test_registration_is_bounded(agent: Agent) -> None:
         async with agent.session.post(agent.base + "/oauth/register", json=body) as resp:
             assert resp.status == 400, body
             assert (await resp.json())["error"] in ("invalid_redirect_uri", "invalid_client_metadata")
+
+
+async def test_on_a_plain_loopback_listener_a_browser_can_sign_in_too(tmp_path: Path) -> None:
+    """`peerd serve --listen 127.0.0.1:PORT --no-tls`: the listener a browser on this machine can
+    open (browsers do not take the TLS listener's Ed25519 certificate): the same sign-in, over http."""
+    async with running_daemon(tmp_path / "home", tls=False) as daemon, Agent(daemon) as agent:
+        assert agent.base.startswith("http://127.0.0.1:")
+        async with client_for(daemon.paths.home) as owner:
+            tokens = await agent.sign_in(await agent_code(owner, "read-only"))
+        listed = await agent.call_tool(tokens["access_token"], "project_list", {})
+        assert listed.get("isError") is not True
+        async with agent.session.get(agent.base + "/.well-known/oauth-authorization-server") as got:
+            assert (await got.json())["issuer"] == agent.base + "/"
