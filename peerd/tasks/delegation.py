@@ -303,6 +303,11 @@ class Delegation:
             raise TaskNotFound(f"Delegated task {task_id} was not found.") from None
         if caller.thread_id is not None and task.parent_thread_id != caller.thread_id:
             raise TaskNotFound(f"Delegated task {task_id} does not belong to thread {caller.thread_id}.")
+        if caller.thread_id is None and caller.link is not None:
+            # A signed-in agent (no run of its own): only tasks of threads it started.
+            parent = await threads.get_thread(self.db, task.parent_thread_id)
+            if parent.link_origin != caller.link.client_id:
+                raise TaskNotFound(f"Delegated task {task_id} was not found.")
         return task
 
     async def status(self, caller: Caller, req: c.TaskStatusRead) -> c.TaskInfo:

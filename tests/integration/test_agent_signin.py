@@ -17,6 +17,7 @@ from mcp import Client
 from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.client.auth.oauth2 import AuthorizationCodeResult
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from peerd.agent_tools import TOOL_SPECS
@@ -26,6 +27,7 @@ from peerd.core import pairing_code
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient, client_for, running_daemon, script
 from tests.support.cli import ok, peerd
+from tests.support.mcp import live_run
 from tests.support.signin import REDIRECT, Agent, Person, base_of, pkce, query_of, tls_for
 
 
@@ -207,6 +209,26 @@ async def test_an_agent_sees_only_its_own_threads(
             first.base + "/v1/threads", headers={"Authorization": f"Bearer {one['access_token']}"}
         ) as resp:
             assert resp.status == 401
+
+
+@pytest.mark.slow
+async def test_an_agent_cannot_read_or_cancel_another_threads_task(
+    tmp_path: Path, daemon: Daemon, agent: Agent, client: LocalClient, project: dict[str, Any]
+) -> None:
+    tokens = await agent.sign_in(await agent_code(client))
+    async with live_run(client, project, tmp_path) as run:  # the owner's run delegates a task
+        assert daemon.mcp.url is not None
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {run.token}"})
+        async with http, Client(streamable_http_client(daemon.mcp.url, http_client=http)) as session:
+            delegated = await session.call_tool("delegate_task", {"task": script({"reply": "child"})})
+        assert not delegated.is_error and delegated.structured_content is not None, delegated.content
+        task_id = delegated.structured_content["taskId"]
+        for tool in ("task_status", "task_cancel"):
+            result = await agent.call_tool(tokens["access_token"], tool, {"taskId": task_id})
+            assert result["isError"] is True, result
+            assert result["content"][0]["text"].startswith("task_not_found: ")
+        shown = await client.call("GET", f"/v1/tasks/{task_id}")
+        assert shown["status"] != "cancelled"
 
 
 # --- the authorization request ------------------------------------------------------------------
