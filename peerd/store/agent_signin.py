@@ -31,6 +31,7 @@ from peerd.store.db import Database
 from peerd.store.ids import new_id
 from peerd.store.pairing import MAX_FAILED_ATTEMPTS, code_state
 
+KEEP_S = 24 * 3600.0  # spent codes are kept this long past their expiry (a reuse still revokes)
 CODE_REUSE_REASON = "An authorization code was used twice; the sign-in it made was revoked to be safe."
 MAX_METADATA_BYTES = 8192
 
@@ -62,6 +63,15 @@ async def register_client(db: Database, metadata: dict[str, Any], *, now: float)
         raise ValueError("client metadata too large")  # the caller bounds every field first
     client_id = new_id("dcr")
     async with db.write() as tx:
+        # Registrations a day old that never signed in go (a registration costs nothing to make);
+        # one a sign-in was made with stays, so the agent signs in again as itself.
+        await tx.execute(
+            "DELETE FROM oauth_clients WHERE created_at < ?"
+            " AND NOT EXISTS (SELECT 1 FROM auth_codes a WHERE a.oauth_client_id = oauth_clients.client_id)"
+            " AND NOT EXISTS (SELECT 1 FROM clients c WHERE c.kind = 'agent'"
+            " AND json_extract(c.agent, '$.client_id') = oauth_clients.client_id)",
+            (now - KEEP_S,),
+        )
         await tx.execute(
             "INSERT INTO oauth_clients (client_id, metadata, created_at) VALUES (?, ?, ?)",
             (client_id, text, now),
@@ -110,6 +120,7 @@ async def approve(
             )
             failure = clients.pairing_rejected("burnt" if burnt else "wrong_secret")
         else:
+            await tx.execute("DELETE FROM auth_codes WHERE expires_at < ?", (now - KEEP_S,))
             code = secrets.token_urlsafe(32)
             await tx.execute("UPDATE pairing_codes SET state = 'used' WHERE id = ?", (code_id,))
             await tx.execute(

@@ -450,3 +450,28 @@ async def test_on_a_plain_loopback_listener_a_browser_can_sign_in_too(tmp_path: 
         assert listed.get("isError") is not True
         async with agent.session.get(agent.base + "/.well-known/oauth-authorization-server") as got:
             assert (await got.json())["issuer"] == agent.base + "/"
+
+
+async def test_old_codes_and_unused_registrations_are_pruned(
+    daemon: Daemon, agent: Agent, client: LocalClient
+) -> None:
+    db = daemon.db
+    await agent.register()
+    await agent.sign_in(await agent_code(client))
+    used = agent.client_id
+    async with db.write() as tx:
+        await tx.execute("UPDATE auth_codes SET expires_at = expires_at - 2 * 86400, created_at = 0")
+        await tx.execute("UPDATE oauth_clients SET created_at = created_at - 2 * 86400")
+    async with Agent(daemon) as idle, Agent(daemon) as newer:
+        await idle.register()
+        async with db.write() as tx:
+            await tx.execute(
+                "UPDATE oauth_clients SET created_at = created_at - 2 * 86400 WHERE client_id = ?",
+                (idle.client_id,),
+            )
+        await newer.sign_in(await agent_code(client))  # registers and approves: both prune
+        await idle.register()  # again, now that `used` has no code left: it has its sign-in
+        kept = {r["client_id"] for r in await db.fetchall("SELECT client_id FROM oauth_clients")}
+        codes = await db.fetchall("SELECT oauth_client_id FROM auth_codes")
+    assert used in kept and newer.client_id in kept and len(kept) == 3  # the idle one's first is gone
+    assert [r["oauth_client_id"] for r in codes] == [newer.client_id]
