@@ -49,6 +49,7 @@ LISTENER_NAMES = {
 AUTH = {
     "ownerSocket": "the owner socket",
     "linkBearer": "a link's access token",
+    "agentBearer": "an outside agent's access token (OAuth sign-in)",
     "runToken": "a run token",
 }
 

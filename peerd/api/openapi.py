@@ -32,6 +32,7 @@ from pydantic.json_schema import models_json_schema
 from peerd import __version__
 from peerd import contracts as c
 from peerd.api import (
+    agent_signin,
     approvals,
     gitwire,
     handoff,
@@ -79,8 +80,16 @@ LISTENERS: tuple[Listener, ...] = (
         "network",
         "https://{host}:{port}",
         "The network listener (`--listen`): TLS with the box's self-signed certificate, which linked "
-        "machines pin. `/v1/*` takes a link's access token (`linkBearer`, from `/oauth/token`).",
-        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES, *handoff.BOX_ROUTES, mcp_http.MCP_ROUTE),
+        "machines pin. `/v1/*` takes a link's access token (`linkBearer`, from `/oauth/token`); `/mcp` an "
+        "outside agent's (`agentBearer`, signed in at `/oauth/authorize`).",
+        (
+            *oauth.ROUTES,
+            *agent_signin.ROUTES,
+            *remote.ROUTES,
+            *approvals.ROUTES,
+            *handoff.BOX_ROUTES,
+            mcp_http.MCP_ROUTE,
+        ),
     ),
     Listener(
         "agent",
@@ -143,6 +152,20 @@ SECURITY_SCHEMES: dict[str, Any] = {
         "bearerFormat": "peerd access token (Ed25519-signed, minutes long; refreshed at /oauth/token)",
         "description": "A link's access token. The box checks it and that the link is still active on "
         "every request, so a revocation takes effect at once.",
+    },
+    "agentBearer": {
+        "type": "oauth2",
+        "description": "An outside agent's access token from the box's OAuth sign-in (issue 29): "
+        "authorization code with PKCE (S256), approved by a person with an agent pairing code "
+        "(`peerd pair --for agent`). Refused once the agent is revoked; the token of a link is not one.",
+        "flows": {
+            "authorizationCode": {
+                "authorizationUrl": "/oauth/authorize",
+                "tokenUrl": "/oauth/token",
+                "refreshUrl": "/oauth/token",
+                "scopes": {},
+            }
+        },
     },
     "runToken": {
         "type": "http",
@@ -236,6 +259,8 @@ def _security(op: Operation) -> list[dict[str, list[str]]]:
             found = [{"ownerSocket": none}]
             if op.route.run_token:
                 found.append({"ownerSocket": none, "runToken": none})
+        elif name == "network" and op.path == mcp_http.MCP_PATH:
+            found = [{"agentBearer": none}]  # an outside agent signed in over OAuth (api/agent_signin.py)
         elif name == "network":
             found = [{"linkBearer": none}] if op.path.startswith("/v1/") else [{}]
         else:

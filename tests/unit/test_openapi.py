@@ -66,10 +66,13 @@ def test_the_network_view_holds_only_the_listeners_routes_and_its_credential() -
     assert served == {(m, r.path) for r in network.routes for m in r.methods}
     assert ("GET", "/v1/status") not in served
     assert ("POST", "/v1/pair") not in served
-    assert set(doc["components"]["securitySchemes"]) == {"linkBearer"}
+    assert set(doc["components"]["securitySchemes"]) == {"linkBearer", "agentBearer"}
     for path, item in doc["paths"].items():
         for op in item.values():
             assert op["x-peerd-listeners"] == ["network"]
+            if path == "/mcp":  # an outside agent signed in over OAuth (issue 29)
+                assert op["security"] == [{"agentBearer": []}]
+                continue
             assert op["security"] == ([{"linkBearer": []}] if path.startswith("/v1/") else [{}])
             if path.startswith("/v1/"):
                 assert "401" in op["responses"]
