@@ -31,7 +31,7 @@ from aiohttp import web
 from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.api import peercred
-from peerd.api.agent_signin import AGENT_SIGNIN
+from peerd.api.agent_signin_routes import AGENT_SIGNIN
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE

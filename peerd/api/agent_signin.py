@@ -11,7 +11,7 @@ spec asks:
     POST /oauth/token  grant_type=authorization_code  in peerd/api/oauth.py, which calls `exchange`
 
 The client is a client ID metadata document (client_id is an https URL; fetched with SSRF guards,
-`MetadataFetcher`) or a registered one. A client or redirect URI the box cannot vouch for is shown
+`peerd.api.client_metadata`) or a registered one. A client or redirect URI the box cannot vouch for is shown
 on the page and never redirected to; every other error of the request goes back to the redirect URI
 (RFC 6749 §4.1.2.1), with `state` and `iss` (RFC 9207). The person approves by typing a pairing
 code the owner minted for agents (`peerd pair --for agent --access LEVEL`); wrong codes count toward
@@ -25,33 +25,32 @@ A signed-in agent is a client of the box of kind `agent`. On `/mcp` (`authentica
 those: `own_threads_only`), and refused at once once revoked. A link's token is refused on `/mcp`,
 and an agent's on `/v1/*` (peerd/api/remote.py).
 
-The page is static HTML: a strict CSP (`default-src 'none'`, no script at all), `frame-ancestors
-'none'`, no-store, and a double-submit CSRF token (a random cookie that the form repeats).
+The page is static HTML (`peerd.api.signin_page`): a strict CSP, no script at all, and a
+double-submit CSRF token. The route table and its models are `peerd.api.agent_signin_routes`.
 Nothing secret (pairing codes, authorization codes, verifiers, tokens) is logged or echoed.
 """
 
 from __future__ import annotations
 
-import html
-import ipaddress
-import json
 import secrets
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import aiohttp
 import structlog
 from aiohttp import hdrs, web
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from peerd.api.app import SAME_ORIGIN_PATHS, error_response
-from peerd.api.routes import Example, Route, add_routes
+from peerd.api import signin_page
+from peerd.api.app import error_response
+from peerd.api.client_metadata import (
+    AgentClient,
+    MetadataFetcher,
+    bounded_name,
+    client_from_document,
+    redirect_uris,
+)
+from peerd.api.signin_page import AUTHORIZE_PATH, CSRF_COOKIE
 from peerd.core import agent_oauth as rules
 from peerd.core.access import LinkContext, cap_for
 from peerd.errors import (
@@ -73,23 +72,10 @@ log = structlog.get_logger(__name__)
 MCP_PATH = "/mcp"
 PRM_PATHS = ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp")
 ASM_PATH = "/.well-known/oauth-authorization-server"
-AUTHORIZE_PATH = "/oauth/authorize"
 REGISTER_PATH = "/oauth/register"
-CSRF_COOKIE = "peerd_signin_csrf"
-METADATA_TIMEOUT_S = 5.0
-MAX_METADATA_BYTES = 8192
-MAX_REDIRECT_URIS = 10
-MAX_URI_CHARS = 2000
 REGISTRATIONS_PER_MINUTE = 30
 _GLOBAL = "pairing"  # the same key as oauth.py's: one brake for links' and agents' codes
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
-_PAGE_HEADERS = {
-    **_NO_STORE,
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-_PRIVATE_SCHEME = "abcdefghijklmnopqrstuvwxyz0123456789+.-"
 
 PAGE_PAIRING_TEXTS: dict[PairingReason, str] = {
     "unknown_code": "This box has no such agent pairing code. Run `peerd pair --for agent` there for one.",
@@ -111,139 +97,6 @@ def issuer_of(request: web.Request) -> str:
     `issuer` as strings, some after URL normalization (which adds the `/`), some before: with the
     slash written out, both agree."""
     return origin_of(request) + "/"
-
-
-@dataclass(frozen=True)
-class AgentClient:
-    client_id: str
-    name: str | None
-    redirect_uris: tuple[str, ...]
-
-
-# --- client ID metadata documents (SSRF-guarded fetch) -----------------------------------------
-
-
-REFUSED_ADDRESS = (
-    "The client_id URL names an address this box does not fetch from (loopback, private or "
-    "link-local); the owner may allow it with [agents] allow_private_metadata_urls = true."
-)
-
-
-class RefusedAddress(OSError):
-    """A name that resolves to an address peerd does not fetch from (`GuardedResolver`)."""
-
-
-class GuardedResolver(AbstractResolver):
-    """Resolves as the system does, and refuses a name with any address peerd may not reach
-    (`rules.address_allowed`): the check and the connection use the same answer."""
-
-    def __init__(self, *, allow_private: bool) -> None:
-        self._inner = ThreadedResolver()
-        self._allow_private = allow_private
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        found = await self._inner.resolve(host, port, family)
-        if not found or not all(
-            rules.address_allowed(r["host"], allow_private=self._allow_private) for r in found
-        ):
-            raise RefusedAddress(f"{host} resolves to an address this box does not fetch from")
-        return found
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
-class MetadataFetcher:
-    """Fetches a client ID metadata document: https only, no redirects, the address checked, at most
-    `MAX_METADATA_BYTES` in `METADATA_TIMEOUT_S`."""
-
-    def __init__(self, *, allow_private: bool) -> None:
-        self.allow_private = allow_private
-
-    async def fetch(self, url: str) -> dict[str, Any]:
-        rules.metadata_url_allowed(url)
-        host = urlsplit(url).hostname or ""
-        try:
-            literal = ipaddress.ip_address(host)
-        except ValueError:
-            literal = None
-        if literal is not None and not rules.address_allowed(host, allow_private=self.allow_private):
-            raise InvalidClient(REFUSED_ADDRESS)
-        connector = aiohttp.TCPConnector(
-            resolver=GuardedResolver(allow_private=self.allow_private), use_dns_cache=False
-        )
-        timeout = aiohttp.ClientTimeout(total=METADATA_TIMEOUT_S)
-        try:
-            async with (
-                aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
-                session.get(url, allow_redirects=False, headers={"Accept": "application/json"}) as resp,
-            ):
-                if resp.status != 200:
-                    raise InvalidClient(
-                        f"The client_id URL answered {resp.status}, not 200 with the metadata."
-                    )
-                raw = await resp.content.read(MAX_METADATA_BYTES + 1)
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, RefusedAddress):
-                raise InvalidClient(REFUSED_ADDRESS) from None
-            raise InvalidClient(
-                "The client's metadata document could not be fetched (unreachable)."
-            ) from None
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            raise InvalidClient("The client's metadata document could not be fetched.") from None
-        if len(raw) > MAX_METADATA_BYTES:
-            raise InvalidClient(f"The client's metadata document is larger than {MAX_METADATA_BYTES} bytes.")
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            raise InvalidClient("The client's metadata document is not JSON.") from None
-        if not isinstance(doc, dict):
-            raise InvalidClient("The client's metadata document is not a JSON object.")
-        return doc
-
-
-def client_from_document(url: str, doc: dict[str, Any]) -> AgentClient:
-    """A fetched metadata document as a client: its client_id must be its own URL."""
-    if doc.get("client_id") != url:
-        raise InvalidClient("The client's metadata document names another client_id than its URL.")
-    return AgentClient(url, _bounded_name(doc.get("client_name")), _redirect_uris(doc.get("redirect_uris")))
-
-
-def _bounded_name(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > 200:
-        raise InvalidClient("client_name is a string of at most 200 characters.")
-    return value
-
-
-def _redirect_uri_ok(uri: str) -> bool:
-    try:
-        parts = urlsplit(uri)
-        _ = parts.port
-    except ValueError:
-        return False
-    if parts.fragment or len(uri) > MAX_URI_CHARS:
-        return False
-    if parts.scheme == "https":
-        return bool(parts.hostname)
-    if parts.scheme == "http":  # loopback only (RFC 8252 §7.3)
-        return parts.hostname in ("127.0.0.1", "::1", "localhost")
-    # A native app's private-use scheme, reverse domain style (RFC 8252 §7.1).
-    return "." in parts.scheme and all(ch in _PRIVATE_SCHEME for ch in parts.scheme)
-
-
-def _redirect_uris(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_REDIRECT_URIS:
-        raise InvalidClient(f"redirect_uris is a list of 1 to {MAX_REDIRECT_URIS} URIs.")
-    if not all(isinstance(u, str) and _redirect_uri_ok(u) for u in value):
-        raise InvalidClient(
-            "Each redirect URI must be https, http on a loopback address, or a private-use scheme, "
-            "without a fragment."
-        )
-    return tuple(value)
 
 
 def _with_query(uri: str, params: dict[str, str | None]) -> str:
@@ -332,11 +185,11 @@ class AgentSignin:
         if not isinstance(body, dict):
             return _registration_error("invalid_client_metadata", "The body is a JSON object (RFC 7591).")
         try:
-            uris = _redirect_uris(body.get("redirect_uris"))
+            uris = redirect_uris(body.get("redirect_uris"))
         except InvalidClient as exc:
             return _registration_error("invalid_redirect_uri", exc.message)
         try:
-            name = _bounded_name(body.get("client_name"))
+            name = bounded_name(body.get("client_name"))
             grants = body.get("grant_types", ["authorization_code", "refresh_token"])
             responses = body.get("response_types", ["code"])
             if not isinstance(grants, list) or not set(grants) <= {"authorization_code", "refresh_token"}:
@@ -481,67 +334,8 @@ class AgentSignin:
         )
         return self._redirect(request, redirect_uri, {"code": approved.code, "state": checked.state})
 
-    def _page(
-        self,
-        request: web.Request,
-        status: int,
-        *,
-        params: dict[str, str] | None = None,
-        client: AgentClient | None = None,
-        redirect_uri: str | None = None,
-        error: str | None = None,
-    ) -> web.Response:
-        esc = html.escape
-        action_to = "'self'"
-        body = [f"<h1>Sign in to peerd on {esc(self.label)}</h1>"]
-        if error is not None:
-            body.append(f'<p role="alert"><strong>{esc(error)}</strong></p>')
-        headers = dict(_PAGE_HEADERS)
-        if params is not None and client is not None and redirect_uri is not None:
-            target = urlsplit(redirect_uri)
-            if target.scheme in ("http", "https"):  # the 303 after the form must be allowed too
-                action_to += f" {target.scheme}://{target.netloc}"
-            else:
-                action_to += f" {target.scheme}:"
-            csrf = secrets.token_urlsafe(24)
-            who = client.name or client.client_id
-            hidden = "".join(
-                f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
-                for k, v in params.items()
-                if k not in ("pairing_code", "csrf")
-            )
-            body.append(
-                f"<p>The agent <strong>{esc(who)}</strong> asks to use this machine's peerd tools. "
-                f"After you approve, it is sent back to <code>{esc(redirect_uri)}</code>.</p>"
-                "<p>Type the code from <code>peerd pair --for agent --access LEVEL</code> on this machine; "
-                "the agent gets that access level, for at most 30 days.</p>"
-                f'<form method="post" action="{AUTHORIZE_PATH}">{hidden}'
-                f'<input type="hidden" name="csrf" value="{csrf}">'
-                '<label>Pairing code <input name="pairing_code" autocomplete="off" required autofocus></label> '
-                '<button type="submit">Approve</button></form>'
-            )
-            response = self._html(status, body, headers, action_to)
-            response.set_cookie(
-                CSRF_COOKIE,
-                csrf,
-                path=AUTHORIZE_PATH,
-                secure=request.secure,
-                httponly=True,
-                samesite="Strict",
-            )
-            return response
-        return self._html(status, body, headers, action_to)
-
-    @staticmethod
-    def _html(status: int, body: list[str], headers: dict[str, str], action_to: str) -> web.Response:
-        headers["Content-Security-Policy"] = (
-            f"default-src 'none'; form-action {action_to}; frame-ancestors 'none'; base-uri 'none'"
-        )
-        text = (
-            '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>peerd sign-in</title></head>'
-            f"<body>{''.join(body)}</body></html>"
-        )
-        return web.Response(status=status, text=text, content_type="text/html", headers=headers)
+    def _page(self, request: web.Request, status: int, **kw: Any) -> web.Response:
+        return signin_page.render(request, status, label=self.label, **kw)
 
     # --- the token endpoint's authorization_code grant (peerd/api/oauth.py calls it) -----------
 
@@ -618,192 +412,3 @@ def _single(items: list[tuple[str, str]]) -> dict[str, str]:
 
 def _registration_error(error: str, text: str) -> web.Response:
     return web.json_response({"error": error, "error_description": text}, status=400, headers=_NO_STORE)
-
-
-AGENT_SIGNIN = web.AppKey("agent_signin", AgentSignin)
-
-
-async def _protected_resource(request: web.Request) -> web.Response:
-    return await request.app[AGENT_SIGNIN].protected_resource(request)
-
-
-async def _authorization_server(request: web.Request) -> web.Response:
-    return await request.app[AGENT_SIGNIN].authorization_server(request)
-
-
-async def _register(request: web.Request) -> web.Response:
-    return await request.app[AGENT_SIGNIN].register(request)
-
-
-async def _authorize_page(request: web.Request) -> web.Response:
-    return await request.app[AGENT_SIGNIN].authorize_page(request)
-
-
-async def _authorize_submit(request: web.Request) -> web.Response:
-    return await request.app[AGENT_SIGNIN].authorize_submit(request)
-
-
-def add_agent_signin_routes(app: web.Application, signin: AgentSignin) -> None:
-    """Mount the metadata, registration and authorization endpoints (the network listener's app)."""
-    app[AGENT_SIGNIN] = signin
-    app[SAME_ORIGIN_PATHS] = frozenset({AUTHORIZE_PATH})  # the sign-in form posts from its own page
-    add_routes(app, ROUTES)
-
-
-# --- the route table (what `peerd.api.openapi` describes) ------------------------------------------
-
-
-class ProtectedResource(BaseModel):
-    """RFC 9728 protected resource metadata of `/mcp`."""
-
-    resource: str
-    authorization_servers: list[str]
-    bearer_methods_supported: list[str]
-    resource_name: str
-
-
-class AuthorizationServer(BaseModel):
-    """RFC 8414 authorization server metadata (the fields peerd publishes)."""
-
-    issuer: str
-    authorization_endpoint: str
-    token_endpoint: str
-    registration_endpoint: str
-    revocation_endpoint: str
-    response_types_supported: list[str]
-    grant_types_supported: list[str]
-    code_challenge_methods_supported: list[str]
-    token_endpoint_auth_methods_supported: list[str]
-    revocation_endpoint_auth_methods_supported: list[str]
-    client_id_metadata_document_supported: bool
-    authorization_response_iss_parameter_supported: bool
-
-
-class Registration(BaseModel):
-    """RFC 7591 client metadata: what peerd reads of it (other fields are ignored)."""
-
-    model_config = ConfigDict(extra="allow")
-    redirect_uris: list[str] = Field(
-        description="1 to 10: https, http on a loopback address, or a private-use scheme; no fragment"
-    )
-    client_name: str | None = Field(default=None, max_length=200)
-    grant_types: list[str] | None = Field(default=None, description="authorization_code, refresh_token")
-    response_types: list[str] | None = Field(default=None, description="code")
-
-
-class Registered(BaseModel):
-    """The registered client (RFC 7591 §3.2.1): a public client, PKCE its proof."""
-
-    client_id: str
-    client_id_issued_at: int
-    redirect_uris: list[str]
-    client_name: str | None = None
-    grant_types: list[str]
-    response_types: list[str]
-    token_endpoint_auth_method: str
-
-
-class RegistrationError(BaseModel):
-    """RFC 7591 §3.2.2 (or RFC 8628's `slow_down` past 30 registrations a minute)."""
-
-    error: str
-    error_description: str | None = None
-
-
-class SignInPage(RootModel[str]):
-    """The sign-in page, or the page saying what is wrong: text/html (a strict CSP, no script)."""
-
-
-class AuthorizeQuery(BaseModel):
-    """An authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707)."""
-
-    response_type: Literal["code"]
-    client_id: str = Field(
-        description="a registered client id, or an https URL (a client ID metadata document)"
-    )
-    redirect_uri: str
-    code_challenge: str = Field(description="BASE64URL(SHA256(code_verifier)), 43 characters")
-    code_challenge_method: Literal["S256"]
-    state: str | None = None
-    resource: str | None = Field(default=None, description="this box's /mcp")
-    scope: str | None = Field(default=None, description="ignored: the pairing code sets the level")
-
-
-class AuthorizeForm(AuthorizeQuery):
-    """The sign-in page's form: the request again, the page's CSRF token and the typed code."""
-
-    csrf: str
-    pairing_code: str = Field(description="peerd-agent:ID.SECRET, from `peerd pair --for agent`")
-
-
-_REGISTRATION_STATUS = {"invalid_redirect_uri": 400, "invalid_client_metadata": 400, "slow_down": 429}
-_PAGE = (
-    "Answers text/html, not JSON: the sign-in page (200), or a page naming what is wrong (400: an "
-    "unknown client or a redirect URI it did not register, never redirected to; 403: a form without its "
-    "page's cookie; 429: too many wrong codes)."
-)
-_BASE = "https://box.example:7433"
-_PRM = Example(
-    {
-        "resource": _BASE + MCP_PATH,
-        "authorization_servers": [_BASE + "/"],
-        "bearer_methods_supported": ["header"],
-        "resource_name": "peerd on box",
-    }
-)
-_ASM = Example(
-    {
-        "issuer": _BASE + "/",
-        "authorization_endpoint": _BASE + AUTHORIZE_PATH,
-        "token_endpoint": _BASE + "/oauth/token",
-        "registration_endpoint": _BASE + REGISTER_PATH,
-        "revocation_endpoint": _BASE + "/oauth/revoke",
-        "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
-        "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none"],
-        "revocation_endpoint_auth_methods_supported": ["none"],
-        "client_id_metadata_document_supported": True,
-        "authorization_response_iss_parameter_supported": True,
-    }
-)
-_REDIRECT = "http://127.0.0.1:53682/callback"
-_REQUEST = {
-    "response_type": "code",
-    "client_id": "dcr_3f9c0a1b2d4e5f60718a",
-    "redirect_uri": _REDIRECT,
-    "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
-    "code_challenge_method": "S256",
-    "state": "af0ifjsldkj",
-    "resource": _BASE + MCP_PATH,
-}
-ROUTES: tuple[Route, ...] = (
-    Route("GET", PRM_PATHS[0], _protected_resource, "oauth_protected_resource",
-          "Where to sign in for /mcp (RFC 9728).", "oauth", answer=ProtectedResource, example=_PRM),
-    Route("GET", PRM_PATHS[1], _protected_resource, "oauth_protected_resource_mcp",
-          "Where to sign in for /mcp (RFC 9728, the path-suffixed form).", "oauth", answer=ProtectedResource,
-          example=_PRM),
-    Route("GET", ASM_PATH, _authorization_server, "oauth_authorization_server",
-          "The box's OAuth server for outside agents (RFC 8414).", "oauth", answer=AuthorizationServer,
-          example=_ASM),
-    Route("POST", REGISTER_PATH, _register, "oauth_register",
-          "Register an outside agent's OAuth client (RFC 7591; a public client).", "oauth",
-          body=Registration, answer=Registered, status=201, errors=tuple(_REGISTRATION_STATUS),
-          error_body=RegistrationError, error_status=_REGISTRATION_STATUS,
-          example=Example(
-              {"client_id": "dcr_3f9c0a1b2d4e5f60718a", "client_id_issued_at": 1796229075, "redirect_uris": [_REDIRECT],
-               "client_name": "Claude Code", "grant_types": ["authorization_code", "refresh_token"],
-               "response_types": ["code"], "token_endpoint_auth_method": "none"},
-              body={"redirect_uris": [_REDIRECT], "client_name": "Claude Code"})),
-    Route("GET", AUTHORIZE_PATH, _authorize_page, "oauth_authorize",
-          "The sign-in page an outside agent opens; a person types an agent pairing code.", "oauth",
-          query=AuthorizeQuery, answer=SignInPage, other={303: None},
-          example=Example("<!doctype html>...", query=_REQUEST),
-          description=_PAGE + " An invalid request of a known client and redirect URI is 303 to the "
-          "redirect URI with error, state and iss."),
-    Route("POST", AUTHORIZE_PATH, _authorize_submit, "oauth_authorize_submit",
-          "The sign-in page's form: 303 to the client with code, state and iss (RFC 9207).", "oauth",
-          body=AuthorizeForm, form=True, answer=SignInPage, other={303: None}, description=_PAGE,
-          example=Example("(303 to the redirect URI)",
-                          body={**_REQUEST, "csrf": "q7Tz...", "pairing_code": "peerd-agent:3f9c0a1b2d4e.Xq3v..."})),
-)  # fmt: skip

@@ -32,7 +32,7 @@ from pydantic.json_schema import models_json_schema
 from peerd import __version__
 from peerd import contracts as c
 from peerd.api import (
-    agent_signin,
+    agent_signin_routes,
     approvals,
     gitwire,
     handoff,
@@ -84,7 +84,7 @@ LISTENERS: tuple[Listener, ...] = (
         "outside agent's (`agentBearer`, signed in at `/oauth/authorize`).",
         (
             *oauth.ROUTES,
-            *agent_signin.ROUTES,
+            *agent_signin_routes.ROUTES,
             *remote.ROUTES,
             *approvals.ROUTES,
             *handoff.BOX_ROUTES,

@@ -24,8 +24,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd import contracts as c
 from peerd.api import examples as ex
 from peerd.api import feedroutes, gitwire, owner_routes
-from peerd.api.agent_signin import AgentSignin, MetadataFetcher, add_agent_signin_routes
+from peerd.api.agent_signin import AgentSignin
+from peerd.api.agent_signin_routes import add_agent_signin_routes
 from peerd.api.app import DELEGATION, DESCRIPTOR, OPERATIONS, Handler, base_app, error_response, ok
+from peerd.api.client_metadata import MetadataFetcher
 from peerd.api.context import CALLER_KEY
 from peerd.api.listener import host_middleware
 from peerd.api.oauth import PAIRING_FAILURES_PER_WINDOW, PAIRING_WINDOW_S, add_oauth_routes

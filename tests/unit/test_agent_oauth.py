@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from peerd.api.agent_signin import client_from_document
+from peerd.api.client_metadata import client_from_document
 from peerd.core import agent_oauth as rules
 from peerd.errors import InvalidClient, InvalidRequest
 
