@@ -82,6 +82,9 @@ SECRET_KEYS = frozenset(
         "refresh_token",
         "pairing_code",
         "code_secret",
+        "code_verifier",  # an agent's OAuth sign-in (api/agent_signin.py)
+        "authorization_code",
+        "csrf",
         "client_secret",
         "password",
         "token",
@@ -98,6 +101,7 @@ _B64_CHARS = r"[A-Za-z0-9._~+/=-]+"  # RFC 6750 b64token, which also covers our 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"(?i)\b(bearer\s+){_B64_CHARS}"), rf"\1{REDACTED}"),
     (re.compile(rf"\b(peerd-pair:){_B64_CHARS}"), rf"\1{REDACTED}"),
+    (re.compile(rf"\b(peerd-agent:){_B64_CHARS}"), rf"\1{REDACTED}"),
     # PEERD_RUN_TOKEN=x, PEERD_RUN_TOKEN="x", and the repr of an env dict: 'PEERD_RUN_TOKEN': 'x'
     (
         re.compile(r"""(PEERD_RUN_TOKEN['"]?\s*[=:]\s*)(?:"[^"]*"|'[^']*'|[^\s'",}]+)"""),

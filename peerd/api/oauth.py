@@ -286,7 +286,7 @@ class OAuthEndpoints:
                 now=now,
             )
         except (AuthCodeRejected, InvalidClient, InvalidRequest) as exc:
-            log.info("oauth.code_rejected", code=exc.code, reason=getattr(exc, "reason", None))
+            log.info("oauth.code_rejected", error=exc.code, reason=getattr(exc, "reason", None))
             raise _Reject(exc, exc.message) from None
         return self._token_body(redeemed, now)
 

@@ -19,6 +19,7 @@ from mcp.client.auth.oauth2 import AuthorizationCodeResult
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from structlog.testing import capture_logs
 
 from peerd.agent_tools import TOOL_SPECS
 from peerd.api.oauth import PAIRING_GRANT
@@ -475,3 +476,41 @@ async def test_old_codes_and_unused_registrations_are_pruned(
         codes = await db.fetchall("SELECT oauth_client_id FROM auth_codes")
     assert used in kept and newer.client_id in kept and len(kept) == 3  # the idle one's first is gone
     assert [r["oauth_client_id"] for r in codes] == [newer.client_id]
+
+
+async def test_nothing_secret_reaches_the_log(agent: Agent, client: LocalClient) -> None:
+    pairing = await agent_code(client)
+    with capture_logs() as logs:
+        await agent.register()
+        verifier, challenge = pkce()
+        async with Person(agent.daemon) as person:
+            resp = await person.approve(agent.authorize_url(challenge), pairing)
+        code = query_of(resp.headers["Location"])["code"]
+        _, tokens = await agent.exchange(code, verifier)
+        _, refreshed = await agent.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"])
+        await agent.exchange(code, verifier)  # the reuse is logged too
+    assert "access_token" in refreshed
+    text = repr(logs)
+    assert any(entry["event"] == "agent_signin.signed_in" for entry in logs)
+    secrets_used = (
+        pairing.partition(".")[2],
+        verifier,
+        challenge,
+        code,
+        tokens["access_token"],
+        tokens["refresh_token"],
+    )
+    for secret in secrets_used:
+        assert secret not in text
+
+
+async def test_an_agents_refresh_token_rotates_and_a_reused_one_revokes(
+    agent: Agent, client: LocalClient
+) -> None:
+    tokens = await agent.sign_in(await agent_code(client))
+    status, rotated = await agent.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"])
+    assert status == 200 and rotated["refresh_token"] != tokens["refresh_token"]
+    assert (await agent.mcp(rotated["access_token"], "tools/list")).status == 200
+    status, again = await agent.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"])
+    assert (status, again["peerd_reason"]) == (400, "reused")
+    assert (await agent.mcp(rotated["access_token"], "tools/list")).status == 401

@@ -100,6 +100,20 @@ def test_secrets_inside_strings_are_scrubbed(capsys: pytest.CaptureFixture[str])
     assert third["args"] == [f"bearer {REDACTED}"]
 
 
+def test_an_agents_sign_in_secrets_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    log = get_logger("peerd.test")
+    log.info(
+        "typed peerd-agent:3f9c0a1b2d4e.Xq3v9TzK0bR2mW8s",
+        code_verifier="v" * 43,
+        csrf="c",
+        authorization_code="a",
+    )
+    [line] = json_lines(capsys)
+    assert line["event"] == f"typed peerd-agent:{REDACTED}"
+    assert line["code_verifier"] == line["csrf"] == line["authorization_code"] == REDACTED
+
+
 def test_stdlib_records_share_the_chain(capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging()
     structlog.contextvars.bind_contextvars(request_id="req-1")
