@@ -62,7 +62,7 @@ def mcp_url(daemon: Daemon) -> str:
     return daemon.mcp.url
 
 
-async def test_it_listens_on_loopback_only_and_not_on_the_network_listener(
+async def test_it_listens_on_loopback_only_and_the_network_listener_wants_a_signed_in_agent(
     daemon: Daemon, client: LocalClient
 ) -> None:
     parts = urlsplit(mcp_url(daemon))
@@ -70,11 +70,15 @@ async def test_it_listens_on_loopback_only_and_not_on_the_network_listener(
     listeners = (await client.call("GET", "/v1/status"))["listeners"]
     assert all(f":{parts.port}" not in listener["address"] for listener in listeners), listeners
     network = next(listener["address"] for listener in listeners if listener["kind"] == "tcp")
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{network}/mcp", json=LIST, ssl=False) as resp,
-    ):
-        assert resp.status == 404  # the network listener has no MCP endpoint
+    # The network listener's /mcp is for outside agents signed in over OAuth only (issue 29;
+    # tests/integration/test_agent_signin.py): nothing else opens it, a run's token included.
+    for headers in ({}, {"Authorization": "Bearer not-an-agents-token"}):
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{network}/mcp", json=LIST, ssl=False, headers=headers) as resp,
+        ):
+            assert resp.status == 401
+            assert "resource_metadata=" in resp.headers["WWW-Authenticate"]
 
 
 @pytest.mark.parametrize(
@@ -98,6 +102,21 @@ async def test_an_ended_runs_token_is_refused(
         assert status == 200 and tool_code(answer) is None, answer
     status, answer = await post(mcp_url(daemon), call("project_list"), token=run.token)
     assert (status, answer["code"]) == (401, "parent_not_active"), answer
+
+
+async def test_a_live_runs_token_opens_nothing_on_the_network_listener(
+    tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
+) -> None:
+    """The network listener's /mcp takes only a signed-in agent's token (issue 29)."""
+    network = daemon.advertised_urls()[0].rstrip("/")
+    async with live_run(client, project, tmp_path) as run:
+        sent = {"Authorization": f"Bearer {run.token}", "Accept": "application/json, text/event-stream"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{network}/mcp", json=call("project_list"), ssl=False, headers=sent) as resp,
+        ):
+            assert resp.status == 401
+            assert resp.headers["WWW-Authenticate"].startswith('Bearer error="invalid_token"')
 
 
 @pytest.mark.slow
