@@ -22,11 +22,13 @@ from aiohttp.resolver import ThreadedResolver
 
 from peerd.core import agent_oauth as rules
 from peerd.errors import InvalidClient
+from peerd.peer.ratelimit import SlidingWindow
 
 METADATA_TIMEOUT_S = 5.0
 MAX_METADATA_BYTES = 8192
 MAX_REDIRECT_URIS = 10
 MAX_URI_CHARS = 2000
+FETCHES_PER_MINUTE = 60
 _PRIVATE_SCHEME = "abcdefghijklmnopqrstuvwxyz0123456789+.-"
 
 
@@ -71,13 +73,19 @@ class GuardedResolver(AbstractResolver):
 
 class MetadataFetcher:
     """Fetches a client ID metadata document: https only, no redirects, the address checked, at most
-    `MAX_METADATA_BYTES` in `METADATA_TIMEOUT_S`."""
+    `MAX_METADATA_BYTES` in `METADATA_TIMEOUT_S`, and at most `FETCHES_PER_MINUTE` a minute (anyone
+    who reaches the listener can make the box fetch a URL; it must not become a fetching service)."""
 
-    def __init__(self, *, allow_private: bool) -> None:
+    def __init__(self, *, allow_private: bool, limit: SlidingWindow | None = None) -> None:
         self.allow_private = allow_private
+        self.limit = limit or SlidingWindow(FETCHES_PER_MINUTE, 60.0)
 
     async def fetch(self, url: str) -> dict[str, Any]:
         rules.metadata_url_allowed(url)
+        if not self.limit.hit("fetch"):
+            raise InvalidClient(
+                "This box fetched too many client metadata documents this minute; try again soon."
+            )
         host = urlsplit(url).hostname or ""
         try:
             literal = ipaddress.ip_address(host)
