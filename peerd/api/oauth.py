@@ -120,6 +120,14 @@ REFRESH_TEXTS: dict[RefreshReason, str] = {
     "expired": "The link to {box} expired.",
 }
 
+# The same, for a signed-in agent (api/agent_signin.py): it signs in again rather than links.
+AGENT_REFRESH_TEXTS: dict[RefreshReason, str] = {
+    "unknown": "{box} does not know this refresh token.",
+    "reused": "This refresh token was already used once, so {box} ended the sign-in to be safe.",
+    "revoked": "The sign-in to {box} was revoked there.",
+    "expired": "The sign-in to {box} expired (a sign-in lasts at most 30 days).",
+}
+
 
 async def _read_form(request: web.Request) -> Form:
     # Only urlencoded fields count; a JSON body reads as an empty form (so: missing grant_type).
@@ -313,12 +321,18 @@ class OAuthEndpoints:
             rotated = await clients.rotate_refresh(self.db, token, now=now)
         except RefreshRejected as exc:
             log.info("oauth.refresh_rejected", client_id=exc.client_id, reason=exc.reason)
+            if exc.client_id is not None and await clients.kind_of(self.db, exc.client_id) == "agent":
+                raise _Reject(exc, self._agent_refresh_text(exc.reason)) from None
             raise _Reject(exc, self._refresh_text(exc.reason)) from None
         return self._token_body(rotated, now)
 
     def _refresh_text(self, reason: RefreshReason | None) -> str:
         said = REFRESH_TEXTS[reason] if reason is not None else "This refresh token cannot be used."
         return f"{said.format(box=self.name)} {self._relink()}"
+
+    def _agent_refresh_text(self, reason: RefreshReason | None) -> str:
+        said = AGENT_REFRESH_TEXTS[reason] if reason is not None else "This refresh token cannot be used."
+        return f"{said.format(box=self.name)} Sign in again with a code from `peerd pair --for agent` on {self.name}."
 
     def _token_body(self, grant: clients.Redeemed | clients.Rotated, now: float) -> dict[str, Any]:
         client = grant.client

@@ -339,6 +339,12 @@ async def revoke_by_refresh_token(db: Database, token: str, *, now: float) -> bo
     return True
 
 
+async def kind_of(db: Database, client_id: str) -> str | None:
+    """`link` or `agent` (a signed-in outside agent), or None for an unknown client."""
+    row = await db.lookup("SELECT kind FROM clients WHERE id = ?", (client_id,))
+    return None if row is None else str(row["kind"])
+
+
 async def active_client(db: Database, client_id: str, *, now: float) -> ClientInfo | None:
     """The client if it may act now (checked on every request, so revocation ends access at once)."""
     row = await db.lookup(_SELECT + " WHERE c.id = ?", (client_id,))

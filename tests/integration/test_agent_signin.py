@@ -141,6 +141,7 @@ async def test_the_mcp_sdk_signs_in_with_pkce_calls_tools_and_is_refused_after_r
     assert refused.status_code == 401
     assert 'resource_metadata="' in refused.headers["WWW-Authenticate"]
     assert refreshed.status_code == 400 and refreshed.json()["peerd_reason"] == "revoked"
+    assert "peerd pair --for agent" in refreshed.json()["error_description"]
 
 
 # --- discovery ----------------------------------------------------------------------------------
