@@ -103,10 +103,15 @@ def pair(
     info = data["info"]
     click.echo(data["code"])
     if purpose == "agent":
-        mcp = ", ".join(f"{u.rstrip('/')}/mcp" for u in data["urls"]) or "this machine's listener /mcp"
+        mcp = ", ".join(f"{u.rstrip('/')}/mcp" for u in data["urls"])
+        where = (
+            f"Point the agent at {mcp}"
+            if mcp
+            else "Serve a listener first (peerd serve --listen HOST:PORT) and point the agent at its /mcp"
+        )
         click.echo(
-            f"\nSingle use, valid until {when(info['expiresAt'])}, access up to {info['access']}. Point the "
-            f"agent at {mcp}; type this code into the sign-in page it opens.",
+            f"\nSingle use, valid until {when(info['expiresAt'])}, access up to {info['access']}. {where}; "
+            "type this code into the sign-in page it opens.",
             err=True,
         )
         return
