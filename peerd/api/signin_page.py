@@ -3,7 +3,7 @@ the form where they type an agent pairing code.
 
 No script at all, inline or not: `Content-Security-Policy: default-src 'none'; form-action 'self'
 <the redirect URI's origin>; frame-ancestors 'none'; base-uri 'none'` (the 303 after the form is a
-form action too, so its origin is allowed). `X-Frame-Options: DENY`, `no-store`, no referrer. The
+form action too, so its origin is allowed). `X-Frame-Options: DENY`, `no-store`, no referrer to other origins. The
 form carries a double-submit CSRF token: a random cookie (`HttpOnly`, `SameSite=Strict`, scoped to
 the form's path) that a hidden field repeats.
 """
@@ -25,7 +25,7 @@ PAGE_HEADERS = {
     "Pragma": "no-cache",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make the form's Origin `null`
 }
 
 
