@@ -1,6 +1,6 @@
 """peerd's MCP endpoint, `/mcp`: the agent tools over MCP streamable HTTP, served by the daemon.
 
-Three listeners serve it, each deciding who the caller is before the MCP server sees a byte:
+Four listeners serve it, each deciding who the caller is before the MCP server sees a byte:
 
 - the **agent socket** (`Paths.agent_socket`): a live run's token only (`Authorization: Bearer`),
   as for `/v1/tools/*` there;
