@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,9 +77,12 @@ class MetadataFetcher:
     `MAX_METADATA_BYTES` in `METADATA_TIMEOUT_S`, and at most `FETCHES_PER_MINUTE` a minute (anyone
     who reaches the listener can make the box fetch a URL; it must not become a fetching service)."""
 
-    def __init__(self, *, allow_private: bool, limit: SlidingWindow | None = None) -> None:
+    def __init__(
+        self, *, allow_private: bool, limit: SlidingWindow | None = None, trust: ssl.SSLContext | None = None
+    ) -> None:
         self.allow_private = allow_private
         self.limit = limit or SlidingWindow(FETCHES_PER_MINUTE, 60.0)
+        self.trust = trust  # None: the system's CAs (a test trusts its own certificate)
 
     async def fetch(self, url: str) -> dict[str, Any]:
         rules.metadata_url_allowed(url)
@@ -94,7 +98,9 @@ class MetadataFetcher:
         if literal is not None and not rules.address_allowed(host, allow_private=self.allow_private):
             raise InvalidClient(REFUSED_ADDRESS)
         connector = aiohttp.TCPConnector(
-            resolver=GuardedResolver(allow_private=self.allow_private), use_dns_cache=False
+            resolver=GuardedResolver(allow_private=self.allow_private),
+            use_dns_cache=False,
+            ssl=True if self.trust is None else self.trust,
         )
         timeout = aiohttp.ClientTimeout(total=METADATA_TIMEOUT_S)
         try:
@@ -106,7 +112,12 @@ class MetadataFetcher:
                     raise InvalidClient(
                         f"The client_id URL answered {resp.status}, not 200 with the metadata."
                     )
-                raw = await resp.content.read(MAX_METADATA_BYTES + 1)
+                raw = b""
+                while len(raw) <= MAX_METADATA_BYTES:  # a chunk at a time, never past the cap
+                    chunk = await resp.content.read(MAX_METADATA_BYTES + 1 - len(raw))
+                    if not chunk:
+                        break
+                    raw += chunk
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, RefusedAddress):
                 raise InvalidClient(REFUSED_ADDRESS) from None
