@@ -22,7 +22,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from structlog.testing import capture_logs
 
 from peerd.agent_tools import TOOL_SPECS
-from peerd.api.oauth import PAIRING_GRANT
+from peerd.api.oauth import PAIRING_FAILURES_PER_WINDOW, PAIRING_GRANT
 from peerd.config import AgentsConfig, Config
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
@@ -515,3 +515,15 @@ async def test_an_agents_refresh_token_rotates_and_a_reused_one_revokes(
     status, again = await agent.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"])
     assert (status, again["peerd_reason"]) == (400, "reused")
     assert (await agent.mcp(rotated["access_token"], "tools/list")).status == 401
+
+
+async def test_wrong_codes_on_the_page_and_link_redemptions_share_one_brake(agent: Agent) -> None:
+    await agent.register()
+    async with Person(agent.daemon) as person:
+        for _ in range(PAIRING_FAILURES_PER_WINDOW):
+            resp = await person.approve(agent.authorize_url(pkce()[1]), "peerd-agent:0123456789ab.guess")
+            assert resp.status == 400
+        resp = await person.approve(agent.authorize_url(pkce()[1]), "peerd-agent:0123456789ab.guess")
+        assert resp.status == 429 and "try again in" in await resp.text()
+    status, body = await agent.token(grant_type=PAIRING_GRANT, code_id="0123456789ab", code_secret="guess")
+    assert (status, body["error"]) == (429, "slow_down")  # a link's redemption is braked too
