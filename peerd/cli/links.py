@@ -141,9 +141,17 @@ def pair_list(ctx: click.Context, include_done: bool, as_json: JsonOutput | None
         emit_json(items, as_json)
         return
     table(
-        ["id", "access", "state", "expires", "failed", "for"],
+        ["id", "access", "state", "kind", "expires", "failed", "for"],
         [
-            [x["id"], x["access"], x["state"], ago(x["expiresAt"]), x["failedAttempts"], x["labelHint"]]
+            [
+                x["id"],
+                x["access"],
+                x["state"],
+                x.get("purpose", "link"),  # link (peerd link) or agent (an agent's sign-in page)
+                ago(x["expiresAt"]),
+                x["failedAttempts"],
+                x["labelHint"],
+            ]
             for x in items
         ],
     )

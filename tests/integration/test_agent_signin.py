@@ -527,3 +527,14 @@ async def test_wrong_codes_on_the_page_and_link_redemptions_share_one_brake(agen
         assert resp.status == 429 and "try again in" in await resp.text()
     status, body = await agent.token(grant_type=PAIRING_GRANT, code_id="0123456789ab", code_secret="guess")
     assert (status, body["error"]) == (429, "slow_down")  # a link's redemption is braked too
+
+
+async def test_pair_list_and_client_list_say_which_kind(
+    daemon: Daemon, agent: Agent, client: LocalClient
+) -> None:
+    pairing = ok(await peerd(daemon.paths.home, "pair", "--for", "agent", "--access", "read-only")).strip()
+    code_id = pairing.removeprefix("peerd-agent:").partition(".")[0]
+    listed = ok(await peerd(daemon.paths.home, "pair", "list"))
+    (row,) = [line.split() for line in listed.splitlines() if line.startswith(code_id)]
+    assert row[1:4] == ["read-only", "open", "agent"]
+    assert pairing.partition(".")[2] not in listed  # never the secret
