@@ -123,8 +123,10 @@ class Owner:
         data = await self.call("GET", "/v1/pair")
         return [c.PairingCodeInfo.model_validate(x) for x in data["items"]]
 
-    async def pair(self, access: str, ttl_s: float, label_hint: str | None) -> c.PairCreateResult:
-        body = {"access": access, "ttlS": ttl_s, "labelHint": label_hint or None}
+    async def pair(
+        self, access: str, ttl_s: float, label_hint: str | None, purpose: str = "link"
+    ) -> c.PairCreateResult:
+        body = {"access": access, "ttlS": ttl_s, "labelHint": label_hint or None, "purpose": purpose}
         return c.PairCreateResult.model_validate(await self.call("POST", "/v1/pair", body=body))
 
     async def link(self, code: str, access: str, label: str | None) -> c.LinkInfo:

@@ -79,7 +79,10 @@ async def pair(request: web.Request) -> web.StreamResponse:
     data = await form(request)
     try:
         ttl = float(data.get("ttl", "600"))
-        created = await owner(request).pair(data.get("access", "approval-required"), ttl, data.get("label"))
+        purpose = "agent" if data.get("for") == "agent" else "link"  # an agent's sign-in page (issue 29)
+        created = await owner(request).pair(
+            data.get("access", "approval-required"), ttl, data.get("label"), purpose
+        )
     except (PeerdError, ValueError) as exc:
         notice(
             request, shown_error(exc) if isinstance(exc, PeerdError) else "Pick a lifetime.", level="error"
