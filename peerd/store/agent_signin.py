@@ -27,7 +27,7 @@ from peerd.core.pairing_code import secret_hash
 from peerd.core.text import clean_label
 from peerd.errors import AuthCodeReason, AuthCodeRejected, PairingRejected
 from peerd.store import clients
-from peerd.store.db import Database
+from peerd.store.db import Database, Tx
 from peerd.store.ids import new_id
 from peerd.store.pairing import MAX_FAILED_ATTEMPTS, code_state
 
@@ -120,31 +120,61 @@ async def approve(
             )
             failure = clients.pairing_rejected("burnt" if burnt else "wrong_secret")
         else:
-            await tx.execute("DELETE FROM auth_codes WHERE expires_at < ?", (now - KEEP_S,))
-            code = secrets.token_urlsafe(32)
             await tx.execute("UPDATE pairing_codes SET state = 'used' WHERE id = ?", (code_id,))
-            await tx.execute(
-                "INSERT INTO auth_codes (code_hash, oauth_client_id, client_name, redirect_uri, code_challenge,"
-                " resource, access, max_age_s, pairing_code_id, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    _hash(code),
-                    oauth_client_id,
-                    (clean_label(client_name)[:200] or None) if client_name else None,
-                    redirect_uri,
-                    code_challenge,
-                    resource,
-                    row["access"],
-                    row["max_age_s"],
-                    code_id,
-                    now,
-                    now + AUTH_CODE_TTL_S,
-                ),
+            code = await issue_code(
+                tx,
+                oauth_client_id=oauth_client_id,
+                client_name=client_name,
+                redirect_uri=redirect_uri,
+                code_challenge=code_challenge,
+                resource=resource,
+                access=row["access"],
+                max_age_s=row["max_age_s"],
+                approved_by=code_id,
+                now=now,
             )
             access = str(row["access"])
     if failure is not None:
         raise failure  # after the commit: the counted attempt (or the burn) must stick
     return Approved(code, access)
+
+
+async def issue_code(
+    tx: Tx,
+    *,
+    oauth_client_id: str,
+    client_name: str | None,
+    redirect_uri: str,
+    code_challenge: str,
+    resource: str,
+    access: str,
+    max_age_s: float | None,
+    approved_by: str,
+    now: float,
+) -> str:
+    """A new authorization code for an approved request (`approved_by`: the pairing code's id, or
+    the console request's, `signin_requests.id`); only its hash is stored."""
+    await tx.execute("DELETE FROM auth_codes WHERE expires_at < ?", (now - KEEP_S,))
+    code = secrets.token_urlsafe(32)
+    await tx.execute(
+        "INSERT INTO auth_codes (code_hash, oauth_client_id, client_name, redirect_uri, code_challenge,"
+        " resource, access, max_age_s, pairing_code_id, created_at, expires_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            _hash(code),
+            oauth_client_id,
+            (clean_label(client_name)[:200] or None) if client_name else None,
+            redirect_uri,
+            code_challenge,
+            resource,
+            access,
+            max_age_s,
+            approved_by,
+            now,
+            now + AUTH_CODE_TTL_S,
+        ),
+    )
+    return code
 
 
 async def exchange(

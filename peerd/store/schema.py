@@ -467,5 +467,21 @@ MIGRATIONS: list[list[str]] = [
             used_at REAL,
             client_id TEXT
         )""",
+        # An authorization request the person asked the owner to approve in the console instead of
+        # typing a code (store/signin_requests.py): pending -> approved or denied -> done.
+        """CREATE TABLE signin_requests (
+            id TEXT PRIMARY KEY,
+            poll_hash TEXT NOT NULL,
+            oauth_client_id TEXT NOT NULL,
+            client_name TEXT,
+            redirect_uri TEXT NOT NULL,
+            code_challenge TEXT NOT NULL,
+            resource TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending',
+            access TEXT,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            decided_at REAL
+        )""",
     ],
 ]

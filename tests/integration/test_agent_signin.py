@@ -538,3 +538,14 @@ async def test_pair_list_and_client_list_say_which_kind(
     (row,) = [line.split() for line in listed.splitlines() if line.startswith(code_id)]
     assert row[1:4] == ["read-only", "open", "agent"]
     assert pairing.partition(".")[2] not in listed  # never the secret
+
+
+async def test_an_agent_pairing_code_approves_once(agent: Agent, client: LocalClient) -> None:
+    await agent.register()
+    pairing = await agent_code(client)
+    async with Person(agent.daemon) as person:
+        first = await person.approve(agent.authorize_url(pkce()[1]), pairing)
+        again = await person.approve(agent.authorize_url(pkce()[1]), pairing)
+    assert first.status == 303
+    assert again.status == 400 and "Location" not in again.headers
+    assert "already used" in await again.text()
