@@ -480,6 +480,28 @@ class PairingCodeInfo(Wire):
     purpose: PairingPurpose = "link"
 
 
+SigninRequestState = Literal["pending", "approved", "denied", "done", "expired"]
+
+
+class SigninRequestInfo(Wire):
+    """An outside agent's sign-in waiting for the owner's approval in the console (issue 29)."""
+
+    id: str
+    client_id: str  # the agent's OAuth client id (a URL for a client ID metadata document)
+    client_name: str | None
+    redirect_uri: str
+    state: SigninRequestState
+    access: RuntimeMode | None  # what the owner approved it at
+    created_at: float
+    expires_at: float
+
+
+class SigninDecide(Input):
+    """Approve a waiting sign-in at an access level, or deny it (`access` absent)."""
+
+    access: RuntimeMode | None = None
+
+
 class PairCreateResult(Wire):
     code: str
     info: PairingCodeInfo
