@@ -43,6 +43,7 @@ from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.owner_routes import local_app
 from peerd.api.placement import add_placement_routes
 from peerd.api.remote import network_app
+from peerd.api.signin_requests import add_signin_request_routes
 from peerd.api.tools import ToolServices, agent_app
 from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.notify import Notifier
@@ -507,6 +508,7 @@ class Daemon:
         add_approval_routes(local, p.desk)
         add_placement_routes(local, p.placement)  # GET /v1/fleet
         add_mcp_route(local, p.mcp, "owner")
+        add_signin_request_routes(local)  # outside agents' sign-ins the owner approves (issue 29)
         local[CONSOLE] = p.console  # POST /v1/console/login-token (`peerd console`)
         return local
 

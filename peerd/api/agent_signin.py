@@ -59,12 +59,14 @@ from peerd.errors import (
     InvalidRequest,
     PairingReason,
     PairingRejected,
+    RateLimited,
 )
 from peerd.operations import Caller
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import TokenRejected, VerifiedTokens
 from peerd.store import agent_signin as store
 from peerd.store import clients
+from peerd.store import signin_requests as requests_store
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
@@ -74,6 +76,7 @@ PRM_PATHS = ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protec
 ASM_PATH = "/.well-known/oauth-authorization-server"
 REGISTER_PATH = "/oauth/register"
 REGISTRATIONS_PER_MINUTE = 30
+ASKS_PER_MINUTE = 10
 _GLOBAL = "pairing"  # the same key as oauth.py's: one brake for links' and agents' codes
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -135,6 +138,7 @@ class AgentSignin:
         self.pairing_limit = pairing_limit
         self.fetcher = fetcher
         self.registration_limit = registration_limit or SlidingWindow(REGISTRATIONS_PER_MINUTE, 60.0)
+        self.ask_limit = SlidingWindow(ASKS_PER_MINUTE, 60.0)  # sign-ins asked of the owner
         self.tokens = VerifiedTokens(signing_key.public_key(), env_id=env_id, clock=clock)
 
     # --- metadata ---------------------------------------------------------------------------------
@@ -281,6 +285,7 @@ class AgentSignin:
                 request, 403, error="The form expired or came from elsewhere; open the sign-in link again."
             )
         entered = form.pop("pairing_code", "")
+        asked = form.pop("ask", None) == "1"  # "Ask the owner": approval in the console, no code
         form.pop("csrf", None)
         try:
             client, redirect_uri = await self._trusted(form)
@@ -294,6 +299,8 @@ class AgentSignin:
                 redirect_uri,
                 {"error": "invalid_request", "error_description": exc.message, "state": form.get("state")},
             )
+        if asked:
+            return await self._ask(request, client, redirect_uri, checked)
         if not self.pairing_limit.allowed(_GLOBAL):
             wait_s = max(1, int(self.pairing_limit.retry_after(_GLOBAL)) + 1)
             log.warning("agent_signin.slowed_down", retry_after_s=wait_s)
@@ -333,6 +340,70 @@ class AgentSignin:
             access=approved.access,
         )
         return self._redirect(request, redirect_uri, {"code": approved.code, "state": checked.state})
+
+    # --- approval in the console instead of a code (store/signin_requests.py) -------------------
+
+    async def _ask(
+        self, request: web.Request, client: AgentClient, redirect_uri: str, checked: rules.AuthorizeRequest
+    ) -> web.Response:
+        if not self.ask_limit.hit("ask"):
+            return self._page(
+                request, 429, error="Too many sign-ins were asked for this minute; try again soon."
+            )
+        try:
+            asked = await requests_store.ask(
+                self.db,
+                oauth_client_id=client.client_id,
+                client_name=client.name,
+                redirect_uri=redirect_uri,
+                code_challenge=checked.code_challenge,
+                resource=checked.resource,
+                oauth_state=checked.state,
+                now=self.clock(),
+            )
+        except RateLimited as exc:
+            return self._page(request, 429, error=exc.message)
+        log.info("agent_signin.asked", request_id=asked.request.id, oauth_client_id=client.client_id[:200])
+        return signin_page.render_waiting(
+            request, label=self.label, request_id=asked.request.id, poll_secret=asked.poll_secret
+        )
+
+    async def authorize_wait(self, request: web.Request) -> web.Response:
+        """The waiting page's poll: wait again, go back to the agent with a code (approved) or
+        `access_denied` (denied), or say the request is gone. Only the browser that asked (its
+        cookie) collects, and only once."""
+        request_id = request.query.get("request", "")[:64]
+        secret = request.cookies.get(signin_page.WAIT_COOKIE, "")
+        outcome = (
+            await requests_store.collect(self.db, request_id, secret, now=self.clock())
+            if request_id and secret
+            else requests_store.Outcome("gone")
+        )
+        if outcome.state == "pending":
+            return signin_page.render_waiting(
+                request, label=self.label, request_id=request_id, poll_secret=None
+            )
+        if outcome.state == "approved" and outcome.redirect_uri is not None:
+            log.info("agent_signin.approved_in_console", request_id=request_id)
+            return self._redirect(
+                request, outcome.redirect_uri, {"code": outcome.code, "state": outcome.oauth_state}
+            )
+        if outcome.state == "denied" and outcome.redirect_uri is not None:
+            return self._redirect(
+                request,
+                outcome.redirect_uri,
+                {
+                    "error": "access_denied",
+                    "error_description": "The owner denied this sign-in.",
+                    "state": outcome.oauth_state,
+                },
+            )
+        return self._page(
+            request,
+            400,
+            error="This sign-in request is unknown, expired or already answered; "
+            "start the sign-in again from the agent.",
+        )
 
     def _page(self, request: web.Request, status: int, **kw: Any) -> web.Response:
         return signin_page.render(request, status, label=self.label, **kw)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from peerd.api.agent_signin import ASM_PATH, MCP_PATH, PRM_PATHS, REGISTER_PATH, AgentSignin
 from peerd.api.app import SAME_ORIGIN_PATHS
 from peerd.api.routes import Example, Route, add_routes
-from peerd.api.signin_page import AUTHORIZE_PATH
+from peerd.api.signin_page import AUTHORIZE_PATH, WAIT_PATH
 
 AGENT_SIGNIN = web.AppKey("agent_signin", AgentSignin)
 
@@ -34,6 +34,10 @@ async def _authorize_page(request: web.Request) -> web.Response:
 
 async def _authorize_submit(request: web.Request) -> web.Response:
     return await request.app[AGENT_SIGNIN].authorize_submit(request)
+
+
+async def _authorize_wait(request: web.Request) -> web.Response:
+    return await request.app[AGENT_SIGNIN].authorize_wait(request)
 
 
 def add_agent_signin_routes(app: web.Application, signin: AgentSignin) -> None:
@@ -122,11 +126,20 @@ class AuthorizeQuery(BaseModel):
     scope: str | None = Field(default=None, description="ignored: the pairing code sets the level")
 
 
+class WaitQuery(BaseModel):
+    """The waiting page's poll (the browser's cookie says it is the one that asked)."""
+
+    request: str = Field(description="the sign-in request (`sir_...`)")
+
+
 class AuthorizeForm(AuthorizeQuery):
     """The sign-in page's form: the request again, the page's CSRF token and the typed code."""
 
     csrf: str
     pairing_code: str = Field(description="peerd-agent:ID.SECRET, from `peerd pair --for agent`")
+    ask: Literal["1"] | None = Field(
+        default=None, description="ask the owner to approve in the console instead"
+    )
 
 
 _REGISTRATION_STATUS = {"invalid_redirect_uri": 400, "invalid_client_metadata": 400, "slow_down": 429}
@@ -199,4 +212,10 @@ ROUTES: tuple[Route, ...] = (
           body=AuthorizeForm, form=True, answer=SignInPage, other={303: None}, description=_PAGE,
           example=Example("(303 to the redirect URI)",
                           body={**_REQUEST, "csrf": "q7Tz...", "pairing_code": "peerd-agent:3f9c0a1b2d4e.Xq3v..."})),
+    Route("GET", WAIT_PATH, _authorize_wait, "oauth_authorize_wait",
+          "The page waiting for the owner's approval in the console: 303 to the client once decided.", "oauth",
+          query=WaitQuery, answer=SignInPage, other={303: None},
+          description="Answers text/html: 202 while the owner decides (it looks again every 3 s), 400 when "
+          "the request is unknown, expired, answered, or not this browser's.",
+          example=Example("<!doctype html>...", query={"request": "sir_3f9c0a1b2d4e5f60718a"})),
 )  # fmt: skip

@@ -42,6 +42,7 @@ from peerd.api import (
     owner_routes,
     placement,
     remote,
+    signin_requests,
     tools,
 )
 from peerd.api.routes import Example, Route, View
@@ -73,6 +74,7 @@ LISTENERS: tuple[Listener, ...] = (
             *approvals.ROUTES,
             *placement.ROUTES,
             *handoff.ROUTES,
+            *signin_requests.ROUTES,
             mcp_http.MCP_ROUTE,
         ),
     ),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 import secrets
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 
@@ -66,7 +66,9 @@ def render(
             f'<form method="post" action="{AUTHORIZE_PATH}">{hidden}'
             f'<input type="hidden" name="csrf" value="{csrf}">'
             '<label>Pairing code <input name="pairing_code" autocomplete="off" required autofocus></label> '
-            '<button type="submit">Approve</button></form>'
+            '<button type="submit">Approve</button>'
+            "<p>No code? Ask the machine's owner to approve this sign-in in peerd's console instead: "
+            '<button type="submit" name="ask" value="1" formnovalidate>Ask the owner</button></p></form>'
         )
         response = _html(status, body, headers, action_to)
         response.set_cookie(
@@ -81,12 +83,45 @@ def render(
     return _html(status, body, headers, action_to)
 
 
-def _html(status: int, body: list[str], headers: dict[str, str], action_to: str) -> web.Response:
+WAIT_PATH = AUTHORIZE_PATH + "/wait"
+WAIT_COOKIE = "peerd_signin_wait"
+POLL_S = 3
+
+
+def render_waiting(
+    request: web.Request, *, label: str, request_id: str, poll_secret: str | None
+) -> web.Response:
+    """The page a person watches while the owner decides in the console: it asks again every
+    `POLL_S` seconds (a meta refresh; no script). `poll_secret`: set the browser's cookie now."""
+    esc = html.escape
+    again = f"{WAIT_PATH}?{urlencode({'request': request_id})}"
+    body = [
+        f"<h1>Sign in to peerd on {esc(label)}</h1>",
+        f"<p>Waiting for the owner to approve this sign-in in peerd's console (request "
+        f"<code>{esc(request_id)}</code>). This page looks again every {POLL_S} s; keep it open.</p>",
+    ]
+    response = _html(202, body, dict(PAGE_HEADERS), "'none'", refresh=f"{POLL_S};url={again}")
+    if poll_secret is not None:
+        response.set_cookie(
+            WAIT_COOKIE,
+            poll_secret,
+            path=AUTHORIZE_PATH,
+            secure=request.secure,
+            httponly=True,
+            samesite="Lax",
+        )
+    return response
+
+
+def _html(
+    status: int, body: list[str], headers: dict[str, str], action_to: str, *, refresh: str | None = None
+) -> web.Response:
     headers["Content-Security-Policy"] = (
         f"default-src 'none'; form-action {action_to}; frame-ancestors 'none'; base-uri 'none'"
     )
+    meta = "" if refresh is None else f'<meta http-equiv="refresh" content="{html.escape(refresh)}">'
     text = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>peerd sign-in</title></head>'
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}<title>peerd sign-in</title></head>'
         f"<body>{''.join(body)}</body></html>"
     )
     return web.Response(status=status, text=text, content_type="text/html", headers=headers)

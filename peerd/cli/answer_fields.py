@@ -30,6 +30,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "version",
         "capabilities",
     ),
+    "GET /v1/agent-signins": ("items",),
     "GET /v1/approvals": (
         "items",
         "pendingHash",
@@ -190,6 +191,16 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "terminal",
         "timedOut",
         "hint",
+    ),
+    "POST /v1/agent-signins/{id}/decision": (
+        "id",
+        "clientId",
+        "clientName",
+        "redirectUri",
+        "state",
+        "access",
+        "createdAt",
+        "expiresAt",
     ),
     "POST /v1/approvals/{id}/decision": (
         "id",

@@ -477,6 +477,7 @@ MIGRATIONS: list[list[str]] = [
             redirect_uri TEXT NOT NULL,
             code_challenge TEXT NOT NULL,
             resource TEXT NOT NULL,
+            oauth_state TEXT,
             state TEXT NOT NULL DEFAULT 'pending',
             access TEXT,
             created_at REAL NOT NULL,

@@ -68,6 +68,7 @@ async def ask(
     redirect_uri: str,
     code_challenge: str,
     resource: str,
+    oauth_state: str | None,
     now: float,
 ) -> Asked:
     secret = secrets.token_urlsafe(32)
@@ -82,7 +83,7 @@ async def ask(
         await tx.execute("DELETE FROM signin_requests WHERE expires_at < ?", (now - 86400.0,))
         await tx.execute(
             "INSERT INTO signin_requests (id, poll_hash, oauth_client_id, client_name, redirect_uri,"
-            " code_challenge, resource, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " code_challenge, resource, oauth_state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 request_id,
                 _hash(secret),
@@ -91,6 +92,7 @@ async def ask(
                 redirect_uri,
                 code_challenge,
                 resource,
+                oauth_state,
                 now,
                 now + REQUEST_TTL_S,
             ),
@@ -137,7 +139,8 @@ async def decide(
 class Outcome:
     state: Collected
     code: str | None = field(default=None, repr=False)
-    request: SigninRequestInfo | None = None
+    redirect_uri: str | None = None
+    oauth_state: str | None = None  # the authorization request's `state`, to echo
 
 
 async def collect(db: Database, request_id: str, poll_secret: str, *, now: float) -> Outcome:
@@ -150,10 +153,10 @@ async def collect(db: Database, request_id: str, poll_secret: str, *, now: float
             return Outcome("gone")
         state = _state(row, now)
         if state == "pending":
-            return Outcome("pending", request=info(row, now))
+            return Outcome("pending")
         if state == "denied":
             await tx.execute("UPDATE signin_requests SET state = 'done' WHERE id = ?", (request_id,))
-            return Outcome("denied", request=info(row, now))
+            return Outcome("denied", redirect_uri=row["redirect_uri"], oauth_state=row["oauth_state"])
         if state != "approved":
             return Outcome("gone")
         code = await issue_code(
@@ -169,4 +172,4 @@ async def collect(db: Database, request_id: str, poll_secret: str, *, now: float
             now=now,
         )
         await tx.execute("UPDATE signin_requests SET state = 'done' WHERE id = ?", (request_id,))
-        return Outcome("approved", code, info(row, now))
+        return Outcome("approved", code, row["redirect_uri"], row["oauth_state"])

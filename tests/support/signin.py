@@ -86,6 +86,27 @@ class Person:
         await resp.read()
         return resp
 
+    async def ask_owner(self, url: str) -> tuple[aiohttp.ClientResponse, str]:
+        """Open the sign-in page and press "Ask the owner": the waiting page, and the request's id."""
+        page = await self.open(url)
+        assert page.status == 200, await page.text()
+        fields = {**form_fields(await page.text()), "ask": "1"}
+        resp = await self.session.post(
+            base_of(self.daemon) + "/oauth/authorize",
+            data=fields,
+            allow_redirects=False,
+            headers={"Origin": base_of(self.daemon)},
+        )
+        text = await resp.text()
+        found = re.search(r"<code>(sir_[0-9a-f]+)</code>", text)
+        return resp, found.group(1) if found else ""
+
+    async def poll(self, request_id: str) -> aiohttp.ClientResponse:
+        """What the waiting page's refresh gets."""
+        return await self.open(
+            base_of(self.daemon) + "/oauth/authorize/wait?" + urlencode({"request": request_id})
+        )
+
 
 @dataclass
 class Agent:
