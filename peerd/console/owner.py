@@ -119,6 +119,16 @@ class Owner:
         data = await self.call("GET", "/v1/clients")
         return [c.ClientInfo.model_validate(x) for x in data["items"]]
 
+    async def agent_signins(self) -> list[c.SigninRequestInfo]:
+        """Outside agents' sign-ins waiting for the owner (issue 29)."""
+        data = await self.call("GET", "/v1/agent-signins")
+        return [c.SigninRequestInfo.model_validate(x) for x in data["items"]]
+
+    async def decide_signin(self, request_id: str, access: str | None) -> c.SigninRequestInfo:
+        body = {} if access is None else {"access": access}
+        data = await self.call("POST", f"/v1/agent-signins/{path_segment(request_id)}/decision", body=body)
+        return c.SigninRequestInfo.model_validate(data)
+
     async def pairing_codes(self) -> list[c.PairingCodeInfo]:
         data = await self.call("GET", "/v1/pair")
         return [c.PairingCodeInfo.model_validate(x) for x in data["items"]]

@@ -65,6 +65,7 @@ async def connections(request: web.Request) -> web.StreamResponse:
         live=False,
         clients=await api.clients(),
         codes=await api.pairing_codes(),
+        signins=await api.agent_signins(),
         modes=RUNTIME_MODES,
         ttls=PAIR_TTLS,
     )
@@ -174,6 +175,22 @@ async def pairing_cancel(request: web.Request) -> web.StreamResponse:
     raise back(request, "/connections")
 
 
+async def signin_decide(request: web.Request) -> web.StreamResponse:
+    """Approve an outside agent's sign-in at a level, or deny it (issue 29)."""
+    data = await form(request)
+    approve = data.get("decision") == "approve"
+    try:
+        decided = await owner(request).decide_signin(
+            request.match_info["id"], data.get("access", "read-only") if approve else None
+        )
+    except PeerdError as exc:
+        notice(request, shown_error(exc), level="error")
+        raise back(request, "/connections") from None
+    who = decided.client_name or decided.client_id
+    notice(request, f"Approved {who} ({decided.access})." if approve else f"Denied {who}.")
+    raise back(request, "/connections")
+
+
 ROUTES = (
     ("GET", "/", environment),
     ("GET", "/environment/health", health),
@@ -186,4 +203,5 @@ ROUTES = (
     ("GET", "/connections/environments/{id}/unlink", unlink_confirm),
     ("POST", "/connections/environments/{id}/unlink", unlink),
     ("POST", "/connections/pairing/{id}/cancel", pairing_cancel),
+    ("POST", "/connections/signins/{id}", signin_decide),
 )
