@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from yarl import URL
 
+from peerd.api.signin_page import WAIT_COOKIE
 from peerd.daemon import Daemon
 from peerd.errors import Conflict
 from tests.helpers import LocalClient
@@ -67,8 +69,13 @@ async def test_only_the_browser_that_asked_collects(agent: Agent, client: LocalC
     async with Person(agent.daemon) as asker, Person(agent.daemon) as other:
         _, request_id = await asker.ask_owner(agent.authorize_url(pkce()[1]))
         await client.call("POST", f"/v1/agent-signins/{request_id}/decision", body={"access": "auto"})
-        stolen = await other.poll(request_id)  # no cookie of the asker's
+        stolen = await other.poll(request_id)  # no cookie at all
         assert stolen.status == 400 and "Location" not in stolen.headers
+        other.session.cookie_jar.update_cookies(
+            {WAIT_COOKIE: "a-guess"}, URL(agent.base + "/oauth/authorize")
+        )
+        forged = await other.poll(request_id)  # a cookie, not the asker's
+        assert forged.status == 400 and "Location" not in forged.headers
         assert (await asker.poll(request_id)).status == 303
 
 
