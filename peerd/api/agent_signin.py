@@ -41,7 +41,7 @@ import structlog
 from aiohttp import hdrs, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from peerd.api import signin_page
+from peerd.api import owner_approval, signin_page
 from peerd.api.app import error_response
 from peerd.api.client_metadata import (
     AgentClient,
@@ -59,14 +59,12 @@ from peerd.errors import (
     InvalidRequest,
     PairingReason,
     PairingRejected,
-    RateLimited,
 )
 from peerd.operations import Caller
 from peerd.peer.ratelimit import SlidingWindow
 from peerd.peer.tokens import TokenRejected, VerifiedTokens
 from peerd.store import agent_signin as store
 from peerd.store import clients
-from peerd.store import signin_requests as requests_store
 from peerd.store.db import Database
 
 log = structlog.get_logger(__name__)
@@ -76,7 +74,6 @@ PRM_PATHS = ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protec
 ASM_PATH = "/.well-known/oauth-authorization-server"
 REGISTER_PATH = "/oauth/register"
 REGISTRATIONS_PER_MINUTE = 30
-ASKS_PER_MINUTE = 10
 _GLOBAL = "pairing"  # the same key as oauth.py's: one brake for links' and agents' codes
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -138,7 +135,7 @@ class AgentSignin:
         self.pairing_limit = pairing_limit
         self.fetcher = fetcher
         self.registration_limit = registration_limit or SlidingWindow(REGISTRATIONS_PER_MINUTE, 60.0)
-        self.ask_limit = SlidingWindow(ASKS_PER_MINUTE, 60.0)  # sign-ins asked of the owner
+        self.ask_limit = SlidingWindow(owner_approval.ASKS_PER_MINUTE, 60.0)  # sign-ins asked of the owner
         self.tokens = VerifiedTokens(signing_key.public_key(), env_id=env_id, clock=clock)
 
     # --- metadata ---------------------------------------------------------------------------------
@@ -253,7 +250,7 @@ class AgentSignin:
             this_resource=origin_of(request) + MCP_PATH,
         )
 
-    def _redirect(self, request: web.Request, uri: str, params: dict[str, str | None]) -> web.Response:
+    def redirect(self, request: web.Request, uri: str, params: dict[str, str | None]) -> web.Response:
         target = _with_query(uri, {**params, "iss": issuer_of(request)})
         return web.Response(status=303, headers={**_NO_STORE, hdrs.LOCATION: target})
 
@@ -262,26 +259,26 @@ class AgentSignin:
             params = _single(list(request.query.items()))
             client, redirect_uri = await self._trusted(params)
         except _Page as page:
-            return self._page(request, page.status, error=page.text)
+            return self.page(request, page.status, error=page.text)
         try:
             self._request(request, params)
         except InvalidRequest as exc:
-            return self._redirect(
+            return self.redirect(
                 request,
                 redirect_uri,
                 {"error": "invalid_request", "error_description": exc.message, "state": params.get("state")},
             )
-        return self._page(request, 200, params=params, client=client, redirect_uri=redirect_uri)
+        return self.page(request, 200, params=params, client=client, redirect_uri=redirect_uri)
 
     async def authorize_submit(self, request: web.Request) -> web.Response:
         fields = await request.post()
         try:
             form = _single([(k, v) for k, v in fields.items() if isinstance(v, str)])
         except _Page as page:
-            return self._page(request, page.status, error=page.text)
+            return self.page(request, page.status, error=page.text)
         cookie = request.cookies.get(CSRF_COOKIE, "")
         if not cookie or not secrets.compare_digest(cookie, form.get("csrf", "")):
-            return self._page(
+            return self.page(
                 request, 403, error="The form expired or came from elsewhere; open the sign-in link again."
             )
         entered = form.pop("pairing_code", "")
@@ -290,28 +287,28 @@ class AgentSignin:
         try:
             client, redirect_uri = await self._trusted(form)
         except _Page as page:
-            return self._page(request, page.status, error=page.text)
+            return self.page(request, page.status, error=page.text)
         try:
             checked = self._request(request, form)
         except InvalidRequest as exc:
-            return self._redirect(
+            return self.redirect(
                 request,
                 redirect_uri,
                 {"error": "invalid_request", "error_description": exc.message, "state": form.get("state")},
             )
         if asked:
-            return await self._ask(request, client, redirect_uri, checked)
+            return await owner_approval.ask(self, request, client, redirect_uri, checked)
         if not self.pairing_limit.allowed(_GLOBAL):
             wait_s = max(1, int(self.pairing_limit.retry_after(_GLOBAL)) + 1)
             log.warning("agent_signin.slowed_down", retry_after_s=wait_s)
-            return self._page(
+            return self.page(
                 request, 429, params=form, client=client, redirect_uri=redirect_uri,
                 error=f"Too many wrong pairing codes on this box; try again in {wait_s} s.",
             )  # fmt: skip
         parts = rules.agent_code_parts(entered)
         if parts is None:
             self.pairing_limit.hit(_GLOBAL)
-            return self._page(
+            return self.page(
                 request, 400, params=form, client=client, redirect_uri=redirect_uri,
                 error="That is not an agent pairing code (peerd-agent:...). Run `peerd pair --for agent` on the box.",
             )  # fmt: skip
@@ -332,80 +329,19 @@ class AgentSignin:
             self.pairing_limit.hit(_GLOBAL)
             log.info("agent_signin.code_rejected", code_id=code_id[:64], reason=exc.reason)
             text = PAGE_PAIRING_TEXTS[exc.reason] if exc.reason is not None else "This code cannot be used."
-            return self._page(request, 400, params=form, client=client, redirect_uri=redirect_uri, error=text)
+            return self.page(request, 400, params=form, client=client, redirect_uri=redirect_uri, error=text)
         log.info(
             "agent_signin.approved",
             code_id=code_id,
             oauth_client_id=client.client_id[:200],
             access=approved.access,
         )
-        return self._redirect(request, redirect_uri, {"code": approved.code, "state": checked.state})
-
-    # --- approval in the console instead of a code (store/signin_requests.py) -------------------
-
-    async def _ask(
-        self, request: web.Request, client: AgentClient, redirect_uri: str, checked: rules.AuthorizeRequest
-    ) -> web.Response:
-        if not self.ask_limit.hit("ask"):
-            return self._page(
-                request, 429, error="Too many sign-ins were asked for this minute; try again soon."
-            )
-        try:
-            asked = await requests_store.ask(
-                self.db,
-                oauth_client_id=client.client_id,
-                client_name=client.name,
-                redirect_uri=redirect_uri,
-                code_challenge=checked.code_challenge,
-                resource=checked.resource,
-                oauth_state=checked.state,
-                now=self.clock(),
-            )
-        except RateLimited as exc:
-            return self._page(request, 429, error=exc.message)
-        log.info("agent_signin.asked", request_id=asked.request.id, oauth_client_id=client.client_id[:200])
-        return signin_page.render_waiting(
-            request, label=self.label, request_id=asked.request.id, poll_secret=asked.poll_secret
-        )
+        return self.redirect(request, redirect_uri, {"code": approved.code, "state": checked.state})
 
     async def authorize_wait(self, request: web.Request) -> web.Response:
-        """The waiting page's poll: wait again, go back to the agent with a code (approved) or
-        `access_denied` (denied), or say the request is gone. Only the browser that asked (its
-        cookie) collects, and only once."""
-        request_id = request.query.get("request", "")[:64]
-        secret = request.cookies.get(signin_page.WAIT_COOKIE, "")
-        outcome = (
-            await requests_store.collect(self.db, request_id, secret, now=self.clock())
-            if request_id and secret
-            else requests_store.Outcome("gone")
-        )
-        if outcome.state == "pending":
-            return signin_page.render_waiting(
-                request, label=self.label, request_id=request_id, poll_secret=None
-            )
-        if outcome.state == "approved" and outcome.redirect_uri is not None:
-            log.info("agent_signin.approved_in_console", request_id=request_id)
-            return self._redirect(
-                request, outcome.redirect_uri, {"code": outcome.code, "state": outcome.oauth_state}
-            )
-        if outcome.state == "denied" and outcome.redirect_uri is not None:
-            return self._redirect(
-                request,
-                outcome.redirect_uri,
-                {
-                    "error": "access_denied",
-                    "error_description": "The owner denied this sign-in.",
-                    "state": outcome.oauth_state,
-                },
-            )
-        return self._page(
-            request,
-            400,
-            error="This sign-in request is unknown, expired or already answered; "
-            "start the sign-in again from the agent.",
-        )
+        return await owner_approval.wait(self, request)
 
-    def _page(self, request: web.Request, status: int, **kw: Any) -> web.Response:
+    def page(self, request: web.Request, status: int, **kw: Any) -> web.Response:
         return signin_page.render(request, status, label=self.label, **kw)
 
     # --- the token endpoint's authorization_code grant (peerd/api/oauth.py calls it) -----------
