@@ -53,6 +53,7 @@ typecheck: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
+	$(PY) tools/gen_tool_facts.py
 	$(PY) tools/gen_openapi.py
 	$(PY) tools/gen_answer_fields.py
 
