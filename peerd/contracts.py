@@ -398,6 +398,8 @@ class ThreadWaitResult(Wire):
     terminal: bool
     timed_out: bool
     hint: str | None = None  # agent tools: what to do when the wait ended first
+    # Still live because a question waits for a person (here, or on the box the thread lives on).
+    awaiting_approval: TaskApproval | None = None
 
 
 class ThreadInterrupt(Input):

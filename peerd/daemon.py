@@ -46,6 +46,7 @@ from peerd.api.tools import ToolServices, agent_app
 from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.service import ApprovalService, RunGates, continuation
+from peerd.approvals.store import waiting_approval
 from peerd.boot import (
     DEFAULT_LISTEN,
     DaemonConfig,
@@ -366,6 +367,7 @@ class Daemon:
             provider_installed=lambda provider: registry.available(
                 {name: p for name, p in providers.items() if name == provider}  # that one's PATH search only
             ).get(provider, False),
+            awaiting_approval=partial(waiting_approval, db),
         )
         delegation = Delegation(
             db,

@@ -152,7 +152,11 @@ class Operations:
         before_send: Callable[[str], Awaitable[None]] | None = None,
         link_may_use: Callable[[str], bool] = lambda provider: True,
         provider_installed: Callable[[str], bool] = lambda provider: True,
+        awaiting_approval: Callable[[str], Awaitable[c.TaskApproval | None]] | None = None,
     ) -> None:
+        # A thread's question waiting for a person, if any (peerd/approvals/store.py, given by the
+        # daemon): a wait that ends with the run still live says so.
+        self.awaiting_approval = awaiting_approval
         self.forwarder = forwarder
         # `ThreadStopped` goes out when a thread is stopped (its delegated tasks stop with it).
         self._events = events or Events()
@@ -524,7 +528,11 @@ class Operations:
             data = await self._forward(
                 caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params=params
             )
-            return c.ThreadWaitResult.model_validate(data)
+            waited = c.ThreadWaitResult.model_validate(data)
+            if waited.awaiting_approval is not None:  # the box's own question: say which box
+                asked = waited.awaiting_approval.model_copy(update={"environment_id": env})
+                waited = waited.model_copy(update={"awaiting_approval": asked})
+            return waited
         deadline = self.feed.deadline(req.timeout)
         while True:
             changed = self.feed.watch(thread_id)
@@ -535,12 +543,16 @@ class Operations:
                 )
             remaining = self.feed.remaining(deadline)
             if remaining <= 0 or self.feed.closed:
+                question: c.TaskApproval | None = None
+                if run is not None and self.awaiting_approval is not None:
+                    question = await self.awaiting_approval(thread_id)
                 return c.ThreadWaitResult(
                     thread_id=thread_id,
                     run_id=None if run is None else run.id,
                     status=None if run is None else run.status,
                     terminal=False,
                     timed_out=True,
+                    awaiting_approval=question,
                 )
             await self.feed.wait(changed, remaining)
 

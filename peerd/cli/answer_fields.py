@@ -190,6 +190,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "terminal",
         "timedOut",
         "hint",
+        "awaiting_approval",
     ),
     "POST /v1/approvals/{id}/decision": (
         "id",

@@ -10,9 +10,10 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
-    EXIT_TIMED_OUT,
+    approval_line,
     confirm,
     env_option,
+    exit_code_of_wait,
     json_option,
     json_option_for,
     with_client,
@@ -107,7 +108,7 @@ def _why(wait: dict[str, Any]) -> str:
     "wait_s",
     type=click.FloatRange(min=0),
     default=None,
-    help="Wait up to this many seconds for the run.",
+    help="Wait up to this many seconds for the run; exit 0 only if it completed (see `thread wait`).",
 )
 @click.option(
     "--budget",
@@ -174,8 +175,10 @@ def thread_launch(
             click.echo(one_line(f"placed on {data['placement']['reason']}"))
         if "wait" in data:
             click.echo(one_line(f"run {data['wait']['runId']} {data['wait']['status']}{_why(data['wait'])}"))
-    if "wait" in data and not data["wait"]["terminal"]:
-        ctx.exit(EXIT_TIMED_OUT)
+            if waiting := data["wait"].get("awaitingApproval"):
+                click.echo(one_line(approval_line(waiting)))
+    if "wait" in data:
+        ctx.exit(exit_code_of_wait(data["wait"]))
 
 
 @thread.command("list")
@@ -340,7 +343,8 @@ def thread_wait(
     follow: bool,
     as_json: JsonOutput | None,
 ) -> None:
-    """Wait for a run to end (exit 4 if it is still live at the timeout). With --follow, print its
+    """Wait for a run to end. Exits 0 only if it completed: 5 failed, 6 interrupted or cancelled,
+    7 still live waiting for your approval, 4 still live at the timeout. With --follow, print its
     items as they arrive, then how it ended."""
 
     def go(client: LocalClient) -> dict[str, Any]:
@@ -357,8 +361,9 @@ def thread_wait(
     else:
         live = "" if data["terminal"] else " (still live: timed out)"
         click.echo(one_line(f"run {data['runId']} {data['status']}{live}{_why(data)}"))
-    if not data["terminal"]:
-        ctx.exit(EXIT_TIMED_OUT)
+        if waiting := data.get("awaitingApproval"):
+            click.echo(one_line(approval_line(waiting)))
+    ctx.exit(exit_code_of_wait(data))
 
 
 @thread.command("interrupt")
