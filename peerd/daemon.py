@@ -685,6 +685,7 @@ class Daemon:
             counts=c.StatusCounts(projects=project_count, threads=thread_count, live_runs=live),
             home=str(self.paths.home),
             store=store,
+            console=None if self.console is None else self.console.status(),
         )
 
     async def wait_stopped(self) -> None:

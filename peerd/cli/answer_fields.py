@@ -113,6 +113,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "counts",
         "home",
         "store",
+        "console",
     ),
     "GET /v1/tasks": (
         "items",

@@ -328,11 +328,23 @@ def status(ctx: click.Context, wait_s: float | None, as_json: bool) -> None:
                 ("listener", f"{x['address']} ({x['kind']}{', tls' if x['tls'] else ''})")
                 for x in data["listeners"]
             ],
+            *console_fields(data.get("console")),
             ("projects", counts["projects"]),
             ("threads", counts["threads"]),
             ("live runs", counts["liveRuns"]),
         ]
     )
+
+
+def console_fields(console: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The console's line(s) of `peerd status`: its URL (`peerd console` prints a login link), and
+    a note when its port was taken or it does not listen."""
+    if console is None:
+        return []
+    shown: list[tuple[str, Any]] = [("console", console["url"] or "not listening")]
+    if console.get("note"):
+        shown.append(("console note", console["note"]))
+    return shown
 
 
 def main() -> None:
