@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -761,6 +762,13 @@ def _sweep_hooks(
     )
 
 
+def ready_line(label: str, listeners: list[str], console: str | None) -> str:
+    """`peerd serve`'s line on a terminal once it serves."""
+    where = ", ".join(listeners)
+    shown = f"; console {console} (`peerd console` prints a login link)" if console else ""
+    return f"peerd {label} is ready: {where}{shown}"
+
+
 async def serve(
     config: DaemonConfig,
     *,
@@ -788,6 +796,10 @@ async def serve(
             log.info("daemon.imported_while_serving_status", seconds=round(import_s, 3))
         listeners = [listener.address for listener in daemon._listeners]
         notifier.ready(sdnotify.serving_status(config.label, listeners))
+        if sys.stdout.isatty():  # a person started it: one line that says it is up, and where
+            console = None if daemon.console is None else daemon.console.status().url
+            sys.stdout.write(ready_line(config.label, listeners, console) + "\n")
+            sys.stdout.flush()
         watchdog = asyncio.create_task(notifier.run_watchdog(), name="peerd.watchdog")
         await daemon.wait_stopped()
     finally:
