@@ -346,6 +346,9 @@ class ThreadList(Input):
     cursor: Cursor = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
     environment_id: str | None = EnvironmentId
+    # oldest (or absent): creation order, for paging through all; newest: latest first (`thread list`).
+    # None rather than a default, so a forwarded list that does not ask stays readable by older boxes.
+    order: Literal["oldest", "newest"] | None = None
 
 
 class Item(Wire):

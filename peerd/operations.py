@@ -436,6 +436,7 @@ class Operations:
             include_archived=req.include_archived,
             cursor=req.cursor,
             limit=req.limit,
+            newest_first=req.order == "newest",
         )
 
     async def thread_show(

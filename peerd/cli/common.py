@@ -64,6 +64,8 @@ def approval_line(waiting: dict[str, Any]) -> str:
     return f"waiting for your approval{where}: {waiting['summary']} (peerd approval show {waiting['approvalId']})"
 
 
+PAGE = 100  # the daemon's page size (contracts.PAGE_LIMIT; pydantic is not imported here)
+
 T = TypeVar("T")
 
 HomeSource = Literal["flag", "env", "default"]

@@ -9,6 +9,7 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     ENV_META,
+    PAGE,
     cli_context,
     confirm,
     json_option,
@@ -55,7 +56,6 @@ def _link_state(ctx: click.Context, t: dict[str, Any]) -> str | None:
 
 
 TASK_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "interrupted")
-PAGE = 100  # the daemon's page size (contracts.PAGE_LIMIT)
 
 
 def _statuses(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
+    PAGE,
     approval_line,
     confirm,
     env_option,
@@ -185,6 +186,9 @@ def thread_launch(
 @env_option
 @click.option("--project", "project_id", default=None, help="Only this project's threads.")
 @click.option("--all", "include_archived", is_flag=True, help="Include archived threads.")
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=100, show_default=True, help="At most this many (0: all)."
+)
 @json_option
 @quiet_option
 @click.pass_context
@@ -192,20 +196,28 @@ def thread_list(
     ctx: click.Context,
     project_id: str | None,
     include_archived: bool,
+    limit: int,
     as_json: JsonOutput | None,
     quiet: bool,
 ) -> None:
-    """List threads (all pages)."""
+    """List threads, newest first (`thread list -q | head -1` is the latest)."""
 
     def go(client: LocalClient) -> list[Any]:
         items: list[Any] = []
         cursor = None
         while True:
-            params = {"projectId": project_id, "includeArchived": include_archived, "cursor": cursor}
+            want = PAGE if limit == 0 else min(PAGE, limit - len(items))
+            params = {
+                "projectId": project_id,
+                "includeArchived": include_archived,
+                "cursor": cursor,
+                "limit": want,
+                "order": "newest",
+            }
             page = client.call("GET", "/v1/threads", params=params)
             items.extend(page["items"])
             cursor = page["nextCursor"]
-            if cursor is None:
+            if cursor is None or (limit and len(items) >= limit):
                 return items
 
     items = with_client(ctx, go)

@@ -73,22 +73,33 @@ async def get_thread(db: Database, thread_id: str) -> Thread:
 
 
 async def page(
-    db: Database, *, project_id: str | None, include_archived: bool, cursor: str | None, limit: int
+    db: Database,
+    *,
+    project_id: str | None,
+    include_archived: bool,
+    cursor: str | None,
+    limit: int,
+    newest_first: bool = False,
 ) -> Page[Thread]:
-    """One page of threads in creation order, each with its latest run: one statement per page
-    (`THREAD_WITH_LATEST`), whatever the page's size."""
+    """One page of threads in creation order (or newest first), each with its latest run: one
+    statement per page (`THREAD_WITH_LATEST`), whatever the page's size."""
     try:
-        after = int(cursor) if cursor else 0
+        after = int(cursor) if cursor else None
     except ValueError:
         raise InvalidRequest(f"cursor {cursor!r} is not one this API returned.") from None
-    clauses, params = ["t.rowid > ?"], [after]
+    if newest_first:
+        clauses, params = (["t.rowid < ?"], [after]) if after is not None else ([], [])
+    else:
+        clauses, params = ["t.rowid > ?"], [after or 0]
     if project_id is not None:
         clauses.append("t.project_id = ?")
         params.append(project_id)  # type: ignore[arg-type]  # mixed params list
     if not include_archived:
         clauses.append("t.status != 'archived'")
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    order = "DESC" if newest_first else "ASC"
     rows = await db.fetchall(
-        f"{THREAD_WITH_LATEST} WHERE {' AND '.join(clauses)} ORDER BY t.rowid LIMIT ?",
+        f"{THREAD_WITH_LATEST}{where} ORDER BY t.rowid {order} LIMIT ?",
         (*params, limit + 1),
     )
     more = len(rows) > limit
