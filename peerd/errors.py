@@ -238,6 +238,12 @@ class ThreadNotFound(NotFound):
     code = "thread_not_found"
 
 
+class AmbiguousId(InvalidRequest):
+    """A shortened id that more than one thread (or task) starts with; the message lists them."""
+
+    code = "ambiguous_id"
+
+
 class RunNotFound(NotFound):
     """No such run, or not in that thread."""
 

@@ -33,6 +33,7 @@ from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
 from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.errors import (
+    AmbiguousId,
     CapabilityDenied,
     Conflict,
     InteractionModeEscalationDenied,
@@ -54,6 +55,10 @@ from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
 
 log = structlog.get_logger(__name__)
+
+# A shortened thread id a person may type: `thr_` and 4 to 19 of its 20 hex digits.
+SHORT_THREAD_ID = re.compile(r"thr_[0-9a-f]{4,19}")
+AMBIGUOUS_SHOWN = 5  # ids an ambiguity names
 
 DEFAULT_RUNTIME_MODE: c.RuntimeMode = "full-access"
 DEFAULT_INTERACTION_MODE: c.InteractionMode = "default"
@@ -181,6 +186,23 @@ class Operations:
         if self.forwarder is None:
             raise InvalidRequest("This daemon cannot reach linked environments.")
         return await self.forwarder.target(environment_id, via_link=caller.link is not None)
+
+    async def thread_ref(self, caller: Caller, given: str) -> str:
+        """The thread a person means by `given`: its id, or a unique start of one (`thr_` and at
+        least 4 hex digits: `thr_3264`). Only for the owner: a link's caller names ids in full, so
+        an ambiguity's list never shows it a thread outside its fence."""
+        if caller.link is not None or caller.thread_id is not None or not SHORT_THREAD_ID.fullmatch(given):
+            return given
+        found = await threads.ids_starting(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
+        if given in found or not found:
+            return given  # a full id, or none: the lookup that follows says thread_not_found
+        if len(found) == 1:
+            return found[0]
+        more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
+        raise AmbiguousId(
+            f"{given} is the start of more than one thread here: {', '.join(found[:AMBIGUOUS_SHOWN])}{more}. "
+            "Give more of the id."
+        )
 
     async def _forward(
         self,
@@ -448,6 +470,7 @@ class Operations:
             )
             placed = None if self.placement is None else await self.placement.reason_for_thread(thread_id)
             return there if placed is None else there.model_copy(update={"placement": placed})
+        thread_id = await self.thread_ref(caller, thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         spent: dict[str, Any] = {
             "usage": await usage_store.thread_total(self.db, thread_id),
@@ -467,6 +490,7 @@ class Operations:
                 params=Forwarder.query(req),
             )
             return c.ThreadReadResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         if req.item_id is not None:
             row = await threads.get_item(self.db, thread_id, req.item_id)
@@ -492,6 +516,7 @@ class Operations:
                 caller, env, "POST", f"/v1/threads/{path_segment(thread_id)}/runs", body=body
             )
             return c.ThreadSendResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
         )
@@ -534,6 +559,7 @@ class Operations:
                 asked = waited.awaiting_approval.model_copy(update={"environment_id": env})
                 waited = waited.model_copy(update={"awaiting_approval": asked})
             return waited
+        thread_id = await self.thread_ref(caller, thread_id)
         deadline = self.feed.deadline(req.timeout)
         while True:
             changed = self.feed.watch(thread_id)
@@ -574,6 +600,7 @@ class Operations:
             path = f"/v1/threads/{path_segment(thread_id)}/interrupt"
             data = await self._forward(caller, env, "POST", path, body=body)
             return c.ThreadInterruptResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
         run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
@@ -605,6 +632,7 @@ class Operations:
     async def thread_archive(
         self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
     ) -> c.ThreadArchiveResult:
+        thread_id = await self.thread_ref(caller, thread_id)
         force = req is not None and req.force
         thread = await threads.get_thread(self.db, thread_id)
         branch = thread.branch if req is not None and req.delete_branch and not thread.in_place else None
@@ -671,6 +699,7 @@ class Operations:
                 params=Forwarder.query(req),
             )
             return c.EventsResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         await threads.get_thread(self.db, thread_id)
         deadline = self.feed.deadline(req.timeout)
         while True:
