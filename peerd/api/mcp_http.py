@@ -49,6 +49,7 @@ from aiohttp import hdrs, web
 from peerd.api import local
 from peerd.api.app import SHUTDOWN_GATE, Handler, ShutdownGate, base_app, error_response
 from peerd.api.listener import ListenerLimits, bind, start_tcp
+from peerd.api.mcp_taskport import TaskPort
 from peerd.api.routes import Example, Route, add_routes
 from peerd.api.tools import ToolServices, caller_from_token, invoke
 from peerd.errors import CapabilityDenied, PeerdError, Unavailable
@@ -158,7 +159,7 @@ class McpService:
         try:
             module = await in_daemon_thread(importlib.import_module, "peerd.api.mcp_server")
             tools = await in_daemon_thread(module.tool_list)
-            manager = module.session_manager(self._invoke, tools)
+            manager = module.session_manager(self._invoke, tools, TaskPort(self.services))
         except Exception as exc:  # the endpoint says so; the rest of the daemon is unaffected
             log.exception("mcp.unavailable")
             self._failure = (
