@@ -141,3 +141,19 @@ async def test_the_bridge_adds_the_routing_headers_and_answers_discover_without_
     called = by_id["tools/call"]["result"]
     assert called["isError"] is True and called["resultType"] == "complete"
     assert called["content"][0]["text"].startswith("daemon_unavailable: ")
+
+
+async def test_the_bridge_negotiates_each_request_on_its_own(daemon: Daemon) -> None:
+    """A 2026-07-28 request after a handshake-era `initialize` carries its own revision (the
+    handshake's version would not match its envelope, which the daemon refuses)."""
+    from tests.integration.test_mcp_http import INITIALIZE, INITIALIZED, bridge  # noqa: PLC0415
+
+    env = {"PEERD_SOCKET": str(daemon.paths.socket), "PATH": "/usr/bin:/bin"}
+    legacy = {"jsonrpc": "2.0", "id": "legacy", "method": "tools/list"}
+    modern = envelope("tools/call", name="environment_list", arguments={})
+    answers = await bridge(env, INITIALIZE, INITIALIZED, legacy, modern)
+    by_id = {answer["id"]: answer for answer in answers}
+    assert by_id[1]["result"]["protocolVersion"] == "2025-06-18"
+    assert len(by_id["legacy"]["result"]["tools"]) == len(TOOL_SPECS)
+    assert by_id["tools/call"]["result"]["resultType"] == "complete", by_id["tools/call"]
+    assert by_id["tools/call"]["result"]["isError"] is False
