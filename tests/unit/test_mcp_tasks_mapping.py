@@ -19,7 +19,9 @@ APPROVAL = c.TaskApproval(approval_id="ap_1", summary="run `make`")
 
 
 def info(status: Any = "running", **fields: Any) -> c.TaskInfo:
-    return c.TaskInfo(task_id="tsk_1", status=status, title="t", parent_thread_id="thr_1", created_at=0.0, **fields)
+    return c.TaskInfo(
+        task_id="tsk_1", status=status, title="t", parent_thread_id="thr_1", created_at=0.0, **fields
+    )
 
 
 def test_only_delegate_task_of_a_client_declaring_the_extension_becomes_a_task() -> None:
