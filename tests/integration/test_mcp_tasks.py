@@ -106,7 +106,9 @@ async def test_an_approval_is_input_required_and_a_person_answers_it(
 
 @pytest.mark.slow
 async def test_the_result_survives_a_restart_of_the_daemon(tmp_path: Path, repo: Path) -> None:
-    home = tmp_path / "home"
+    """Created before a restart, still running across it (its child waits for a file until the
+    daemon is back), its result read after it by a new client."""
+    home, go = tmp_path / "home", tmp_path / "go"
     async with running_daemon(home) as first, client_for(home) as owner:
         project = await owner.call("POST", "/v1/projects", body={"path": str(repo)})
         assert first.mcp.url is not None
@@ -114,11 +116,13 @@ async def test_the_result_survives_a_restart_of_the_daemon(tmp_path: Path, repo:
             live_run(owner, project, tmp_path) as run,
             tasks_client(first.mcp.url, token=run.token) as mcp,
         ):
-            handle = await create(mcp, {"task": script({"reply": "AFTER RESTART"})})
-            run.release.write_text(
-                "go"
-            )  # the parent's run may end: a Tasks client polls, it is not woken meanwhile
-    async with running_daemon(home), tasks_client(OWNER_URL, uds=Path(home) / "peerd.sock") as person:
+            child = script({"wait_for_file": str(go)}, {"reply": "AFTER RESTART"})
+            handle = await create(mcp, {"task": child})
+            assert (await get(mcp, handle.task_id)).status == "working"
+    async with running_daemon(home), tasks_client(OWNER_URL, uds=home / "peerd.sock") as person:
+        assert (await get(person, handle.task_id)).status in ("working", "completed")
+        go.write_text("go")
         done = await until_status(lambda: get(person, handle.task_id), "completed", within=30)
     assert done.result is not None and done.result["structuredContent"]["taskId"] == handle.task_id
-    assert done.result["structuredContent"]["status"] in ("completed", "failed", "interrupted")
+    assert done.result["structuredContent"]["status"] == "completed", done.result
+    assert done.result["structuredContent"]["result"] == "AFTER RESTART"
