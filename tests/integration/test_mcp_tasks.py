@@ -6,17 +6,28 @@ restart. Clients without the extension keep today's answer."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient, client_for, running_daemon, script
 from tests.support.approvals import pending_approvals
 from tests.support.mcp import live_run
-from tests.support.mcp_tasks import cancel, create, get, listed, tasks_client, until_status, update
+from tests.support.mcp_tasks import (
+    TasksExtension,
+    cancel,
+    create,
+    get,
+    listed,
+    tasks_client,
+    until_status,
+    update,
+)
 
 OWNER_URL = "http://localhost/mcp"
 
@@ -34,6 +45,8 @@ async def test_a_tasks_client_gets_a_handle_and_polls_it_to_the_result(
         assert handle.status == "working" and handle.task_id.startswith("tsk_")
         done = await until_status(lambda: get(mcp, handle.task_id), "completed")
         assert handle.task_id in await listed(mcp)
+        await cancel(mcp, handle.task_id)  # acknowledged; the first result stays
+        assert (await get(mcp, handle.task_id)).status == "completed"
         async with tasks_client(daemon.mcp.url, token=run.token, declare=False) as plain:
             today = await plain.call_tool("delegate_task", {"task": script({"reply": "x"})})
     assert done.result is not None and done.result["structuredContent"]["status"] == "completed"
@@ -126,3 +139,19 @@ async def test_the_result_survives_a_restart_of_the_daemon(tmp_path: Path, repo:
     assert done.result is not None and done.result["structuredContent"]["taskId"] == handle.task_id
     assert done.result["structuredContent"]["status"] == "completed", done.result
     assert done.result["structuredContent"]["result"] == "AFTER RESTART"
+
+
+@pytest.mark.slow
+async def test_a_tasks_client_through_peerd_mcp(
+    tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
+) -> None:
+    """The stdio bridge carries the handle and `tasks/*` (with their `Mcp-Name`) as they are."""
+    async with live_run(client, project, tmp_path) as run:
+        env = {"PEERD_SOCKET": str(daemon.paths.agent_socket), "PEERD_RUN_TOKEN_FILE": str(run.token_file)}
+        params = StdioServerParameters(command=sys.executable, args=["-m", "peerd", "mcp"], env=env)
+        async with Client(params, mode="2026-07-28", extensions=[TasksExtension()]) as mcp:
+            handle = await create(mcp, {"task": script({"reply": "OVER STDIO"})})
+            done = await until_status(lambda: get(mcp, handle.task_id), "completed")
+            mine = await listed(mcp)
+    assert done.result is not None and done.result["structuredContent"]["result"] == "OVER STDIO"
+    assert mine == [handle.task_id]
