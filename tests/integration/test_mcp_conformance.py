@@ -1,19 +1,19 @@
 """The MCP conformance suite (`@modelcontextprotocol/conformance`, pinned in tests/mcp-conformance,
-installed by `make conformance`) against a real daemon's `/mcp` on its loopback listener.
+installed by `make conformance`) against a real daemon's `/mcp` on its loopback listener: the stable
+release for the handshake revisions, and the alpha pinned as `conformance-2026` for 2026-07-28.
 
 The suite cannot send a run token, so a small proxy here adds one (a live scripted run's) and
 rewrites its own `Host` to the listener's, leaving any other `Host` or `Origin` as the suite sent
 it: the listener's own checks (Host, Origin, the token) are what the suite meets. The scenarios
 peerd fails on purpose (it serves only its agent tools: no resources, prompts, completions,
 logging or the suite's test tools) are listed with their reasons in
-tests/mcp-conformance/expected-failures.yml and docs/internals/mcp.md; the suite fails this test
+tests/mcp-conformance/expected-failures*.yml and docs/internals/mcp.md; the suite fails this test
 for any other failure, and for a listed one that passes now.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,20 @@ from tests.support.mcp import live_run
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / ".cache" / "mcp-conformance"
 NODE = SUITE / "node_modules" / ".bin" / "node"
-CLI = SUITE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-EXPECTED = REPO / "tests" / "mcp-conformance" / "expected-failures.yml"
+PINNED = REPO / "tests" / "mcp-conformance"
+# (the suite's entry point, its arguments, its baseline of expected failures)
+RUNS = {
+    "handshake": (
+        SUITE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js",
+        (),
+        PINNED / "expected-failures.yml",
+    ),
+    "2026-07-28": (
+        SUITE / "node_modules" / "conformance-2026" / "dist" / "index.js",
+        ("--spec-version", "2026-07-28", "--suite", "all"),
+        PINNED / "expected-failures-2026-07-28.yml",
+    ),
+}
 HOP = ("host", "content-length", "transfer-encoding", "connection", "keep-alive")
 
 
@@ -64,29 +76,24 @@ async def token_proxy(target: str, token: str) -> tuple[web.AppRunner, str]:
     return runner, f"http://localhost:{port}/mcp"
 
 
-def suite(url: str, out: Path) -> subprocess.CompletedProcess[str]:
-    args = [str(NODE), str(CLI), "server", "--url", url, "--expected-failures", str(EXPECTED), "-o", str(out)]
-    return subprocess.run(args, capture_output=True, text=True, timeout=240, check=False)
-
-
-def results(out: Path) -> dict[str, list[dict[str, Any]]]:
-    found: dict[str, list[dict[str, Any]]] = {}
-    for checks in out.rglob("checks.json"):
-        found[checks.parent.name] = json.loads(checks.read_text())
-    return found
+def suite(revision: str, url: str, out: Path) -> subprocess.CompletedProcess[str]:
+    cli, extra, expected = RUNS[revision]
+    args = [str(NODE), str(cli), "server", "--url", url, *extra, "--expected-failures", str(expected)]
+    return subprocess.run([*args, "-o", str(out)], capture_output=True, text=True, timeout=240, check=False)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("revision", list(RUNS))
 async def test_the_conformance_suite_passes_but_for_the_listed_failures(
-    tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
+    tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any], revision: str
 ) -> None:
-    if not CLI.exists():
+    if not RUNS[revision][0].exists():
         pytest.fail("the MCP conformance suite is not installed: run `make conformance`")
     assert daemon.mcp.url is not None
     async with live_run(client, project, tmp_path) as run:
         runner, url = await token_proxy(daemon.mcp.url, run.token)
         try:
-            done = await asyncio.to_thread(suite, url, tmp_path / "results")
+            done = await asyncio.to_thread(suite, revision, url, tmp_path / "results")
         finally:
             await runner.cleanup()
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
