@@ -22,6 +22,7 @@ Claude Code and Codex give the model, and in the text, which Gemini gives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,13 +33,14 @@ import structlog
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from peerd import __version__
 from peerd.agent_tools import CATALOGUE, continue_hint
 from peerd.api import mcp_tasks as mt
 from peerd.api.app import MAX_BODY_BYTES, validation_message
 from peerd.api.mcp_taskport import TaskPort
-from peerd.errors import PeerdError, TaskNotFound
+from peerd.errors import ApprovalDecided, ApprovalWithdrawn, PeerdError, TaskNotFound
 from peerd.mcp_proxy import INSTRUCTIONS, SERVER_NAME
 from peerd.operations import Caller
 
@@ -91,6 +93,38 @@ def client_extensions(ctx: ServerRequestContext[Any]) -> dict[str, Any] | None:
     return None if capabilities is None else capabilities.extensions
 
 
+def elicits(ctx: ServerRequestContext[Any]) -> bool:
+    """Did this request's client declare that it answers elicitation (shows a person a form)?"""
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+async def ask_person(
+    ctx: ServerRequestContext[Any], tasks: TaskPort, caller: Caller, params: types.CallToolRequestParams
+) -> types.InputRequiredResult | None:
+    """A person's `thread_wait` on a thread whose run waits for their approval: the approval as
+    2026-07-28's `input_required` (None: nothing to ask, or it was just answered by this retry, so
+    the wait goes on). `peerd.api.mcp_tasks`: A person's wait."""
+    arguments = dict(params.arguments or {})
+    modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+    thread_id = mt.asks_on_wait(params.name, arguments, elicits=elicits(ctx), modern=modern)
+    pending = None if thread_id is None else await tasks.waiting(caller, thread_id)
+    if pending is None:
+        return None
+    responses = {
+        key: value.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key, value in (params.input_responses or {}).items()
+    }
+    answered = mt.answers(pending, responses)
+    if answered is None:
+        return types.InputRequiredResult.model_validate(
+            {"resultType": "input_required", "inputRequests": mt.input_requests(pending)}
+        )
+    with contextlib.suppress(ApprovalDecided, ApprovalWithdrawn):  # answered meanwhile: wait on
+        await tasks.decide(caller, *answered, decision_id=f"mcp-wait-{answered[0]}"[:64])
+    return None
+
+
 def build_server(invoke: Invoke, tools: list[types.Tool], tasks: TaskPort | None = None) -> Server[Any]:
     """The server; `tools` is `tool_list()`, built once (in a thread: pydantic makes the schemas)."""
 
@@ -101,13 +135,15 @@ def build_server(invoke: Invoke, tools: list[types.Tool], tasks: TaskPort | None
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | dict[str, Any]:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         caller = caller_of(ctx)
         if caller is None:  # never reached through peerd's handler; refuse rather than guess
             return error_result("capability_denied", "This request carried no caller; it was refused.")
         try:
             if tasks is not None and mt.wants_task(params.name, client_extensions(ctx)):
                 return mt.created(await tasks.create(caller, dict(params.arguments or {})))
+            if tasks is not None and (asked := await ask_person(ctx, tasks, caller, params)) is not None:
+                return asked
             return success_result(
                 params.name, await invoke(caller, params.name, dict(params.arguments or {}))
             )

@@ -14,6 +14,7 @@ from typing import Any
 from peerd import contracts as c
 from peerd.api import mcp_tasks as mt
 from peerd.api.tools import ToolServices
+from peerd.approvals import store as approvals_store
 from peerd.approvals.wire import ApprovalDecisionBody
 from peerd.errors import ApprovalNotAllowed, CapabilityDenied, ParentNotActive, TaskNotFound
 from peerd.operations import Caller
@@ -80,15 +81,22 @@ class TaskPort:
         )
         if answered is None:
             return
+        await self.decide(caller, *answered, decision_id=f"mcp-{task_id}-{answered[0]}"[:64])
+
+    async def waiting(self, caller: Caller, thread_id: str) -> c.TaskApproval | None:
+        """The approval a thread here waits for, when this caller is one who may answer it."""
+        if may_answer(caller) is not None or caller.link is not None:
+            return None
+        found = await approvals_store.waiting_on_thread(self.services.ops.db, thread_id)
+        return None if found is None else c.TaskApproval(approval_id=found.id, summary=found.summary)
+
+    async def decide(
+        self, caller: Caller, approval_id: str, verdict: mt.Verdict, *, decision_id: str
+    ) -> None:
         if (why := may_answer(caller)) is not None:
             raise ApprovalNotAllowed(why)
         desk = self.services.desk
         if desk is None:
             raise ApprovalNotAllowed("Approvals cannot be decided here.")
-        approval_id, verdict = answered
-        body = ApprovalDecisionBody(
-            decision=verdict,
-            reason="Answered through MCP tasks/update.",
-            decision_id=f"mcp-{task_id}-{approval_id}"[:64],
-        )
+        body = ApprovalDecisionBody(decision=verdict, reason="Answered through MCP.", decision_id=decision_id)
         await desk.decide(approval_id, body, link=caller.link)

@@ -22,6 +22,11 @@ no I/O; the thin handlers are in `peerd.api.mcp_server` (`add_task_methods`).
   it by peerd's approvals rules (`peerd.approvals.rules.may_decide`): the owner or the link whose
   work it is, never an agent's run (an agent does not approve the work it delegated: a person
   does, here or through `peerd approval`).
+- **A person's wait** (multi round-trip `input_required`, 2026-07-28 core): a `thread_wait` on a
+  thread of this machine whose run waits for a person's approval, called by a client that acts as
+  the person (the owner: `peerd mcp` started by hand) and declared `elicitation`, is answered
+  `input_required` with the same form (`asks_on_wait`); the client's retry with `inputResponses`
+  decides it and the wait goes on. Never for an agent's run: the question is not the agent's.
 - **Methods.** `tasks/get`, `tasks/update` and `tasks/cancel` as the extension defines them;
   also `tasks/result` (the finished result, or a `-32602` error while it runs) and `tasks/list`
   (the caller's own tasks, newest first), the 2025-11-25 draft's names that some clients still
@@ -54,6 +59,19 @@ def declares_tasks(extensions: Mapping[str, Any] | None) -> bool:
 def wants_task(tool: str, extensions: Mapping[str, Any] | None) -> bool:
     """Is this tool call answered with a task handle (module docstring: When)?"""
     return tool == TASK_TOOL and declares_tasks(extensions)
+
+
+WAIT_TOOL = "thread_wait"
+
+
+def asks_on_wait(tool: str, arguments: Mapping[str, Any], *, elicits: bool, modern: bool) -> str | None:
+    """The thread whose pending approval this call may put to its client (module docstring: A
+    person's wait), or None: a 2026-07-28 `thread_wait` of a thread here, from a client that
+    declared elicitation. (Whether the caller is a person is `mcp_taskport.may_answer`.)"""
+    if tool != WAIT_TOOL or not (elicits and modern) or arguments.get("environmentId") is not None:
+        return None
+    thread_id = arguments.get("threadId")
+    return thread_id if isinstance(thread_id, str) and thread_id else None
 
 
 def iso(timestamp: float) -> str:
@@ -98,7 +116,7 @@ def input_requests(approval: c.TaskApproval) -> dict[str, Any]:
         },
         "required": [DECISION_FIELD],
     }
-    message = f"peerd: the delegated work asks for approval: {approval.summary}"
+    message = f"peerd: the work asks for your approval: {approval.summary}"
     return {
         approval.approval_id: {
             "method": "elicitation/create",

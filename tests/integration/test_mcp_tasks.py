@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from peerd.daemon import Daemon
-from tests.helpers import LocalClient, client_for, running_daemon, script
-from tests.support.approvals import pending_approvals
+from tests.helpers import LocalClient, client_for, running_daemon, script, wait_terminal
+from tests.support.approvals import launch, pending_approvals
 from tests.support.mcp import live_run
 from tests.support.mcp_tasks import (
     TasksExtension,
@@ -155,3 +158,41 @@ async def test_a_tasks_client_through_peerd_mcp(
             mine = await listed(mcp)
     assert done.result is not None and done.result["structuredContent"]["result"] == "OVER STDIO"
     assert mine == [handle.task_id]
+
+
+@pytest.mark.slow
+async def test_a_persons_wait_asks_them_the_approval_and_goes_on(
+    tmp_path: Path, daemon: Daemon, client: LocalClient, project: dict[str, Any]
+) -> None:
+    """2026-07-28's multi round-trip input_required: the owner's client (declaring elicitation)
+    waits on a thread whose run waits for approval; the SDK shows the form (the callback here),
+    retries with the answer, and the wait goes on to the run's end. An agent's wait is never asked."""
+    launched = await launch(client, project, script({"run": "echo ok > asked.txt"}, {"reply": "RAN"}))
+    (question,) = await pending_approvals(client)
+    asked: list[types.ElicitRequestParams] = []
+
+    async def person(_: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    async with (
+        live_run(client, project, tmp_path) as run,
+        tasks_client(daemon.mcp.url or "", token=run.token, elicitation_callback=person) as agent,
+    ):
+        not_asked = await agent.call_tool("thread_wait", {"threadId": launched["threadId"], "timeout": 0.2})
+        assert not not_asked.is_error and not asked
+    transport = httpx2.AsyncHTTPTransport(uds=str(daemon.paths.socket))
+    async with (
+        httpx2.AsyncClient(transport=transport, timeout=60) as http,
+        Client(
+            streamable_http_client(OWNER_URL, http_client=http),
+            mode="2026-07-28",
+            elicitation_callback=person,
+        ) as me,
+    ):
+        waited = await me.call_tool("thread_wait", {"threadId": launched["threadId"], "timeout": 20})
+    assert len(asked) == 1 and question["summary"] in asked[0].message
+    assert not waited.is_error and waited.structured_content is not None, waited
+    assert (await client.call("GET", f"/v1/approvals/{question['id']}"))["status"] == "approved"
+    done = await wait_terminal(client, launched["threadId"], launched["runId"])
+    assert done["status"] == "completed"

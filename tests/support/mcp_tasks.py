@@ -81,7 +81,12 @@ class TasksExtension(ClientExtension):
 
 @asynccontextmanager
 async def tasks_client(
-    url: str, *, token: str | None = None, uds: Path | None = None, declare: bool = True
+    url: str,
+    *,
+    token: str | None = None,
+    uds: Path | None = None,
+    declare: bool = True,
+    elicitation_callback: Any = None,
 ) -> AsyncIterator[Client]:
     """A 2026-07-28 client of `url` (over `uds` when given), declaring the Tasks extension."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
@@ -95,7 +100,10 @@ async def tasks_client(
     async with (
         http,
         Client(
-            streamable_http_client(url, http_client=http), mode="2026-07-28", extensions=extensions
+            streamable_http_client(url, http_client=http),
+            mode="2026-07-28",
+            extensions=extensions,
+            elicitation_callback=elicitation_callback,
         ) as client,
     ):
         yield client

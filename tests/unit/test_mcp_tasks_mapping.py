@@ -110,3 +110,13 @@ def test_a_run_lists_its_own_threads_tasks_the_owner_all_and_a_bare_link_none() 
 def test_an_agent_never_answers_an_approval_a_person_does() -> None:
     assert may_answer(Caller(namespace="thread:thr_1", thread_id="thr_1", run_id="run_1")) is not None
     assert may_answer(Caller.local()) is None
+
+
+def test_a_wait_asks_its_client_only_at_2026_for_a_thread_here_and_a_client_that_elicits() -> None:
+    wait = {"threadId": "thr_1"}
+    assert mt.asks_on_wait("thread_wait", wait, elicits=True, modern=True) == "thr_1"
+    assert mt.asks_on_wait("thread_wait", wait, elicits=False, modern=True) is None
+    assert mt.asks_on_wait("thread_wait", wait, elicits=True, modern=False) is None
+    assert mt.asks_on_wait("thread_wait", {**wait, "environmentId": "box"}, elicits=True, modern=True) is None
+    assert mt.asks_on_wait("thread_read", wait, elicits=True, modern=True) is None
+    assert mt.asks_on_wait("thread_wait", {}, elicits=True, modern=True) is None
