@@ -11,7 +11,9 @@ a session lives in the daemon (an agent may reconnect, or run `peerd mcp` and th
 side by side), and every request is authenticated on its own.
 
 Clients that declare the Tasks extension get `delegate_task` as an MCP task (`add_task_methods`;
-the mapping is `peerd.api.mcp_tasks`, what it acts through `peerd.api.mcp_taskport`).
+the mapping is `peerd.api.mcp_tasks`, what it acts through `peerd.api.mcp_taskport`), and a
+person's `thread_wait` at 2026-07-28 may ask them the approval their thread waits for
+(`ask_person`: multi round-trip `input_required`).
 
 Errors come back as MCP tool errors (`isError`) whose text is a sentence starting with the stable
 code (`target_required: Pass target.model ...`) and no structured content: Gemini CLI validates
