@@ -21,7 +21,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from peerd.agent_tools import TOOL_SPECS
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient
-from tests.support.mcp import live_run
+from tests.support.mcp import INITIALIZE, INITIALIZED, bridge, live_run
 
 MODES = ("legacy", "2026-07-28")
 
@@ -132,8 +132,6 @@ async def test_a_request_whose_headers_disagree_with_its_envelope_is_refused(dae
 async def test_the_bridge_adds_the_routing_headers_and_answers_discover_without_the_daemon(
     tmp_path: Path,
 ) -> None:
-    from tests.integration.test_mcp_http import bridge  # noqa: PLC0415
-
     env = {"PEERD_SOCKET": str(tmp_path / "nothing.sock")}
     answers = await bridge(env, envelope("server/discover"), envelope("tools/call", name="project_list"))
     by_id = {answer["id"]: answer for answer in answers}
@@ -146,8 +144,6 @@ async def test_the_bridge_adds_the_routing_headers_and_answers_discover_without_
 async def test_the_bridge_negotiates_each_request_on_its_own(daemon: Daemon) -> None:
     """A 2026-07-28 request after a handshake-era `initialize` carries its own revision (the
     handshake's version would not match its envelope, which the daemon refuses)."""
-    from tests.integration.test_mcp_http import INITIALIZE, INITIALIZED, bridge  # noqa: PLC0415
-
     env = {"PEERD_SOCKET": str(daemon.paths.socket), "PATH": "/usr/bin:/bin"}
     legacy = {"jsonrpc": "2.0", "id": "legacy", "method": "tools/list"}
     modern = envelope("tools/call", name="environment_list", arguments={})
