@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from peerd import __version__
+from peerd import contracts as c
 from peerd.agent_tools import CATALOGUE, continue_hint
 from peerd.api import mcp_tasks as mt
 from peerd.api.app import MAX_BODY_BYTES, validation_message
@@ -188,7 +189,7 @@ def protocol_error(err: PeerdError) -> MCPError:
     return MCPError(code=code, message=f"{err.code}: {err.message}", data={"code": err.code})
 
 
-def completed_result(info: Any) -> dict[str, Any]:
+def completed_result(info: c.TaskInfo) -> dict[str, Any]:
     """What `delegate_task` with `mode: wait` returns for the finished task, as JSON."""
     return success_result(mt.TASK_TOOL, info.wire()).model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -198,7 +199,7 @@ def add_task_methods(server: Server[Any], tasks: TaskPort) -> None:
     as the request's caller; the extension advertised in `server/discover`'s capabilities."""
     server.extensions[mt.TASKS_EXTENSION] = {}
 
-    def caller(ctx: ServerRequestContext[Any]) -> Any:
+    def caller(ctx: ServerRequestContext[Any]) -> Caller:
         found = caller_of(ctx)
         if found is None:
             raise MCPError(
