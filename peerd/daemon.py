@@ -411,7 +411,8 @@ class Daemon:
             },
             clock=clock,
         )
-        tools = ToolServices(ops, links, delegation, handoff)
+        desk = ApprovalDesk(approvals, db, forwarder)
+        tools = ToolServices(ops, links, delegation, handoff, desk)
         console = Console(
             settings.console,
             socket_path=self.paths.socket,
@@ -433,7 +434,7 @@ class Daemon:
             followers=followers,
             links=links,
             approvals=approvals,
-            desk=ApprovalDesk(approvals, db, forwarder),
+            desk=desk,
             handoff=handoff,
             engine=engine,
             orchestrations=orchestrations,
