@@ -57,6 +57,11 @@ def exit_code_of_wait(wait: dict[str, Any]) -> int:
     return EXIT_AWAITING_APPROVAL if wait.get("awaitingApproval") else EXIT_TIMED_OUT
 
 
+def waiting_field(waiting: dict[str, Any] | None) -> str | None:
+    """The `waiting for` field of `thread show` and `task show`: the line without its first words."""
+    return None if not waiting else approval_line(waiting).removeprefix("waiting for ")
+
+
 def approval_line(waiting: dict[str, Any]) -> str:
     """`waiting for your approval [on BOX]: <question> (peerd approval show ap_...)`: the box's
     questions are shown and answered from here too (they come through the link)."""

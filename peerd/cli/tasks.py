@@ -14,6 +14,7 @@ from peerd.cli.common import (
     confirm,
     json_option,
     json_option_for,
+    waiting_field,
     with_client,
     yes_option,
 )
@@ -176,6 +177,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
             ("parent thread", t["parentThreadId"]),
             ("child", _where(t)),
             ("link", _link_state(ctx, t)),
+            ("waiting for", waiting_field(t.get("awaitingApproval"))),
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
             ("placement", t.get("placement")),

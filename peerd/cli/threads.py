@@ -17,6 +17,7 @@ from peerd.cli.common import (
     exit_code_of_wait,
     json_option,
     json_option_for,
+    waiting_field,
     with_client,
     yes_option,
 )
@@ -247,7 +248,12 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
 
     def go(client: LocalClient) -> dict[str, Any]:
         info = client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
-        return {"thread": info, "items": items_after(client, thread_id, None, run_id=run_id)}
+        shown = {"thread": info, "items": items_after(client, thread_id, None, run_id=run_id)}
+        latest = info.get("latestRun") or {}
+        if latest.get("status") in ("queued", "starting", "running"):  # a question waiting for you?
+            now = client.call("GET", f"/v1/threads/{path_segment(info['id'])}/wait", params={"timeout": 0})
+            shown["awaitingApproval"] = now.get("awaitingApproval")
+        return shown
 
     data = with_client(ctx, go)
     if as_json:
@@ -255,6 +261,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
         return
     t = data["thread"]
     run = t["latestRun"] or {}
+    waiting = data.get("awaitingApproval")
     fields(
         [
             ("thread", t["id"]),
@@ -266,6 +273,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("branch", t["branch"]),
             ("status", t["status"] + (", queue held" if t["queueHeld"] else "")),
             ("last run", f"{run.get('id')} #{run.get('number')} {run.get('status')}" if run else "none"),
+            ("waiting for", waiting_field(waiting)),
             ("reason", run.get("reason")),
             ("run usage", _usage(run.get("usage")) if run else None),
             ("thread usage", _usage(t.get("usage"))),

@@ -5,6 +5,7 @@ Real CLI subprocesses, real daemons."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,13 @@ async def test_a_run_waiting_for_a_person_exits_7_and_names_the_question(
     assert waited.returncode == EXIT_AWAITING_APPROVAL, (waited.stdout, waited.stderr)
     line = waited.stdout.splitlines()[-1]
     assert line == f"waiting for your approval: {asked['summary']} (peerd approval show {asked['id']})"
+    shown = await peerd(home, "thread", "show", launched["threadId"])
+    assert re.search(
+        rf"^waiting for +your approval: {re.escape(asked['summary'])} \(peerd approval show {asked['id']}\)$",
+        shown.stdout,
+        re.MULTILINE,
+    ), shown.stdout
+    assert not re.search(r"^(reason|placement) *$", shown.stdout, re.MULTILINE)  # empty fields are left out
     as_json = await peerd(home, "thread", "wait", launched["threadId"], "--timeout", "0.5", "--json")
     assert as_json.returncode == EXIT_AWAITING_APPROVAL
     assert f'"approvalId": "{asked["id"]}"' in as_json.stdout
