@@ -67,6 +67,14 @@ def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, second
 BUDGET_KEYS = {"tokens": int, "usd": float, "seconds": float}
 
 
+def budget_option(text: str, flag: str = "--budget") -> dict[str, float | int]:
+    """`--budget`'s LIMITS, with the option named in the usage error."""
+    try:
+        return parse_budget(text)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint=f"'{flag}'") from None
+
+
 def parse_budget(text: str) -> dict[str, float | int]:
     """`tokens=50000,usd=2,seconds=600` (any of them) as the API's budget object."""
     limits: dict[str, float | int] = {}
@@ -153,7 +161,7 @@ def thread_launch(
         "interactionMode": interaction_mode,
         "clientRequestId": client_request_id,
         "inPlace": in_place,
-        "budget": None if budget is None else parse_budget(budget),
+        "budget": None if budget is None else budget_option(budget),
     }
 
     def go(client: LocalClient) -> dict[str, Any]:

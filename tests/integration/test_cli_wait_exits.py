@@ -18,6 +18,7 @@ from peerd.cli.common import (
     EXIT_RUN_FAILED,
     EXIT_RUN_STOPPED,
     EXIT_TIMED_OUT,
+    EXIT_USAGE,
 )
 from tests.helpers import script, two_daemons
 from tests.support.approvals import launch, launch_on_box, new_approval, set_up
@@ -53,6 +54,10 @@ async def test_launch_wait_exits_0_for_completed_and_5_for_failed(client: LocalC
     )
     assert failed.returncode == EXIT_RUN_FAILED, (failed.stdout, failed.stderr)
     assert "failed: budget exceeded" in failed.stdout
+    typo = await peerd(
+        home, "thread", "launch", "--project", "repo", "--prompt", "hi", "--budget", "tokens=abc"
+    )
+    assert typo.returncode == EXIT_USAGE and "'--budget'" in typo.stderr, typo.stderr  # names the option
 
 
 async def test_wait_exits_6_for_an_interrupted_run_and_4_while_it_is_live(
