@@ -32,6 +32,7 @@ from pydantic.json_schema import models_json_schema
 from peerd import __version__
 from peerd import contracts as c
 from peerd.api import (
+    a2a_routes,
     approvals,
     gitwire,
     handoff,
@@ -73,6 +74,7 @@ LISTENERS: tuple[Listener, ...] = (
             *placement.ROUTES,
             *handoff.ROUTES,
             mcp_http.MCP_ROUTE,
+            *a2a_routes.ROUTES,
         ),
     ),
     Listener(
@@ -80,7 +82,7 @@ LISTENERS: tuple[Listener, ...] = (
         "https://{host}:{port}",
         "The network listener (`--listen`): TLS with the box's self-signed certificate, which linked "
         "machines pin. `/v1/*` takes a link's access token (`linkBearer`, from `/oauth/token`).",
-        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES, *handoff.BOX_ROUTES),
+        (*oauth.ROUTES, *remote.ROUTES, *approvals.ROUTES, *handoff.BOX_ROUTES, *a2a_routes.NETWORK_ROUTES),
     ),
     Listener(
         "agent",

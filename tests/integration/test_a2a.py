@@ -1,0 +1,240 @@
+"""The A2A face against a real daemon (real TLS, real SQLite, the script provider), driven by the
+official `a2a-sdk` client with a link's access token, plus the hostile cases: no token, a
+read-only link, another link's task, and push webhooks to addresses that are not allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.client.client import Client
+from a2a.types import (
+    CancelTaskRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from aiohttp import web
+
+from peerd.api.oauth import PAIRING_GRANT
+from peerd.config import A2AConfig, Config
+from peerd.core import pairing_code
+from peerd.daemon import Daemon
+from tests.helpers import client_for, make_repo, running_daemon, script
+
+pytestmark = pytest.mark.slow  # one daemon, several clients, a few runs
+
+
+@dataclass
+class Box:
+    daemon: Daemon
+    url: str
+    ssl: ssl.SSLContext
+    project_id: str
+
+    async def token(self, access: str) -> str:
+        async with client_for(self.daemon.paths.home) as oc:
+            code = pairing_code.decode(str((await oc.call("POST", "/v1/pair", body={"access": access}))["code"]))
+        form = {
+            "grant_type": PAIRING_GRANT,
+            "code_id": code.code_id,
+            "code_secret": code.secret,
+            "client_label": f"a2a-{access}-{uuid.uuid4().hex[:6]}",
+            "access": access,
+        }
+        async with httpx.AsyncClient(verify=self.ssl) as http:
+            answer = await http.post(self.url + "/oauth/token", data=form)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["access_token"])
+
+    @asynccontextmanager
+    async def client(self, token: str, *, streaming: bool = False) -> AsyncIterator[Client]:
+        http = httpx.AsyncClient(verify=self.ssl, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=["JSONRPC"])
+        client = await create_client(self.url, client_config=config)
+        try:
+            yield client
+        finally:
+            await client.close()
+            await http.aclose()
+
+
+@asynccontextmanager
+async def a_box(tmp_path: Path, allow: list[str]) -> AsyncIterator[Box]:
+    settings = Config(a2a=A2AConfig(allow_private_push=allow))
+    async with running_daemon(tmp_path / "box", label="box", settings=settings) as daemon:
+        repo = make_repo(tmp_path / "repo")
+        async with client_for(daemon.paths.home) as oc:
+            project = await oc.call("POST", "/v1/projects", body={"path": str(repo)})
+        assert daemon.identity is not None
+        context = ssl.create_default_context(cadata=daemon.identity.cert_pem.decode())
+        context.check_hostname = False
+        yield Box(daemon, daemon.advertised_urls()[0], context, str(project["id"]))
+
+
+def message(text: str, *, context_id: str = "", message_id: str | None = None) -> Message:
+    return Message(
+        message_id=message_id or uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        context_id=context_id,
+        parts=[Part(text=text)],
+    )
+
+
+async def send(client: Client, msg: Message, **config: Any) -> Task:
+    request = SendMessageRequest(message=msg)
+    if config:
+        request.configuration.task_push_notification_config.CopyFrom(TaskPushNotificationConfig(**config))
+    async for event in client.send_message(request):
+        if event.HasField("task"):
+            return event.task
+    raise AssertionError("no task answered")
+
+
+async def until_state(client: Client, task_id: str, states: set[int], within: float = 30.0) -> Task:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        task = await client.get_task(GetTaskRequest(id=task_id))
+        if task.status.state in states:
+            return task
+        assert asyncio.get_running_loop().time() < deadline, f"task stuck in {TaskState.Name(task.status.state)}"
+        await asyncio.sleep(0.1)
+
+
+@asynccontextmanager
+async def webhook() -> AsyncIterator[tuple[str, list[tuple[str | None, dict[str, Any]]]]]:
+    """A webhook on 127.0.0.1 recording (token, body) per push."""
+    got: list[tuple[str | None, dict[str, Any]]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append((request.headers.get("X-A2A-Notification-Token"), await request.json()))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}/hook", got
+    finally:
+        await runner.cleanup()
+
+
+DONE = {TaskState.TASK_STATE_COMPLETED}
+ENDED = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
+
+
+async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(tmp_path: Path) -> None:
+    async with a_box(tmp_path, ["127.0.0.1/32"]) as box, webhook() as (hook_url, pushes):
+        token = await box.token("auto")
+        # The public card says where and how, without a token.
+        async with httpx.AsyncClient(verify=box.ssl) as http:
+            card = (await http.get(box.url + "/.well-known/agent-card.json")).json()
+        assert card["capabilities"]["pushNotifications"] is True
+        assert {i["protocolBinding"] for i in card["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
+        assert "bearer" in card["securitySchemes"]
+        assert box.project_id not in json.dumps(card), "the public card lists no project"
+
+        async with box.client(token) as client:
+            extended = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+            assert f"project:{box.project_id}" in {skill.id for skill in extended.skills}
+
+            msg = message(script({"reply": "hello from the box"}))
+            task = await send(client, msg, url=hook_url, token="hook-secret")
+            assert task.context_id, "the thread"
+            done = await until_state(client, task.id, DONE)
+            assert done.artifacts[0].parts[0].text == "hello from the box"
+
+            again = await send(client, msg)  # the same messageId: the same thread and run
+            assert (again.id, again.context_id) == (task.id, task.context_id)
+
+            follow = await send(client, message(script({"reply": "second"}), context_id=task.context_id))
+            assert follow.context_id == task.context_id and follow.id != task.id
+            await until_state(client, follow.id, DONE)
+
+            slow = await send(client, message(script({"wait": 60}, {"reply": "never"})))
+            await until_state(client, slow.id, {TaskState.TASK_STATE_WORKING})
+            await client.cancel_task(CancelTaskRequest(id=slow.id))
+            cancelled = await until_state(client, slow.id, ENDED)
+            assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+
+        async def pushed_completed() -> bool:
+            return any("task" in body and body["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+                       for _, body in pushes)
+
+        for _ in range(200):
+            if await pushed_completed():
+                break
+            await asyncio.sleep(0.05)
+        assert await pushed_completed(), (pushes, await box.daemon.parts.a2a.push.owed(), [dict(r) for r in await box.daemon.parts.a2a.push.db.fetchall("SELECT * FROM a2a_push_configs")])  # type: ignore[union-attr]
+        assert {tok for tok, _ in pushes} == {"hook-secret"}
+        assert all((body.get("task") or body.get("statusUpdate"))["taskId" if "statusUpdate" in body else "id"]
+                   == task.id for _, body in pushes)
+
+
+async def test_a2a_needs_a_token_and_keeps_links_to_their_own(tmp_path: Path) -> None:
+    async with a_box(tmp_path, []) as box:
+        rpc = box.url + "/v1/a2a/jsonrpc"
+        body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+        async with httpx.AsyncClient(verify=box.ssl) as http:
+            for headers in ({}, {"Authorization": "Bearer nonsense"}):
+                answer = await http.post(rpc, json=body, headers=headers)
+                assert answer.status_code == 401
+                assert "result" not in answer.text and "contextId" not in answer.text
+            rest = await http.get(box.url + "/v1/a2a/rest/tasks/x")
+            assert rest.status_code == 401
+
+        reader, mine, other = await box.token("read-only"), await box.token("auto"), await box.token("auto")
+        async with box.client(reader) as client:
+            with pytest.raises(Exception) as refused:
+                await send(client, message(script({"reply": "no"})))
+            assert "capability_denied" in repr(refused.value) or "read-only" in str(refused.value)
+        async with box.client(mine) as client:
+            task = await send(client, message(script({"wait": 60}, {"reply": "x"})))
+        async with box.client(other) as client:
+            with pytest.raises(Exception, match="(?i)task"):
+                await client.get_task(GetTaskRequest(id=task.id))
+            with pytest.raises(Exception, match="(?i)task"):
+                await client.cancel_task(CancelTaskRequest(id=task.id))
+        async with box.client(mine) as client:
+            still = await client.get_task(GetTaskRequest(id=task.id))
+            assert still.status.state != TaskState.TASK_STATE_CANCELED
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/hook",
+        "http://10.0.0.1/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://localhost:9/hook",  # a name that resolves to loopback
+    ],
+)
+async def test_push_webhooks_to_private_addresses_are_refused_by_default(tmp_path: Path, url: str) -> None:
+    async with a_box(tmp_path, []) as box:
+        token = await box.token("auto")
+        async with box.client(token) as client:
+            with pytest.raises(Exception, match="push_address_refused|not allowed|refused"):
+                await send(client, message(script({"reply": "x"})), url=url, token="t")
+        assert await box.daemon.parts.a2a.push.owed() == []  # type: ignore[union-attr]
