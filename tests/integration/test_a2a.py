@@ -9,6 +9,7 @@ import asyncio
 import json
 import ssl
 import uuid
+from urllib.parse import urlsplit
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -238,3 +239,35 @@ async def test_push_webhooks_to_private_addresses_are_refused_by_default(tmp_pat
             with pytest.raises(Exception, match="push_address_refused|not allowed|refused"):
                 await send(client, message(script({"reply": "x"})), url=url, token="t")
         assert await box.daemon.parts.a2a.push.owed() == []  # type: ignore[union-attr]
+
+
+async def test_a_name_rebound_to_loopback_is_refused_at_delivery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked at registration on a public address, the name then resolves to 127.0.0.1 (DNS
+    rebinding): the delivery checks again, sends nothing and gives up with the reason."""
+    async with a_box(tmp_path, []) as box, webhook() as (hook_url, pushes):
+        push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+        lookups: list[str] = []
+
+        async def rebinding(host: str, port: int) -> list[str]:
+            lookups.append(host)
+            return ["93.184.216.34"] if len(lookups) == 1 else ["127.0.0.1"]  # never contacted: see below
+
+        monkeypatch.setattr(push, "_resolve", rebinding)
+        port = urlsplit(hook_url).port
+        token = await box.token("auto")
+        async with box.client(token) as client:
+            await send(client, message(script({"reply": "x"})), url=f"http://hooks.example:{port}/hook", token="t")
+
+        async def given_up() -> list[dict[str, Any]]:
+            return [row for row in await push.owed() if row["given_up"]]
+
+        for _ in range(200):
+            if await given_up():
+                break
+            await asyncio.sleep(0.05)
+        refused = await given_up()
+        assert refused and "127.0.0.1" in refused[0]["given_up"]
+        assert pushes == [], "the webhook (on the rebound address) got nothing"
+        assert len(lookups) >= 2, "resolved again at delivery"
