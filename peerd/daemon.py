@@ -30,15 +30,15 @@ from aiohttp import web
 
 from peerd import __version__, sdnotify
 from peerd import contracts as c
+from peerd.a2a.http import A2AFace
 from peerd.api import peercred
+from peerd.api.a2a_routes import add_a2a_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE
 from peerd.api.gitwire import add_git_routes
 from peerd.api.handoff import add_box_routes, add_handoff_routes
 from peerd.api.listener import start_tcp
-from peerd.a2a.http import A2AFace
-from peerd.api.a2a_routes import add_a2a_routes
 from peerd.api.mcp_http import Loopback, McpService, add_mcp_route, bind_loopback, start_tcp_listener
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.owner_routes import local_app

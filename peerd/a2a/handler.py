@@ -98,9 +98,7 @@ def _timestamp(seconds: float | None) -> datetime | None:
 
 
 class PeerdRequestHandler(RequestHandler):
-    def __init__(
-        self, ops: Operations, push: PushService, extended_card: Callable[[Caller], Any]
-    ) -> None:
+    def __init__(self, ops: Operations, push: PushService, extended_card: Callable[[Caller], Any]) -> None:
         self.ops = ops
         self.push = push
         self._extended_card = extended_card
@@ -131,7 +129,9 @@ class PeerdRequestHandler(RequestHandler):
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         caller = caller_of(context)
         listed = await self._call(
-            self.ops.thread_list(caller, c.ThreadList(project_id=None, limit=min(params.page_size or 50, 100)))
+            self.ops.thread_list(
+                caller, c.ThreadList(project_id=None, limit=min(params.page_size or 50, 100))
+            )
         )
         tasks = []
         for thread in listed.items:
@@ -150,16 +150,18 @@ class PeerdRequestHandler(RequestHandler):
         if is_terminal(run.status):
             raise TaskNotCancelableError(f"Task {run.id} has ended ({run.status}).")
         await self._call(
-            self.ops.thread_interrupt(caller, thread.id, c.ThreadInterrupt(stop=True, reason="A2A CancelTask"))
+            self.ops.thread_interrupt(
+                caller, thread.id, c.ThreadInterrupt(stop=True, reason="A2A CancelTask")
+            )
         )
         return await self.task(await threads.get_run(self.ops.db, run.id))
 
-    async def on_message_send(
-        self, params: SendMessageRequest, context: ServerCallContext
-    ) -> Task | Message:
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         caller = caller_of(context)
         run = await self._send(caller, params)
-        if params.HasField("configuration") and params.configuration.HasField("task_push_notification_config"):
+        if params.HasField("configuration") and params.configuration.HasField(
+            "task_push_notification_config"
+        ):
             config = TaskPushNotificationConfig()
             config.CopyFrom(params.configuration.task_push_notification_config)
             config.task_id = run.id
@@ -244,8 +246,12 @@ class PeerdRequestHandler(RequestHandler):
         project_id = meta.get("projectId") or await self._only_project()
         launch: dict[str, Any] = {"project_id": project_id, "prompt": prompt, "client_request_id": key}
         if meta.get("environmentId") not in (None, "auto"):
-            raise InvalidParamsError("environmentId may only be \"auto\" here (a placed launch).")
-        for wire, field in (("provider", "provider"), ("model", "model"), ("environmentId", "environment_id")):
+            raise InvalidParamsError('environmentId may only be "auto" here (a placed launch).')
+        for wire, field in (
+            ("provider", "provider"),
+            ("model", "model"),
+            ("environmentId", "environment_id"),
+        ):
             if isinstance(meta.get(wire), str):
                 launch[field] = meta[wire]
         for wire, field in (("runtimeMode", "runtime_mode"), ("interactionMode", "interaction_mode")):

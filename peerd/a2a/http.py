@@ -170,7 +170,9 @@ def _base_of(request: web.Request) -> str:
     return f"{scheme}://{request.host}"
 
 
-async def asgi_stream(app: Any, request: web.Request, body: bytes, extra: dict[str, Any]) -> web.StreamResponse:
+async def asgi_stream(
+    app: Any, request: web.Request, body: bytes, extra: dict[str, Any]
+) -> web.StreamResponse:
     """Run an ASGI app for one request whose body is already read; its answer streamed as it comes."""
     scope: dict[str, Any] = {
         "type": "http",

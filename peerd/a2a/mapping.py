@@ -5,8 +5,9 @@ The shape of the face (docs/user/a2a.md):
 | A2A | peerd |
 | --- | --- |
 | `contextId` | a thread |
-| a task (`id`) | one run of that thread (`SendMessage` without a `contextId` launches the thread: its first run; with one, `thread send`: its next run) |
-| `messageId` | the idempotency key (`clientRequestId` `a2a:<messageId>` in the caller's namespace): a retry reaches the same thread and run |
+| a task (`id`) | one run of that thread: `SendMessage` without a `contextId` launches the thread |
+|  | (its first run); with one, it is `thread send` (its next run) |
+| `messageId` | the idempotency key (`clientRequestId` `a2a:<messageId>` in the caller's namespace) |
 | task state | the run's status, `input-required` while an approval of that run waits for a person |
 | `CancelTask` | `thread interrupt` of that run |
 

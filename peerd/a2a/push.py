@@ -116,9 +116,7 @@ class PushService:
         config_id = config.id or uuid.uuid4().hex
         auth = config.authentication if config.HasField("authentication") else None
         async with self.db.write() as tx:
-            count = await tx.execute(
-                "SELECT COUNT(*) FROM a2a_push_configs WHERE task_id = ?", (run.id,)
-            )
+            count = await tx.execute("SELECT COUNT(*) FROM a2a_push_configs WHERE task_id = ?", (run.id,))
             row = await count.fetchone()
             if row is not None and row[0] >= MAX_CONFIGS_PER_TASK:
                 raise PushAddressRefused(f"Task {run.id} has {MAX_CONFIGS_PER_TASK} webhooks already.")
@@ -156,7 +154,9 @@ class PushService:
 
     async def delete(self, task_id: str, config_id: str) -> None:
         async with self.db.write() as tx:
-            await tx.execute("DELETE FROM a2a_push_configs WHERE task_id = ? AND id = ?", (task_id, config_id))
+            await tx.execute(
+                "DELETE FROM a2a_push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
+            )
             await tx.execute(
                 "DELETE FROM a2a_push_owed WHERE task_id = ? AND config_id = ? AND delivered_at IS NULL",
                 (task_id, config_id),
@@ -241,13 +241,17 @@ class PushService:
             await self._send(row, addresses, MessageToDict(body))
         except PushAddressRefused as refused:
             await self._settle(key, given_up=refused.message)
-            log.info("a2a.push_given_up", task_id=row["task_id"], config_id=row["config_id"], code=refused.code)
+            log.info(
+                "a2a.push_given_up", task_id=row["task_id"], config_id=row["config_id"], code=refused.code
+            )
             return
         except (LookupError, aiohttp.ClientError, TimeoutError, OSError, SendFailed) as failed:
             attempts = row["attempts"] + 1
-            reason = f"{type(failed).__name__}: {failed}" if isinstance(failed, SendFailed) else type(
-                failed
-            ).__name__
+            reason = (
+                f"{type(failed).__name__}: {failed}"
+                if isinstance(failed, SendFailed)
+                else type(failed).__name__
+            )
             if attempts >= MAX_ATTEMPTS or isinstance(failed, LookupError):
                 await self._settle(key, given_up=f"not delivered after {attempts} attempts ({reason})")
                 return

@@ -43,8 +43,22 @@ def test_prompt_joins_text_and_refuses_none() -> None:
 
 @pytest.mark.parametrize(
     "address",
-    ["127.0.0.1", "10.0.0.1", "172.16.3.4", "192.168.1.1", "169.254.169.254", "224.0.0.1", "0.0.0.0", "::1",
-     "fe80::1", "fd00::1", "100.64.0.1", "::ffff:127.0.0.1", "ff02::1", "255.255.255.255"],
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "172.16.3.4",
+        "192.168.1.1",
+        "169.254.169.254",
+        "224.0.0.1",
+        "0.0.0.0",  # noqa: S104
+        "::1",
+        "fe80::1",
+        "fd00::1",
+        "100.64.0.1",
+        "::ffff:127.0.0.1",
+        "ff02::1",
+        "255.255.255.255",
+    ],
 )
 def test_non_public_addresses_are_refused_by_default(address: str) -> None:
     assert not m.allowed_push_address(address, NONE)
