@@ -162,10 +162,9 @@ class PeerdRequestHandler(RequestHandler):
         if params.HasField("configuration") and params.configuration.HasField(
             "task_push_notification_config"
         ):
-            config = TaskPushNotificationConfig()
-            config.CopyFrom(params.configuration.task_push_notification_config)
-            config.task_id = run.id
-            await self._call(self.push.create(caller, run, config))
+            await self._call(
+                self.push.create(caller, run, params.configuration.task_push_notification_config)
+            )
         return await self.task(run)
 
     async def on_message_send_stream(

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 import structlog
-from a2a.types import StreamResponse, TaskPushNotificationConfig, TaskState, TaskStatusUpdateEvent
+from a2a.types import StreamResponse, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict
 
 from peerd import contracts as c
@@ -231,9 +231,7 @@ class PushService:
             if row["state"] in mapping.TERMINAL_STATES:
                 body.task.CopyFrom(task)
             else:
-                status = type(task.status)()
-                status.CopyFrom(task.status)
-                status.state = _state_value(row["state"])
+                status = TaskStatus(state=_state_value(row["state"]), timestamp=task.status.timestamp)
                 body.status_update.CopyFrom(
                     TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=status)
                 )

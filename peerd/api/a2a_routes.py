@@ -20,7 +20,7 @@ import pydantic
 from aiohttp import web
 
 from peerd.api.context import caller_of
-from peerd.api.routes import Route, add_routes
+from peerd.api.routes import Example, Route, add_routes
 from peerd.operations import Caller
 
 A2A_PREFIX = "/v1/a2a"
@@ -52,6 +52,12 @@ async def a2a_endpoint(request: web.Request) -> web.StreamResponse:
     return await face.serve(request, caller_of(request))
 
 
+TASK_ID = "run_8fcf92c820e7365dad17"
+TASK: dict[str, object] = {
+    "id": TASK_ID,
+    "contextId": "thr_f5ffd96ba8232db47434",
+    "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-12-02T16:20:07Z"},
+}
 CARD_ROUTE = Route(
     "GET",
     CARD_PATH,
@@ -60,6 +66,25 @@ CARD_ROUTE = Route(
     "The A2A agent card (public part: interfaces, capabilities, security schemes).",
     "a2a",
     answer=A2AAny,
+    example=Example(
+        {
+            "name": "peerd box",
+            "supportedInterfaces": [
+                {
+                    "url": "https://box:7433/v1/a2a/jsonrpc",
+                    "protocolBinding": "JSONRPC",
+                    "protocolVersion": "1.0",
+                },
+                {
+                    "url": "https://box:7433/v1/a2a/rest",
+                    "protocolBinding": "HTTP+JSON",
+                    "protocolVersion": "1.0",
+                },
+            ],
+            "capabilities": {"streaming": True, "pushNotifications": True, "extendedAgentCard": True},
+            "securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
+        }
+    ),
 )
 JSONRPC_ROUTE = Route(
     "POST",
@@ -70,19 +95,56 @@ JSONRPC_ROUTE = Route(
     "a2a",
     body=A2AAny,
     answer=A2AAny,
+    headers={"A2A-Version": "1.0"},
+    example=Example(
+        {"jsonrpc": "2.0", "id": 1, "result": TASK},
+        body={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": TASK_ID}},
+    ),
 )
-REST_ROUTE = Route(
-    "*",
-    A2A_PREFIX + "/rest/{tail:.*}",
+REST_PATH = A2A_PREFIX + "/rest/{tail:.*}"
+REST_MEANING = {"tail:.*": "the A2A REST path (message:send, tasks/ID, tasks/ID:cancel, ...)"}
+REST_GET = Route(
+    "GET",
+    REST_PATH,
     a2a_endpoint,
-    "a2a_rest",
-    "A2A 1.0 over HTTP+JSON (POST message:send, GET tasks/{id}, POST tasks/{id}:cancel, ...).",
+    "a2a_rest_get",
+    "A2A 1.0 over HTTP+JSON, reads (GET tasks/{id}, tasks/{id}:subscribe, tasks, extendedAgentCard, ...).",
     "a2a",
     answer=A2AAny,
-    params={"tail": "the A2A REST path (message:send, tasks/ID, tasks/ID:cancel, ...)"},
-    documented_methods=("GET", "POST", "DELETE"),
+    params=REST_MEANING,
+    headers={"A2A-Version": "1.0"},
+    example=Example(TASK, path={"tail:.*": "tasks/" + TASK_ID}),
 )
-ROUTES: tuple[Route, ...] = (JSONRPC_ROUTE, REST_ROUTE)  # behind the listener's auth
+REST_POST = Route(
+    "POST",
+    REST_PATH,
+    a2a_endpoint,
+    "a2a_rest_post",
+    "A2A 1.0 over HTTP+JSON, changes (POST message:send, message:stream, tasks/{id}:cancel, push configs).",
+    "a2a",
+    body=A2AAny,
+    answer=A2AAny,
+    params=REST_MEANING,
+    headers={"A2A-Version": "1.0"},
+    example=Example(
+        {"task": TASK},
+        body={"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Fix the flaky test"}]}},
+        path={"tail:.*": "message:send"},
+    ),
+)
+REST_DELETE = Route(
+    "DELETE",
+    REST_PATH,
+    a2a_endpoint,
+    "a2a_rest_delete",
+    "A2A 1.0 over HTTP+JSON: delete a task's push notification config.",
+    "a2a",
+    answer=A2AAny,
+    params=REST_MEANING,
+    headers={"A2A-Version": "1.0"},
+    example=Example({}, path={"tail:.*": "tasks/" + TASK_ID + "/pushNotificationConfigs/p1"}),
+)
+ROUTES: tuple[Route, ...] = (JSONRPC_ROUTE, REST_GET, REST_POST, REST_DELETE)  # behind the listener's auth
 NETWORK_ROUTES: tuple[Route, ...] = (CARD_ROUTE, *ROUTES)
 
 
