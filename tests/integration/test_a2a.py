@@ -284,3 +284,56 @@ async def test_a_name_rebound_to_loopback_is_refused_at_delivery(
         assert refused and "127.0.0.1" in refused[0]["given_up"]
         assert pushes == [], "the webhook (on the rebound address) got nothing"
         assert len(lookups) >= 2, "resolved again at delivery"
+
+
+async def test_streaming_follows_a_task_to_its_end_over_sse(tmp_path: Path) -> None:
+    async with a_box(tmp_path, []) as box:
+        token = await box.token("auto")
+        async with box.client(token, streaming=True) as client:
+            request = SendMessageRequest(message=message(script({"wait": 0.5}, {"reply": "streamed"})))
+            states = []
+            async for event in client.send_message(request):
+                if event.HasField("task"):
+                    states.append(event.task.status.state)
+                elif event.HasField("status_update"):
+                    states.append(event.status_update.status.state)
+            assert states[-1] == TaskState.TASK_STATE_COMPLETED
+            assert len(states) >= 2, "a task first, then its updates"
+
+
+async def test_the_owner_socket_serves_a2a_and_a_waiting_approval_is_input_required(tmp_path: Path) -> None:
+    async with a_box(tmp_path, []) as box:
+        transport = httpx.AsyncHTTPTransport(uds=str(box.daemon.paths.socket))
+        headers = {"A2A-Version": "1.0"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://localhost", headers=headers
+        ) as http:
+
+            async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+                body = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
+                answer = (await http.post("/v1/a2a/jsonrpc", json=body)).json()
+                assert "result" in answer, answer
+                result: dict[str, Any] = answer["result"]
+                return result
+
+            sent = await rpc(
+                "SendMessage",
+                {
+                    "message": {
+                        "messageId": "owner-1",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": script({"run": "echo a > a.txt"}, {"reply": "done"})}],
+                    },
+                    "metadata": {"runtimeMode": "approval-required", "projectId": box.project_id},
+                },
+            )
+            task_id = sent["task"]["id"]
+            state = ""
+            for _ in range(300):
+                state = (await rpc("GetTask", {"id": task_id}))["status"]["state"]
+                if state == "TASK_STATE_INPUT_REQUIRED":
+                    break
+                await asyncio.sleep(0.05)
+            assert state == "TASK_STATE_INPUT_REQUIRED"
+            canceled = await rpc("CancelTask", {"id": task_id})
+            assert canceled["id"] == task_id
