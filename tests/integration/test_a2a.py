@@ -337,3 +337,53 @@ async def test_the_owner_socket_serves_a2a_and_a_waiting_approval_is_input_requi
             assert state == "TASK_STATE_INPUT_REQUIRED"
             canceled = await rpc("CancelTask", {"id": task_id})
             assert canceled["id"] == task_id
+
+
+async def test_an_owed_push_survives_a_restart_and_is_delivered_after(tmp_path: Path) -> None:
+    """The webhook fails (500) while the box runs; the box stops; started again, it delivers."""
+    answers = [500]
+    got: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append(await request.json())
+        return web.Response(status=answers[0])
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    hook_url = "http://127.0.0.1:{}/hook".format(runner.addresses[0][1])
+    try:
+        async with a_box(tmp_path, ["127.0.0.1/32"]) as box:
+            token = await box.token("auto")
+            async with box.client(token) as client:
+                task = await send(client, message(script({"reply": "x"})), url=hook_url, token="t")
+                await until_state(client, task.id, DONE)
+            push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+
+            async def failed_completed() -> bool:
+                rows = await push.owed()
+                return any(r["state"] == "completed" and r["attempts"] >= 1 for r in rows)
+
+            for _ in range(200):
+                if await failed_completed():
+                    break
+                await asyncio.sleep(0.05)
+            assert await failed_completed()
+        answers[0] = 204
+        got.clear()
+        settings = Config(a2a=A2AConfig(allow_private_push=["127.0.0.1/32"]))
+        async with running_daemon(tmp_path / "box", label="box", settings=settings) as again:
+            for _ in range(100):
+                if any(
+                    body.get("task", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
+                    for body in got
+                ):
+                    break
+                await asyncio.sleep(0.1)
+            rows = await again.parts.a2a.push.owed()  # type: ignore[union-attr]
+            assert [r["delivered_at"] is not None for r in rows if r["state"] == "completed"] == [True]
+            assert any(body.get("task", {}).get("id") == task.id for body in got)
+    finally:
+        await runner.cleanup()
