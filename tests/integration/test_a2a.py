@@ -353,7 +353,7 @@ async def test_an_owed_push_survives_a_restart_and_is_delivered_after(tmp_path: 
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
-    hook_url = "http://127.0.0.1:{}/hook".format(runner.addresses[0][1])
+    hook_url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
     try:
         async with a_box(tmp_path, ["127.0.0.1/32"]) as box:
             token = await box.token("auto")
