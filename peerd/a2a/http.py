@@ -15,8 +15,10 @@ this caller may use as skills, as the authenticated extended card.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import json
+from typing import Annotated, Any, Literal
 
+import pydantic
 from a2a.auth.user import User
 from a2a.extensions.common import HTTP_EXTENSION_HEADER, get_requested_extensions
 from a2a.server.context import ServerCallContext
@@ -36,6 +38,7 @@ from a2a.types import (
 from aiohttp import web
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Mount
 
 from peerd import contracts as c
@@ -43,6 +46,7 @@ from peerd.a2a import mapping
 from peerd.a2a.handler import CALLER_STATE, PeerdRequestHandler, task_of
 from peerd.a2a.push import PushService
 from peerd.api.a2a_routes import A2A_PREFIX
+from peerd.errors import InvalidRequest
 from peerd.operations import Caller, Operations
 from peerd.store import projects
 
@@ -91,10 +95,11 @@ class A2AFace:
         self._base = "https://localhost"
         context = CallerContext()
         self.app = Starlette(
+            exception_handlers={404: _binding_error, 405: _binding_error},
             routes=[
                 *create_jsonrpc_routes(self.handler, JSONRPC_PATH, context_builder=context),
                 Mount(REST_PATH, routes=create_rest_routes(self.handler, context_builder=context)),
-            ]
+            ],
         )
 
     def start(self) -> None:
@@ -162,7 +167,63 @@ class A2AFace:
     async def serve(self, request: web.Request, caller: Caller) -> web.StreamResponse:
         self._base = _base_of(request)
         body = await request.read()  # capped by the app (payload_too_large)
+        checked_body(body, jsonrpc=request.path == JSONRPC_PATH)
         return await asgi_stream(self.app, request, body, {SCOPE_CALLER: caller})
+
+
+MAX_DEPTH = 32
+
+
+class JsonRpcEnvelope(pydantic.BaseModel):
+    """What the SDK's JSON-RPC dispatch assumes of a request before it validates the rest."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    jsonrpc: Literal["2.0"]
+    method: str = pydantic.Field(min_length=1, max_length=100)
+    id: pydantic.StrictStr | Annotated[int, pydantic.Field(ge=-(2**63), lt=2**63)] | None = None
+    params: dict[str, Any] | None = None
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def checked_body(body: bytes, *, jsonrpc: bool) -> None:
+    """Refuse what would make the SDK fail (a 500) instead of answering: a body that is not UTF-8
+    JSON, nested deeper than `MAX_DEPTH`, or (JSON-RPC) not one request object."""
+    if not body:
+        if jsonrpc:
+            raise InvalidRequest("A JSON-RPC request needs a body.")
+        return
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past Python's limit
+        raise InvalidRequest("The body is not JSON (UTF-8).") from None
+    if _depth(data) > MAX_DEPTH:
+        raise InvalidRequest(f"The body is nested deeper than {MAX_DEPTH} levels.")
+    if jsonrpc:
+        try:
+            JsonRpcEnvelope.model_validate(data)
+        except pydantic.ValidationError:
+            raise InvalidRequest(
+                'Not a JSON-RPC 2.0 request object (jsonrpc "2.0", a method, a string or integer id, '
+                "object params)."
+            ) from None
+
+
+async def _binding_error(request: Request, exc: Exception) -> JSONResponse:
+    """An unknown path or method under the bindings, in the binding's own error shape."""
+    status = getattr(exc, "status_code", 404)
+    reason = "NOT_FOUND" if status == 404 else "METHOD_NOT_ALLOWED"
+    message = "No such A2A method here." if status == 404 else "This A2A path takes another method."
+    return JSONResponse({"error": {"code": status, "status": reason, "message": message}}, status_code=status)
 
 
 def _base_of(request: web.Request) -> str:

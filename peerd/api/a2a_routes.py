@@ -42,6 +42,29 @@ class A2AAny(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="allow")
 
 
+class A2ABindingErrorDetail(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    code: int
+    message: str
+
+
+class A2ABindingError(pydantic.BaseModel):
+    """The A2A HTTP+JSON binding's own error (google.rpc.Status shape), answered by the a2a-sdk."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    error: A2ABindingErrorDetail
+
+
+BINDING_ERRORS: dict[int, type[pydantic.BaseModel] | None] = {
+    400: A2ABindingError,
+    404: A2ABindingError,
+    405: A2ABindingError,
+    415: A2ABindingError,
+}
+
+
 async def agent_card(request: web.Request) -> web.StreamResponse:
     face: Face = request.app[A2A_FACE]
     return await face.public_card(request)
@@ -102,7 +125,7 @@ JSONRPC_ROUTE = Route(
     ),
 )
 REST_PATH = A2A_PREFIX + "/rest/{tail:.*}"
-REST_MEANING = {"tail:.*": "the A2A REST path (message:send, tasks/ID, tasks/ID:cancel, ...)"}
+REST_MEANING = {"tail": "the A2A REST path (message:send, tasks/ID, tasks/ID:cancel, ...)"}
 REST_GET = Route(
     "GET",
     REST_PATH,
@@ -111,9 +134,11 @@ REST_GET = Route(
     "A2A 1.0 over HTTP+JSON, reads (GET tasks/{id}, tasks/{id}:subscribe, tasks, extendedAgentCard, ...).",
     "a2a",
     answer=A2AAny,
+    other=BINDING_ERRORS,
+    media_type="application/a2a+json",
     params=REST_MEANING,
     headers={"A2A-Version": "1.0"},
-    example=Example(TASK, path={"tail:.*": "tasks/" + TASK_ID}),
+    example=Example(TASK, path={"tail": "tasks/" + TASK_ID}),
 )
 REST_POST = Route(
     "POST",
@@ -124,12 +149,14 @@ REST_POST = Route(
     "a2a",
     body=A2AAny,
     answer=A2AAny,
+    other=BINDING_ERRORS,
+    media_type="application/a2a+json",
     params=REST_MEANING,
     headers={"A2A-Version": "1.0"},
     example=Example(
         {"task": TASK},
         body={"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Fix the flaky test"}]}},
-        path={"tail:.*": "message:send"},
+        path={"tail": "message:send"},
     ),
 )
 REST_DELETE = Route(
@@ -140,9 +167,11 @@ REST_DELETE = Route(
     "A2A 1.0 over HTTP+JSON: delete a task's push notification config.",
     "a2a",
     answer=A2AAny,
+    other=BINDING_ERRORS,
+    media_type="application/a2a+json",
     params=REST_MEANING,
     headers={"A2A-Version": "1.0"},
-    example=Example({}, path={"tail:.*": "tasks/" + TASK_ID + "/pushNotificationConfigs/p1"}),
+    example=Example({}, path={"tail": "tasks/" + TASK_ID + "/pushNotificationConfigs/p1"}),
 )
 ROUTES: tuple[Route, ...] = (JSONRPC_ROUTE, REST_GET, REST_POST, REST_DELETE)  # behind the listener's auth
 NETWORK_ROUTES: tuple[Route, ...] = (CARD_ROUTE, *ROUTES)
