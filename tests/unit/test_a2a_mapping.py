@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from peerd.a2a import mapping as m
+from peerd.config import A2AConfig
 from peerd.errors import InvalidRequest, PushAddressRefused
 
 NONE: m.Networks = ()
@@ -105,3 +106,12 @@ def test_push_urls_refused_from_the_url_alone(url: str, error: type[Exception]) 
 def test_push_url_with_a_name_is_left_to_resolution() -> None:
     assert m.push_url("https://hooks.example.com/a2a", NONE) == ("hooks.example.com", 443)
     assert m.push_url("http://127.0.0.1:8123/h", m.networks(["127.0.0.1/32"])) == ("127.0.0.1", 8123)
+
+
+def test_the_config_takes_networks_only() -> None:
+    assert A2AConfig(allow_private_push=["127.0.0.1/32", "fd00::/8"]).allow_private_push == [
+        "127.0.0.1/32",
+        "fd00::/8",
+    ]
+    with pytest.raises(ValueError, match="not a network"):
+        A2AConfig(allow_private_push=["localhost"])
