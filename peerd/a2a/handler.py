@@ -13,7 +13,7 @@ typed errors, turned into A2A errors by class (`a2a_error`), never by their text
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,6 +64,7 @@ from peerd.store import projects, threads
 log = structlog.get_logger(__name__)
 
 CALLER_STATE = "peerd.caller"
+BASE_STATE = "peerd.base"  # the scheme and host the caller reached (the card's interface URLs)
 STREAM_CHUNK_S = 25.0  # one wait on the change feed; a stream is a loop of them
 
 STATES: dict[mapping.A2AState, TaskState] = {
@@ -98,7 +99,9 @@ def _timestamp(seconds: float | None) -> datetime | None:
 
 
 class PeerdRequestHandler(RequestHandler):
-    def __init__(self, ops: Operations, push: PushService, extended_card: Callable[[Caller], Any]) -> None:
+    def __init__(
+        self, ops: Operations, push: PushService, extended_card: Callable[[Caller, str], Awaitable[AgentCard]]
+    ) -> None:
         self.ops = ops
         self.push = push
         self._extended_card = extended_card
@@ -219,7 +222,9 @@ class PeerdRequestHandler(RequestHandler):
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
-        card: AgentCard = await self._extended_card(caller_of(context))
+        card: AgentCard = await self._extended_card(
+            caller_of(context), str(context.state.get(BASE_STATE, "https://localhost"))
+        )
         return card
 
     # --- helpers --------------------------------------------------------------------------------

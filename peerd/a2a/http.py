@@ -43,7 +43,7 @@ from starlette.routing import Mount
 
 from peerd import contracts as c
 from peerd.a2a import mapping
-from peerd.a2a.handler import CALLER_STATE, PeerdRequestHandler, task_of
+from peerd.a2a.handler import BASE_STATE, CALLER_STATE, PeerdRequestHandler, task_of
 from peerd.a2a.push import PushService
 from peerd.api.a2a_routes import A2A_PREFIX
 from peerd.errors import InvalidRequest
@@ -79,7 +79,11 @@ class CallerContext(ServerCallContextBuilder):
         headers = {k: v for k, v in request.headers.items() if k.lower() not in SECRET_HEADERS}
         return ServerCallContext(
             user=PeerdUser(caller),
-            state={CALLER_STATE: caller, "headers": headers},
+            state={
+                CALLER_STATE: caller,
+                BASE_STATE: f"{request.url.scheme}://{request.headers.get('host', 'localhost')}",
+                "headers": headers,
+            },
             requested_extensions=get_requested_extensions(request.headers.getlist(HTTP_EXTENSION_HEADER)),
         )
 
@@ -92,7 +96,6 @@ class A2AFace:
             ops, allowed=mapping.networks(allow_private_push), task_of=lambda run: task_of(ops, run)
         )
         self.handler = PeerdRequestHandler(ops, self.push, self.extended_card)
-        self._base = "https://localhost"
         context = CallerContext()
         self.app = Starlette(
             exception_handlers={404: _binding_error, 405: _binding_error},
@@ -148,8 +151,8 @@ class A2AFace:
         )
         return card
 
-    async def extended_card(self, caller: Caller) -> AgentCard:
-        card = self._card(self._base)
+    async def extended_card(self, caller: Caller, base: str) -> AgentCard:
+        card = self._card(base)
         del card.skills[:]
         listed = await projects.page(self.ops.db, cursor=None, limit=100)
         providers = [name for name in self.ops.runs.providers() if self.ops.provider_installed(name)]
@@ -165,7 +168,6 @@ class A2AFace:
     # --- the bindings ---------------------------------------------------------------------------
 
     async def serve(self, request: web.Request, caller: Caller) -> web.StreamResponse:
-        self._base = _base_of(request)
         body = await request.read()  # capped by the app (payload_too_large)
         checked_body(body, jsonrpc=request.path == JSONRPC_PATH)
         return await asgi_stream(self.app, request, body, {SCOPE_CALLER: caller})

@@ -164,6 +164,10 @@ async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(tmp_path: Pat
         async with box.client(token) as client:
             extended = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
             assert f"project:{box.project_id}" in {skill.id for skill in extended.skills}
+            assert {i.url for i in extended.supported_interfaces} == {
+                box.url + "/v1/a2a/jsonrpc",
+                box.url + "/v1/a2a/rest",
+            }
 
             msg = message(script({"reply": "hello from the box"}))
             task = await send(client, msg, url=hook_url, token="hook-secret")
