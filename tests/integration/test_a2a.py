@@ -150,7 +150,9 @@ DONE = {TaskState.TASK_STATE_COMPLETED}
 ENDED = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
 
 
-async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(tmp_path: Path) -> None:
+async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with a_box(tmp_path, ["127.0.0.1/32"]) as box, webhook() as (hook_url, pushes):
         token = await box.token("auto")
         # The public card says where and how, without a token.
@@ -200,6 +202,10 @@ async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(tmp_path: Pat
             await asyncio.sleep(0.05)
         assert await pushed_completed(), pushes
         assert {tok for tok, _ in pushes} == {"hook-secret"}
+        logged = capsys.readouterr()
+        assert "run.end" in logged.out, "the daemon's log is what was read"
+        for secret in ("hook-secret", token):
+            assert secret not in logged.out + logged.err, "a token reached the log"
         assert all(
             (body.get("task") or body.get("statusUpdate"))["taskId" if "statusUpdate" in body else "id"]
             == task.id
