@@ -66,6 +66,7 @@ log = structlog.get_logger(__name__)
 CALLER_STATE = "peerd.caller"
 BASE_STATE = "peerd.base"  # the scheme and host the caller reached (the card's interface URLs)
 STREAM_CHUNK_S = 25.0  # one wait on the change feed; a stream is a loop of them
+BLOCK_S = 45.0  # a blocking SendMessage answers within this (no request waits over 50 s on the wire)
 
 STATES: dict[mapping.A2AState, TaskState] = {
     "submitted": TaskState.TASK_STATE_SUBMITTED,
@@ -75,6 +76,9 @@ STATES: dict[mapping.A2AState, TaskState] = {
     "failed": TaskState.TASK_STATE_FAILED,
     "canceled": TaskState.TASK_STATE_CANCELED,
 }
+
+
+SETTLED = frozenset({STATES["completed"], STATES["failed"], STATES["canceled"], STATES["input-required"]})
 
 
 def a2a_error(err: PeerdError) -> A2AError:
@@ -166,14 +170,28 @@ class PeerdRequestHandler(RequestHandler):
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         caller = caller_of(context)
+        config = params.configuration.task_push_notification_config
+        wants_push = params.configuration.HasField("task_push_notification_config")
+        if wants_push:  # a refused webhook refuses the message before anything starts
+            await self._call(self.push.check(config.url))
         run = await self._send(caller, params)
-        if params.HasField("configuration") and params.configuration.HasField(
-            "task_push_notification_config"
-        ):
-            await self._call(
-                self.push.create(caller, run, params.configuration.task_push_notification_config)
-            )
-        return await self.task(run)
+        if wants_push:
+            await self._call(self.push.create(caller, run, config))
+        if params.configuration.return_immediately:
+            return await self.task(run)
+        return await self._settled(run)
+
+    async def _settled(self, run: c.Run) -> Task:
+        """Blocking SendMessage: the task once it ended or waits for input, or as it is after
+        `BLOCK_S` (a bounded wait; the client follows it with GetTask or a subscription)."""
+        feed = self.ops.feed
+        deadline = feed.deadline(BLOCK_S)
+        while True:
+            changed = feed.watch(run.thread_id)
+            task = await self.task(await threads.get_run(self.ops.db, run.id))
+            if task.status.state in SETTLED or feed.closed or feed.remaining(deadline) <= 0:
+                return task
+            await feed.wait(changed, feed.remaining(deadline))
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext

@@ -100,6 +100,10 @@ class PushService:
 
     # --- the configs ----------------------------------------------------------------------------
 
+    async def check(self, url: str) -> list[str]:
+        """The addresses a webhook URL may be reached at now; `push_address_refused` if any is not allowed."""
+        return await self._check(url)
+
     async def _check(self, url: str) -> list[str]:
         host, port = mapping.push_url(url, self.allowed)
         try:

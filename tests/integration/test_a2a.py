@@ -102,8 +102,10 @@ def message(text: str, *, context_id: str = "", message_id: str | None = None) -
     )
 
 
-async def send(client: Client, msg: Message, **config: Any) -> Task:
+async def send(client: Client, msg: Message, *, now: bool = False, **config: Any) -> Task:
+    """SendMessage; `now`: return at once (returnImmediately), else when the task settled."""
     request = SendMessageRequest(message=msg)
+    request.configuration.return_immediately = now
     if config:
         request.configuration.task_push_notification_config.CopyFrom(TaskPushNotificationConfig(**config))
     async for event in client.send_message(request):
@@ -174,6 +176,9 @@ async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(
             msg = message(script({"reply": "hello from the box"}))
             task = await send(client, msg, url=hook_url, token="hook-secret")
             assert task.context_id, "the thread"
+            assert task.status.state == TaskState.TASK_STATE_COMPLETED, (
+                "a blocking send answers once it ended"
+            )
             done = await until_state(client, task.id, DONE)
             assert done.artifacts[0].parts[0].text == "hello from the box"
 
@@ -184,7 +189,7 @@ async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(
             assert follow.context_id == task.context_id and follow.id != task.id
             await until_state(client, follow.id, DONE)
 
-            slow = await send(client, message(script({"wait": 60}, {"reply": "never"})))
+            slow = await send(client, message(script({"wait": 60}, {"reply": "never"})), now=True)
             await until_state(client, slow.id, {TaskState.TASK_STATE_WORKING})
             await client.cancel_task(CancelTaskRequest(id=slow.id))
             cancelled = await until_state(client, slow.id, ENDED)
@@ -231,7 +236,7 @@ async def test_a2a_needs_a_token_and_keeps_links_to_their_own(tmp_path: Path) ->
                 await send(client, message(script({"reply": "no"})))
             assert refused.value.data == {"peerdCode": "capability_denied"}
         async with box.client(mine) as client:
-            task = await send(client, message(script({"wait": 60}, {"reply": "x"})))
+            task = await send(client, message(script({"wait": 60}, {"reply": "x"})), now=True)
         async with box.client(other) as client:
             with pytest.raises(TaskNotFoundError):  # not even told it exists
                 await client.get_task(GetTaskRequest(id=task.id))
@@ -260,6 +265,8 @@ async def test_push_webhooks_to_private_addresses_are_refused_by_default(tmp_pat
                 await send(client, message(script({"reply": "x"})), url=url, token="t")
             assert refused.value.data == {"peerdCode": "push_address_refused"}
         assert await box.daemon.parts.a2a.push.owed() == []  # type: ignore[union-attr]
+        async with client_for(box.daemon.paths.home) as oc:
+            assert (await oc.call("GET", "/v1/threads"))["items"] == [], "refused before anything started"
 
 
 async def test_a_name_rebound_to_loopback_is_refused_at_delivery(
@@ -270,18 +277,28 @@ async def test_a_name_rebound_to_loopback_is_refused_at_delivery(
     async with a_box(tmp_path, []) as box, webhook() as (hook_url, pushes):
         push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
         lookups: list[str] = []
+        sent_to: list[list[str]] = []
+        real_send = push._send
+
+        async def guarded_send(row: Any, addresses: list[str], body: dict[str, Any]) -> None:
+            sent_to.append(addresses)
+            if addresses != ["127.0.0.1"]:  # nothing leaves this machine, whatever the code does
+                raise OSError("test guard: not sent")
+            await real_send(row, addresses, body)
 
         async def rebinding(host: str, port: int) -> list[str]:
             lookups.append(host)
-            return ["93.184.216.34"] if len(lookups) == 1 else ["127.0.0.1"]  # never contacted: see below
+            # The two lookups of the registration (the check before launching, and the config's);
+            # from the first delivery on, the name points at loopback.
+            return ["93.184.216.34"] if len(lookups) <= 2 else ["127.0.0.1"]
 
         monkeypatch.setattr(push, "_resolve", rebinding)
+        monkeypatch.setattr(push, "_send", guarded_send)
         port = urlsplit(hook_url).port
         token = await box.token("auto")
         async with box.client(token) as client:
-            await send(
-                client, message(script({"reply": "x"})), url=f"http://hooks.example:{port}/hook", token="t"
-            )
+            url = f"http://hooks.example:{port}/hook"
+            await send(client, message(script({"reply": "x"})), now=True, url=url, token="t")
 
         async def given_up() -> list[dict[str, Any]]:
             return [row for row in await push.owed() if row["given_up"]]
@@ -293,7 +310,8 @@ async def test_a_name_rebound_to_loopback_is_refused_at_delivery(
         refused = await given_up()
         assert refused and "127.0.0.1" in refused[0]["given_up"]
         assert pushes == [], "the webhook (on the rebound address) got nothing"
-        assert len(lookups) >= 2, "resolved again at delivery"
+        assert len(lookups) >= 3, "resolved again at delivery"
+        assert sent_to == [], "nothing was sent, to either address"
 
 
 async def test_streaming_follows_a_task_to_its_end_over_sse(tmp_path: Path) -> None:
