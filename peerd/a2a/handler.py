@@ -123,6 +123,16 @@ class PeerdRequestHandler(RequestHandler):
             raise TaskNotFoundError(f"No task {task_id} here.")  # another's: not even its existence
         return run, thread
 
+    async def _thread_of(self, caller: Caller, thread_id: str) -> c.Thread:
+        """The thread a contextId names, if this caller may see it."""
+        try:
+            thread = await threads.get_thread(self.ops.db, thread_id)
+        except NotFound:
+            raise TaskNotFoundError(f"No context {thread_id} here.") from None
+        if caller.link is not None and thread.link_origin != caller.link.client_id:
+            raise TaskNotFoundError(f"No context {thread_id} here.")
+        return thread
+
     async def task(self, run: c.Run) -> Task:
         """The A2A task a run is, with its final answer as an artifact once it ended."""
         return await task_of(self.ops, run)
@@ -264,6 +274,7 @@ class PeerdRequestHandler(RequestHandler):
             raise a2a_error(err) from None
         meta = dict(params.metadata.items()) | dict(message.metadata.items())
         if message.context_id:
+            await self._thread_of(caller, message.context_id)  # another's thread: not found
             sent = await self._call(
                 self.ops.thread_send(
                     caller, message.context_id, c.ThreadSend(text=prompt, client_request_id=key)

@@ -236,8 +236,17 @@ async def test_a2a_needs_a_token_and_keeps_links_to_their_own(tmp_path: Path) ->
                 await send(client, message(script({"reply": "no"})))
             assert refused.value.data == {"peerdCode": "capability_denied"}
         async with box.client(mine) as client:
-            task = await send(client, message(script({"wait": 60}, {"reply": "x"})), now=True)
+            task = await send(
+                client, message(script({"wait": 60}, {"reply": "x"}), message_id="m-1"), now=True
+            )
+            with pytest.raises(A2AError) as reused:  # the same messageId for another message
+                await send(client, message(script({"reply": "other"}), message_id="m-1"), now=True)
+            assert reused.value.data == {"peerdCode": "idempotency_key_reused"}
         async with box.client(other) as client:
+            theirs = await send(client, message(script({"reply": "x"}), message_id="m-1"), now=True)
+            assert theirs.id != task.id, "keys of two callers never collide"
+            with pytest.raises(TaskNotFoundError):  # a contextId of another's thread: not followable
+                await send(client, message(script({"reply": "x"}), context_id=task.context_id), now=True)
             with pytest.raises(TaskNotFoundError):  # not even told it exists
                 await client.get_task(GetTaskRequest(id=task.id))
             with pytest.raises(TaskNotFoundError):
