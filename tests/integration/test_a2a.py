@@ -24,6 +24,7 @@ from a2a.types import (
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -245,6 +246,8 @@ async def test_a2a_needs_a_token_and_keeps_links_to_their_own(tmp_path: Path) ->
         async with box.client(other) as client:
             theirs = await send(client, message(script({"reply": "x"}), message_id="m-1"), now=True)
             assert theirs.id != task.id, "keys of two callers never collide"
+            listed = await client.list_tasks(ListTasksRequest())
+            assert {t.id for t in listed.tasks} == {theirs.id}, "only its own tasks are listed"
             with pytest.raises(TaskNotFoundError):  # a contextId of another's thread: not followable
                 await send(client, message(script({"reply": "x"}), context_id=task.context_id), now=True)
             with pytest.raises(TaskNotFoundError):  # not even told it exists
