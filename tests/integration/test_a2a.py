@@ -36,6 +36,7 @@ from a2a.types import (
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from aiohttp import web
 
+from peerd.a2a import push as push_module
 from peerd.api.oauth import PAIRING_GRANT
 from peerd.config import A2AConfig, Config
 from peerd.core import pairing_code
@@ -425,5 +426,47 @@ async def test_an_owed_push_survives_a_restart_and_is_delivered_after(tmp_path: 
             rows = await again.parts.a2a.push.owed()  # type: ignore[union-attr]
             assert [r["delivered_at"] is not None for r in rows if r["state"] == "completed"] == [True]
             assert any(body.get("task", {}).get("id") == task.id for body in got)
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_webhook_that_keeps_failing_is_retried_then_given_up_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(push_module, "MAX_ATTEMPTS", 3)
+    monkeypatch.setattr(push_module, "backoff_s", lambda attempts: 0.05 * attempts)
+    hits: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        async with a_box(tmp_path, ["127.0.0.1/32"]) as box:
+            token = await box.token("auto")
+            url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+            async with box.client(token) as client:
+                await send(client, message(script({"reply": "x"})), url=url, token="t")
+            push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+
+            async def ended() -> list[dict[str, Any]]:
+                return [r for r in await push.owed() if r["given_up"] or r["delivered_at"]]
+
+            for _ in range(200):
+                rows = await push.owed()
+                if rows and len(await ended()) == len(rows):
+                    break
+                await asyncio.sleep(0.05)
+            rows = await push.owed()
+            assert rows and all(r["delivered_at"] is None for r in rows)
+            assert all(
+                r["given_up"] == "not delivered after 3 attempts (SendFailed: HTTP 503)" for r in rows
+            ), rows
+            assert len(hits) == 3 * len(rows), "each state tried exactly MAX_ATTEMPTS times"
     finally:
         await runner.cleanup()
