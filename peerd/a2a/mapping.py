@@ -105,6 +105,11 @@ def networks(entries: Iterable[str]) -> Networks:
     return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
 
 
+# IPv6 ranges that carry an IPv4 address a gateway may translate to (64:ff9b::7f00:1 is 127.0.0.1
+# through NAT64): Python calls several of them global, so they are refused unless allowed.
+TRANSITION: Networks = networks(["::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32"])
+
+
 def allowed_push_address(address: str, allowed: Networks) -> bool:
     """Whether a push may go to this IP address: a public unicast one, or one the owner allowed."""
     ip = ipaddress.ip_address(address)
@@ -112,6 +117,8 @@ def allowed_push_address(address: str, allowed: Networks) -> bool:
         ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
     if any(ip.version == net.version and ip in net for net in allowed):
         return True
+    if any(ip.version == net.version and ip in net for net in TRANSITION):
+        return False  # an IPv4 address inside IPv6 (NAT64, 6to4, Teredo, compatible): judged unreachable
     return ip.is_global and not ip.is_multicast
 
 

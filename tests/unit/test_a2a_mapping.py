@@ -59,6 +59,11 @@ def test_prompt_joins_text_and_refuses_none() -> None:
         "::ffff:127.0.0.1",
         "ff02::1",
         "255.255.255.255",
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b:1::a00:1",  # local-use NAT64 of 10.0.0.1
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo
+        "::127.0.0.1",  # IPv4-compatible
     ],
 )
 def test_non_public_addresses_are_refused_by_default(address: str) -> None:
