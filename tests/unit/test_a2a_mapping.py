@@ -59,17 +59,28 @@ def test_prompt_joins_text_and_refuses_none() -> None:
         "::ffff:127.0.0.1",
         "ff02::1",
         "255.255.255.255",
-        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
-        "64:ff9b:1::a00:1",  # local-use NAT64 of 10.0.0.1
-        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
         "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo
-        "::127.0.0.1",  # IPv4-compatible
     ],
 )
 def test_non_public_addresses_are_refused_by_default(address: str) -> None:
     assert not m.allowed_push_address(address, NONE)
     with pytest.raises(PushAddressRefused):
         m.check_resolved("hook.example", [address], NONE)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b:1::a00:1",  # local-use NAT64 of 10.0.0.1
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "::127.0.0.1",  # IPv4-compatible
+    ],
+)
+def test_ipv6_carrying_an_ipv4_address_is_refused(address: str) -> None:
+    """Python calls these global; a gateway may translate them to a private IPv4 address."""
+    assert not m.allowed_push_address(address, NONE)
+    assert m.allowed_push_address(address, m.networks(["::/0"]))
 
 
 @pytest.mark.parametrize("address", ["8.8.8.8", "2001:4860:4860::8888", "93.184.216.34"])
