@@ -41,7 +41,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
 
-from peerd import contracts as c
 from peerd.a2a import mapping
 from peerd.a2a.handler import BASE_STATE, CALLER_STATE, PeerdRequestHandler, task_of
 from peerd.a2a.push import PushService
@@ -290,7 +289,3 @@ async def asgi_stream(
         raise web.HTTPInternalServerError()
     await response.write_eof()
     return response
-
-
-def descriptor_label(desc: c.Descriptor) -> str:
-    return desc.label
