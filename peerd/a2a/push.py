@@ -34,11 +34,12 @@ from peerd import contracts as c
 from peerd.a2a import mapping
 from peerd.errors import NotFound, PushAddressRefused
 from peerd.operations import Caller, Operations
-from peerd.store import threads
+from peerd.store import clients, threads
 
 log = structlog.get_logger(__name__)
 
 MAX_ATTEMPTS = 12
+LINK_NAMESPACE = "link:"  # `Caller.for_link`'s namespace
 MAX_DELAY_S = 300.0
 SEND_TIMEOUT_S = 10.0
 IDLE_S = 30.0
@@ -213,7 +214,7 @@ class PushService:
         """Attempt every owed delivery that is due; when the next one is due (None: none owed)."""
         now = self.ops.clock()
         rows = await self.db.fetchall(
-            "SELECT o.task_id, o.config_id, o.state, o.attempts, p.url, p.token, p.auth_scheme, "
+            "SELECT o.task_id, o.config_id, o.state, o.attempts, p.url, p.token, p.auth_scheme, p.namespace, "
             "p.auth_credentials FROM a2a_push_owed o JOIN a2a_push_configs p "
             "ON p.task_id = o.task_id AND p.id = o.config_id "
             "WHERE o.delivered_at IS NULL AND o.given_up IS NULL AND o.next_at <= ? ORDER BY o.created_at",
@@ -228,6 +229,14 @@ class PushService:
 
     async def _attempt(self, row: Any) -> None:
         key = (row["task_id"], row["config_id"], row["state"])
+        namespace: str = row["namespace"]
+        if namespace.startswith(LINK_NAMESPACE):  # a revoked or expired link is told nothing more
+            client_id = namespace.removeprefix(LINK_NAMESPACE)
+            if await clients.active_client(self.db, client_id, now=self.ops.clock()) is None:
+                await self._settle(
+                    key, given_up="the link that registered this webhook was revoked or expired"
+                )
+                return
         try:
             run = await _run(self.ops, row["task_id"])
             task = await self._task_of(run)

@@ -6,6 +6,7 @@ read-only link, another link's task, and push webhooks to addresses that are not
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import ssl
 import uuid
@@ -52,6 +53,7 @@ class Box:
     url: str
     ssl: ssl.SSLContext
     project_id: str
+    client_ids: dict[str, str] = dataclasses.field(default_factory=dict)  # access token -> client
 
     async def token(self, access: str) -> str:
         async with client_for(self.daemon.paths.home) as oc:
@@ -68,6 +70,7 @@ class Box:
         async with httpx.AsyncClient(verify=self.ssl) as http:
             answer = await http.post(self.url + "/oauth/token", data=form)
         assert answer.status_code == 200, answer.text
+        self.client_ids[answer.json()["access_token"]] = answer.json()["client_id"]
         return str(answer.json()["access_token"])
 
     @asynccontextmanager
@@ -470,3 +473,31 @@ async def test_a_webhook_that_keeps_failing_is_retried_then_given_up_with_the_re
             assert len(hits) == 3 * len(rows), "each state tried exactly MAX_ATTEMPTS times"
     finally:
         await runner.cleanup()
+
+
+async def test_a_revoked_link_is_pushed_nothing_more(tmp_path: Path) -> None:
+    async with a_box(tmp_path, ["127.0.0.1/32"]) as box, webhook() as (hook_url, pushes):
+        token = await box.token("auto")
+        async with box.client(token) as client:
+            task = await send(
+                client, message(script({"wait": 60}, {"reply": "x"})), now=True, url=hook_url, token="t"
+            )
+            await until_state(client, task.id, {TaskState.TASK_STATE_WORKING})
+        push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+        for _ in range(200):
+            if any(r["state"] == "working" and r["delivered_at"] for r in await push.owed()):
+                break
+            await asyncio.sleep(0.05)
+        async with client_for(box.daemon.paths.home) as oc:
+            await oc.call("POST", f"/v1/clients/{box.client_ids[token]}/revoke", body={})
+        for _ in range(200):
+            if any(
+                r["state"] == "canceled" and (r["given_up"] or r["delivered_at"]) for r in await push.owed()
+            ):
+                break
+            await asyncio.sleep(0.05)
+        ended = [r for r in await push.owed() if r["state"] == "canceled"]
+        assert (
+            ended and ended[0]["given_up"] == "the link that registered this webhook was revoked or expired"
+        )
+        assert all("task" not in body for _, body in pushes), "the end was not pushed"
