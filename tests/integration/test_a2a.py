@@ -190,6 +190,12 @@ async def test_an_a2a_client_sends_follows_cancels_and_gets_a_push(
             again = await send(client, msg)  # the same messageId: the same thread and run
             assert (again.id, again.context_id) == (task.id, task.context_id)
 
+            placed_msg = message(script({"reply": "placed"}))
+            placed_msg.metadata.update({"environmentId": "auto"})  # peerd places it: here, the only box
+            placed = await send(client, placed_msg)
+            assert placed.status.state == TaskState.TASK_STATE_COMPLETED
+            assert placed.artifacts[0].parts[0].text == "placed"
+
             follow = await send(client, message(script({"reply": "second"}), context_id=task.context_id))
             assert follow.context_id == task.context_id and follow.id != task.id
             await until_state(client, follow.id, DONE)
