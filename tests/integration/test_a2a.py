@@ -264,6 +264,10 @@ async def test_a2a_needs_a_token_and_keeps_links_to_their_own(tmp_path: Path) ->
                 await client.get_task(GetTaskRequest(id=task.id))
             with pytest.raises(TaskNotFoundError):
                 await client.cancel_task(CancelTaskRequest(id=task.id))
+            with pytest.raises(TaskNotFoundError):  # nor hear of it through a webhook
+                await client.create_task_push_notification_config(
+                    TaskPushNotificationConfig(task_id=task.id, url="https://hooks.example.com/x")
+                )
         async with box.client(mine) as client:
             still = await client.get_task(GetTaskRequest(id=task.id))
             assert still.status.state != TaskState.TASK_STATE_CANCELED
