@@ -337,11 +337,16 @@ class PeerdRequestHandler(RequestHandler):
 
 async def task_of(ops: Operations, run: c.Run) -> Task:
     """The A2A task a run is (also what a push carries)."""
-    waiting = False
+    approval = None
     if not is_terminal(run.status):
-        waiting = await approvals_store.waiting_on_thread(ops.db, run.thread_id) is not None
-    state = mapping.task_state(run.status, approval_waiting=waiting)
+        approval = await approvals_store.waiting_on_thread(ops.db, run.thread_id)
+    state = mapping.task_state(run.status, approval_waiting=approval is not None)
     status = TaskStatus(state=STATES[state])
+    if approval is not None and state == "input-required":
+        text = f"Waiting for a person to approve {approval.id}: {approval.summary}"
+        status.message.CopyFrom(
+            Message(message_id=f"{run.id}-{approval.id}", role=Role.ROLE_AGENT, parts=[Part(text=text)])
+        )
     stamp = _timestamp(run.ended_at or run.started_at or run.created_at)
     if stamp is not None:
         status.timestamp.FromDatetime(stamp)

@@ -389,6 +389,8 @@ async def test_the_owner_socket_serves_a2a_and_a_waiting_approval_is_input_requi
                     break
                 await asyncio.sleep(0.05)
             assert state == "TASK_STATE_INPUT_REQUIRED"
+            waiting = (await rpc("GetTask", {"id": task_id}))["status"]["message"]["parts"][0]["text"]
+            assert waiting.startswith("Waiting for a person to approve ")
             canceled = await rpc("CancelTask", {"id": task_id})
             assert canceled["id"] == task_id
 
