@@ -52,20 +52,24 @@ def test_prompt_joins_text_and_refuses_none() -> None:
         "169.254.169.254",
         "224.0.0.1",
         "0.0.0.0",  # noqa: S104
-        "::1",
         "fe80::1",
         "fd00::1",
         "100.64.0.1",
         "::ffff:127.0.0.1",
         "ff02::1",
         "255.255.255.255",
-        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo
     ],
 )
 def test_non_public_addresses_are_refused_by_default(address: str) -> None:
     assert not m.allowed_push_address(address, NONE)
     with pytest.raises(PushAddressRefused):
         m.check_resolved("hook.example", [address], NONE)
+
+
+@pytest.mark.parametrize("address", ["::1", "::", "2001:0:4136:e378:8000:63bf:80ff:fffe"])
+def test_v6_loopback_unspecified_and_teredo_are_refused(address: str) -> None:
+    """Refused twice over: not global, and inside the transition ranges (::/96, Teredo)."""
+    assert not m.allowed_push_address(address, NONE)
 
 
 @pytest.mark.parametrize(
