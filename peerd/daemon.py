@@ -31,7 +31,9 @@ from aiohttp import web
 
 from peerd import __version__, sdnotify
 from peerd import contracts as c
+from peerd.a2a.http import A2AFace
 from peerd.api import peercred
+from peerd.api.a2a_routes import add_a2a_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE
@@ -150,6 +152,7 @@ class Parts:
     orchestrations: Orchestrations
     tools: ToolServices
     mcp: McpService
+    a2a: A2AFace
     console: Console
     sweeper: Sweeper
 
@@ -440,6 +443,7 @@ class Daemon:
             orchestrations=orchestrations,
             tools=tools,
             mcp=McpService(tools, loopback=loopback),
+            a2a=A2AFace(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
             sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
@@ -472,6 +476,7 @@ class Daemon:
         await p.engine.recover()  # every open orchestration continues where it was
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
         p.sweeper.start()
+        p.a2a.start()  # owed push notifications are delivered again
         p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
 
     async def _serve_listeners(self, p: Parts) -> None:
@@ -496,6 +501,7 @@ class Daemon:
             )
             add_approval_routes(network, p.desk)  # a link's own work's approvals
             add_box_routes(network)  # the side of a move a link calls
+            add_a2a_routes(network, p.a2a, network=True)  # the card; A2A behind the link's token
             await self._serve_tcp(network, self.identity)
 
     def _owner_app(self, p: Parts) -> web.Application:
@@ -507,6 +513,7 @@ class Daemon:
         add_approval_routes(local, p.desk)
         add_placement_routes(local, p.placement)  # GET /v1/fleet
         add_mcp_route(local, p.mcp, "owner")
+        add_a2a_routes(local, p.a2a, network=False)  # A2A as the owner
         local[CONSOLE] = p.console  # POST /v1/console/login-token (`peerd console`)
         return local
 
@@ -710,6 +717,7 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pruner
         if p is not None:
+            await p.a2a.close()
             await p.followers.close()
             await p.engine.close()  # recorded state is resumed at the next start
             await p.handoff.close()  # recorded steps resume at the next start

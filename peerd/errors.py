@@ -426,6 +426,14 @@ class ConfinementUnavailable(CapabilityDenied):
     code = "confinement_unavailable"
 
 
+class PushAddressRefused(CapabilityDenied):
+    """An A2A push webhook whose address is not allowed: loopback, private, link-local, multicast
+    or otherwise not public, named or resolved, unless the owner allows it (`[a2a]
+    allow_private_push`)."""
+
+    code = "push_address_refused"
+
+
 class RuntimeModeEscalationDenied(PeerdError):
     """A runtime mode wider than the caller's cap (a link's level, an agent's own run)."""
 
