@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis sandbox faults fuzz chromium mutants
+.PHONY: demo test lint typecheck unit venv clean docs bench clis conformance sandbox faults fuzz chromium mutants
 
 # One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
@@ -30,6 +30,20 @@ $(CLIS_STAMP): tests/coder-clis/package.json tests/coder-clis/package-lock.json
 
 clis: $(CLIS_STAMP)
 
+# The MCP conformance suite (pinned by tests/mcp-conformance/package-lock.json) that
+# tests/integration/test_mcp_conformance.py runs against a real daemon's /mcp. Installed like the
+# CLIs: npm ci from the lockfile, once; a failed install fails `make test` with npm's reason.
+CONFORMANCE := .cache/mcp-conformance
+CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
+$(CONFORMANCE_STAMP): tests/mcp-conformance/package.json tests/mcp-conformance/package-lock.json
+	@echo "make: installing the pinned MCP conformance suite into $(CONFORMANCE) (npm ci)"
+	@mkdir -p $(CONFORMANCE)
+	@cp tests/mcp-conformance/package.json tests/mcp-conformance/package-lock.json $(CONFORMANCE)/
+	@cd $(CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(CONFORMANCE_STAMP)
+
+conformance: $(CONFORMANCE_STAMP)
+
 # peerd confines the runs it starts with bubblewrap (bwrap); the tests and the demo's linked runs
 # need it. Installed here when missing and we are root with apt-get; otherwise one line says so.
 sandbox:
@@ -53,6 +67,7 @@ typecheck: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
+	$(PY) tools/gen_tool_facts.py
 	$(PY) tools/gen_openapi.py
 	$(PY) tools/gen_answer_fields.py
 
@@ -72,7 +87,7 @@ chromium:
 		exit 1; \
 	fi
 
-unit: $(STAMP) $(CLIS_STAMP) sandbox chromium
+unit: $(STAMP) $(CLIS_STAMP) $(CONFORMANCE_STAMP) sandbox chromium
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck unit

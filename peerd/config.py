@@ -55,12 +55,13 @@ Unknown keys are refused with the file and key named, so a typo never silently d
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from peerd.core import console_bind
 from peerd.core.usage import Price
@@ -160,6 +161,24 @@ class ApprovalsConfig(_Strict):
         return self.link_policy
 
 
+class A2AConfig(_Strict):
+    """The A2A face (`[a2a]`; docs/user/a2a.md)."""
+
+    # Networks a push webhook may reach although they are loopback, private, link-local or
+    # multicast (refused by default: no SSRF). CIDR strings, e.g. ["127.0.0.1/32"].
+    allow_private_push: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_private_push")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a network (write e.g. 127.0.0.1/32)") from None
+        return value
+
+
 class PlacementConfig(_Strict):
     """How `auto` sees this machine (`[placement]`; peerd/placement/, docs/user/fleet.md)."""
 
@@ -196,6 +215,7 @@ class Config(_Strict):
     links: LinksConfig = Field(default_factory=LinksConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    a2a: A2AConfig = Field(default_factory=A2AConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)

@@ -141,6 +141,16 @@ class StoreState(Wire):
     saved_as: str | None = None  # the daemon's copy of the store it had open
 
 
+class ConsoleStatus(Wire):
+    """The browser console's listener: where it is (`peerd console` prints a login link), or why not."""
+
+    # listening; moved: its port was taken, it listens on a free one; off: console.enabled = false;
+    # not_listening: it could not listen (the note says why)
+    state: Literal["listening", "moved", "off", "not_listening"]
+    url: str | None  # e.g. http://127.0.0.1:7434; None when it is off or could not listen
+    note: str | None = None  # why not, or where it moved from
+
+
 class Status(Wire):
     env_id: str
     label: str
@@ -151,6 +161,7 @@ class Status(Wire):
     counts: StatusCounts
     home: str
     store: StoreState | None = None  # None: a daemon that does not say (older, or still starting)
+    console: ConsoleStatus | None = None  # None: a daemon that does not say (older, or still starting)
 
 
 class Descriptor(Wire):
@@ -335,6 +346,9 @@ class ThreadList(Input):
     cursor: Cursor = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
     environment_id: str | None = EnvironmentId
+    # oldest (or absent): creation order, for paging through all; newest: latest first (`thread list`).
+    # None rather than a default, so a forwarded list that does not ask stays readable by older boxes.
+    order: Literal["oldest", "newest"] | None = None
 
 
 class Item(Wire):
@@ -398,6 +412,8 @@ class ThreadWaitResult(Wire):
     terminal: bool
     timed_out: bool
     hint: str | None = None  # agent tools: what to do when the wait ended first
+    # Still live because a question waits for a person (here, or on the box the thread lives on).
+    awaiting_approval: TaskApproval | None = None
 
 
 class ThreadInterrupt(Input):

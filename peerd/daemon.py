@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -30,8 +31,10 @@ from aiohttp import web
 
 from peerd import __version__, sdnotify
 from peerd import contracts as c
+from peerd.a2a.http import A2AFace
 from peerd.api import peercred
 from peerd.api.agent_signin_routes import AGENT_SIGNIN
+from peerd.api.a2a_routes import add_a2a_routes
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE
@@ -48,6 +51,7 @@ from peerd.api.tools import ToolServices, agent_app
 from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.service import ApprovalService, RunGates, continuation
+from peerd.approvals.store import waiting_approval
 from peerd.boot import (
     DEFAULT_LISTEN,
     DaemonConfig,
@@ -150,6 +154,7 @@ class Parts:
     orchestrations: Orchestrations
     tools: ToolServices
     mcp: McpService
+    a2a: A2AFace
     console: Console
     sweeper: Sweeper
 
@@ -368,6 +373,7 @@ class Daemon:
             provider_installed=lambda provider: registry.available(
                 {name: p for name, p in providers.items() if name == provider}  # that one's PATH search only
             ).get(provider, False),
+            awaiting_approval=partial(waiting_approval, db),
         )
         delegation = Delegation(
             db,
@@ -410,7 +416,8 @@ class Daemon:
             },
             clock=clock,
         )
-        tools = ToolServices(ops, links, delegation, handoff)
+        desk = ApprovalDesk(approvals, db, forwarder)
+        tools = ToolServices(ops, links, delegation, handoff, desk)
         console = Console(
             settings.console,
             socket_path=self.paths.socket,
@@ -432,12 +439,13 @@ class Daemon:
             followers=followers,
             links=links,
             approvals=approvals,
-            desk=ApprovalDesk(approvals, db, forwarder),
+            desk=desk,
             handoff=handoff,
             engine=engine,
             orchestrations=orchestrations,
             tools=tools,
             mcp=McpService(tools, loopback=loopback),
+            a2a=A2AFace(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
             sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
@@ -470,6 +478,7 @@ class Daemon:
         await p.engine.recover()  # every open orchestration continues where it was
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
         p.sweeper.start()
+        p.a2a.start()  # owed push notifications are delivered again
         p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
 
     async def _serve_listeners(self, p: Parts) -> None:
@@ -497,6 +506,7 @@ class Daemon:
             add_mcp_route(network, p.mcp, "network", signed_in=network[AGENT_SIGNIN].authenticate)
             add_approval_routes(network, p.desk)  # a link's own work's approvals
             add_box_routes(network)  # the side of a move a link calls
+            add_a2a_routes(network, p.a2a, network=True)  # the card; A2A behind the link's token
             await self._serve_tcp(network, self.identity)
 
     def _owner_app(self, p: Parts) -> web.Application:
@@ -509,6 +519,7 @@ class Daemon:
         add_placement_routes(local, p.placement)  # GET /v1/fleet
         add_mcp_route(local, p.mcp, "owner")
         add_signin_request_routes(local)  # outside agents' sign-ins the owner approves (issue 29)
+        add_a2a_routes(local, p.a2a, network=False)  # A2A as the owner
         local[CONSOLE] = p.console  # POST /v1/console/login-token (`peerd console`)
         return local
 
@@ -689,6 +700,7 @@ class Daemon:
             counts=c.StatusCounts(projects=project_count, threads=thread_count, live_runs=live),
             home=str(self.paths.home),
             store=store,
+            console=None if self.console is None else self.console.status(),
         )
 
     async def wait_stopped(self) -> None:
@@ -711,6 +723,7 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pruner
         if p is not None:
+            await p.a2a.close()
             await p.followers.close()
             await p.engine.close()  # recorded state is resumed at the next start
             await p.handoff.close()  # recorded steps resume at the next start
@@ -764,6 +777,13 @@ def _sweep_hooks(
     )
 
 
+def ready_line(label: str, listeners: list[str], console: str | None) -> str:
+    """`peerd serve`'s line on a terminal once it serves."""
+    where = ", ".join(listeners)
+    shown = f"; console {console} (`peerd console` prints a login link)" if console else ""
+    return f"peerd {label} is ready: {where}{shown}"
+
+
 async def serve(
     config: DaemonConfig,
     *,
@@ -791,6 +811,10 @@ async def serve(
             log.info("daemon.imported_while_serving_status", seconds=round(import_s, 3))
         listeners = [listener.address for listener in daemon._listeners]
         notifier.ready(sdnotify.serving_status(config.label, listeners))
+        if sys.stdout.isatty():  # a person started it: one line that says it is up, and where
+            console = None if daemon.console is None else daemon.console.status().url
+            sys.stdout.write(ready_line(config.label, listeners, console) + "\n")
+            sys.stdout.flush()
         watchdog = asyncio.create_task(notifier.run_watchdog(), name="peerd.watchdog")
         await daemon.wait_stopped()
     finally:

@@ -255,6 +255,12 @@ class ThreadNotFound(NotFound):
     code = "thread_not_found"
 
 
+class AmbiguousId(InvalidRequest):
+    """A shortened id that more than one thread (or task) starts with; the message lists them."""
+
+    code = "ambiguous_id"
+
+
 class RunNotFound(NotFound):
     """No such run, or not in that thread."""
 
@@ -435,6 +441,14 @@ class ConfinementUnavailable(CapabilityDenied):
     """A link's run that may run only confined, on a machine where peerd cannot confine it."""
 
     code = "confinement_unavailable"
+
+
+class PushAddressRefused(CapabilityDenied):
+    """An A2A push webhook whose address is not allowed: loopback, private, link-local, multicast
+    or otherwise not public, named or resolved, unless the owner allows it (`[a2a]
+    allow_private_push`)."""
+
+    code = "push_address_refused"
 
 
 class RuntimeModeEscalationDenied(PeerdError):

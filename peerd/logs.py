@@ -47,6 +47,7 @@ THIRD_PARTY_MIN_LEVEL = logging.WARNING
 # Named explicitly as well (their level is set, not only inherited), so an early `getLogger(...)
 # .setLevel(DEBUG)` in one of them is undone at configure time; the handler filter covers the rest.
 THIRD_PARTY_LOGGERS = (
+    "a2a",  # the a2a-sdk logs request bodies at DEBUG (a push config's token among them)
     "aiosqlite",
     "asyncio",
     "aiohttp",

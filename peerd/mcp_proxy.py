@@ -15,9 +15,18 @@ socket in `PEERD_SOCKET`). Without one it acts as the socket's owner, for agents
 start (the owner socket, `PEERD_HOME`'s `peerd.sock`). A token file that is gone means the run
 ended: the bridge then never calls the daemon at all, so it cannot fall back to the owner.
 
+Both MCP revisions pass through, negotiated per message as the daemon does: a handshake-era
+client (`initialize`, up to 2025-11-25) gets `MCP-Protocol-Version` from the version its
+`initialize` agreed; a 2026-07-28 client sends no handshake and carries its version, client info
+and capabilities in every request's `params._meta`, and each POST gets the routing headers that
+revision asks of an HTTP client (`routing_headers`: `MCP-Protocol-Version` from `_meta`,
+`Mcp-Method`, and `Mcp-Name` for the methods that name something), which the daemon checks against
+the body.
+
 When the daemon cannot be asked (not running, the run ended, it refused the token), `initialize`
-is answered here, so the agent connects and each tool call says why in a sentence starting with
-the stable code (`daemon_unavailable: peerd is not running ...`) as an MCP tool error.
+and `server/discover` are answered here, so the agent connects and each tool call says why in a
+sentence starting with the stable code (`daemon_unavailable: peerd is not running ...`) as an MCP
+tool error.
 """
 
 from __future__ import annotations
@@ -52,6 +61,19 @@ MCP_PATH = "/mcp"
 # What `initialize` answers when the daemon cannot be asked: the newest handshake revision, or the
 # client's own when it is one of these.
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+# The stateless revisions: no handshake; the envelope rides in every request's `params._meta`.
+MODERN_VERSIONS = ("2026-07-28",)
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+# The params key each method names its object by, sent as `Mcp-Name` (2026-07-28's routing
+# header; the Tasks extension names its task).
+NAME_PARAMS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 INTERNAL_ERROR = -32603
 PARSE_ERROR = -32700
 
@@ -88,6 +110,40 @@ class ProxyConfig:
                 return cls(socket=Path(socket_path), token=None, token_error=ended)
             token = from_file
         return cls(socket=Path(socket_path), token=token)
+
+
+def header_value(value: str) -> str:
+    """A header-safe form of `value`: as is when it is plain printable ASCII without edge spaces,
+    else the revision's `=?base64?...?=` form."""
+    if (
+        value.isascii()
+        and value.isprintable()
+        and value == value.strip()
+        and not value.startswith("=?base64?")
+    ):
+        return value
+    import base64  # noqa: PLC0415  # rare: names outside plain ASCII
+
+    return f"=?base64?{base64.b64encode(value.encode()).decode('ascii')}?="
+
+
+def routing_headers(message: object) -> dict[str, str]:
+    """The headers a 2026-07-28 request carries over HTTP (none for other messages): its version
+    from `params._meta`, its method, and the name it acts on."""
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return {}
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(version, str) or not version.isascii() or not version.isprintable():
+        return {}
+    method = message["method"]
+    headers = {"MCP-Protocol-Version": version, "Mcp-Method": header_value(method)}
+    key = NAME_PARAMS.get(method)
+    name = params.get(key) if key is not None and isinstance(params, dict) else None
+    if isinstance(name, str):
+        headers["Mcp-Name"] = header_value(name)
+    return headers
 
 
 class Answer:
@@ -190,7 +246,7 @@ class Bridge:
 
     # -- the wire --------------------------------------------------------------------------------
 
-    def post(self, raw: bytes) -> list[bytes]:
+    def post(self, raw: bytes, message: object = None) -> list[bytes]:
         """POST one message to the daemon's `/mcp`; the messages it answered (none for a notification)."""
         if self.config.token_error is not None:
             raise Refused(ParentNotActive.code, self.config.token_error)
@@ -201,7 +257,10 @@ class Bridge:
                     CapabilityDenied.code, "The run token in this process's environment is malformed."
                 )
             headers["Authorization"] = f"Bearer {self.config.token}"
-        if self._protocol_version:
+        modern = routing_headers(message)
+        if modern:
+            headers.update(modern)  # this request's own revision, whatever a handshake said
+        elif self._protocol_version:
             headers["MCP-Protocol-Version"] = self._protocol_version
         try:
             answer = http_post(self.config.socket, MCP_PATH, raw, headers, CALL_TIMEOUT_S)
@@ -238,7 +297,7 @@ class Bridge:
             return [_line({"jsonrpc": "2.0", "id": None, "error": error})]
         known = message if isinstance(message, dict) and "method" in message else {}
         try:
-            answers = self.post(raw)  # a batch or a response too: the server decides
+            answers = self.post(raw, message)  # a batch or a response too: the server decides
         except Refused as refused:
             return self._local(known, refused)
         if known.get("method") == "initialize":
@@ -271,8 +330,18 @@ class Bridge:
                 "serverInfo": {"name": SERVER_NAME, "version": __version__},
                 "instructions": INSTRUCTIONS,
             }
+        elif method == "server/discover":
+            result = {
+                "supportedVersions": list(MODERN_VERSIONS),
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": SERVER_NAME, "version": __version__},
+                "instructions": INSTRUCTIONS,
+                "resultType": "complete",
+            }
         elif method == "tools/call":
             result = {"content": [{"type": "text", "text": text}], "isError": True}
+            if routing_headers(message):
+                result["resultType"] = "complete"
         elif method == "ping":
             result = {}
         else:

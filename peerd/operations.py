@@ -33,6 +33,7 @@ from peerd.core.runs import is_live, is_terminal
 from peerd.core.text import clean_label, path_segment
 from peerd.core.usage import DAY_S, ceiling_refusal
 from peerd.errors import (
+    AmbiguousId,
     CapabilityDenied,
     Conflict,
     InteractionModeEscalationDenied,
@@ -55,6 +56,10 @@ from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
 
 log = structlog.get_logger(__name__)
+
+# A shortened thread id a person may type: `thr_` and 4 to 19 of its 20 hex digits.
+SHORT_THREAD_ID = re.compile(r"thr_[0-9a-f]{4,19}")
+AMBIGUOUS_SHOWN = 5  # ids an ambiguity names
 
 DEFAULT_RUNTIME_MODE: c.RuntimeMode = "full-access"
 DEFAULT_INTERACTION_MODE: c.InteractionMode = "default"
@@ -162,7 +167,11 @@ class Operations:
         before_send: Callable[[str], Awaitable[None]] | None = None,
         link_may_use: Callable[[str], bool] = lambda provider: True,
         provider_installed: Callable[[str], bool] = lambda provider: True,
+        awaiting_approval: Callable[[str], Awaitable[c.TaskApproval | None]] | None = None,
     ) -> None:
+        # A thread's question waiting for a person, if any (peerd/approvals/store.py, given by the
+        # daemon): a wait that ends with the run still live says so.
+        self.awaiting_approval = awaiting_approval
         self.forwarder = forwarder
         # `ThreadStopped` goes out when a thread is stopped (its delegated tasks stop with it).
         self._events = events or Events()
@@ -187,6 +196,23 @@ class Operations:
         if self.forwarder is None:
             raise InvalidRequest("This daemon cannot reach linked environments.")
         return await self.forwarder.target(environment_id, via_link=caller.link is not None)
+
+    async def thread_ref(self, caller: Caller, given: str) -> str:
+        """The thread a person means by `given`: its id, or a unique start of one (`thr_` and at
+        least 4 hex digits: `thr_3264`). Only for the owner: a link's caller names ids in full, so
+        an ambiguity's list never shows it a thread outside its fence."""
+        if caller.link is not None or caller.thread_id is not None or not SHORT_THREAD_ID.fullmatch(given):
+            return given
+        found = await threads.ids_starting(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
+        if given in found or not found:
+            return given  # a full id, or none: the lookup that follows says thread_not_found
+        if len(found) == 1:
+            return found[0]
+        more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
+        raise AmbiguousId(
+            f"{given} is the start of more than one thread here: {', '.join(found[:AMBIGUOUS_SHOWN])}{more}. "
+            "Give more of the id."
+        )
 
     async def _forward(
         self,
@@ -451,6 +477,7 @@ class Operations:
             link_origin=caller.link.client_id
             if caller.link is not None and caller.link.own_threads_only
             else None,
+            newest_first=req.order == "newest",
         )
 
     async def thread_show(
@@ -462,6 +489,7 @@ class Operations:
             )
             placed = None if self.placement is None else await self.placement.reason_for_thread(thread_id)
             return there if placed is None else there.model_copy(update={"placement": placed})
+        thread_id = await self.thread_ref(caller, thread_id)
         thread = _read_fence(caller, await threads.get_thread(self.db, thread_id))
         spent: dict[str, Any] = {
             "usage": await usage_store.thread_total(self.db, thread_id),
@@ -481,6 +509,7 @@ class Operations:
                 params=Forwarder.query(req),
             )
             return c.ThreadReadResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         thread = _read_fence(caller, await threads.get_thread(self.db, thread_id))
         if req.item_id is not None:
             row = await threads.get_item(self.db, thread_id, req.item_id)
@@ -506,6 +535,7 @@ class Operations:
                 caller, env, "POST", f"/v1/threads/{path_segment(thread_id)}/runs", body=body
             )
             return c.ThreadSendResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         _fence(
             caller, await threads.get_thread(self.db, thread_id), "send messages", await self._cap_of(caller)
         )
@@ -543,7 +573,12 @@ class Operations:
             data = await self._forward(
                 caller, env, "GET", f"/v1/threads/{path_segment(thread_id)}/wait", params=params
             )
-            return c.ThreadWaitResult.model_validate(data)
+            waited = c.ThreadWaitResult.model_validate(data)
+            if waited.awaiting_approval is not None:  # the box's own question: say which box
+                asked = waited.awaiting_approval.model_copy(update={"environment_id": env})
+                waited = waited.model_copy(update={"awaiting_approval": asked})
+            return waited
+        thread_id = await self.thread_ref(caller, thread_id)
         _read_fence(caller, await threads.get_thread(self.db, thread_id))
         deadline = self.feed.deadline(req.timeout)
         while True:
@@ -555,12 +590,16 @@ class Operations:
                 )
             remaining = self.feed.remaining(deadline)
             if remaining <= 0 or self.feed.closed:
+                question: c.TaskApproval | None = None
+                if run is not None and self.awaiting_approval is not None:
+                    question = await self.awaiting_approval(thread_id)
                 return c.ThreadWaitResult(
                     thread_id=thread_id,
                     run_id=None if run is None else run.id,
                     status=None if run is None else run.status,
                     terminal=False,
                     timed_out=True,
+                    awaiting_approval=question,
                 )
             await self.feed.wait(changed, remaining)
 
@@ -581,6 +620,7 @@ class Operations:
             path = f"/v1/threads/{path_segment(thread_id)}/interrupt"
             data = await self._forward(caller, env, "POST", path, body=body)
             return c.ThreadInterruptResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
         run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
@@ -612,6 +652,7 @@ class Operations:
     async def thread_archive(
         self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
     ) -> c.ThreadArchiveResult:
+        thread_id = await self.thread_ref(caller, thread_id)
         force = req is not None and req.force
         thread = await threads.get_thread(self.db, thread_id)
         branch = thread.branch if req is not None and req.delete_branch and not thread.in_place else None
@@ -678,6 +719,7 @@ class Operations:
                 params=Forwarder.query(req),
             )
             return c.EventsResult.model_validate(data)
+        thread_id = await self.thread_ref(caller, thread_id)
         _read_fence(caller, await threads.get_thread(self.db, thread_id))
         deadline = self.feed.deadline(req.timeout)
         while True:

@@ -11,6 +11,7 @@ from peerd.daemon import Daemon
 from peerd.runtime.sandbox_profile import READABLE_ENV
 from tests.helpers import client_for, make_repo, running_daemon
 from tests.realcli import CLI_DIR, REPO, SIGNALS
+from tests.support import transport_trace
 
 
 @pytest.fixture
@@ -44,3 +45,9 @@ def _repository_readable_in_sandboxes() -> None:
     default is what the security tests check)."""
     fixtures = [REPO / "tests", REPO / "examples", CLI_DIR, SIGNALS]
     os.environ[READABLE_ENV] = ":".join(str(p) for p in fixtures)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(transport_trace.ENV):  # where an "unclosed transport" warning's transport was made
+        transport_trace.install()
+        config.pluginmanager.register(transport_trace, "peerd-transport-trace")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from peerd.cli.common import EXIT_AWAITING_APPROVAL, EXIT_RUN_FAILED, EXIT_RUN_STOPPED
 from peerd.cli.main import cli
 from peerd.errors import REGISTRY
 
@@ -41,6 +42,12 @@ EXIT_MEANING = {
     3: "the daemon is not running",
     4: "a wait timed out with what it waited for still going",
 }
+# A wait for a run (`thread launch --wait`, `thread wait`) says how the run ended (peerd/cli/common.py).
+RUN_EXIT_MEANING = {
+    EXIT_RUN_FAILED: "the waited-for run `failed` (its reason is printed)",
+    EXIT_RUN_STOPPED: "the waited-for run was `interrupted` or `cancelled`",
+    EXIT_AWAITING_APPROVAL: "the waited-for run is still live because a question waits for your approval",
+}
 
 
 def exit_codes() -> str:
@@ -57,6 +64,8 @@ def exit_codes() -> str:
         codes = by_exit.get(number, [])
         named = "every other code" if number == 1 else ", ".join(f"`{c}`" for c in codes)
         lines.append(f"| {number} | {meaning} | {named} |")
+    for number, meaning in sorted(RUN_EXIT_MEANING.items()):
+        lines.append(f"| {number} | {meaning} | |")
     lines.append("| 130 | interrupted (Ctrl-C) | |")
     return "\n".join(lines) + "\n"
 

@@ -55,6 +55,7 @@ from aiohttp import hdrs, web
 from peerd.api import local
 from peerd.api.app import SHUTDOWN_GATE, Handler, ShutdownGate, base_app, error_response
 from peerd.api.listener import ListenerLimits, bind, start_tcp
+from peerd.api.mcp_taskport import TaskPort
 from peerd.api.routes import Example, Route, add_routes
 from peerd.api.tools import ToolServices, caller_from_token, invoke
 from peerd.errors import CapabilityDenied, PeerdError, Unavailable
@@ -164,7 +165,7 @@ class McpService:
         try:
             module = await in_daemon_thread(importlib.import_module, "peerd.api.mcp_server")
             tools = await in_daemon_thread(module.tool_list)
-            manager = module.session_manager(self._invoke, tools)
+            manager = module.session_manager(self._invoke, tools, TaskPort(self.services))
         except Exception as exc:  # the endpoint says so; the rest of the daemon is unaffected
             log.exception("mcp.unavailable")
             self._failure = (
@@ -241,9 +242,23 @@ async def mcp_endpoint(request: web.Request) -> web.StreamResponse:
         raise
     request[local.CALLER_KEY] = caller  # the listener's guard counts the connection authenticated
     service.served[access] += 1
+    if request.method != hdrs.METH_POST:
+        return not_post()
     body = await request.read()  # capped by the app (payload_too_large)
     manager = await service.manager()
     return await asgi_call(manager.handle_request, request, body, {"peerd.caller": caller})
+
+
+def not_post() -> web.Response:
+    """405 for anything but POST, at every revision: 2026-07-28 has no GET stream and no sessions
+    (GET and DELETE answer 405), and at 2025-11-25 a server without a standalone event stream
+    answers GET 405 and a stateless one (no `Mcp-Session-Id` is ever issued) has no session to
+    DELETE. (The SDK's stateless handler would hold a GET open as an empty stream, which a
+    buffered answer never ends.)"""
+    error = {"code": -32000, "message": "Method not allowed: /mcp takes POST only."}
+    return web.json_response(
+        {"jsonrpc": "2.0", "id": None, "error": error}, status=405, headers={hdrs.ALLOW: "POST"}
+    )
 
 
 class McpMessage(pydantic.BaseModel):
@@ -281,9 +296,9 @@ MCP_ROUTE = Route(
     run_token=True,
     errors=("parent_not_active", "link_revoked", "unavailable"),
     description="A notification is answered 202 without a body; the SDK answers what it cannot take itself "
-    "(JSON-RPC errors: 400 unparsable or invalid, 406 without this Accept, 415 not JSON).",
+    "(JSON-RPC errors: 400 unparsable or invalid, 405 not POST, 406 without this Accept, 415 not JSON).",
     headers={"Accept": "application/json, text/event-stream"},
-    other={202: None, 400: McpError, 406: McpError, 415: McpError},
+    other={202: None, 400: McpError, 405: McpError, 406: McpError, 415: McpError},
     documented_methods=("POST",),
     example=Example(
         {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "thread_launch"}]}},

@@ -33,6 +33,7 @@ from peerd import __version__
 from peerd import contracts as c
 from peerd.api import (
     agent_signin_routes,
+    a2a_routes,
     approvals,
     gitwire,
     handoff,
@@ -76,6 +77,7 @@ LISTENERS: tuple[Listener, ...] = (
             *handoff.ROUTES,
             *signin_requests.ROUTES,
             mcp_http.MCP_ROUTE,
+            *a2a_routes.ROUTES,
         ),
     ),
     Listener(
@@ -91,6 +93,7 @@ LISTENERS: tuple[Listener, ...] = (
             *approvals.ROUTES,
             *handoff.BOX_ROUTES,
             mcp_http.MCP_ROUTE,
+            *a2a_routes.NETWORK_ROUTES,
         ),
     ),
     Listener(
@@ -226,7 +229,7 @@ def operations(view: View | None = None) -> list[Operation]:
             continue
         for route in listener.routes:
             for method in route.methods:
-                key = (method, route.path)
+                key = (method, route.document_path)
                 if key in first and first[key] is not route:
                     raise ValueError(f"{method} {route.path} is two different routes")
                 first.setdefault(key, route)
@@ -360,7 +363,7 @@ def _responses(op: Operation, refs: dict[tuple[Any, str], Any]) -> dict[str, Any
         if example is not None and status == route.status:
             content["example"] = example.answer
         what = "Done." if status == route.status else "Done before (a replay of the same clientRequestId)."
-        responses[str(status)] = {"description": what, "content": {"application/json": content}}
+        responses[str(status)] = {"description": what, "content": {route.media_type: content}}
     by_status: dict[int, dict[type[pydantic.BaseModel], list[str]]] = {}
     for status, code, model in _errors(op):
         by_status.setdefault(status, {}).setdefault(model, []).append(code)
@@ -379,7 +382,7 @@ def _responses(op: Operation, refs: dict[tuple[Any, str], Any]) -> dict[str, Any
         content = known.setdefault("content", {"application/json": {"schema": shape}})["application/json"]
         if content["schema"] != shape:
             content["schema"] = {"oneOf": [content["schema"], shape]}
-            known["description"] += f"; or the MCP SDK's own `{extra.__name__}`"
+            known["description"] += f"; or the SDK's own `{extra.__name__}`"
     return dict(sorted(responses.items()))
 
 

@@ -15,6 +15,7 @@ in `peerd.api.openapi`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -96,10 +97,16 @@ class Route:
     example: Example | None = None
     variants: tuple[Variant, ...] = ()
     documented_methods: tuple[str, ...] = ()  # for "*": the methods the document describes
+    media_type: str = "application/json"  # of the 2xx answer (the A2A REST binding's is its own)
 
     @property
     def methods(self) -> tuple[str, ...]:
         return self.documented_methods if self.method == "*" else (self.method,)
+
+    @property
+    def document_path(self) -> str:
+        """The path as the document (and aiohttp's `canonical`) says it: `{tail:.*}` is `{tail}`."""
+        return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", self.path)
 
 
 ROUTES_KEY: web.AppKey[list[Route]] = web.AppKey("routes", list)

@@ -37,6 +37,7 @@ from peerd.runtime.runner import token_hash
 from peerd.store import threads
 
 if TYPE_CHECKING:
+    from peerd.approvals.desk import ApprovalDesk
     from peerd.handoff.service import HandoffService
     from peerd.tasks.delegation import Delegation
 
@@ -49,6 +50,7 @@ class ToolServices:
     links: LinkService
     delegation: Delegation
     moves: HandoffService
+    desk: ApprovalDesk | None = None  # MCP Tasks' tasks/update decides through it (`mcp_taskport`)
 
 
 TOOL_SERVICES = web.AppKey("tool_services", ToolServices)

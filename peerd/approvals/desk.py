@@ -121,6 +121,15 @@ class ApprovalDesk:
         )
         return views, True
 
+    async def _mirrored_one(self, approval_id: str) -> tuple[str, dict[str, Any]] | None:
+        """A box's approval as this machine last saw it; one not seen yet (no list since it was
+        asked, say: a wait's hint names it at once) is looked for on the boxes now."""
+        found = await approvals_store.mirrored_one(self.db, approval_id)
+        if found is None:
+            await self._boxes(ApprovalListQuery())  # asks each box live, and keeps what it saw
+            found = await approvals_store.mirrored_one(self.db, approval_id)
+        return found
+
     async def _mirror(self, env_id: str) -> list[tuple[str, dict[str, Any], float]]:
         return await approvals_store.mirrored(self.db, env_id)
 
@@ -130,7 +139,7 @@ class ApprovalDesk:
         record = await approvals_store.get(self.db, approval_id)
         if record is not None and (link is None or record.link_origin == link.client_id):
             return ApprovalView.of(record)
-        if link is None and (found := await approvals_store.mirrored_one(self.db, approval_id)) is not None:
+        if link is None and (found := await self._mirrored_one(approval_id)) is not None:
             env_id, body = found
             label = await self._label(env_id)
             with contextlib.suppress(PeerdError, TimeoutError):
@@ -156,7 +165,7 @@ class ApprovalDesk:
                 link_runtime=None if link is None else link.access,
             )
             return ApprovalView.of(decided)
-        found = await approvals_store.mirrored_one(self.db, approval_id)
+        found = await self._mirrored_one(approval_id)
         if found is None or self.forwarder is None:
             raise _not_found(approval_id)
         env_id, _ = found

@@ -12,6 +12,7 @@ from typing import Any
 import aiosqlite
 
 from peerd.approvals.rules import Approval
+from peerd.contracts import TaskApproval
 from peerd.store.db import Database
 from peerd.store.threads.writes import new_run
 
@@ -237,6 +238,12 @@ async def waiting_on_thread(db: Database, thread_id: str) -> Approval | None:
         (thread_id,),
     )
     return None if row is None else _row(row)
+
+
+async def waiting_approval(db: Database, thread_id: str) -> TaskApproval | None:
+    """The thread's question waiting for a person, as a wait's answer names it."""
+    found = await waiting_on_thread(db, thread_id)
+    return None if found is None else TaskApproval(approval_id=found.id, summary=found.summary)
 
 
 async def mirrored_on_thread(db: Database, environment_id: str, thread_id: str) -> dict[str, Any] | None:

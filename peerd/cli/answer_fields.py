@@ -114,6 +114,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "counts",
         "home",
         "store",
+        "console",
     ),
     "GET /v1/tasks": (
         "items",
@@ -191,6 +192,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "terminal",
         "timedOut",
         "hint",
+        "awaiting_approval",
     ),
     "POST /v1/agent-signins/{id}/decision": (
         "id",

@@ -4,6 +4,8 @@ Exit codes: 0 ok; a failure exits with its error class's `exit_code` (peerd/erro
 once per class, 1 unless it says else): 1 an error the daemon reported (printed as `code: message`),
 2 usage (`UsageError`, `ConfigInvalid`, `StoreRefused`, `HomeNewer`; click's own usage errors too),
 3 the daemon is not running (`DaemonNotRunning`), 4 a wait timed out (`TimedOut`); 130 Ctrl-C.
+A wait for a run (`thread launch --wait`, `thread wait`) exits 0 only for `completed`: 5 failed,
+6 interrupted or cancelled, 7 still live because a question waits for a person, 4 still live.
 The table of codes with their exit codes is in docs/reference/api.md.
 
 Nothing here (nor in any `peerd.cli` module at import) may import asyncio, aiohttp, pydantic,
@@ -35,6 +37,39 @@ EXIT_USAGE = UsageError.exit_code
 EXIT_NOT_RUNNING = DaemonNotRunning.exit_code
 EXIT_TIMED_OUT = TimedOut.exit_code
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention: not an error of peerd's
+# How a waited-for run ended (`thread launch --wait`, `thread wait`), as `gh run watch
+# --exit-status` and `kubectl wait` let a script tell: 0 only for `completed`.
+EXIT_RUN_FAILED = 5
+EXIT_RUN_STOPPED = 6  # interrupted or cancelled
+EXIT_AWAITING_APPROVAL = 7  # still live at the timeout because a question waits for a person
+RUN_EXIT_CODES = {
+    "completed": EXIT_OK,
+    "failed": EXIT_RUN_FAILED,
+    "interrupted": EXIT_RUN_STOPPED,
+    "cancelled": EXIT_RUN_STOPPED,
+}
+
+
+def exit_code_of_wait(wait: dict[str, Any]) -> int:
+    """The exit code for a wait's answer: how the run ended, or why it is still live."""
+    if wait.get("terminal"):
+        return RUN_EXIT_CODES.get(str(wait.get("status")), EXIT_ERROR)
+    return EXIT_AWAITING_APPROVAL if wait.get("awaitingApproval") else EXIT_TIMED_OUT
+
+
+def waiting_field(waiting: dict[str, Any] | None) -> str | None:
+    """The `waiting for` field of `thread show` and `task show`: the line without its first words."""
+    return None if not waiting else approval_line(waiting).removeprefix("waiting for ")
+
+
+def approval_line(waiting: dict[str, Any]) -> str:
+    """`waiting for your approval [on BOX]: <question> (peerd approval show ap_...)`: the box's
+    questions are shown and answered from here too (they come through the link)."""
+    where = f" on {waiting['environmentId']}" if waiting.get("environmentId") else ""
+    return f"waiting for your approval{where}: {waiting['summary']} (peerd approval show {waiting['approvalId']})"
+
+
+PAGE = 100  # the daemon's page size (contracts.PAGE_LIMIT; pydantic is not imported here)
 
 T = TypeVar("T")
 

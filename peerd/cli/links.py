@@ -371,7 +371,11 @@ def client_revoke(
     ctx: click.Context, client_id: str, keep_runs: bool, yes: bool, as_json: JsonOutput | None
 ) -> None:
     """Revoke a linked machine: its next request is refused, and the runs it started here stop."""
-    confirm(yes, f"Revoke {client_id}?" + ("" if keep_runs else " The runs it started here stop."))
+    if not yes and on_terminal():  # name the machine, not only its id
+        listed = with_client(ctx, lambda c: c.call("GET", "/v1/clients"))
+        label = next((x["label"] for x in listed["items"] if x["id"] == client_id), None)
+        named = f"{label} ({client_id})" if label else client_id
+        confirm(yes, f"Revoke {named}?" + ("" if keep_runs else " The runs it started here stop."))
 
     def go(c: LocalClient) -> Any:
         return c.call("POST", f"/v1/clients/{path_segment(client_id)}/revoke", body={"keepRuns": keep_runs})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -183,7 +184,13 @@ def cli(ctx: click.Context, home: Path | None) -> None:
     help="Start with a new, empty store although this environment's identity exists (its store is "
     "missing). Never replaces an existing file.",
 )
-@click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default="auto",
+    show_default=True,
+    help="auto: readable on a terminal, JSON lines otherwise (a file, a pipe, journald).",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.pass_context
 def serve(
@@ -219,7 +226,7 @@ def serve(
         from peerd import config as settings_file  # noqa: PLC0415  # pydantic: boot's early start
         from peerd.logs import configure_logging  # noqa: PLC0415  # structlog: boot's early start
 
-        configure_logging(json=log_format == "json", level=getattr(logging, log_level.upper()))
+        configure_logging(json=log_as_json(log_format), level=getattr(logging, log_level.upper()))
         try:
             settings = settings_file.load(config_path, required=config_path is not None, home=named)
             tls = settings.tls and not no_tls
@@ -249,6 +256,14 @@ def serve(
     except PeerdError as exc:
         # The config file or a flag (what is wrong, and where); a damaged, foreign, missing or newer store.
         fail(exc, bare=isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)))
+
+
+def log_as_json(log_format: str) -> bool:
+    """JSON lines unless asked for the readable form, or `auto` on a person's terminal (journald's
+    stream, `JOURNAL_STREAM`, keeps JSON although systemd may hand it a tty)."""
+    if log_format != "auto":
+        return log_format == "json"
+    return not (sys.stderr.isatty() and "JOURNAL_STREAM" not in os.environ)
 
 
 @cli.command()
@@ -328,11 +343,23 @@ def status(ctx: click.Context, wait_s: float | None, as_json: bool) -> None:
                 ("listener", f"{x['address']} ({x['kind']}{', tls' if x['tls'] else ''})")
                 for x in data["listeners"]
             ],
+            *console_fields(data.get("console")),
             ("projects", counts["projects"]),
             ("threads", counts["threads"]),
             ("live runs", counts["liveRuns"]),
         ]
     )
+
+
+def console_fields(console: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The console's line(s) of `peerd status`: its URL (`peerd console` prints a login link), and
+    a note when its port was taken or it does not listen."""
+    if console is None:
+        return []
+    shown: list[tuple[str, Any]] = [("console", console["url"] or "not listening")]
+    if console.get("note"):
+        shown.append(("console note", console["note"]))
+    return shown
 
 
 def main() -> None:

@@ -264,6 +264,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def fields(pairs: Sequence[tuple[str, Any]]) -> None:
-    width = max(len(k) for k, _ in pairs)
-    for key, value in pairs:
+    """`key  value` lines, aligned; a field with nothing to say (None, empty) is left out, as
+    `gh` and `kubectl describe` do (`--json` keeps every field)."""
+    shown = [(key, value) for key, value in pairs if value is not None and value not in ("", [])]
+    if not shown:
+        return
+    width = max(len(k) for k, _ in shown)
+    for key, value in shown:
         click.echo(f"{key.ljust(width)}  {one_line(value)}")

@@ -80,7 +80,8 @@ def restore(ctx: click.Context, file: Path, as_json: bool) -> None:
     """
     from peerd.store import health  # noqa: PLC0415  # aiosqlite: CLI start-up
 
-    paths = cli_context(ctx).paths
+    home = cli_context(ctx)
+    paths = home.paths
     paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(paths.lock, "a+") as lock:
         try:
@@ -106,4 +107,4 @@ def restore(ctx: click.Context, file: Path, as_json: bool) -> None:
         )
         return
     kept = f"; the previous store is kept as {aside}" if aside is not None else ""
-    click.echo(f"restored {file} into {paths.db}{kept}. Start the daemon: peerd serve")
+    click.echo(f"restored {file} into {paths.db}{kept}. Start the daemon: {home.command('serve')}")

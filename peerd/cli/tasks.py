@@ -9,10 +9,12 @@ import click
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
     ENV_META,
+    PAGE,
     cli_context,
     confirm,
     json_option,
     json_option_for,
+    waiting_field,
     with_client,
     yes_option,
 )
@@ -55,7 +57,6 @@ def _link_state(ctx: click.Context, t: dict[str, Any]) -> str | None:
 
 
 TASK_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "interrupted")
-PAGE = 100  # the daemon's page size (contracts.PAGE_LIMIT)
 
 
 def _statuses(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -176,6 +177,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
             ("parent thread", t["parentThreadId"]),
             ("child", _where(t)),
             ("link", _link_state(ctx, t)),
+            ("waiting for", waiting_field(t.get("awaitingApproval"))),
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
             ("placement", t.get("placement")),

@@ -10,11 +10,14 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
-    EXIT_TIMED_OUT,
+    PAGE,
+    approval_line,
     confirm,
     env_option,
+    exit_code_of_wait,
     json_option,
     json_option_for,
+    waiting_field,
     with_client,
     yes_option,
 )
@@ -64,6 +67,14 @@ def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, second
 BUDGET_KEYS = {"tokens": int, "usd": float, "seconds": float}
 
 
+def budget_option(text: str, flag: str = "--budget") -> dict[str, float | int]:
+    """`--budget`'s LIMITS, with the option named in the usage error."""
+    try:
+        return parse_budget(text)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint=f"'{flag}'") from None
+
+
 def parse_budget(text: str) -> dict[str, float | int]:
     """`tokens=50000,usd=2,seconds=600` (any of them) as the API's budget object."""
     limits: dict[str, float | int] = {}
@@ -107,7 +118,7 @@ def _why(wait: dict[str, Any]) -> str:
     "wait_s",
     type=click.FloatRange(min=0),
     default=None,
-    help="Wait up to this many seconds for the run.",
+    help="Wait up to this many seconds for the run; exit 0 only if it completed (see `thread wait`).",
 )
 @click.option(
     "--budget",
@@ -150,7 +161,7 @@ def thread_launch(
         "interactionMode": interaction_mode,
         "clientRequestId": client_request_id,
         "inPlace": in_place,
-        "budget": None if budget is None else parse_budget(budget),
+        "budget": None if budget is None else budget_option(budget),
     }
 
     def go(client: LocalClient) -> dict[str, Any]:
@@ -174,14 +185,19 @@ def thread_launch(
             click.echo(one_line(f"placed on {data['placement']['reason']}"))
         if "wait" in data:
             click.echo(one_line(f"run {data['wait']['runId']} {data['wait']['status']}{_why(data['wait'])}"))
-    if "wait" in data and not data["wait"]["terminal"]:
-        ctx.exit(EXIT_TIMED_OUT)
+            if waiting := data["wait"].get("awaitingApproval"):
+                click.echo(one_line(approval_line(waiting)))
+    if "wait" in data:
+        ctx.exit(exit_code_of_wait(data["wait"]))
 
 
 @thread.command("list")
 @env_option
 @click.option("--project", "project_id", default=None, help="Only this project's threads.")
 @click.option("--all", "include_archived", is_flag=True, help="Include archived threads.")
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=100, show_default=True, help="At most this many (0: all)."
+)
 @json_option
 @quiet_option
 @click.pass_context
@@ -189,20 +205,28 @@ def thread_list(
     ctx: click.Context,
     project_id: str | None,
     include_archived: bool,
+    limit: int,
     as_json: JsonOutput | None,
     quiet: bool,
 ) -> None:
-    """List threads (all pages)."""
+    """List threads, newest first (`thread list -q | head -1` is the latest)."""
 
     def go(client: LocalClient) -> list[Any]:
         items: list[Any] = []
         cursor = None
         while True:
-            params = {"projectId": project_id, "includeArchived": include_archived, "cursor": cursor}
+            want = PAGE if limit == 0 else min(PAGE, limit - len(items))
+            params = {
+                "projectId": project_id,
+                "includeArchived": include_archived,
+                "cursor": cursor,
+                "limit": want,
+                "order": "newest",
+            }
             page = client.call("GET", "/v1/threads", params=params)
             items.extend(page["items"])
             cursor = page["nextCursor"]
-            if cursor is None:
+            if cursor is None or (limit and len(items) >= limit):
                 return items
 
     items = with_client(ctx, go)
@@ -232,7 +256,12 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
 
     def go(client: LocalClient) -> dict[str, Any]:
         info = client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
-        return {"thread": info, "items": items_after(client, thread_id, None, run_id=run_id)}
+        shown = {"thread": info, "items": items_after(client, thread_id, None, run_id=run_id)}
+        latest = info.get("latestRun") or {}
+        if latest.get("status") in ("queued", "starting", "running"):  # a question waiting for you?
+            now = client.call("GET", f"/v1/threads/{path_segment(info['id'])}/wait", params={"timeout": 0})
+            shown["awaitingApproval"] = now.get("awaitingApproval")
+        return shown
 
     data = with_client(ctx, go)
     if as_json:
@@ -240,6 +269,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
         return
     t = data["thread"]
     run = t["latestRun"] or {}
+    waiting = data.get("awaitingApproval")
     fields(
         [
             ("thread", t["id"]),
@@ -251,6 +281,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
             ("branch", t["branch"]),
             ("status", t["status"] + (", queue held" if t["queueHeld"] else "")),
             ("last run", f"{run.get('id')} #{run.get('number')} {run.get('status')}" if run else "none"),
+            ("waiting for", waiting_field(waiting)),
             ("reason", run.get("reason")),
             ("run usage", _usage(run.get("usage")) if run else None),
             ("thread usage", _usage(t.get("usage"))),
@@ -340,7 +371,8 @@ def thread_wait(
     follow: bool,
     as_json: JsonOutput | None,
 ) -> None:
-    """Wait for a run to end (exit 4 if it is still live at the timeout). With --follow, print its
+    """Wait for a run to end. Exits 0 only if it completed: 5 failed, 6 interrupted or cancelled,
+    7 still live waiting for your approval, 4 still live at the timeout. With --follow, print its
     items as they arrive, then how it ended."""
 
     def go(client: LocalClient) -> dict[str, Any]:
@@ -357,8 +389,9 @@ def thread_wait(
     else:
         live = "" if data["terminal"] else " (still live: timed out)"
         click.echo(one_line(f"run {data['runId']} {data['status']}{live}{_why(data)}"))
-    if not data["terminal"]:
-        ctx.exit(EXIT_TIMED_OUT)
+        if waiting := data.get("awaitingApproval"):
+            click.echo(one_line(approval_line(waiting)))
+    ctx.exit(exit_code_of_wait(data))
 
 
 @thread.command("interrupt")

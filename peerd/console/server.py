@@ -9,6 +9,7 @@ the login URL carries a token.
 
 from __future__ import annotations
 
+import errno
 import ssl
 
 import structlog
@@ -46,7 +47,21 @@ class Console(ConsoleState):
         )
         await runner.setup()
         try:
-            await web.TCPSite(runner, host, port, ssl_context=ssl_ctx).start()
+            try:
+                await web.TCPSite(runner, host, port, ssl_context=ssl_ctx).start()
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or port == 0:
+                    raise
+                # Another daemon on this machine (or anything else) has the port: take a free one,
+                # and say so (`peerd status` prints where, `peerd doctor` warns).
+                await web.TCPSite(runner, host, 0, ssl_context=ssl_ctx).start()
+                self.moved = True
+                self.problem = (
+                    f"console.listen {self.settings.listen} was taken (another peerd on this machine?); "
+                    "the console listens on a free port instead, which changes at each start: set "
+                    "console.listen in config.toml to a free port of your own to keep one."
+                )
+                log.warning("console.port_taken", listen=self.settings.listen)
         except OSError as exc:
             await runner.cleanup()
             self.problem = (

@@ -19,6 +19,7 @@ from peerd.api.localclient import LocalClient
 from peerd.config import ConsoleConfig
 from peerd.console import rules
 from peerd.console.auth import Session, Sessions
+from peerd.contracts import ConsoleStatus
 from peerd.errors import NotFound
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -48,6 +49,7 @@ class ConsoleState:
         self.site: rules.Site | None = None
         self.root = "/c/" + secrets.token_urlsafe(12)  # every page is below it (the cookie's Path)
         self.port: int | None = None  # the bound port (console.listen may say 0)
+        self.moved = False  # console.listen's port was taken: it listens on a free one
         self.problem: str | None = (
             None if settings.enabled else "The console is off here (console.enabled = false in config.toml)."
         )
@@ -57,6 +59,18 @@ class ConsoleState:
         self._runner: web.AppRunner | None = None
         self._streams: set[asyncio.Task[object]] = set()
         self.closed = False
+
+    def status(self) -> ConsoleStatus:
+        """What `peerd status` and `peerd doctor` say about the console."""
+        if not self.settings.enabled:
+            state = "off"
+        elif self.site is None:
+            state = "not_listening"
+        else:
+            state = "moved" if self.moved else "listening"
+        return ConsoleStatus(
+            state=state, url=None if self.site is None else self.site.base_url, note=self.problem
+        )
 
     @property
     def url(self) -> str | None:

@@ -37,6 +37,7 @@ from peerd.doctor.files import (
 )
 from peerd.doctor.network import (
     check_certificate,
+    check_console,
     check_link,
     check_links,
     check_listeners,
@@ -57,6 +58,7 @@ __all__ = [
     "FileKind",
     "check_certificate",
     "check_confinement",
+    "check_console",
     "check_daemon",
     "check_git",
     "check_link",
@@ -93,6 +95,9 @@ def run_checks(facts: Facts) -> list[Check]:
         check_certificate(facts),
         check_listeners(facts),
     ]
+    console = check_console(facts)
+    if console is not None:
+        checks.append(console)
     checks += check_links(facts)
     checks += check_providers(facts)
     confinement = check_confinement(facts)

@@ -93,6 +93,31 @@ def _daemon_down(facts: Facts) -> str:
     return "not checked: the daemon is not running"
 
 
+def check_console(facts: Facts) -> Check | None:
+    """The browser console: where it listens, or why not (its port taken: another daemon here?)."""
+    status = facts.status
+    if status is None or status.console is None:
+        return None  # not running, or a daemon that does not say
+    console = status.console
+    if console.state == "off":
+        return Check("console", "skip", console.note or "off (console.enabled = false)")
+    if console.state == "not_listening" or console.url is None:
+        return Check(
+            "console",
+            "warn",
+            console.note or "not listening",
+            "Set console.listen in config.toml to a free port.",
+        )
+    if console.state == "moved":
+        return Check(
+            "console",
+            "warn",
+            f"{console.url}: console.listen's port was taken (another peerd on this machine?)",
+            "Give each daemon on this machine its own console.listen port in its config.toml.",
+        )
+    return Check("console", "ok", console.url)
+
+
 def check_listeners(facts: Facts) -> Check:
     status = facts.status
     if status is None:

@@ -437,7 +437,38 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE link_backoff ADD COLUMN delay_s REAL",
     ],
-    # 19: agents peerd did not start sign in over OAuth (issue 29; api/agent_signin.py). A pairing
+    # 19: the A2A face's push notifications (peerd/a2a/push.py): a webhook per task (its token is
+    # the client's secret for its own webhook, sent back as X-A2A-Notification-Token, so kept as
+    # given in the 0600 store and never logged), and each state change owed to each webhook until
+    # it is delivered or given up with a reason.
+    [
+        """CREATE TABLE a2a_push_configs (
+            task_id TEXT NOT NULL,
+            id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            namespace TEXT NOT NULL,
+            url TEXT NOT NULL,
+            token TEXT,
+            auth_scheme TEXT,
+            auth_credentials TEXT,
+            last_state TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (task_id, id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX a2a_push_configs_thread ON a2a_push_configs(thread_id)",
+        """CREATE TABLE a2a_push_owed (
+            task_id TEXT NOT NULL,
+            config_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_at REAL NOT NULL,
+            delivered_at REAL,
+            given_up TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (task_id, config_id, state)
+        ) WITHOUT ROWID""",
+    ],
+    # 20: agents peerd did not start sign in over OAuth (issue 29; api/agent_signin.py). A pairing
     # code is for a link or for an agent (`purpose`; one never redeems as the other); a client is a
     # link or a signed-in agent (`kind`) with the OAuth client it signed in as (`agent`, JSON:
     # client_id, name, redirect_uri). Agents' OAuth clients registered dynamically (RFC 7591), and

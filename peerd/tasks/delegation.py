@@ -112,7 +112,10 @@ class Delegation:
             raise ParentNotActive("The calling run has ended; delegated tasks need a live run.")
         return await threads.get_thread(self.db, caller.thread_id), run
 
-    async def delegate(self, caller: Caller, req: c.DelegateTask) -> c.TaskInfo:
+    async def delegate(self, caller: Caller, req: c.DelegateTask, *, polled: bool = False) -> c.TaskInfo:
+        """`polled`: the caller follows the task itself (an MCP Tasks client polls its handle), so
+        the parent is woken only if its run ends before the task does (`settled_only`), and the
+        call never waits."""
         parent, run = await self._parent(caller)
         # Explicit modes are checked against the parent; they can only narrow.
         resolve_modes(
@@ -140,7 +143,7 @@ class Delegation:
             req.model_dump(mode="json", exclude={"client_request_id", "mode", "timeout_ms"}),
         )
         provider = target.provider or parent.provider
-        wake: Any = "settled_only" if req.mode == "wait" else "always"
+        wake: Any = "settled_only" if req.mode == "wait" or polled else "always"
         common = {
             "parent_thread_id": parent.id,
             "parent_run_id": run.id,
@@ -193,7 +196,7 @@ class Delegation:
             await self._events.publish(RemoteTaskChanged(env, task.id))
         if placed is not None and self.ops.placement is not None:
             await self.ops.placement.kept(placed_key, placed, task_id=task.id)
-        if req.mode == "wait":
+        if req.mode == "wait" and not polled:
             info = await self._wait(task.id, _seconds(req.timeout_ms))
         else:
             info = task.info()

@@ -61,3 +61,43 @@ async def test_sigterm_with_a_forwarded_wait(tmp_path: Path) -> None:
             out.stuck = 1
         row.add(out)
     assert row.clean, "\n".join(table(REPORT))
+
+
+async def test_sigterm_with_runs_and_a_follower_live(tmp_path: Path) -> None:
+    """Issue 30: stop within a second with a run live here, its delegated task's child live on the
+    box, and the follower long-polling the box for it (a 50 s chunk in flight)."""
+    row = Row("SIGTERM, run + follower live")
+    REPORT.append(row)
+    async with linked_world(tmp_path) as w:
+        child = script({"wait": 60})
+        parent = script(
+            {
+                "tool": {
+                    "name": "delegate_task",
+                    "arguments": {"task": child, "target": {"environmentId": w.box_id}},
+                }
+            },
+            {"wait": 60},
+        )
+        await w.call("laptop", "POST", "/v1/threads", body={"projectId": w.here, "prompt": parent})
+
+        async def followed() -> bool:
+            tasks = (await w.call("laptop", "GET", "/v1/tasks"))["items"]
+            return bool(tasks) and tasks[0]["status"] == "running" and tasks[0].get("remoteChild") is not None
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await followed():
+            assert asyncio.get_running_loop().time() < deadline, "the delegation never ran on the box"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # the follower's long-poll is on the wire
+        loop = asyncio.get_running_loop()
+        signalled = loop.time()
+        w.side("laptop").term()
+        code = await w.side("laptop").exited()
+        exited = loop.time() - signalled
+    out = Outcome(settled=True, settle_s=exited)
+    out.notes.append(f"laptop stopped with a run and a follower live: exit {code} after {exited:.2f} s")
+    if exited > STOP_WITHIN_S:
+        out.stuck = 1
+    row.add(out)
+    assert row.clean, "\n".join(table(REPORT))

@@ -47,7 +47,7 @@ async def test_every_route_a_real_listener_serves_is_in_its_described_table(tmp_
         assert set(apps) == set(BY_NAME)
         for name, app in apps.items():
             table = BY_NAME[name].routes
-            assert _served(app) == {(r.method, r.path) for r in table}, name
+            assert _served(app) == {(r.method, r.document_path) for r in table}, name
             assert {id(r) for r in registered(app)} == {id(r) for r in table}, name
 
 

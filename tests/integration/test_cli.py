@@ -16,7 +16,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from peerd.cli.common import EXIT_ERROR, EXIT_NOT_RUNNING, EXIT_OK, EXIT_TIMED_OUT, EXIT_USAGE
+from peerd.cli.common import (
+    EXIT_ERROR,
+    EXIT_NOT_RUNNING,
+    EXIT_OK,
+    EXIT_RUN_STOPPED,
+    EXIT_TIMED_OUT,
+    EXIT_USAGE,
+)
 from peerd.cli.main import cli
 from peerd.daemon import Daemon
 from tests.helpers import script
@@ -223,8 +230,9 @@ async def test_wait_times_out_on_a_held_run_and_stop_holds_the_queue(
 
     stopped = ok(await peerd(home, "thread", "interrupt", thread_id, "--stop"))
     assert stopped.strip() == f"interrupt requested (run {run_id}), queue held"
-    waited = ok(await peerd(home, "thread", "wait", thread_id, "--timeout", "30"))
-    assert waited == f"run {run_id} interrupted: Stopped.\n"
+    waited = await peerd(home, "thread", "wait", thread_id, "--timeout", "30")
+    assert waited.returncode == EXIT_RUN_STOPPED  # 0 only for completed
+    assert waited.stdout == f"run {run_id} interrupted: Stopped.\n"
     shown = ok(await peerd(home, "thread", "show", thread_id))
     assert re.search(r"^status\s+active, queue held$", shown, re.MULTILINE)
     assert "assistant message: unreachable" not in shown

@@ -104,7 +104,7 @@ async def test_lists_take_json_fields_and_q_and_a_title_keeps_to_its_row(
 
     table = ok(await peerd(home, "thread", "list")).splitlines()
     assert len(table) == 3, table  # the header and one row per thread
-    assert re.match(rf"{first}\s+two lines here\s", table[1]), table
+    assert re.match(rf"{first}\s+two lines here\s", table[2]), table  # newest first
 
     quiet, fields, shown, unknown = await asyncio.gather(
         peerd(home, "thread", "list", "-q"),
@@ -112,8 +112,10 @@ async def test_lists_take_json_fields_and_q_and_a_title_keeps_to_its_row(
         peerd(home, "thread", "show", "--json", first),
         peerd(home, "thread", "list", "--json", "id,state"),
     )
-    assert ok(quiet).splitlines() == [first, second]
-    assert json.loads(ok(fields)) == [{"id": first, "status": "active"}, {"id": second, "status": "active"}]
+    assert ok(quiet).splitlines() == [second, first]  # `thread list -q | head -1`: the latest
+    assert json.loads(ok(fields)) == [{"id": second, "status": "active"}, {"id": first, "status": "active"}]
+    limited = ok(await peerd(home, "thread", "list", "-q", "--limit", "1"))
+    assert limited.splitlines() == [second]
     record = json.loads(ok(shown))
     assert record["thread"]["id"] == first  # `--json THREAD_ID`: the id, not a field list
     assert ISO_Z.fullmatch(record["thread"]["createdAt"]) and ISO_Z.fullmatch(record["items"][0]["createdAt"])

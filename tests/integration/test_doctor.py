@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 
 from peerd.cli.common import EXIT_ERROR, EXIT_OK
-from tests.helpers import running_daemon, two_daemons
+from peerd.config import Config, ConsoleConfig
+from tests.helpers import free_port, running_daemon, two_daemons
 
 pytestmark = pytest.mark.slow  # each test takes over half a second (on 2 cores)
 
@@ -117,3 +119,35 @@ async def test_a_linked_box_that_stopped_is_a_warning(tmp_path: Path) -> None:
     assert pair.box_url in stopped["detail"]
     assert "its token expires on" in stopped["detail"]
     assert "`peerd environment show box`" in stopped["fix"]
+
+
+async def test_two_daemons_on_one_machine_each_get_a_console_and_say_where(tmp_path: Path) -> None:
+    """linking.md's "try it on one machine": the second daemon's console port is taken, so it
+    listens on a free one; `peerd status` prints each console's URL and `peerd doctor` warns."""
+    port = free_port()
+    settings = Config(console=ConsoleConfig(listen=f"127.0.0.1:{port}"))
+    async with (
+        running_daemon(tmp_path / "laptop", settings=settings) as first,
+        running_daemon(tmp_path / "box", settings=settings) as second,
+    ):
+        checks = [report(await doctor(d.paths.home, "--json"), EXIT_OK)["console"] for d in (first, second)]
+        statuses = [await status(d.paths.home) for d in (first, second)]
+    assert checks[0] == {"name": "console", "status": "ok", "detail": f"http://127.0.0.1:{port}", "fix": None}
+    assert checks[1]["status"] == "warn" and "port was taken" in checks[1]["detail"]
+    moved = checks[1]["detail"].split(":")[:3]
+    assert moved[:2] == ["http", "//127.0.0.1"] and moved[2] != str(port)
+    assert re.search(rf"^console +{re.escape(checks[0]['detail'])}$", statuses[0], re.MULTILINE), statuses[0]
+    assert re.search(rf"^console +{re.escape(':'.join(moved))}$", statuses[1], re.MULTILINE), statuses[1]
+    assert re.search(r"^console note +console\.listen .* was taken", statuses[1], re.MULTILINE)
+
+
+async def status(home: Path) -> str:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "peerd", "--home", str(home), "status"],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=True,
+    )
+    return done.stdout

@@ -7,8 +7,6 @@ the test (a test-only step) and stays live until released.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -25,7 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from peerd.agent_tools import TOOL_SPECS
 from peerd.daemon import Daemon
 from tests.helpers import LocalClient, script
-from tests.support.mcp import live_run
+from tests.support.mcp import INITIALIZE, INITIALIZED, bridge, live_run
 
 
 @asynccontextmanager
@@ -75,36 +73,6 @@ async def test_the_bridge_reaches_mcp_on_the_agent_socket_with_the_run_token(
             status = await session.call_tool("task_status", {"taskId": "no-such-task"})
     assert len(listed.tools) == len(TOOL_SPECS)
     assert status.is_error and text_of(status).split(":")[0] in ("task_not_found", "not_found")
-
-
-async def bridge(env: dict[str, str], *messages: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run `python -m peerd.mcp_proxy` with these lines on stdin (the daemon answers meanwhile:
-    it runs in this loop); the lines it wrote."""
-    lines = "".join(json.dumps(m) + "\n" for m in messages)
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "peerd.mcp_proxy"],
-        input=lines,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return [json.loads(line) for line in done.stdout.splitlines()]
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
 async def test_the_bridge_answers_each_request_once_and_notifications_never(daemon: Daemon) -> None:

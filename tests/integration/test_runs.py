@@ -120,6 +120,7 @@ async def test_wait_returns_at_once_for_a_terminal_run(client: LocalClient, proj
         "terminal": True,
         "timedOut": False,
         "hint": None,
+        "awaitingApproval": None,
     }
 
 

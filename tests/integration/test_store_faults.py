@@ -365,6 +365,7 @@ async def test_backup_while_running_then_restore_once_stopped(tmp_path: Path) ->
     assert restored.returncode == EXIT_OK, restored
     [aside] = sorted(home.glob("peerd.db.before-restore-*"))
     assert f"the previous store is kept as {aside}" in restored.stdout
+    assert restored.stdout.rstrip().endswith(f"Start the daemon: peerd --home {home} serve"), restored.stdout
     assert health.inspect(aside).ok, "the replaced store is kept whole"
     async with daemon_in(home) as daemon:
         ids = {r[0] for r in await daemon.db.fetchall("SELECT id FROM threads")}  # type: ignore[union-attr]

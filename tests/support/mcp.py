@@ -1,8 +1,12 @@
 """A scripted run kept live while a block runs, with the run token it wrote (`live_run`): what the
-MCP tests call tools as."""
+MCP tests call tools as; and `peerd mcp` fed lines on stdin (`bridge`, `INITIALIZE`)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,3 +43,33 @@ async def live_run(client: LocalClient, project: dict[str, Any], tmp_path: Path)
     finally:
         release.write_text("go")
         await wait_terminal(client, run.thread_id, run.run_id)
+
+
+async def bridge(env: dict[str, str], *messages: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run `python -m peerd.mcp_proxy` with these lines on stdin (the daemon answers meanwhile:
+    it runs in this loop); the lines it wrote."""
+    lines = "".join(json.dumps(m) + "\n" for m in messages)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "peerd.mcp_proxy"],
+        input=lines,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tomllib
 from pathlib import Path
@@ -39,3 +40,14 @@ def test_the_agents_guide_names_every_tool() -> None:
     guide = (EXAMPLES.parents[1] / "docs" / "user" / "agents.md").read_text()
     missing = [spec.name for spec in CATALOGUE if f"`{spec.name}`" not in guide]
     assert not missing, f"docs/user/agents.md does not name {missing}"
+
+
+def test_the_guide_states_the_tools_count_and_size_the_catalogue_has_now() -> None:
+    """The count and size are generated (`make docs`), never typed: a tool added or a schema grown
+    makes this fail until the guide says so."""
+    path = EXAMPLES.parents[1] / "tools" / "gen_tool_facts.py"
+    spec = importlib.util.spec_from_file_location("gen_tool_facts", path)
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.main(["--check"]) == 0

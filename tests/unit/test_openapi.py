@@ -63,7 +63,7 @@ def test_the_network_view_holds_only_the_listeners_routes_and_its_credential() -
     doc = document("network")
     served = {(m.upper(), p) for p, item in doc["paths"].items() for m in item}
     network = next(x for x in LISTENERS if x.name == "network")
-    assert served == {(m, r.path) for r in network.routes for m in r.methods}
+    assert served == {(m, r.document_path) for r in network.routes for m in r.methods}
     assert ("GET", "/v1/status") not in served
     assert ("POST", "/v1/pair") not in served
     assert set(doc["components"]["securitySchemes"]) == {"linkBearer", "agentBearer"}
@@ -86,7 +86,7 @@ def test_every_route_of_every_listener_is_an_operation() -> None:
             for v in route.variants:
                 assert ("POST", route.path.replace("{name}", v.value)) in described
         else:
-            assert {(m, route.path) for m in route.methods} <= described
+            assert {(m, route.document_path) for m in route.methods} <= described
     names = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
     assert len(names) == len(set(names))
 
@@ -138,5 +138,5 @@ def test_every_operation_has_an_example_and_every_path_parameter_a_meaning() -> 
     for op in operations():
         assert op.example is not None, f"{op.method} {op.path} has no example"
         for name in op.route.params:
-            assert "{" + name + "}" in op.route.path
+            assert "{" + name + "}" in op.route.document_path
     assert openapi.PARAMETERS  # shared query parameters are described

@@ -181,3 +181,22 @@ async def test_a_launch_checks_a_named_branch_outside_the_transaction_and_a_gene
 
 async def _true() -> bool:
     return True
+
+
+async def test_newest_first_pages_back_through_every_thread_once(db: Database) -> None:
+    """`order=newest` (what `thread list` asks): latest first, and its cursor pages backwards
+    through all of them with none twice; the default stays creation order."""
+    made = [t for i, t in enumerate(await seed(db, 9)) if i % 2 == 0]  # the active ones
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await threads.page(
+            db, project_id=None, include_archived=False, cursor=cursor, limit=2, newest_first=True
+        )
+        seen += [t.id for t in page.items]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    oldest = await threads.page(db, project_id=None, include_archived=False, cursor=None, limit=10)
+    assert seen == made[::-1]
+    assert [t.id for t in oldest.items] == made

@@ -72,6 +72,15 @@ async def get_thread(db: Database, thread_id: str) -> Thread:
     return thread_from_joined(row)
 
 
+async def ids_starting(db: Database, prefix: str, *, limit: int) -> list[str]:
+    """Up to `limit` thread ids that start with `prefix`, in order (a range on the primary key:
+    `prefix` is `thr_` and hex digits, so `prefix + "~"` is past every id that starts with it)."""
+    rows = await db.fetchall(
+        "SELECT id FROM threads WHERE id >= ? AND id < ? ORDER BY id LIMIT ?", (prefix, prefix + "~", limit)
+    )
+    return [str(r["id"]) for r in rows]
+
+
 async def page(
     db: Database,
     *,
@@ -80,14 +89,18 @@ async def page(
     cursor: str | None,
     limit: int,
     link_origin: str | None = None,
+    newest_first: bool = False,
 ) -> Page[Thread]:
-    """One page of threads in creation order, each with its latest run: one statement per page
-    (`THREAD_WITH_LATEST`), whatever the page's size."""
+    """One page of threads in creation order (or newest first), each with its latest run: one
+    statement per page (`THREAD_WITH_LATEST`), whatever the page's size."""
     try:
-        after = int(cursor) if cursor else 0
+        after = int(cursor) if cursor else None
     except ValueError:
         raise InvalidRequest(f"cursor {cursor!r} is not one this API returned.") from None
-    clauses, params = ["t.rowid > ?"], [after]
+    if newest_first:
+        clauses, params = (["t.rowid < ?"], [after]) if after is not None else ([], [])
+    else:
+        clauses, params = ["t.rowid > ?"], [after or 0]
     if project_id is not None:
         clauses.append("t.project_id = ?")
         params.append(project_id)  # type: ignore[arg-type]  # mixed params list
@@ -96,8 +109,10 @@ async def page(
     if link_origin is not None:  # a signed-in agent's own threads only
         clauses.append("t.link_origin = ?")
         params.append(link_origin)  # type: ignore[arg-type]  # mixed params list
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    order = "DESC" if newest_first else "ASC"
     rows = await db.fetchall(
-        f"{THREAD_WITH_LATEST} WHERE {' AND '.join(clauses)} ORDER BY t.rowid LIMIT ?",
+        f"{THREAD_WITH_LATEST}{where} ORDER BY t.rowid {order} LIMIT ?",
         (*params, limit + 1),
     )
     more = len(rows) > limit
