@@ -481,8 +481,12 @@ class Follower:
         """A write the poll's answer is not held up by (its store faults are the write's own)."""
 
         async def guarded() -> None:
-            with contextlib.suppress(PeerdError):
+            try:
                 await write
+            except Exception as exc:  # a store fault (typed or raw sqlite) is this write's own
+                if not isinstance(exc, PeerdError) and not is_store_fault(exc):
+                    log.exception("follower.background_write_failed", env_id=self.env_id)
+                # else: the next answer writes again; never a task exception nobody retrieves
 
         task = asyncio.ensure_future(guarded())
         self._mirroring.add(task)
