@@ -33,8 +33,8 @@ from peerd import __version__, sdnotify
 from peerd import contracts as c
 from peerd.a2a.http import A2AFace
 from peerd.api import peercred
-from peerd.api.agent_signin_routes import AGENT_SIGNIN
 from peerd.api.a2a_routes import add_a2a_routes
+from peerd.api.agent_signin_routes import AGENT_SIGNIN
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE

@@ -32,8 +32,8 @@ from pydantic.json_schema import models_json_schema
 from peerd import __version__
 from peerd import contracts as c
 from peerd.api import (
-    agent_signin_routes,
     a2a_routes,
+    agent_signin_routes,
     approvals,
     gitwire,
     handoff,

@@ -274,7 +274,9 @@ async def test_the_follower_survives_store_faults_and_the_task_completes(
     assert woken["status"] == "completed"
     assert pm.follower() is follower, "the same follower, never restarted"
     gc.collect()  # a background write whose fault nobody retrieved would be logged now
-    unretrieved = [r.getMessage() for r in caplog.records if "exception was never retrieved" in r.getMessage()]
+    unretrieved = [
+        r.getMessage() for r in caplog.records if "exception was never retrieved" in r.getMessage()
+    ]
     assert unretrieved == [], unretrieved
 
 
