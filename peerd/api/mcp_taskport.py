@@ -36,7 +36,8 @@ def visible_parent(caller: Caller) -> str | None:
 def may_answer(caller: Caller) -> str | None:
     """None when the caller may answer an approval through `tasks/update`; else why not. An agent
     (a run) never decides an approval of the work it delegated: a person does."""
-    if caller.run_id is not None:
+    if caller.run_id is not None or (caller.link is not None and caller.link.own_threads_only):
+        # A run, or an outside agent signed in to /mcp (its threads are the work it would approve).
         return (
             "An agent cannot approve the work it delegated: the person who owns it decides, with "
             "`peerd approval` or in the console, or through a client acting as them."

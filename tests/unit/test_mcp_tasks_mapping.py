@@ -110,6 +110,9 @@ def test_a_run_lists_its_own_threads_tasks_the_owner_all_and_a_bare_link_none() 
 def test_an_agent_never_answers_an_approval_a_person_does() -> None:
     assert may_answer(Caller(namespace="thread:thr_1", thread_id="thr_1", run_id="run_1")) is not None
     assert may_answer(Caller.local()) is None
+    # An outside agent signed in to /mcp (issue 29) acts without a run: still an agent, never the person.
+    agent = LinkContext("cl_a", "claude", "auto", ModeCap("auto", "default"), own_threads_only=True)
+    assert may_answer(Caller.for_link(agent)) is not None
 
 
 def test_a_wait_asks_its_client_only_at_2026_for_a_thread_here_and_a_client_that_elicits() -> None:
