@@ -106,6 +106,15 @@ async def test_the_mcp_sdk_signs_in_with_pkce_calls_tools_and_is_refused_after_r
         listed = await session.list_tools()
         projects = await session.call_tool("project_list", {})
         launched = await session.call_tool("thread_launch", launch_args(project))
+        modern = session.protocol_version
+    # The same sign-in over the other revision (2025-11-25: the initialize handshake).
+    http = httpx2.AsyncClient(auth=provider, verify=tls_for(daemon), timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy") as old:
+        old_listed = await old.list_tools()
+        old_projects = await old.call_tool("project_list", {})
+        legacy = old.protocol_version
+    assert (modern, legacy) == ("2026-07-28", "2025-11-25")
+    assert {tool.name for tool in old_listed.tools} == set(TOOL_SPECS) and not old_projects.is_error
     assert seen["code_challenge_method"] == "S256" and seen["resource"] == url
     assert {tool.name for tool in listed.tools} == set(TOOL_SPECS)
     assert not projects.is_error and projects.structured_content is not None
