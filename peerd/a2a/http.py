@@ -30,7 +30,10 @@ from a2a.types import (
     AgentCard,
     AgentInterface,
     AgentSkill,
+    AuthorizationCodeOAuthFlow,
     HTTPAuthSecurityScheme,
+    OAuth2SecurityScheme,
+    OAuthFlows,
     SecurityRequirement,
     SecurityScheme,
     StringList,
@@ -53,6 +56,7 @@ SCOPE_CALLER = "peerd.caller"
 JSONRPC_PATH = A2A_PREFIX + "/jsonrpc"
 REST_PATH = A2A_PREFIX + "/rest"
 BEARER = "bearer"
+OAUTH = "oauth"
 SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 
 
@@ -137,9 +141,29 @@ class A2AFace:
                 )
             )
         )
-        requirement = SecurityRequirement()
-        requirement.schemes[BEARER].CopyFrom(StringList())
-        card.security_requirements.append(requirement)
+        # An agent peerd did not start signs in with OAuth 2.1 + PKCE, approved by the owner with a
+        # pairing code (`peerd pair --for agent`), as it does for /mcp (api/agent_signin.py).
+        card.security_schemes[OAUTH].CopyFrom(
+            SecurityScheme(
+                oauth2_security_scheme=OAuth2SecurityScheme(
+                    description="An outside agent's sign-in, approved with `peerd pair --for agent` or in the "
+                    "console; see docs/user/agents.md.",
+                    oauth2_metadata_url=base + "/.well-known/oauth-authorization-server",
+                    flows=OAuthFlows(
+                        authorization_code=AuthorizationCodeOAuthFlow(
+                            authorization_url=base + "/oauth/authorize",
+                            token_url=base + "/oauth/token",
+                            refresh_url=base + "/oauth/token",
+                            pkce_required=True,
+                        )
+                    ),
+                )
+            )
+        )
+        for scheme in (BEARER, OAUTH):  # either one
+            requirement = SecurityRequirement()
+            requirement.schemes[scheme].CopyFrom(StringList())
+            card.security_requirements.append(requirement)
         card.skills.append(
             AgentSkill(
                 id="thread",

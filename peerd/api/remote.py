@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+AGENT_PATHS = ("/v1/a2a/",)  # the /v1 paths a signed-in agent may call (its /mcp is elsewhere)
 NOT_ACCEPTED = "This environment no longer accepts this link: it was revoked or expired here. Link again."
 
 
@@ -71,7 +72,13 @@ def link_auth_middleware(
             return _unauthorized(CapabilityDenied(NOT_ACCEPTED))
         now = clock()
         client = await clients.active_client(db, claims.client_id, now=now)
-        if client is None or client.kind != "link":  # a signed-in agent's token is for /mcp only
+        # A signed-in agent's token opens /mcp and the A2A face (agents speak either), nothing else.
+        agent = client is not None and client.kind == "agent"
+        if (
+            client is None
+            or (agent and not request.path.startswith(AGENT_PATHS))
+            or client.kind not in ("link", "agent")
+        ):
             return _unauthorized(CapabilityDenied(NOT_ACCEPTED))
         try:
             limit = parse_mode_limit(request.headers.get(MODE_LIMIT_HEADER))
@@ -79,7 +86,11 @@ def link_auth_middleware(
             return error_response(err)
         await clients.touch(db, client.id, address=request.remote or "", now=now)
         link = LinkContext(
-            client_id=client.id, label=client.label, access=client.access, cap=cap_for(client.access, limit)
+            client_id=client.id,
+            label=client.label,
+            access=client.access,
+            cap=cap_for(client.access, limit),
+            own_threads_only=agent,  # an agent sees only the threads it started
         )
         request[CALLER_KEY] = Caller.for_link(link)
         return await handler(request)

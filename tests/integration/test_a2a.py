@@ -43,6 +43,7 @@ from peerd.config import A2AConfig, Config
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
 from tests.helpers import client_for, make_repo, running_daemon, script
+from tests.support.signin import Agent
 
 pytestmark = pytest.mark.slow  # one daemon, several clients, a few runs
 
@@ -513,3 +514,32 @@ async def test_a_revoked_link_is_pushed_nothing_more(tmp_path: Path) -> None:
             ended and ended[0]["given_up"] == "the link that registered this webhook was revoked or expired"
         )
         assert all("task" not in body for _, body in pushes), "the end was not pushed"
+
+
+async def test_an_agent_signed_in_with_oauth_speaks_a2a_fenced_to_its_own(tmp_path: Path) -> None:
+    """Issue 29: a signed-in agent (OAuth + PKCE, approved with an agent pairing code) is an
+    authenticated A2A caller like a link: it starts and follows its own tasks, sees no one else's,
+    and its token opens nothing else under /v1. The card names the sign-in."""
+    async with a_box(tmp_path, []) as box:
+        async with client_for(box.daemon.paths.home) as oc:
+            code = (await oc.call("POST", "/v1/pair", body={"access": "auto", "purpose": "agent"}))["code"]
+        async with Agent(box.daemon) as agent:
+            token = str((await agent.sign_in(code))["access_token"])
+        linked = await box.token("auto")
+        async with box.client(linked) as client:
+            theirs = await send(client, message(script({"wait": 60}, {"reply": "x"})), now=True)
+        async with box.client(token) as client:
+            mine = await send(client, message(script({"reply": "from the agent"})))
+            assert mine.status.state == TaskState.TASK_STATE_COMPLETED
+            listed = await client.list_tasks(ListTasksRequest())
+            assert {t.id for t in listed.tasks} == {mine.id}
+            with pytest.raises(TaskNotFoundError):
+                await client.get_task(GetTaskRequest(id=theirs.id))
+        async with httpx.AsyncClient(verify=box.ssl) as http:
+            elsewhere = await http.get(box.url + "/v1/threads", headers={"Authorization": f"Bearer {token}"})
+            card = (await http.get(box.url + "/.well-known/agent-card.json")).json()
+        assert elsewhere.status_code == 401
+        flow = card["securitySchemes"]["oauth"]["oauth2SecurityScheme"]["flows"]["authorizationCode"]
+        assert flow["authorizationUrl"] == box.url + "/oauth/authorize" and flow["pkceRequired"] is True
+        async with box.client(linked) as client:
+            await client.cancel_task(CancelTaskRequest(id=theirs.id))
