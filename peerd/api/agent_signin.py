@@ -42,7 +42,7 @@ from aiohttp import hdrs, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.api import owner_approval, signin_page
-from peerd.api.app import error_response
+from peerd.api.app import error_response, parse_json
 from peerd.api.client_metadata import (
     AgentClient,
     MetadataFetcher,
@@ -180,8 +180,8 @@ class AgentSignin:
                 headers=_NO_STORE,
             )
         try:
-            body = await request.json()
-        except ValueError:
+            body = parse_json(await request.read())  # within peerd's limits (depth, constants)
+        except InvalidRequest:
             body = None
         if not isinstance(body, dict):
             return _registration_error("invalid_client_metadata", "The body is a JSON object (RFC 7591).")

@@ -134,6 +134,14 @@ GENERIC: dict[str, tuple[tuple[int, str, str], ...]] = {
         (401, "capability_denied", "no access token, or one this box no longer accepts"),
         (400, "invalid_request", f"a malformed {MODE_LIMIT_HEADER} header"),
     ),
+    "network/mcp": (
+        (
+            401,
+            "capability_denied",
+            "no agent access token, or one this box no longer accepts (the "
+            "WWW-Authenticate header names where to sign in, RFC 9728)",
+        ),
+    ),
     "agent": ((403, "capability_denied", "no run token, or not a Bearer one"),),
     "mcp": (
         (401, "capability_denied", "no run token, or one no live run has"),
@@ -286,6 +294,8 @@ def _errors(op: Operation) -> list[tuple[int, str, type[pydantic.BaseModel]]]:
         kinds.append("path")
     if "network" in op.listeners and op.path.startswith("/v1/"):
         kinds.append("network/v1")
+    if "network" in op.listeners and op.path == "/mcp":
+        kinds.append("network/mcp")
     found: set[tuple[int, str, type[pydantic.BaseModel]]] = {
         (status, code, c.ErrorBody) for kind in kinds for status, code, _ in GENERIC.get(kind, ())
     }
@@ -369,10 +379,10 @@ def _responses(op: Operation, refs: dict[tuple[Any, str], Any]) -> dict[str, Any
         by_status.setdefault(status, {}).setdefault(model, []).append(code)
     for status, group in sorted(by_status.items()):
         codes = [code for codes in group.values() for code in codes]
-        responses[str(status)] = {
-            "description": ", ".join(f"`{code}`" for code in codes),
-            "content": {"application/json": {"schema": _error_schema(group, refs)}},
-        }
+        content = {"application/json": {"schema": _error_schema(group, refs)}}
+        if route.media_type == "text/html":  # a page for people: what is wrong is a page too
+            content["text/html"] = {"schema": {"type": "string"}}
+        responses[str(status)] = {"description": ", ".join(f"`{code}`" for code in codes), "content": content}
     for status, extra in sorted(route.other.items()):
         if extra is None:
             responses[str(status)] = {"description": "Accepted; no body."}
@@ -498,7 +508,15 @@ camelCase fields; unknown fields are refused. Errors are `{code, message}` with 
 
 
 def _generic_text(listeners: list[Listener]) -> str:
-    names = {"*", "body", "query", "path", "network/v1", *(listener.name for listener in listeners)}
+    names = {
+        "*",
+        "body",
+        "query",
+        "path",
+        "network/v1",
+        "network/mcp",
+        *(listener.name for listener in listeners),
+    }
     lines = ["Codes any operation can return (listed in each operation's responses too):", ""]
     for kind, entries in GENERIC.items():
         if kind in names:
