@@ -51,9 +51,12 @@ def approval() -> None:
 
 
 def where(view: Json) -> str:
-    """`here`, or `on <box>` for an approval that waits on a linked box."""
+    """`here`, `here for <laptop>` on the box for a linked machine's work, or `on <box>` for an
+    approval that waits on a linked box."""
     if view.get("onBox"):
         return f"on {view.get('environmentLabel') or view.get('environmentId')}"
+    if view.get("linkLabel"):
+        return f"here for {view['linkLabel']}"
     return "here"
 
 

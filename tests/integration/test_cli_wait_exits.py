@@ -122,3 +122,6 @@ async def test_a_box_threads_question_is_named_with_the_box(tmp_path: Path) -> N
             return shown.stdout if shown.returncode == EXIT_OK else None
 
         assert asked["id"] in await eventually(shown_here, what="the box's approval shown on the laptop")
+        on_box = await peerd(pair.box.paths.home, "approval", "list")  # the box names whose work asks
+        [row] = [line for line in on_box.stdout.splitlines() if asked["id"] in line]
+        assert f"here for {asked['linkLabel']}" in row and asked["linkLabel"], row
