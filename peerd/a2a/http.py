@@ -48,6 +48,7 @@ from peerd.a2a import mapping
 from peerd.a2a.handler import BASE_STATE, CALLER_STATE, PeerdRequestHandler, task_of
 from peerd.a2a.push import PushService
 from peerd.api.a2a_routes import A2A_PREFIX
+from peerd.api.asgi import asgi_scope
 from peerd.errors import InvalidRequest
 from peerd.operations import Caller, Operations
 from peerd.store import projects
@@ -260,22 +261,7 @@ async def asgi_stream(
     app: Any, request: web.Request, body: bytes, extra: dict[str, Any]
 ) -> web.StreamResponse:
     """Run an ASGI app for one request whose body is already read; its answer streamed as it comes."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": f"{request.version.major}.{request.version.minor}",
-        "method": request.method,
-        "scheme": "https" if request.secure else "http",
-        "path": request.path,
-        "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
-        "query_string": request.query_string.encode("latin-1"),
-        "root_path": "",
-        "headers": [(name.lower(), value) for name, value in request.raw_headers],
-        "client": None,
-        "server": None,
-        "state": {},
-        **extra,
-    }
+    scope = asgi_scope(request, extra, scheme="https" if request.secure else "http")
     finished = asyncio.Event()
     delivered = False
     response: web.StreamResponse | None = None

@@ -54,6 +54,7 @@ from aiohttp import hdrs, web
 
 from peerd.api import local
 from peerd.api.app import SHUTDOWN_GATE, Handler, ShutdownGate, base_app, error_response
+from peerd.api.asgi import asgi_scope
 from peerd.api.listener import ListenerLimits, bind, start_tcp
 from peerd.api.mcp_taskport import TaskPort
 from peerd.api.routes import Example, Route, add_routes
@@ -309,22 +310,7 @@ MCP_ROUTE = Route(
 
 async def asgi_call(app: Any, request: web.Request, body: bytes, extra: dict[str, Any]) -> web.Response:
     """Run an ASGI app for one request whose body is already read; its answer, buffered."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": f"{request.version.major}.{request.version.minor}",
-        "method": request.method,
-        "scheme": "http",
-        "path": request.path,
-        "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
-        "query_string": request.query_string.encode("latin-1"),
-        "root_path": "",
-        "headers": [(name.lower(), value) for name, value in request.raw_headers],
-        "client": None,
-        "server": None,
-        "state": {},
-        **extra,
-    }
+    scope = asgi_scope(request, extra, scheme="http")
     answered = asyncio.Event()
     delivered = False
     start: dict[str, Any] = {}
