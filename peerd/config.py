@@ -10,6 +10,8 @@ Unknown keys are refused with the file and key named, so a typo never silently d
     label = "box"
     listen = "0.0.0.0:7433"            # or false: only the local socket
     tls = true
+    web_cert = "/etc/peerd/box.crt"    # the certificate browsers get on the listener (the agent
+    web_key = "/etc/peerd/box.key"     # sign-in page); default: a self-signed ECDSA one peerd makes
     advertise = ["https://box.tailnet.ts.net:7433"]
     approved_commands = ["my-coder"]   # custom commands approved as written in this file
     continue_cut_runs = true           # a delegated child's run cut by a stop or crash of this
@@ -206,6 +208,10 @@ class Config(_Strict):
     label: str | None = None
     listen: str | Literal[False] | None = None
     tls: bool = True
+    # The certificate and key (PEM) the listener shows clients that take no Ed25519, i.e. browsers
+    # opening the agent sign-in page (peer/webcert.py). Default: a self-signed one peerd makes.
+    web_cert: str | None = None
+    web_key: str | None = None
     advertise: list[str] = Field(default_factory=list)
     approved_commands: list[str] = Field(default_factory=list)
     # A delegated child's run cut by a stop or crash of this daemon is continued in its session
@@ -287,6 +293,8 @@ def _validate(raw: dict[str, Any], source: str) -> Config:
                 f"{source}: links.providers: {name!r} is not a provider here (the built-in script, "
                 f"{', '.join(BUILTIN_KINDS)}, or one of [providers.*])."
             )
+    if (config.web_cert is None) != (config.web_key is None):
+        raise ConfigInvalid(f"{source}: give both web_cert and web_key (PEM files), or neither.")
     problem = console_problem(config.console)
     if problem is not None:
         raise ConfigInvalid(f"{source}: {problem}")

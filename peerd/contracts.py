@@ -157,6 +157,8 @@ class Status(Wire):
     version: str
     protocol_version: int = PROTOCOL_VERSION
     fingerprint: str
+    # The TLS listener's certificate for browsers (peer/webcert.py); None without a TLS listener.
+    web_fingerprint: str | None = None
     listeners: list[Listener]
     counts: StatusCounts
     home: str

@@ -93,8 +93,9 @@ from peerd.orchestrate.service import Assigner, Orchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
 from peerd.peer.forwarding import Forwarder
-from peerd.peer.identity import Identity, load_or_create_identity, server_ssl_context
+from peerd.peer.identity import Identity, load_or_create_identity
 from peerd.peer.links import LinkService
+from peerd.peer.webcert import WebCertificate, load_web_certificate, server_tls
 from peerd.placement.capacity import readers_for
 from peerd.placement.service import Placement
 from peerd.providers import registry
@@ -172,6 +173,7 @@ class Daemon:
         self._runners: list[web.AppRunner] = []
         self._lock_file: IO[str] | None = None
         self.identity: Identity | None = None
+        self.web_certificate: WebCertificate | None = None  # the listener's, for browsers (TLS only)
         self.db: Database | None = None
         self.parts: Parts | None = None  # once built (`_build`)
         self._pruner: asyncio.Task[None] | None = None
@@ -559,14 +561,22 @@ class Daemon:
     async def _serve_tcp(self, app: web.Application, identity: Identity) -> None:
         assert self.config.listen is not None  # noqa: S101  # checked by the caller
         host, port = parse_listen(self.config.listen, tls=self.config.tls)
-        ssl_ctx = server_ssl_context(identity) if self.config.tls else None
+        tls = None
+        if self.config.tls:
+            self.web_certificate = load_web_certificate(
+                self.paths.home,
+                identity.env_id,
+                cert=self.config.settings.web_cert,
+                key=self.config.settings.web_key,
+            )
+            tls = server_tls(identity, self.web_certificate)
         try:  # caps, timeouts and Host checks: peerd/api/listener.py
             app[SHUTDOWN_GATE] = self.gate
             runner = await start_tcp(
                 app,
                 host=host,
                 port=port,
-                ssl_context=ssl_ctx,
+                tls=tls,
                 limits=self.config.listener_limits,
                 advertise=self.config.advertise,
                 shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S,
@@ -696,6 +706,7 @@ class Daemon:
             label=self.config.label,
             version=__version__,
             fingerprint=self.identity.fingerprint_text,
+            web_fingerprint=None if self.web_certificate is None else self.web_certificate.fingerprint_text,
             listeners=list(self._listeners),
             counts=c.StatusCounts(projects=project_count, threads=thread_count, live_runs=live),
             home=str(self.paths.home),

@@ -22,7 +22,6 @@ import errno
 import logging
 import resource
 import socket
-import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -34,6 +33,7 @@ from peerd.api.app import Handler, error_response
 from peerd.api.listener_connection import Guard
 from peerd.api.listener_rules import LOOPBACK_ONLY, HostPolicy, ListenerLimits, Pacer
 from peerd.errors import CapabilityDenied
+from peerd.peer.webcert import ServerTls
 
 __all__ = ["GUARD", "HOST_POLICY", "ListenerLimits", "host_middleware", "start_tcp"]
 
@@ -218,7 +218,7 @@ class GuardedSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        scheme = "https" if self._guard.ssl_context else "http"
+        scheme = "https" if self._guard.tls else "http"
         return str(URL.build(scheme=scheme, host=self._host, port=self._port))
 
     async def start(self) -> None:
@@ -249,7 +249,7 @@ async def start_tcp(
     *,
     host: str,
     port: int,
-    ssl_context: ssl.SSLContext | None,
+    tls: ServerTls | None,
     limits: ListenerLimits,
     advertise: tuple[str, ...],
     shutdown_timeout_s: float,
@@ -259,7 +259,7 @@ async def start_tcp(
     timeouts; the runner's cleanup stops it all. An `OSError` from binding is raised after the
     runner is cleaned up."""
     nofile_soft = raise_nofile_limit()
-    guard = Guard(limits, nofile_soft, ssl_context, asyncio.get_running_loop())
+    guard = Guard(limits, nofile_soft, tls, asyncio.get_running_loop())
     app[HOST_POLICY] = HostPolicy.for_bind(host, advertise)
     app.middlewares.insert(0, cast(Any, guard.middleware))  # outermost: it sees every answer
     app.middlewares.append(cast(Any, guard.inner_middleware))  # innermost: after the app's auth

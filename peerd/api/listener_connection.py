@@ -4,9 +4,12 @@
 cap is full (`listener_rules.ConnectionGate`: total, per peer address, not yet authenticated) an
 unauthenticated connection is evicted (aborted) to make room, the one least likely to be a link's
 (`ConnectionGate.victim`); when there is none the new socket is reset and closed at once, before
-any TLS and without a transport. An admitted one becomes a `GuardedConnection`: its TLS handshake
-(`loop.start_tls`, with a timeout), then aiohttp's own `RequestHandler`, to which it forwards the
-transport's events. Evictions and refusals together are logged at most once a second.
+any TLS and without a transport. An admitted one becomes a `GuardedConnection`: when the listener
+holds two certificates, a peek at the ClientHello's first record (`core/tls_hello.sniff`: the bytes
+stay in the socket for the TLS layer) chooses the one this client gets; then its TLS handshake
+(`loop.start_tls`; the peek and the handshake share one timeout), then aiohttp's own
+`RequestHandler`, to which it forwards the transport's events. Evictions and refusals together
+are logged at most once a second.
 
 Each connection has one deadline (`listener_rules.Timeline`) for what the client sends: the
 request head, the body, the idle time between requests. `Guard.middleware` (outermost in the app)
@@ -40,6 +43,8 @@ from peerd.api.listener_rules import (
     Timeline,
     address_key,
 )
+from peerd.core.tls_hello import MAX_RECORD, Cert, sniff
+from peerd.peer.webcert import ServerTls
 
 log = structlog.get_logger(__name__)
 
@@ -60,12 +65,12 @@ class Guard:
         self,
         limits: ListenerLimits,
         nofile_soft: int,
-        ssl_context: ssl.SSLContext | None,
+        tls: ServerTls | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.limits = limits
         self.gate = ConnectionGate.for_limits(limits, nofile_soft)
-        self.ssl_context = ssl_context
+        self.tls = tls
         self.server: web.Server | None = None  # aiohttp's, once set up: makes each RequestHandler
         self.loop = loop
         self.connections: dict[int, GuardedConnection] = {}
@@ -167,6 +172,9 @@ class GuardedConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._request: web.BaseRequest | None = None
         self._handshake: asyncio.Task[None] | None = None
+        self._ctx: ssl.SSLContext | None = None  # the certificate's context `_choose_tls` chose
+        self._peeking: asyncio.Future[None] | None = None  # waiting for more of the ClientHello
+        self._handshake_by = 0.0  # loop time: the peek and the handshake end by then
 
     # -- asyncio.Protocol, before and after TLS ------------------------------------------------
 
@@ -175,7 +183,26 @@ class GuardedConnection(asyncio.Protocol):
         if self._done:  # evicted before it started: its socket is closed already
             return
         self._started = True
-        self._guard.gate.transport(self._id, ready=False)  # until connection_made
+        tls = self._guard.tls
+        if tls is not None:
+            self._handshake_by = self._loop.time() + self._guard.limits.handshake_timeout_s
+            self._ctx = tls.identity
+            if tls.web is not None:
+                try:
+                    cert = await self._choose_tls()
+                except asyncio.CancelledError:  # shutdown
+                    self._sock.close()
+                    self._finish()
+                    raise
+                except (TimeoutError, OSError):  # no hello in time, or the socket failed
+                    reset_and_close(self._sock)
+                    self._finish()
+                    return
+                if cert is None:  # evicted while peeking: its socket is closed already
+                    return
+                self._ctx = tls.for_cert(cert)
+        # Until connection_made its descriptor cannot be closed at once (while peeking it could).
+        self._guard.gate.transport(self._id, ready=False)
         try:
             await self._loop.connect_accepted_socket(lambda: self, self._sock)
         except asyncio.CancelledError:
@@ -193,11 +220,11 @@ class GuardedConnection(asyncio.Protocol):
         if self._done or self._evicted:  # dropped at shutdown, or evicted, meanwhile
             raw.abort()  # connection_lost follows, then the descriptor is closed
             return
-        if self._guard.ssl_context is None:
+        if self._ctx is None:
             self._attach(raw)
             return
         raw.pause_reading()  # nothing reaches this protocol before start_tls takes the transport
-        self._handshake = self._loop.create_task(self._start_tls(raw, self._guard.ssl_context))
+        self._handshake = self._loop.create_task(self._start_tls(raw, self._ctx))
 
     def data_received(self, data: bytes) -> None:
         if self._handler is None:
@@ -229,6 +256,66 @@ class GuardedConnection(asyncio.Protocol):
 
     # -- TLS, attach, release ------------------------------------------------------------------
 
+    async def _choose_tls(self) -> Cert | None:
+        """Peek (never read) until the ClientHello's first record is in, then choose its
+        certificate (`core/tls_hello.sniff`). The socket is still only ours: readiness is waited for
+        with SO_RCVLOWAT at the bytes the record takes, so a hello trickling in wakes nobody until it
+        is whole; by `_handshake_by`, or TimeoutError. None: evicted meanwhile."""
+        seen, stale = -1, 0
+        async with asyncio.timeout_at(self._handshake_by):
+            while True:
+                try:
+                    data = self._sock.recv(MAX_RECORD, socket.MSG_PEEK)
+                except (BlockingIOError, InterruptedError):
+                    data = None
+                if data == b"":  # the client left: the handshake sees it as it always did
+                    return Cert.IDENTITY
+                if data is not None and len(data) == seen:
+                    # Woken with nothing new: the client closed after part of a hello, or this
+                    # system's poll ignores the low-water mark. Look again later, by the deadline.
+                    stale += 1
+                    await self._readable(0, after_s=min(0.01 * 2**stale, 0.5))
+                elif data is not None:
+                    seen = len(data)
+                    verdict = sniff(data)
+                    if verdict.cert is not None:
+                        return verdict.cert
+                    await self._readable(verdict.need)
+                else:
+                    await self._readable(1)
+                if self._done:  # evicted meanwhile (`evict` woke us)
+                    return None
+
+    async def _readable(self, low_water: int, *, after_s: float | None = None) -> None:
+        """Until `low_water` bytes can be read (or `after_s` passed), or `evict` wakes it."""
+        fd = self._sock.fileno()
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._peeking = waiter
+
+        def wake() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        if after_s is not None:
+            timer = self._loop.call_later(after_s, wake)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._peeking = None
+            return
+        with contextlib.suppress(OSError):  # where the system has no SO_RCVLOWAT: woken early
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, low_water)
+        self._loop.add_reader(fd, wake)
+        try:
+            await waiter
+        finally:
+            self._peeking = None
+            if self._sock.fileno() != -1:
+                self._loop.remove_reader(fd)
+                with contextlib.suppress(OSError):
+                    self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
     async def _start_tls(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
         limits = self._guard.limits
         tls: asyncio.Transport | None
@@ -238,7 +325,7 @@ class GuardedConnection(asyncio.Protocol):
                 self,
                 ctx,
                 server_side=True,
-                ssl_handshake_timeout=limits.handshake_timeout_s,
+                ssl_handshake_timeout=max(0.1, self._handshake_by - self._loop.time()),
                 ssl_shutdown_timeout=limits.tls_shutdown_timeout_s,
             )
         except asyncio.CancelledError:  # shutdown
@@ -291,6 +378,14 @@ class GuardedConnection(asyncio.Protocol):
         listener accepts another (the gate has released its slot: the total cap counts
         descriptors). One whose transport is being made cannot be closed yet: connection_made
         aborts it, and its slot (`ConnectionGate.closing`) is released once it is closed."""
+        if self._peeking is not None:  # peeking at its hello: the socket is still only ours
+            if self._sock.fileno() != -1:
+                self._loop.remove_reader(self._sock.fileno())
+            reset_and_close(self._sock)
+            self._finish()
+            if not self._peeking.done():
+                self._peeking.set_result(None)  # `_choose_tls` sees `_done` and stops
+            return
         if self._started and self._raw is None and not self._done:
             self._evicted = True
             return

@@ -371,7 +371,7 @@ async def start_tcp_listener(
         app,
         host=TCP_HOST,
         port=0,
-        ssl_context=None,
+        tls=None,
         limits=limits,
         advertise=(),
         shutdown_timeout_s=shutdown_timeout_s,

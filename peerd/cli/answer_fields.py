@@ -110,6 +110,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "version",
         "protocolVersion",
         "fingerprint",
+        "webFingerprint",
         "listeners",
         "counts",
         "home",

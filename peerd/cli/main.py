@@ -338,6 +338,7 @@ def status(ctx: click.Context, wait_s: float | None, as_json: bool) -> None:
             ("label", data["label"]),
             ("version", data["version"]),
             ("fingerprint", data["fingerprint"]),
+            ("web certificate", data.get("webFingerprint")),
             ("home", data["home"]),
             *[
                 ("listener", f"{x['address']} ({x['kind']}{', tls' if x['tls'] else ''})")

@@ -46,6 +46,7 @@ __all__ = [
     "load_or_create_identity",
     "pinned_fingerprint",
     "server_ssl_context",
+    "write_atomic",
 ]
 
 log = get_logger(__name__)
@@ -139,7 +140,7 @@ def server_ssl_context(identity: Identity) -> ssl.SSLContext:
 # --- files ---------------------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
     """Write via a temp file created with ``mode`` (never briefly world-readable), then rename."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -175,7 +176,7 @@ def _load_or_create_key(key_path: Path) -> tuple[Ed25519PrivateKey, bool]:
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        _write_atomic(key_path, pem, 0o600)
+        write_atomic(key_path, pem, 0o600)
         return key, True
     _tighten(key_path, 0o600)
     try:
@@ -248,7 +249,7 @@ def load_or_create_identity(home: Path) -> Identity:
     cert = _load_cert(cert_path, public_key_raw)
     if cert is None:
         cert = _build_cert(key, env_id)
-        _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         log.info("identity_cert_written", env_id=env_id, path=str(cert_path))
 
     return Identity(

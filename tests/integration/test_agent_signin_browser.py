@@ -1,9 +1,9 @@
 """The sign-in page in a real browser (Debian's Chromium through Playwright, as tests/console does):
 a person types the agent pairing code and the browser lands on the agent's redirect URI with the
 code, under the page's strict CSP (its form action and the 303 after it are allowed, nothing else
-runs). On the plain loopback listener, the one a browser takes: Chromium refuses the TLS
-listener's Ed25519 certificate outright (docs/user/agents.md, "Certificates"), which the last test
-pins so the guide is changed with it."""
+runs). On the plain loopback listener, and on the TLS listener, where the browser gets the web
+certificate (ECDSA; Chromium takes no Ed25519 server certificate) while agents and links on the same
+port keep getting the identity one (docs/security.md, "Two certificates")."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import async_playwright
 
 from tests.helpers import client_for, running_daemon
@@ -111,13 +110,34 @@ async def test_a_wrong_code_in_the_browser_stays_on_the_page(
     assert seen == []
 
 
-async def test_chromium_refuses_the_tls_listeners_ed25519_certificate(tmp_path: Path, browser: Any) -> None:
-    async with running_daemon(tmp_path / "home") as daemon, Agent(daemon) as agent:
-        context = await browser.new_context(ignore_https_errors=True)
+async def test_on_the_tls_listener_the_browser_gets_the_web_certificate_and_signs_in(
+    tmp_path: Path, browser: Any, callback: tuple[str, list[dict[str, str]]]
+) -> None:
+    redirect, seen = callback
+    async with running_daemon(tmp_path / "home") as daemon, Agent(daemon, redirect_uri=redirect) as agent:
+        assert agent.base.startswith("https://")
+        await agent.register(name="tls-agent")
+        async with client_for(daemon.paths.home) as owner:
+            code = (await owner.call("POST", "/v1/pair", body={"access": "read-only", "purpose": "agent"}))[
+                "code"
+            ]
+            status = await owner.call("GET", "/v1/status")
+        verifier, challenge = pkce()
+        context = await browser.new_context(ignore_https_errors=True)  # self-signed: the person accepts it
         page = await context.new_page()
-        with pytest.raises(PlaywrightError, match=r"ERR_SSL_|ERR_CONNECTION_CLOSED"):
-            await page.goto(agent.base + "/.well-known/oauth-authorization-server")
+        response = await page.goto(agent.authorize_url(challenge))
+        assert response is not None and response.status == 200
+        details = await response.security_details()
+        assert details is not None and "web" in (details.get("subjectName") or ""), details
+        await page.fill("input[name=pairing_code]", code)
+        await page.click("button[type=submit]")
+        await page.wait_for_url(redirect + "?*")
         await context.close()
-        # The same listener serves agents themselves (Python's ssl, Node's, rustls take Ed25519).
-        async with agent.session.get(agent.base + "/.well-known/oauth-authorization-server") as resp:
-            assert resp.status == 200
+        (back,) = seen
+        # The agent, on the same port, trusts only the identity certificate (`tls_for`): it still
+        # gets that one, and so does every link that pins it.
+        status_code, tokens = await agent.exchange(back["code"], verifier)
+        assert status_code == 200 and tokens["scope"] == "read-only", tokens
+        web = daemon.web_certificate
+        assert web is not None and status["webFingerprint"] == web.fingerprint_text
+        assert status["webFingerprint"] != status["fingerprint"]

@@ -25,10 +25,13 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
+from peerd.api import listener_connection
 from peerd.api.listener import GUARD
 from peerd.api.listener_connection import Guard
 from peerd.api.listener_rules import ListenerLimits
 from peerd.daemon import Daemon
+from peerd.peer.identity import load_or_create_identity
+from peerd.peer.webcert import load_web_certificate, server_tls
 from tests.faults.harness import free_port
 from tests.helpers import Pair, client_for, make_repo, running_daemon, script
 
@@ -441,14 +444,21 @@ async def test_a_link_call_20_s_after_the_last_reuses_its_connection(
         assert (set(gate.known), set(gate.pending)) == ({first}, set()), "the same connection"
 
 
-@pytest.mark.parametrize("first", ["set up", "being set up"])
-async def test_the_descriptors_stay_under_the_total_cap_while_a_burst_evicts(first: str) -> None:
+@pytest.mark.parametrize("first", ["set up", "being set up", "peeking at its hello"])
+async def test_the_descriptors_stay_under_the_total_cap_while_a_burst_evicts(
+    first: str, tmp_path: Path
+) -> None:
     """The total cap counts descriptors. The listener accepts up to 64 connections in a row without
     a turn of the event loop; an evicted connection's descriptor is closed at once, or, while its
     transport is being made (a turn of the loop), counted until it is. Else a fast flood holds up
-    to 64 descriptors past the cap (EMFILE at a low open-file limit)."""
+    to 64 descriptors past the cap (EMFILE at a low open-file limit). One still peeking at its
+    ClientHello (two certificates, `core/tls_hello.py`) is closed at once too."""
     loop = asyncio.get_running_loop()
-    guard = Guard(ListenerLimits(total=12, per_address=100, unauthenticated=8), 1024, None, loop)
+    tls = None
+    if first == "peeking at its hello":
+        identity = load_or_create_identity(tmp_path)
+        tls = server_tls(identity, load_web_certificate(tmp_path, identity.env_id))
+    guard = Guard(ListenerLimits(total=12, per_address=100, unauthenticated=8), 1024, tls, loop)
 
     async def answer(request: web.BaseRequest) -> web.StreamResponse:
         return web.Response()
@@ -472,6 +482,9 @@ async def test_the_descriptors_stay_under_the_total_cap_while_a_burst_evicts(fir
             accept("10.0.0.1")
         if first == "set up":
             await until(lambda: all(conn._raw is not None for conn in guard.connections.values()), "set up")
+        elif first == "peeking at its hello":
+            await until(lambda: all(conn._peeking for conn in guard.connections.values()), "peeking")
+            assert not guard.gate.opening, "a peeking connection can be closed at once"
         else:
             await asyncio.sleep(0)  # their start() ran: transports made, connection_made not yet
             assert guard.gate.opening == set(guard.gate.pending)
@@ -511,6 +524,88 @@ async def _dribble(port: int, head: bytes, body: bytes = b"", every_s: float = 1
     finally:
         ended.cancel()
         writer.transport.abort()
+
+
+@contextlib.asynccontextmanager
+async def trickling(port: int, piece: int, pause_s: float) -> AsyncIterator[int]:
+    """A TCP forwarder to `port` that passes what the client sends in `piece`-byte writes,
+    `pause_s` apart (TCP_NODELAY: each is its own segment); yields its own port."""
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slow: bool) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                step = piece if slow else len(data)
+                for at in range(0, len(data), step):
+                    writer.write(data[at : at + step])
+                    await writer.drain()
+                    if slow:
+                        await asyncio.sleep(pause_s)
+        writer.close()
+
+    writers: list[asyncio.StreamWriter] = []
+    tasks: set[asyncio.Task[Any]] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        tasks.add(asyncio.current_task())  # type: ignore[arg-type]
+        writers.append(writer)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        writers.append(up_writer)
+        up_writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.gather(forward(reader, up_writer, True), forward(up_reader, writer, False))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for writer in writers:
+            writer.transport.abort()
+        await server.wait_closed()
+
+
+@pytest.fixture
+def sniffs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths each call of the listener's ClientHello peek saw."""
+    seen: list[int] = []
+    real = listener_connection.sniff
+
+    def counted(prefix: bytes) -> Any:
+        seen.append(len(prefix))
+        return real(prefix)
+
+    monkeypatch.setattr(listener_connection, "sniff", counted)
+    return seen
+
+
+async def test_a_hello_arriving_in_pieces_is_peeked_at_whole_and_never_spun_on(
+    tmp_path: Path, sniffs: list[int]
+) -> None:
+    """The listener waits for the ClientHello's whole first record with the socket's low-water mark
+    set to it: a hello in 40 pieces wakes the peek twice, not 40 times (no busy loop on bytes that
+    stay in the socket), and the handshake that follows reads them all."""
+    async with box_daemon(tmp_path, ListenerLimits(handshake_timeout_s=10)) as box:
+        async with trickling(await port_of(box), piece=16, pause_s=0.01) as port:
+            code, desc = await asyncio.wait_for(descriptor(port), 20)
+        assert (code, desc["label"]) == (200, "box")
+    assert len(sniffs) <= 3, sniffs
+    assert sniffs[-1] > 200, "the last peek saw the whole hello"
+
+
+async def test_a_hello_that_stops_half_way_is_closed_at_the_handshake_timeout(
+    tmp_path: Path, sniffs: list[int]
+) -> None:
+    async with box_daemon(tmp_path, ListenerLimits(handshake_timeout_s=2)) as box:
+        reader, writer = await asyncio.open_connection("127.0.0.1", await port_of(box))
+        try:
+            writer.write(b"\x16\x03\x01\x02\x00" + b"\x01" * 20)  # a record of 512 bytes, 20 sent
+            ended = await asyncio.wait_for(_until_closed(reader), 10)
+            assert ended == b""
+        finally:
+            writer.transport.abort()
+    assert len(sniffs) <= 2, sniffs
 
 
 async def test_slowloris_head_one_byte_a_second_is_closed(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("peer/links.py", "ctx.*"): "an `ssl.SSLContext` being configured",
     ("peer/identity.py", "ctx.minimum_version"): "an `ssl.SSLContext` being configured",
     ("console/server.py", "ctx.minimum_version"): "an `ssl.SSLContext` being configured",
+    ("peer/webcert.py", "ctx.minimum_version"): "an `ssl.SSLContext` being configured",
     ("console/guard.py", "response.content_type"): "an aiohttp response being built",
     ("console/auth.py", "session.last_seen_at"): "a console session record (a dataclass) touched",
     ("cli/common.py", "ctx.obj"): "click's context object, click's own way to pass the home down",
