@@ -418,6 +418,16 @@ class ThreadWaitResult(Wire):
     awaiting_approval: TaskApproval | None = None
 
 
+class ThreadWhere(Wire):
+    """Where a thread a person names lives (`GET /v1/threads/{id}/where`, the owner's): here, or
+    a linked machine, and how this machine knows (store/thread_homes.py)."""
+
+    thread_id: str  # the whole id (the request may give a unique start of one)
+    environment_id: str | None  # None: here
+    label: str | None = None  # the link's label, when elsewhere
+    via: Literal["here", "launched", "placed", "delegated", "moved", "found"]
+
+
 class ThreadInterrupt(Input):
     stop: bool = False
     reason: str | None = Field(default=None, max_length=2000)

@@ -40,6 +40,7 @@ from peerd.errors import (
     InvalidRequest,
     LinkRevoked,
     NotYours,
+    PeerdError,
     ProviderUnavailable,
     RunNotFound,
     RuntimeModeEscalationDenied,
@@ -51,7 +52,7 @@ from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
-from peerd.store import clients, ownership, projects, threads
+from peerd.store import clients, links, ownership, projects, thread_homes, threads
 from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
 
@@ -59,6 +60,8 @@ log = structlog.get_logger(__name__)
 
 # A shortened thread id a person may type: `thr_` and 4 to 19 of its 20 hex digits.
 SHORT_THREAD_ID = re.compile(r"thr_[0-9a-f]{4,19}")
+THREAD_ID = re.compile(r"thr_[0-9a-f]{20}")
+ASK_LINKS_S = 5.0  # how long a lookup waits for each linked machine to say whether it has a thread
 AMBIGUOUS_SHOWN = 5  # ids an ambiguity names
 
 DEFAULT_RUNTIME_MODE: c.RuntimeMode = "full-access"
@@ -214,6 +217,94 @@ class Operations:
             "Give more of the id."
         )
 
+    async def thread_where(self, caller: Caller, given: str) -> c.ThreadWhere:
+        """Where the thread a person names lives: here, or the linked machine this one launched,
+        placed, delegated or moved it to (store/thread_homes.py), or else the one linked machine
+        that has it when asked (a whole id only; recorded for next time). A unique start of an id
+        is looked for here and in the record together; an ambiguous one is refused listing both.
+        Only the owner asks: a link's caller, or a run, is never told about other machines."""
+        if caller.link is not None or caller.thread_id is not None:
+            raise CapabilityDenied("Only this machine's owner can ask where a thread lives.")
+        short = SHORT_THREAD_ID.fullmatch(given) is not None
+        if not short and THREAD_ID.fullmatch(given) is None:
+            raise ThreadNotFound(
+                f"{given!r} is not a thread id (thr_ and 20 hex digits, or at least 4 of them)."
+            )
+        here = await threads.ids_starting(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
+        there = await thread_homes.elsewhere(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
+        labels = {row.env_id: row.label for row in await links.all_links(self.db)}
+        if given in here:
+            return c.ThreadWhere(thread_id=given, environment_id=None, via="here")
+        exact = [home for home in there if home.thread_id == given]
+        if exact or (short and len(here) + len(there) == 1):
+            if here:
+                return c.ThreadWhere(thread_id=here[0], environment_id=None, via="here")
+            home = (exact or there)[0]
+            return c.ThreadWhere(
+                thread_id=home.thread_id,
+                environment_id=home.environment_id,
+                label=labels.get(home.environment_id),
+                via=home.via,
+            )
+        if here or there:  # a start of more than one
+            shown = [
+                *here,
+                *(f"{h.thread_id} (on {labels.get(h.environment_id, h.environment_id)})" for h in there),
+            ]
+            more = ", ..." if len(shown) > AMBIGUOUS_SHOWN else ""
+            raise AmbiguousId(
+                f"{given} is the start of more than one thread: {', '.join(shown[:AMBIGUOUS_SHOWN])}{more}. "
+                "Give more of the id."
+            )
+        if short:
+            raise ThreadNotFound(
+                f"No thread here starts with {given}, nor any this machine started elsewhere; "
+                "give the whole id to ask the linked machines."
+            )
+        return await self._ask_links(given, labels)
+
+    async def _ask_links(self, thread_id: str, labels: dict[str, str]) -> c.ThreadWhere:
+        """Ask every live link at once whether it has this thread (each within `ASK_LINKS_S`)."""
+        live = [
+            row
+            for row in await links.all_links(self.db)
+            if row.info(now=self.clock()).status not in ("revoked", "expired")
+        ]
+        if self.forwarder is None or not live:
+            raise ThreadNotFound(f"No thread {thread_id} here, and this machine has no links to ask.")
+
+        async def has(env_id: str) -> bool | None:  # None: could not tell
+            try:
+                await asyncio.wait_for(
+                    self._forward(Caller.local(), env_id, "GET", f"/v1/threads/{path_segment(thread_id)}"),
+                    ASK_LINKS_S,
+                )
+            except ThreadNotFound:
+                return False
+            except (PeerdError, TimeoutError):
+                return None
+            return True
+
+        answers = await asyncio.gather(*(has(row.env_id) for row in live))
+        found = [row for row, yes in zip(live, answers, strict=True) if yes]
+        if len(found) == 1:
+            home = found[0]
+            await thread_homes.record(self.db, thread_id, home.env_id, "found", self.clock())
+            return c.ThreadWhere(
+                thread_id=thread_id, environment_id=home.env_id, label=home.label, via="found"
+            )
+        asked = ", ".join(row.label for row, yes in zip(live, answers, strict=True) if yes is False) or "none"
+        silent = [row.label for row, yes in zip(live, answers, strict=True) if yes is None]
+        if found:  # an id is unique: two machines with it is a copy; do not guess
+            raise AmbiguousId(
+                f"Both {' and '.join(row.label for row in found)} have a thread {thread_id}; "
+                "name the machine with --env."
+            )
+        unreachable = f"; could not ask {', '.join(silent)} (unreachable)" if silent else ""
+        raise ThreadNotFound(
+            f"No thread {thread_id} here, nor on the linked machines (asked: {asked}){unreachable}."
+        )
+
     async def _forward(
         self,
         caller: Caller,
@@ -339,9 +430,12 @@ class Operations:
             body = Forwarder.launch_body(
                 req.model_copy(update={"delegated_from": None}), namespace=caller.namespace
             )
-            return c.ThreadLaunchResult.model_validate(
+            launched = c.ThreadLaunchResult.model_validate(
                 await self._forward(caller, env, "POST", "/v1/threads", body=body)
             )
+            # Where it lives, so `peerd thread show ID` here follows it there (thread_homes.py).
+            await thread_homes.record(self.db, launched.thread_id, env, "launched", self.clock())
+            return launched
         project = await projects.get(self.db, req.project_id)
         body = req.model_dump(mode="json", exclude={"client_request_id", "environment_id"})
         body["project_id"] = project.id  # a name and an id for one project are the same request

@@ -111,6 +111,10 @@ async def thread_show(request: web.Request) -> web.Response:
     return ok(await _ops(request).thread_show(caller_of(request), request.match_info["id"], env))
 
 
+async def thread_where(request: web.Request) -> web.Response:
+    return ok(await _ops(request).thread_where(caller_of(request), request.match_info["id"]))
+
+
 def omits_defaults(request: web.Request) -> bool:
     """Whether the caller takes an item's missing default-valued fields as their defaults: the
     owner's socket (its clients are this release), or a peer whose `Peerd-Protocol` says so. A

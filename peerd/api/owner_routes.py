@@ -51,6 +51,7 @@ from peerd.api.local import (
     thread_send,
     thread_show,
     thread_wait,
+    thread_where,
     watch_runs,
 )
 from peerd.api.routes import (
@@ -130,6 +131,14 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/threads/{id}", thread_show, "thread_show", "One thread with its latest run.", "threads",
           query=ThreadShowQuery, answer=c.Thread, errors=_THREAD, params=_TID,
           example=Example(ex.THREAD, path={"id": ex.THR})),
+    Route("GET", "/v1/threads/{id}/where", thread_where, "thread_where",
+          "Where a thread lives: here, or the linked machine it was launched, placed, delegated or moved to.",
+          "threads", answer=c.ThreadWhere, errors=("thread_not_found", "ambiguous_id", "capability_denied"),
+          params={"id": "a thread id, or a unique start of one (thr_ and at least 4 hex digits)"},
+          description="Looks here and in this machine's record of threads elsewhere; a whole id "
+          "found in neither is asked of every linked machine at once (5 s each) and recorded.",
+          example=Example({"threadId": ex.THR, "environmentId": ex.ENV, "label": "box", "via": "launched"},
+                          path={"id": ex.THR})),
     Route("GET", "/v1/threads/{id}/items", thread_items, "thread_read", "A thread's items, in order.", "threads",
           query=c.ThreadRead, answer=c.ThreadReadResult, errors=("item_not_found", "run_not_found", *_THREAD),
           params=_TID, example=Example(ex.READ, path={"id": ex.THR}, query={"afterPosition": "2"})),

@@ -195,6 +195,12 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "hint",
         "awaiting_approval",
     ),
+    "GET /v1/threads/{id}/where": (
+        "threadId",
+        "environmentId",
+        "label",
+        "via",
+    ),
     "POST /v1/agent-signins/{id}/decision": (
         "id",
         "clientId",

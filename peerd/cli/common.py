@@ -187,6 +187,15 @@ def with_client(ctx: click.Context, fn: Callable[[LocalClient], T]) -> T:
 
 
 ENV_META = "peerd.environment_id"
+ALL_ENVS = "all"  # `--env all`: here and every linked environment (the lists that take it)
+
+
+def fleet_of(client: LocalClient) -> list[tuple[str | None, str]]:
+    """Here (None) and each linked environment that is not revoked or expired, with its label."""
+    linked = client.call("GET", "/v1/environments")["items"]
+    return [(None, "here")] + [
+        (env["envId"], env["label"]) for env in linked if env.get("status") not in ("revoked", "expired")
+    ]
 
 
 def _remember_env(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:

@@ -10,11 +10,14 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
+    ALL_ENVS,
+    ENV_META,
     PAGE,
     approval_line,
     confirm,
     env_option,
     exit_code_of_wait,
+    fleet_of,
     json_option,
     json_option_for,
     waiting_field,
@@ -37,12 +40,34 @@ from peerd.cli.stream import event_summary, follow_events, follow_run, item_text
 from peerd.core.constants import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
+from peerd.errors import PeerdError
 from peerd.present import ago, one_line, when
 
 
 @click.group(cls=PeerdGroup)
 def thread() -> None:
     """Threads: agent conversations, each in its own git worktree."""
+
+
+def on_its_machine(client: LocalClient, given: str, *, shown: dict[str, Any] | None = None) -> str:
+    """The whole id of the thread `given` names (an id or a unique start of one), with `client`
+    pointed at the machine it lives on: here, or the linked machine this one launched, placed,
+    delegated or moved it to, or that has it when asked (`GET /v1/threads/{id}/where`). `--env`
+    names the machine itself and skips the lookup. Says on stderr when it goes elsewhere (`shown`:
+    into that record instead, as `on`)."""
+    if client.environment_id is not None:
+        if shown is not None:
+            shown["on"] = client.environment_id
+        return given
+    where = client.call("GET", f"/v1/threads/{path_segment(given)}/where")
+    if where["environmentId"] is not None:
+        client.environment_id = where["environmentId"]
+        machine = where["label"] or where["environmentId"]
+        if shown is not None:
+            shown["on"] = machine
+        else:
+            click.echo(f"thread {where['threadId']} is on {machine}", err=True)
+    return str(where["threadId"])
 
 
 def wait_for_run(client: LocalClient, thread_id: str, run_id: str | None, seconds: float) -> dict[str, Any]:
@@ -209,9 +234,13 @@ def thread_list(
     as_json: JsonOutput | None,
     quiet: bool,
 ) -> None:
-    """List threads, newest first (`thread list -q | head -1` is the latest)."""
+    """List threads, newest first (`thread list -q | head -1` is the latest). `--env all`: here and
+    on every linked machine, with an ON column (a machine that cannot answer is named on stderr)."""
+    fleet = ctx.meta.get(ENV_META) == ALL_ENVS
+    if fleet:
+        ctx.meta.pop(ENV_META)
 
-    def go(client: LocalClient) -> list[Any]:
+    def one(client: LocalClient) -> list[Any]:
         items: list[Any] = []
         cursor = None
         while True:
@@ -229,6 +258,21 @@ def thread_list(
             if cursor is None or (limit and len(items) >= limit):
                 return items
 
+    def go(client: LocalClient) -> list[Any]:
+        if not fleet:
+            return one(client)
+        everywhere: list[Any] = []
+        for env_id, label in fleet_of(client):
+            client.environment_id = env_id
+            try:
+                everywhere += [{**t, "on": label} for t in one(client)]
+            except PeerdError as exc:
+                if env_id is None:
+                    raise
+                click.echo(one_line(f"{label}: not listed ({exc.code}: {exc.message})"), err=True)
+        everywhere.sort(key=lambda t: (t["createdAt"], t["id"]), reverse=True)
+        return everywhere[:limit] if limit else everywhere
+
     items = with_client(ctx, go)
     if quiet:
         emit_ids(items, "id")
@@ -239,10 +283,10 @@ def thread_list(
     rows = []
     for t in items:
         run = t["latestRun"] or {}
-        rows.append(
-            [t["id"], t["title"][:40], t["provider"], t["runtimeMode"], run.get("status"), t["status"]]
-        )
-    table(["id", "title", "provider", "mode", "last run", "status"], rows)
+        row = [t["id"], t["title"][:40], t["provider"], t["runtimeMode"], run.get("status"), t["status"]]
+        rows.append([*row[:1], t["on"], *row[1:]] if fleet else row)
+    heads = ["id", "title", "provider", "mode", "last run", "status"]
+    table([*heads[:1], "on", *heads[1:]] if fleet else heads, rows)
 
 
 @thread.command("show")
@@ -255,8 +299,10 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
     """Show a thread and its items (long texts read whole)."""
 
     def go(client: LocalClient) -> dict[str, Any]:
-        info = client.call("GET", f"/v1/threads/{path_segment(thread_id)}")
-        shown = {"thread": info, "items": items_after(client, thread_id, None, run_id=run_id)}
+        shown: dict[str, Any] = {"on": None}  # None: here
+        whole = on_its_machine(client, thread_id, shown=shown)
+        info = client.call("GET", f"/v1/threads/{path_segment(whole)}")
+        shown |= {"thread": info, "items": items_after(client, whole, None, run_id=run_id)}
         latest = info.get("latestRun") or {}
         if latest.get("status") in ("queued", "starting", "running"):  # a question waiting for you?
             now = client.call("GET", f"/v1/threads/{path_segment(info['id'])}/wait", params={"timeout": 0})
@@ -273,6 +319,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
     fields(
         [
             ("thread", t["id"]),
+            ("on", data.get("on")),
             ("title", t["title"]),
             ("project", t["projectId"]),
             ("provider", f"{t['provider']}{' / ' + t['model'] if t['model'] else ''}"),
@@ -339,7 +386,7 @@ def thread_send(
     def go(client: LocalClient) -> Any:
         return client.call(
             "POST",
-            f"/v1/threads/{path_segment(thread_id)}/runs",
+            f"/v1/threads/{path_segment(on_its_machine(client, thread_id))}/runs",
             body={k: v for k, v in body.items() if v is not None},
         )
 
@@ -376,10 +423,11 @@ def thread_wait(
     items as they arrive, then how it ended."""
 
     def go(client: LocalClient) -> dict[str, Any]:
+        whole = on_its_machine(client, thread_id)
         if follow:
-            ended = follow_run(client, thread_id, run_id, timeout, as_json)
-            return wait_for_run(client, thread_id, ended["runId"], 0.0)  # with the reason
-        return wait_for_run(client, thread_id, run_id, timeout)
+            ended = follow_run(client, whole, run_id, timeout, as_json)
+            return wait_for_run(client, whole, ended["runId"], 0.0)  # with the reason
+        return wait_for_run(client, whole, run_id, timeout)
 
     data = with_client(ctx, go)
     if as_json and follow:
@@ -408,7 +456,9 @@ def thread_interrupt(
 
     def go(client: LocalClient) -> Any:
         body = {"stop": stop, **({"reason": reason} if reason else {})}
-        return client.call("POST", f"/v1/threads/{path_segment(thread_id)}/interrupt", body=body)
+        return client.call(
+            "POST", f"/v1/threads/{path_segment(on_its_machine(client, thread_id))}/interrupt", body=body
+        )
 
     data = with_client(ctx, go)
     if as_json:
@@ -473,12 +523,15 @@ def thread_events(
     """Print the thread's events after a cursor, one line each (--follow: as they arrive;
     --follow --json: one JSON object per line)."""
     if follow:
-        with_client(ctx, lambda client: follow_events(client, thread_id, after, as_json))
+        with_client(
+            ctx, lambda client: follow_events(client, on_its_machine(client, thread_id), after, as_json)
+        )
         return
 
     def go(client: LocalClient) -> Any:
         params = {"after": after, "timeout": min(timeout, LONG_POLL_MAX_S)}
-        return client.call("GET", f"/v1/threads/{path_segment(thread_id)}/events", params=params)
+        whole = on_its_machine(client, thread_id)
+        return client.call("GET", f"/v1/threads/{path_segment(whole)}/events", params=params)
 
     data = with_client(ctx, go)
     if as_json:

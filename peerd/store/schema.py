@@ -516,4 +516,15 @@ MIGRATIONS: list[list[str]] = [
             decided_at REAL
         )""",
     ],
+    # 21: where threads this machine started elsewhere live (store/thread_homes.py): a launch
+    # forwarded to a linked machine, and a thread found there by its id. Placed, delegated and
+    # moved threads are already in placements, tasks and moves; the lookup reads all four.
+    [
+        """CREATE TABLE thread_homes (
+            thread_id TEXT PRIMARY KEY,
+            environment_id TEXT NOT NULL,
+            via TEXT NOT NULL,
+            created_at REAL NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
