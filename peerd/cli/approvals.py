@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import cli_context, json_option, json_option_for, with_client
+from peerd.cli.common import cli_context, complete_approval, json_option, json_option_for, with_client
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
@@ -161,7 +161,7 @@ def decision_of(view: Json) -> str | None:
 
 
 @approval.command("show")
-@click.argument("approval_id")
+@click.argument("approval_id", shell_complete=complete_approval)
 @json_option
 @click.pass_context
 def approval_show(ctx: click.Context, approval_id: str, as_json: JsonOutput | None) -> None:
@@ -217,7 +217,7 @@ def decided_line(view: Json) -> str:
 
 
 @approval.command("approve")
-@click.argument("approval_id")
+@click.argument("approval_id", shell_complete=complete_approval)
 @click.option(
     "--always-for-this-run", "for_run", is_flag=True, help="Approve every later question of the same run too."
 )
@@ -243,7 +243,7 @@ def approval_approve(
 
 
 @approval.command("deny")
-@click.argument("approval_id")
+@click.argument("approval_id", shell_complete=complete_approval)
 @click.option("--reason", default=None, help="Why: the model is told (at most 2000 characters).")
 @json_option_for(DECIDE)
 @click.pass_context

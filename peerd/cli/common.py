@@ -186,6 +186,47 @@ def with_client(ctx: click.Context, fn: Callable[[LocalClient], T]) -> T:
         interrupted()
 
 
+COMPLETE_TIMEOUT_S = 1.0  # a <TAB> that asks the daemon gives up this soon (no daemon: no ids)
+
+
+def complete_from(
+    path: str, *, params: dict[str, Any] | None = None, field: str = "id", about: str = "title"
+) -> Any:
+    """A `shell_complete` for an argument or option naming something the daemon lists at `path`:
+    the ids (`field`) that start with what is typed, newest first, each with a word about it.
+    Quietly none when the daemon is not running or slow: completion never prints an error."""
+
+    def complete(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem  # noqa: PLC0415  # only when completing
+
+        try:
+            home = ctx.find_object(CliContext)  # `--home` after the subcommand (its callback ran)
+            given = ctx.find_root().params.get("home")  # `peerd --home X`: parsed, its command not run
+            if home is None and given is not None:
+                home = context_for(given, from_flag=True)
+            client = LocalClient(
+                (home or cli_context(ctx)).paths.socket,
+                connect_timeout=COMPLETE_TIMEOUT_S,
+                read_timeout=COMPLETE_TIMEOUT_S,
+            )
+            items = client.call("GET", path, params={"limit": 100, **(params or {})})["items"]
+        except Exception:  # a <TAB> must never fail loudly
+            return []
+        return [
+            CompletionItem(str(x[field]), help=str(x.get(about) or "")[:60] or None)
+            for x in items
+            if str(x.get(field, "")).startswith(incomplete)
+        ]
+
+    return complete
+
+
+complete_thread = complete_from("/v1/threads", params={"order": "newest"})
+complete_task = complete_from("/v1/tasks")
+complete_approval = complete_from("/v1/approvals", about="summary")
+complete_env = complete_from("/v1/environments", field="label", about="envId")
+
+
 ENV_META = "peerd.environment_id"
 ALL_ENVS = "all"  # `--env all`: here and every linked environment (the lists that take it)
 
@@ -212,6 +253,7 @@ def env_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         expose_value=False,
         callback=_remember_env,
+        shell_complete=complete_env,
         help="Act in this linked environment (id or label) instead of here.",
     )(fn)
 

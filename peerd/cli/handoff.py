@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_ERROR, EXIT_TIMED_OUT, json_option_for, with_client
+from peerd.cli.common import EXIT_ERROR, EXIT_TIMED_OUT, complete_thread, json_option_for, with_client
 from peerd.cli.output import JsonOutput, emit_json, fields, table
 from peerd.core.constants import LONG_POLL_MAX_S
 from peerd.core.text import path_segment
@@ -21,7 +21,7 @@ _OPEN = ("waiting", "moving")
 
 
 @click.command("move")
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.option("--to", "to", default=None, help="The linked environment (id or label) to move it to.")
 @click.option("--message", default=None, help="What the thread there is told to do next.")
 @click.option("--interrupt", is_flag=True, help="Stop the thread's live run first (else a live run refuses).")

@@ -11,6 +11,8 @@ from peerd.cli.common import (
     ENV_META,
     PAGE,
     cli_context,
+    complete_task,
+    complete_thread,
     confirm,
     json_option,
     json_option_for,
@@ -88,7 +90,7 @@ def _list(client: LocalClient, params: dict[str, Any], limit: int) -> tuple[list
 
 
 @task.command("list")
-@click.argument("thread_id", required=False)
+@click.argument("thread_id", required=False, shell_complete=complete_thread)
 @click.option(
     "--thread", "parent", metavar="THREAD_ID", default=None, help="Only the tasks this thread delegated."
 )
@@ -156,7 +158,7 @@ def task_list(
 
 
 @task.command("show")
-@click.argument("task_id")
+@click.argument("task_id", shell_complete=complete_task)
 @json_option
 @click.pass_context
 def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> None:
@@ -191,7 +193,7 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
 
 
 @task.command("cancel")
-@click.argument("task_id")
+@click.argument("task_id", shell_complete=complete_task)
 @click.option("--reason", default=None, help="Why (becomes part of the task's result).")
 @yes_option
 @json_option_for("POST /v1/tasks/{id}/cancel")

@@ -14,6 +14,7 @@ from peerd.cli.common import (
     ENV_META,
     PAGE,
     approval_line,
+    complete_thread,
     confirm,
     env_option,
     exit_code_of_wait,
@@ -291,7 +292,7 @@ def thread_list(
 
 @thread.command("show")
 @env_option
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.option("--run", "run_id", default=None, help="Only this run's items.")
 @json_option
 @click.pass_context
@@ -372,7 +373,7 @@ def _lineage(t: dict[str, Any]) -> list[tuple[str, Any]]:
 
 @thread.command("send")
 @env_option
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.argument("text")
 @click.option("--client-request-id", default=None, help="Idempotency key: a retry returns the same run.")
 @json_option_for("POST /v1/threads/{id}/runs")
@@ -396,7 +397,7 @@ def thread_send(
 
 @thread.command("wait")
 @env_option
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.option("--run", "run_id", default=None, help="The run to wait for (default: the latest).")
 @click.option(
     "--timeout",
@@ -444,7 +445,7 @@ def thread_wait(
 
 @thread.command("interrupt")
 @env_option
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.option("--stop", is_flag=True, help="Also hold the queue: nothing queued starts until the next send.")
 @click.option("--reason", default=None, help="Why (recorded on the run).")
 @json_option_for("POST /v1/threads/{id}/interrupt")
@@ -470,7 +471,7 @@ def thread_interrupt(
 
 
 @thread.command("archive")
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.option(
     "--force", is_flag=True, help="Also when its worktree has uncommitted or untracked files (they are lost)."
 )
@@ -511,7 +512,7 @@ def thread_archive(
 
 @thread.command("events")
 @env_option
-@click.argument("thread_id")
+@click.argument("thread_id", shell_complete=complete_thread)
 @click.option("--after", type=int, default=0, show_default=True, help="Cursor: the last event seen.")
 @click.option("--timeout", type=float, default=0.0, help="Long-poll up to this many seconds (max 50).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing events as they arrive, until Ctrl-C.")

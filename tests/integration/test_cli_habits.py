@@ -408,3 +408,42 @@ def test_bash_completes_peerd_th_to_thread(tmp_path: Path) -> None:
         script = run_peerd(env, "completion", shell)
         assert "_PEERD_COMPLETE" in ok(script) and f"{shell}_complete" in script.stdout
     assert run_peerd(env, "completion", "tcsh").returncode == EXIT_USAGE
+
+
+BASH_IDS = """
+set -e
+eval "$(peerd completion bash)"
+tab() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _peerd_completion peerd; echo "${COMPREPLY[*]}"; }
+tab peerd thread show thr_
+tab peerd thread wait "$1"
+tab peerd --home /nonexistent thread show thr_
+"""
+
+
+async def test_bash_completes_thread_ids_from_the_daemon_and_nothing_without_one(
+    daemon: Daemon, project: dict[str, Any]
+) -> None:
+    """A <TAB> after `thread show` offers this machine's thread ids, newest first; with no daemon
+    behind the home it offers nothing and prints no error."""
+    home = daemon.paths.home
+    first, _ = await launch(home, project, "one")
+    second, _ = await launch(home, project, "two")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PEERD_HOME": str(home),
+    }
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", "-c", BASH_IDS, "bash", second[:7]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    offered, narrowed, none = done.stdout.splitlines()
+    assert offered.split() == [second, first]
+    assert narrowed.split() == [second] or second[:7] == first[:7]
+    assert none == "" and done.stderr == ""
