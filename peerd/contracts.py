@@ -665,6 +665,12 @@ class TaskInfo(Wire):
     hint: str | None = None  # agent tools: what to do when the wait ended first
 
 
+class TaskShow(Input):
+    """`GET /v1/tasks/{id}?wait=SECONDS`: a long-poll until the task ends (`peerd task show --wait`)."""
+
+    wait: float | None = Field(default=None, ge=0, le=LONG_POLL_MAX_S)
+
+
 class TaskStatusRead(Input):
     task_id: str = Field(min_length=1)
     wait: bool = False

@@ -42,11 +42,13 @@ EXIT_MEANING = {
     3: "the daemon is not running",
     4: "a wait timed out with what it waited for still going",
 }
-# A wait for a run (`thread launch --wait`, `thread wait`) says how the run ended (peerd/cli/common.py).
+# A wait says how what it waited for ended (peerd/cli/common.py): `thread launch --wait`, `thread
+# wait`, `task show --wait`, `thread move --wait` and `orchestrate run`.
 RUN_EXIT_MEANING = {
-    EXIT_RUN_FAILED: "the waited-for run `failed` (its reason is printed)",
-    EXIT_RUN_STOPPED: "the waited-for run was `interrupted` or `cancelled`",
-    EXIT_AWAITING_APPROVAL: "the waited-for run is still live because a question waits for your approval",
+    EXIT_RUN_FAILED: "what it waited for `failed` (a run, a task, a move; an orchestration that did not "
+    "integrate and verify everything): its reason is printed",
+    EXIT_RUN_STOPPED: "what it waited for was `interrupted` or `cancelled`",
+    EXIT_AWAITING_APPROVAL: "the waited-for run or task is still live because a question waits for your approval",
 }
 
 

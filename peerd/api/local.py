@@ -198,7 +198,13 @@ async def task_list(request: web.Request) -> web.Response:
 
 async def task_show(request: web.Request) -> web.Response:
     delegation = request.app[DELEGATION]
-    return ok(await delegation.status(LOCAL, c.TaskStatusRead(task_id=request.match_info["id"])))
+    query = query_model(request, c.TaskShow)
+    read = c.TaskStatusRead(
+        task_id=request.match_info["id"],
+        wait=query.wait is not None,
+        timeout_ms=None if query.wait is None else round(query.wait * 1000),
+    )
+    return ok(await delegation.status(LOCAL, read))
 
 
 async def task_cancel(request: web.Request) -> web.Response:

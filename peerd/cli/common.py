@@ -50,6 +50,12 @@ RUN_EXIT_CODES = {
 }
 
 
+def exit_code_of_end(status: str) -> int:
+    """The exit code of a run's, task's, move's or orchestration's final status (0 only when
+    completed; `moved` is a move's completion)."""
+    return EXIT_OK if status == "moved" else RUN_EXIT_CODES.get(status, EXIT_ERROR)
+
+
 def exit_code_of_wait(wait: dict[str, Any]) -> int:
     """The exit code for a wait's answer: how the run ended, or why it is still live."""
     if wait.get("terminal"):

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_ERROR, EXIT_TIMED_OUT, complete_thread, json_option_for, with_client
+from peerd.cli.common import EXIT_TIMED_OUT, complete_thread, exit_code_of_end, json_option_for, with_client
 from peerd.cli.output import JsonOutput, emit_json, fields, table
 from peerd.core.constants import LONG_POLL_MAX_S
 from peerd.core.text import path_segment
@@ -80,7 +80,7 @@ def thread_move(
         _print_move(data["move"])
     move = data.get("move")
     if move is not None and move["state"] in ("failed", "cancelled"):
-        ctx.exit(EXIT_ERROR)
+        ctx.exit(exit_code_of_end(move["state"]))  # 5 failed, 6 cancelled
     if move is not None and move["state"] in _OPEN and wait_s > 0:
         ctx.exit(EXIT_TIMED_OUT)
 

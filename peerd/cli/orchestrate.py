@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import EXIT_ERROR, fail, json_option, with_client
+from peerd.cli.common import exit_code_of_end, fail, json_option, with_client
 from peerd.cli.output import emit_json, table
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError, UsageError
@@ -261,7 +261,12 @@ def orchestrate_run(
         emit_json(final)
     else:
         render_report(final)
-    ctx.exit(0 if succeeded(final) else EXIT_ERROR)
+    # 0 only when everything was integrated and verified; 6 cancelled; 5 any other end.
+    ctx.exit(
+        0
+        if succeeded(final)
+        else exit_code_of_end("cancelled" if final["status"] == "cancelled" else "failed")
+    )
 
 
 def _limits(text: str | None, flag: str) -> dict[str, float | int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -14,6 +15,8 @@ from peerd.cli.common import (
     complete_task,
     complete_thread,
     confirm,
+    exit_code_of_end,
+    exit_code_of_wait,
     json_option,
     json_option_for,
     waiting_field,
@@ -21,6 +24,7 @@ from peerd.cli.common import (
     yes_option,
 )
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
+from peerd.core.constants import LONG_POLL_MAX_S
 from peerd.core.text import path_segment
 from peerd.core.usage import Usage, describe
 from peerd.errors import DaemonNotRunning, PeerdError
@@ -59,6 +63,7 @@ def _link_state(ctx: click.Context, t: dict[str, Any]) -> str | None:
 
 
 TASK_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "interrupted")
+TERMINAL_TASK = frozenset(TASK_STATUSES) - {"pending", "running"}
 
 
 def _statuses(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -159,13 +164,31 @@ def task_list(
 
 @task.command("show")
 @click.argument("task_id", shell_complete=complete_task)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for the task to end; the exit code says how it ended.",
+)
 @json_option
 @click.pass_context
-def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> None:
-    """Show a task and its result."""
+def task_show(ctx: click.Context, task_id: str, wait_s: float | None, as_json: JsonOutput | None) -> None:
+    """Show a task and its result. With --wait, wait for it to end first: exits 0 only if it
+    completed, 5 failed, 6 interrupted or cancelled, 7 still running and waiting for your approval,
+    4 still running."""
 
     def go(client: LocalClient) -> Any:
-        return client.call("GET", f"/v1/tasks/{path_segment(task_id)}")
+        path = f"/v1/tasks/{path_segment(task_id)}"
+        if wait_s is None:
+            return client.call("GET", path)
+        deadline = time.monotonic() + wait_s
+        while True:
+            chunk = min(LONG_POLL_MAX_S, max(0.0, deadline - time.monotonic()))
+            t = client.call("GET", path, params={"wait": round(chunk, 3)})
+            if t["status"] in TERMINAL_TASK or time.monotonic() >= deadline:
+                return t
 
     t = with_client(ctx, go)
     if as_json:
@@ -190,6 +213,13 @@ def task_show(ctx: click.Context, task_id: str, as_json: JsonOutput | None) -> N
     )
     if t["result"] is not None:
         click.echo(f"\n{block(t['result'])}")
+    if wait_s is not None:
+        ended = t["status"] in TERMINAL_TASK
+        ctx.exit(
+            exit_code_of_end(t["status"])
+            if ended
+            else exit_code_of_wait({"awaitingApproval": t.get("awaitingApproval")})
+        )
 
 
 @task.command("cancel")

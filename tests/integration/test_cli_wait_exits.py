@@ -20,9 +20,10 @@ from peerd.cli.common import (
     EXIT_TIMED_OUT,
     EXIT_USAGE,
 )
-from tests.helpers import script, two_daemons
+from tests.helpers import script, two_daemons, wait_terminal
 from tests.support.approvals import launch, launch_on_box, new_approval, set_up
 from tests.support.cli import peerd
+from tests.support.delegation import delegate, runs_script, tasks_of
 from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.slow  # CLI subprocesses against real daemons
@@ -125,3 +126,24 @@ async def test_a_box_threads_question_is_named_with_the_box(tmp_path: Path) -> N
         on_box = await peerd(pair.box.paths.home, "approval", "list")  # the box names whose work asks
         [row] = [line for line in on_box.stdout.splitlines() if asked["id"] in line]
         assert f"here for {asked['linkLabel']}" in row and asked["linkLabel"], row
+
+
+async def test_task_show_wait_exits_by_how_the_task_ended(client: LocalClient, project: Json) -> None:
+    """`task show --wait` waits for the task like `thread wait` for a run: 4 while it runs, then 0
+    for completed and 5 for failed."""
+    home = await home_of(client)
+    slow_child = script({"wait": 2}, {"reply": "CHILD DONE"})
+    failing_child = script({"fail": "the child gave up"})
+    prompt = runs_script([delegate(task=slow_child, title="slow"), delegate(task=failing_child, title="bad")])
+    launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt})
+    await wait_terminal(client, launched["threadId"], launched["runId"])
+    tasks = {t["title"]: t for t in await tasks_of(client, launched["threadId"])}
+    still = await peerd(home, "task", "show", tasks["slow"]["taskId"], "--wait", "0.2")
+    assert still.returncode == EXIT_TIMED_OUT, (still.stdout, still.stderr)
+    done = await peerd(home, "task", "show", tasks["slow"]["taskId"], "--wait", "30")
+    assert done.returncode == EXIT_OK, (done.stdout, done.stderr)
+    assert "CHILD DONE" in done.stdout
+    failed = await peerd(home, "task", "show", tasks["bad"]["taskId"], "--wait", "30")
+    assert failed.returncode == EXIT_RUN_FAILED, (failed.stdout, failed.stderr)
+    shown = await peerd(home, "task", "show", tasks["bad"]["taskId"])  # showing is not waiting: 0
+    assert shown.returncode == EXIT_OK

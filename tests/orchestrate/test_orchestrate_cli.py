@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from peerd.cli.common import EXIT_OK, EXIT_USAGE
+from peerd.cli.common import EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE
 from peerd.config import ProviderConfig
 from tests.helpers import client_for, git, running_daemon
 from tests.support.orchestrate import CHECK_ADD, FIX_ADD, peerd_in, project_repo, settings, steps
@@ -89,7 +89,7 @@ async def test_a_packet_beyond_its_files_is_held_unless_the_command_allows_it(tm
             await client.call("POST", "/v1/projects", body={"path": str(repo)})
         held = await peerd_in(home, repo, *args)
         allowed = await peerd_in(home, repo, *args, "--allow-out-of-scope", "--json")
-    assert held.returncode == 1, held.stdout + held.stderr
+    assert held.returncode == EXIT_RUN_FAILED, held.stdout + held.stderr  # nothing integrated
     assert "outside the packet's files: docs/index.md" in held.stdout
     assert "held: out_of_scope" in held.stdout and "--allow-out-of-scope" in held.stdout
     assert allowed.returncode == EXIT_OK, allowed.stdout + allowed.stderr
