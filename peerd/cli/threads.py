@@ -260,6 +260,16 @@ def thread_list(
                 return items
 
     def go(client: LocalClient) -> list[Any]:
+        listed = everything(client)
+        if not quiet and not as_json:  # a question waiting for you marks its thread (here or on a box)
+            client.environment_id = None
+            asking = {v["threadId"]: v["id"] for v in client.call("GET", "/v1/approvals")["items"]}
+            for t in listed:
+                if t["id"] in asking:
+                    t["asking"] = asking[t["id"]]
+        return listed
+
+    def everything(client: LocalClient) -> list[Any]:
         if not fleet:
             return one(client)
         everywhere: list[Any] = []
@@ -284,7 +294,8 @@ def thread_list(
     rows = []
     for t in items:
         run = t["latestRun"] or {}
-        row = [t["id"], t["title"][:40], t["provider"], t["runtimeMode"], run.get("status"), t["status"]]
+        status = f"{t['status']}, waiting for your approval ({t['asking']})" if "asking" in t else t["status"]
+        row = [t["id"], t["title"][:40], t["provider"], t["runtimeMode"], run.get("status"), status]
         rows.append([*row[:1], t["on"], *row[1:]] if fleet else row)
     heads = ["id", "title", "provider", "mode", "last run", "status"]
     table([*heads[:1], "on", *heads[1:]] if fleet else heads, rows)

@@ -93,6 +93,9 @@ async def test_a_run_waiting_for_a_person_exits_7_and_names_the_question(
         re.MULTILINE,
     ), shown.stdout
     assert not re.search(r"^(reason|placement) *$", shown.stdout, re.MULTILINE)  # empty fields are left out
+    listed = await peerd(home, "thread", "list")
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith(launched["threadId"])]
+    assert row.rstrip().endswith(f"active, waiting for your approval ({asked['id']})"), row
     as_json = await peerd(home, "thread", "wait", launched["threadId"], "--timeout", "0.5", "--json")
     assert as_json.returncode == EXIT_AWAITING_APPROVAL
     assert f'"approvalId": "{asked["id"]}"' in as_json.stdout
