@@ -20,12 +20,15 @@ def _gib(value: Any) -> str:
 
 
 def _age(env: dict[str, Any]) -> str:
+    """How old the capacity shown is: this machine's is read as you ask; a box's is its last report."""
     if env["here"]:
-        return "now"
+        return "live"
     age = env.get("ageS")
     if age is None:
         return "never"
-    return f"{int(age)} s" if age < 120 else f"{int(age // 60)} min"
+    if age < 5:
+        return "just now"
+    return f"{int(age)} s ago" if age < 120 else f"{int(age // 60)} min ago"
 
 
 def _row(env: dict[str, Any]) -> list[Any]:
@@ -60,4 +63,4 @@ def fleet(ctx: click.Context, offline: bool, as_json: JsonOutput | None) -> None
     if as_json:
         emit_json(envs, as_json)
         return
-    table([*HEADERS, "age", "problem"], [_row(env) for env in envs])
+    table([*HEADERS, "reported", "problem"], [_row(env) for env in envs])
