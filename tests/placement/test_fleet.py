@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -302,6 +303,7 @@ async def test_fleet_lists_every_environment(tmp_path: Path) -> None:
         assert set(rows) == {"laptop", "box", "studio"}
         assert "0/8" in rows["box"] and "prefers" in rows["box"] and "0.4 (8 CPU)" in rows["box"]
         assert "here" in rows["laptop"] and "3.6 (4 CPU)" in rows["laptop"]
+        assert " live" in rows["laptop"] and re.search(r"just now|\d+ s ago", rows["box"]), rows
         listed = json.loads(ok(await peerd(home, "fleet", "--json", "label,status")))
         assert listed == [
             {"label": "laptop", "status": "here"},
