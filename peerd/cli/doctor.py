@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from peerd.cli.common import EXIT_ERROR, EXIT_OK, cli_context, interrupted, json_option
-from peerd.cli.output import emit_json
+from peerd.cli.output import colour_wanted, emit_json
 
 
 @click.command()
@@ -38,6 +38,6 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json({"checks": [ch.wire() for ch in checks], "ok": ok})
     else:
-        for line in render(checks):
+        for line in render(checks, colour=colour_wanted()):
             click.echo(line)
     ctx.exit(EXIT_OK if ok else EXIT_ERROR)

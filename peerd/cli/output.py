@@ -252,6 +252,16 @@ class PeerdGroup(click.Group):
 # --- tables and fields ---------------------------------------------------------------------------
 
 
+def colour_wanted(stream: Any = None, environ: Any = None) -> bool:
+    """Colour on a person's terminal: `stream` (stdout) is a tty, `NO_COLOR` is not set
+    (no-color.org) and the terminal is not `dumb`."""
+    import os  # noqa: PLC0415  # CLI start-up: only the commands that colour ask
+
+    env = os.environ if environ is None else environ
+    out = sys.stdout if stream is None else stream
+    return bool(out.isatty()) and "NO_COLOR" not in env and env.get("TERM") != "dumb"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     if not rows:
         click.echo("(none)")

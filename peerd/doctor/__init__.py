@@ -123,13 +123,19 @@ def summary(checks: Sequence[Check]) -> str:
     return ", ".join(parts)
 
 
-def render(checks: Sequence[Check]) -> list[str]:
+COLOURS: dict[CheckStatus, str] = {"ok": "32", "warn": "33", "fail": "1;31", "skip": "2"}  # SGR codes
+
+
+def render(checks: Sequence[Check], *, colour: bool = False) -> list[str]:
     """One line per check (`STATUS  name  detail`), an indented `fix:` line under each problem,
-    then the summary."""
+    then the summary. `colour`: the status in green, yellow, bold red or dim (a person's terminal)."""
     width = max((len(ch.name) for ch in checks), default=0)
     lines = []
     for ch in checks:
-        lines.append(f"{LABELS[ch.status]:<4}  {ch.name.ljust(width)}  {ch.detail}".rstrip())
+        label = f"{LABELS[ch.status]:<4}"
+        if colour:
+            label = f"\x1b[{COLOURS[ch.status]}m{label}\x1b[0m"
+        lines.append(f"{label}  {ch.name.ljust(width)}  {ch.detail}".rstrip())
         if ch.fix and ch.status in ("warn", "fail"):
             lines.append(f"      fix: {ch.fix}")
         lines += [f"      {row}" for row in ch.table]

@@ -4,6 +4,8 @@ and the gatherer's file and certificate facts from real files."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from peerd import contracts as c
+from peerd.cli.output import colour_wanted
 from peerd.doctor import (
     CertFacts,
     Check,
@@ -128,6 +131,25 @@ def test_render_puts_the_fix_under_each_problem_and_a_summary_last() -> None:
         summary([Check("a", "warn", ""), Check("b", "warn", "")]) == "0 ok, 2 warnings, 0 failed, 0 skipped"
     )
     assert Check("x", "fail", "d", "f").wire() == {"name": "x", "status": "fail", "detail": "d", "fix": "f"}
+
+
+def test_on_a_persons_terminal_the_status_is_coloured_and_nowhere_else() -> None:
+    checks = [Check("daemon", "ok", "running"), Check("database", "fail", "bad", "fix it")]
+    coloured = render(checks, colour=True)
+    assert coloured[0] == "\x1b[32mOK  \x1b[0m  daemon    running"
+    assert coloured[1].startswith("\x1b[1;31mFAIL\x1b[0m  database")
+    assert [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in coloured] == render(checks)
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert colour_wanted(Tty(), {"TERM": "xterm"})
+    assert not colour_wanted(
+        Tty(), {"TERM": "xterm", "NO_COLOR": ""}
+    )  # no-color.org: set, whatever its value
+    assert not colour_wanted(Tty(), {"TERM": "dumb"})
+    assert not colour_wanted(io.StringIO(), {"TERM": "xterm"})  # a pipe or a file
 
 
 # --- the daemon ------------------------------------------------------------------------------------
