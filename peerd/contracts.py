@@ -582,6 +582,9 @@ class LinkInfo(Wire):
     expires_at: float | None
     # True when the box answered as the link just now (`environment list` without --offline).
     live: bool = False
+    # `POST /v1/links` only: the access level of the link to that machine this one replaced (its
+    # session there is revoked); None when there was none.
+    replaced_access: RuntimeMode | None = None
 
 
 class LinkSelf(Wire):

@@ -72,6 +72,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "lastError",
         "expiresAt",
         "live",
+        "replacedAccess",
     ),
     "GET /v1/fleet": ("environments",),
     "GET /v1/moves/{id}": (
@@ -272,6 +273,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "lastError",
         "expiresAt",
         "live",
+        "replacedAccess",
     ),
     "POST /v1/pair": (
         "code",

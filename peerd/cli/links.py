@@ -219,6 +219,13 @@ def link(
     else:
         at = ", ".join(data["urls"])
         click.echo(one_line(f"linked {data['label']} ({data['envId']}) with {data['access']} access at {at}"))
+        if before := data.get("replacedAccess"):
+            change = "" if before == data["access"] else f", was {before}"
+            click.echo(
+                one_line(
+                    f"this replaces the earlier link to {data['label']}{change} (its session there is revoked)"
+                )
+            )
 
 
 def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:

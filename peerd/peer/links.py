@@ -310,7 +310,8 @@ class LinkService:
             told = await self.peers.revoke(replaced)
             log.info("link.replaced", env_id=row.env_id, old_revoked_there=told)
         log.info("link.created", env_id=row.env_id, label=label, access=row.access)
-        return row.info(now=now)
+        made = row.info(now=now)
+        return made if replaced is None else made.model_copy(update={"replaced_access": replaced.access})
 
     async def _pinned_env_id(self, url: str, pin: bytes) -> str | None:
         """The id of the key in the certificate `url` presents for `pin`; None over plain http."""

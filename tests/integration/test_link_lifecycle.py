@@ -32,6 +32,7 @@ from peerd.peer.tokens import sign_access_token
 from peerd.store.clients import UNLINKED_REASON
 from tests.helpers import Pair as BasePair
 from tests.helpers import make_repo, running_daemon, two_daemons
+from tests.support.cli import peerd
 
 pytestmark = pytest.mark.slow  # two daemons
 
@@ -320,3 +321,12 @@ async def test_relinking_replaces_the_link_and_revokes_the_old_client_there(pair
     assert clients[new["client_id"]]["status"] == "active"
     assert (await pair.bearer("GET", "/v1/projects", old["access_token"]))[0] == 401
     assert (await pair.remote("GET", "/v1/projects"))["items"] == []
+    # Never silently: the answer names the level it replaced, and the CLI says so.
+    again = await pair.link("read-only")
+    assert again["replacedAccess"] == "read-only"
+    relinked = await peerd(pair.laptop.paths.home, "link", await pair.code("auto"), "--access", "auto")
+    assert relinked.returncode == 0, relinked.stderr
+    assert (
+        "this replaces the earlier link to box, was read-only (its session there is revoked)"
+        in relinked.stdout
+    )
