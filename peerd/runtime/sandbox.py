@@ -117,6 +117,9 @@ class Confinement:
     cwd: Path
     worktree: Path
     worktree_writable: bool
+    # `approval-required` (not in plan mode): read-only, except the writes a person approves (the
+    # coders that ask get it writable for them: providers/coders.py); the notice says so.
+    worktree_asks: bool = False
     git_dir: Path | None = None
     tmp: tuple[Path, ...] = ()  # private, empty, writable (/tmp, /var/tmp, /run/user/<uid>, $HOME)
     hidden: tuple[Path, ...] = ()  # empty and read-only, where a bind would show them
@@ -178,6 +181,8 @@ class Confinement:
     def describe(self) -> str:
         """The run's notice: what peerd's sandbox lets it see and write."""
         tree = "writable" if self.worktree_writable else "read-only"
+        if not self.worktree_writable and self.worktree_asks:
+            tree = "read-only, except the edits and commands a person approves: each waits for their yes"
         return (
             "peerd confines this run (bubblewrap): it sees the system's programs and libraries "
             "(read-only, /etc without its secrets), its worktree "

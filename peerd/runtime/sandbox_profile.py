@@ -430,6 +430,7 @@ def profile(
         cwd=worktree,
         worktree=worktree,
         worktree_writable=writes_worktree(runtime_mode, interaction_mode),
+        worktree_asks=runtime_mode == "approval-required" and interaction_mode != "plan",
         git_dir=git_dir,
         tmp=tuple(dict.fromkeys([*private_tmp_dirs(), *([user] if user != Path("/") else [])])),
         hidden=(never := tuple(p for p in existing(hidden) if p != Path("/"))),

@@ -216,6 +216,18 @@ def test_a_runs_profile_hides_home_sockets_checkouts_and_for_links_the_users_hom
     assert bwrap_args(link)[:4] == ["--dev", "/dev", "--proc", "/proc"], "a link's full-access run too"
     same = profile(by_link=False, **{**common, "agent_socket": socket_dir / "x.sock"})  # type: ignore[arg-type]
     assert not [b for b in same.binds if b.path.name.endswith(".sock")], "never the owner socket"
+    # The notice says what the run may write: at approval-required, what a person approves.
+    assert "its worktree (writable)" in owner.describe()
+    asking = profile(by_link=True, **{**common, "runtime_mode": "approval-required"})  # type: ignore[arg-type]
+    assert not asking.worktree_writable
+    assert "its worktree (read-only, except the edits and commands a person approves" in asking.describe()
+    planning = profile(  # type: ignore[arg-type]
+        by_link=True, **{**common, "runtime_mode": "approval-required", "interaction_mode": "plan"}
+    )
+    reading = profile(by_link=True, **{**common, "runtime_mode": "read-only"})  # type: ignore[arg-type]
+    assert (
+        "its worktree (read-only)" in planning.describe() and "its worktree (read-only)" in reading.describe()
+    )
 
 
 def test_the_git_dir_of_a_checkout_and_of_a_linked_worktree(tmp_path: Path) -> None:
