@@ -36,6 +36,7 @@ from peerd.store import links
 from peerd.store.db import Database
 
 BOX_TIMEOUT_S = 2.0
+OWNER_RECHECK_S = 10.0  # an owner's long-poll asks the boxes again at least this often
 PATH = "/v1/approvals"
 
 
@@ -49,6 +50,9 @@ class ApprovalDesk:
         self.service = service
         self.db = db
         self.forwarder = forwarder
+        # Each linked box's pending hash as it last answered this machine's link: an owner's
+        # long-poll also long-polls each box from it, so a decision there wakes it at once.
+        self._box_hashes: dict[str, str] = {}
 
     # --- list ----------------------------------------------------------------------------------------
 
@@ -61,9 +65,45 @@ class ApprovalDesk:
             remaining = self.service.feed.remaining(deadline)
             if query.changed_from is None or page.pending_hash != query.changed_from or remaining <= 0:
                 return page
-            await self.service.feed.wait(changed, min(remaining, 10.0 if link is None else remaining))
+            if link is None:
+                await self._until_a_change(changed, min(remaining, OWNER_RECHECK_S))
+            else:
+                await self.service.feed.wait(changed, remaining)
             if self.service.feed.closed:
                 return page
+
+    async def _until_a_change(self, changed: asyncio.Event, seconds: float) -> None:
+        """Until this machine's approvals change, or a linked box answers that its pending set for
+        this machine's work changed (its own long-poll, from the hash it last gave), or `seconds`."""
+        if not self._box_hashes:  # no box to hear from: this machine's feed alone
+            await self.service.feed.wait(changed, seconds)
+            return
+        waits = [asyncio.ensure_future(self.service.feed.wait(changed, seconds))]
+        waits += [
+            asyncio.ensure_future(self._box_changed(env_id, hash_, seconds))
+            for env_id, hash_ in self._box_hashes.items()
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _box_changed(self, env_id: str, hash_: str, seconds: float) -> None:
+        """Returns when the box's pending set (as this link sees it) is no longer `hash_`; a box
+        that cannot be asked never ends the wait early (the recheck asks it again)."""
+        if self.forwarder is None:
+            await asyncio.sleep(seconds)
+            return
+        try:
+            params = {"changedFrom": hash_, "timeout": seconds}
+            data = await self.forwarder.call(env_id, "GET", PATH, params=params)
+            if isinstance(data, dict) and data.get("pendingHash") != hash_:
+                return
+        except PeerdError:
+            pass
+        await asyncio.sleep(seconds)
 
     async def _page(self, query: ApprovalListQuery, link: LinkContext | None) -> ApprovalPage:
         origin = None if link is None else link.client_id
@@ -83,6 +123,7 @@ class ApprovalDesk:
     async def _boxes(self, query: ApprovalListQuery) -> tuple[list[ApprovalView], list[str]]:
         """Each linked box's pending approvals for this machine's work, asked live as the link."""
         known = await links.all_links(self.db)
+        self._box_hashes = {env: h for env, h in self._box_hashes.items() if env in {k.env_id for k in known}}
         if not known or self.forwarder is None:
             return [], []
         results = await asyncio.gather(*(self._box(link.env_id, link.label) for link in known))
@@ -107,6 +148,8 @@ class ApprovalDesk:
             if not isinstance(found, list) or len(found) > MAX_MIRRORED:
                 raise ValueError("a box's answer with more approvals than are taken from it")
             views = [_on_box(ApprovalView.model_validate(v), env_id, label) for v in found]
+            if isinstance(data.get("pendingHash"), str):
+                self._box_hashes[env_id] = data["pendingHash"]
         except (PeerdError, TimeoutError, ValueError):
             views = [
                 _on_box(ApprovalView.model_validate(b), env_id, label)

@@ -5,6 +5,7 @@ a link whose policy is deny is answered at once; a revoked link decides nothing.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from peerd.approvals import desk as desk_module
 from peerd.approvals import store as approvals_store
 from peerd.approvals.rules import Approval
 from peerd.config import ApprovalsConfig, Config
@@ -67,6 +69,30 @@ async def test_the_boxs_owner_decides_first_and_the_laptops_decision_is_refused(
             await pair.lc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "approve"})
         assert late.value.code == "approval_decided"
         assert not (tmp_path / "box-repo" / "nope.txt").exists()
+
+
+async def test_the_laptops_long_poll_is_woken_by_a_decision_on_the_box(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`approval watch` on the laptop long-polls its daemon, which long-polls each box from the
+    hash it last gave: a decision made on the box ends the wait at once. The recheck that would
+    also find it is pushed past the wait here, so only the box's wake can end it early."""
+    monkeypatch.setattr(desk_module, "OWNER_RECHECK_S", 600.0)
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair)
+        await launch_on_box(pair, project, script({"run": "touch nope.txt"}, {"reply": "ok"}))
+        (seen,) = await pending_approvals(pair.lc)
+        first = await pair.lc.call("GET", "/v1/approvals")
+        asked_at = time.monotonic()
+        waiting = asyncio.create_task(
+            pair.lc.call("GET", "/v1/approvals", params={"changedFrom": first["pendingHash"], "timeout": 45})
+        )
+        await asyncio.sleep(0.5)  # the laptop's long-poll, and its own on the box, are in
+        assert not waiting.done()
+        await pair.bc.call("POST", f"/v1/approvals/{seen['id']}/decision", body={"decision": "deny"})
+        page = await asyncio.wait_for(waiting, 50)
+        assert page["items"] == [] and page["pendingHash"] != first["pendingHash"]
+        assert time.monotonic() - asked_at < 30, "woken by the box's decision, not by the wait's end"
 
 
 async def test_a_link_sees_only_its_own_works_approvals_and_read_only_cannot_decide(tmp_path: Path) -> None:
