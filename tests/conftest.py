@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -48,6 +49,12 @@ def _repository_readable_in_sandboxes() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Run in the background (`make test &`, nohup), this process ignores SIGINT and SIGQUIT, and
+    # every CLI subprocess the tests start would inherit that: the Ctrl-C tests would fail. The
+    # daemon restores them for its runs itself (runtime/process.with_default_signals).
+    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, handler)
     if os.environ.get(transport_trace.ENV):  # where an "unclosed transport" warning's transport was made
         transport_trace.install()
         config.pluginmanager.register(transport_trace, "peerd-transport-trace")

@@ -12,6 +12,11 @@ Every provider CLI (the scripted coder, Codex, Claude Code, Gemini) runs the sam
 - stdin gets the prompt and is closed, or is /dev/null, or (`duplex`) stays open for a CLI
   that is talked to while it runs (JSON lines both ways: `write_line`, `close_stdin`).
 
+A daemon that was started with SIGINT or SIGQUIT ignored (`peerd serve &` from a script, `nohup`,
+a program that embeds it) would pass that on: an ignored signal stays ignored across exec. Each
+run is then started through a two-line shim (`with_default_signals`) that restores them first, so
+an interrupt reaches the CLI at once instead of waiting for the SIGTERM fallback.
+
 Interrupting escalates SIGINT -> SIGTERM -> SIGKILL on the group, and once the leader is gone
 SIGKILLs whatever is left in the group. When the leader exits by itself but members of its group
 still hold our stdout/stderr after `straggler_grace` seconds, they are orphans of the run and are
@@ -27,6 +32,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -130,6 +136,26 @@ class _Child:
             transport.close()
 
 
+# Restores the dispositions named in argv[1] (signal numbers), then becomes argv[2:]: stdlib only,
+# no site packages (`-I -S`), so it costs a bare interpreter's start.
+_RESET_SIGNALS = (
+    "import os, signal, sys\n"
+    "for n in sys.argv[1].split(','): signal.signal(int(n), signal.SIG_DFL)\n"
+    "try: os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as e: sys.stderr.write(f'cannot start {sys.argv[2]}: {e.strerror}\\n'); os._exit(127)"
+)
+RESET_ON_START = (signal.SIGINT, signal.SIGQUIT)
+
+
+def with_default_signals(argv: list[str]) -> list[str]:
+    """`argv`, started through a shim that restores SIGINT and SIGQUIT when this process ignores
+    them (an ignored disposition survives exec; a handled one does not); else `argv` itself."""
+    ignored = [sig for sig in RESET_ON_START if signal.getsignal(sig) is signal.SIG_IGN]
+    if not ignored:
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _RESET_SIGNALS, ",".join(str(int(s)) for s in ignored), *argv]
+
+
 def _kill_started(started: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     if started.cancelled() or started.exception() is not None:
         return
@@ -180,6 +206,7 @@ class ProviderProcess:
         if not argv:
             raise ProviderError("cannot start a provider: empty command")
         loop = asyncio.get_running_loop()
+        named, argv = argv[0], with_default_signals(argv)
 
         def start() -> subprocess.Popen[bytes]:
             return subprocess.Popen(  # an argument list, never a shell
@@ -196,7 +223,7 @@ class ProviderProcess:
         try:
             popen: subprocess.Popen[bytes] = await asyncio.shield(started)
         except OSError as exc:
-            raise ProviderError(f"cannot start {argv[0]}: {exc}") from exc
+            raise ProviderError(f"cannot start {named}: {exc}") from exc
         except asyncio.CancelledError:
             started.add_done_callback(_kill_started)  # cancelled mid-spawn: no orphan left behind
             raise

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,41 @@ async def test_crash_reports_exit_code_and_stderr(tmp_path: Path) -> None:
 async def test_spawn_failure_is_a_provider_error(tmp_path: Path) -> None:
     with pytest.raises(ProviderError, match="cannot start /nonexistent/coder"):
         await ProviderProcess.spawn(["/nonexistent/coder"], cwd=tmp_path, env={}, stdin_data=None)
+
+
+@pytest.fixture
+def sigint_ignored() -> Iterator[None]:
+    """This process ignoring SIGINT and SIGQUIT, as a daemon started by `nohup` or `cmd &` from a
+    script does (and the test suite run in the background)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGQUIT)}
+    for sig in before:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def ignored_mask(status: str) -> int:
+    return int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+
+
+async def test_a_daemon_that_ignores_sigint_starts_its_runs_with_it_restored(
+    tmp_path: Path, sigint_ignored: None
+) -> None:
+    """An ignored disposition survives exec: without the shim the run could not be interrupted
+    with SIGINT, and would wait for the SIGTERM fallback."""
+    proc = await spawn("cat /proc/self/status", tmp_path)
+    mask = ignored_mask("\n".join(str(line) for line in await collect(proc)))
+    assert not mask & (1 << (signal.SIGINT - 1)) and not mask & (1 << (signal.SIGQUIT - 1)), hex(mask)
+    proc = await spawn("echo started; exec sleep 30", tmp_path)
+    lines = proc.lines()
+    assert await anext(lines) == "started"
+    await proc.interrupt()
+    assert await proc.wait() == -signal.SIGINT  # SIGINT itself ended it, not the TERM fallback
+    refused = await ProviderProcess.spawn(["/nonexistent/coder"], cwd=tmp_path, env={}, stdin_data=None)
+    assert await refused.wait() == 127 and "cannot start /nonexistent/coder" in refused.stderr_tail()
 
 
 async def test_interrupt_sigint_stops_a_cooperative_leader(tmp_path: Path) -> None:
