@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -256,6 +256,21 @@ def serve(
     except PeerdError as exc:
         # The config file or a flag (what is wrong, and where); a damaged, foreign, missing or newer store.
         fail(exc, bare=isinstance(exc, (ConfigInvalid, StoreRefused, HomeNewer)))
+    exit_now()
+
+
+def exit_now() -> NoReturn:
+    """The daemon stopped: its store, sockets, runs and links are closed, and what must last is
+    synced. Exit without the interpreter's own teardown of the heap (every module and object freed
+    one by one), which took 0.5 s of CPU after `daemon.stopped` with the console's streams served,
+    half a stop's second; only the logs are flushed first."""
+    import logging  # noqa: PLC0415  # loaded already: the daemon logged through it
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 def log_as_json(log_format: str) -> bool:

@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from peerd.errors import DaemonNotRunning, PeerdError
@@ -97,6 +98,58 @@ async def test_sigterm_with_runs_and_a_follower_live(tmp_path: Path) -> None:
         exited = loop.time() - signalled
     out = Outcome(settled=True, settle_s=exited)
     out.notes.append(f"laptop stopped with a run and a follower live: exit {code} after {exited:.2f} s")
+    if exited > STOP_WITHIN_S:
+        out.stuck = 1
+    row.add(out)
+    assert row.clean, "\n".join(table(REPORT))
+
+
+async def test_sigterm_with_the_console_streaming(tmp_path: Path) -> None:
+    """Issue 30's 4-5.6 s stop, a case not built before: the console open in a browser, streaming
+    a box's thread through the link (SSE) and waiting on the approvals page's live poll, plus a
+    CLI `approval watch` long-poll; the laptop must still stop within a second."""
+    row = Row("SIGTERM, console streams open")
+    REPORT.append(row)
+    async with linked_world(tmp_path) as w:
+        launched = await w.call(
+            "laptop",
+            "POST",
+            "/v1/threads",
+            body={"environmentId": w.box_id, "projectId": w.there, "prompt": script({"wait": 60})},
+        )
+        login = await w.call("laptop", "POST", "/v1/console/login-token")
+        base = login["url"].split("/login", 1)[0]
+        async with aiohttp.ClientSession() as browser:
+            async with browser.get(login["url"]) as signed:
+                assert signed.status == 200
+                # A Secure cookie, which a browser keeps for http://127.0.0.1; aiohttp does not.
+                cookie = "; ".join(f"{k}={m.value}" for k, m in signed.cookies.items())
+            browser.headers["Cookie"] = cookie  # type: ignore[index]
+            stream = await browser.get(f"{base}/threads/{w.box_id}/{launched['threadId']}/stream")
+            assert stream.status == 200 and stream.headers["Content-Type"].startswith("text/event-stream")
+            live = asyncio.create_task(
+                browser.get(f"{base}/approvals/live", params={"changedFrom": "0" * 16})
+            )
+            watching = asyncio.create_task(
+                w.call("laptop", "GET", "/v1/approvals", params={"changedFrom": "0" * 16, "timeout": 45})
+            )
+            await asyncio.sleep(1.0)  # each is in its long wait (nothing reports that it arrived)
+            loop = asyncio.get_running_loop()
+            signalled = loop.time()
+            w.side("laptop").term()
+            code = await w.side("laptop").exited()
+            exited = loop.time() - signalled
+            stream.close()
+            for task in (live, watching):
+                task.cancel()
+            results = await asyncio.gather(live, watching, return_exceptions=True)
+            for result in results:
+                if isinstance(result, aiohttp.ClientResponse):
+                    result.close()
+    out = Outcome(settled=True, settle_s=exited)
+    out.notes.append(
+        f"laptop stopped with console streams and a watch open: exit {code} after {exited:.2f} s"
+    )
     if exited > STOP_WITHIN_S:
         out.stuck = 1
     row.add(out)
