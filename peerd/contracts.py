@@ -420,6 +420,9 @@ class ThreadInterrupt(Input):
     stop: bool = False
     reason: str | None = Field(default=None, max_length=2000)
     environment_id: str | None = EnvironmentId
+    # Only this run of the thread: live, it is interrupted; queued, it is cancelled and never
+    # starts; ended, nothing changes (the answer's status is its own). Not with `stop`.
+    run_id: str | None = Field(default=None, max_length=100)
 
 
 class ThreadInterruptResult(Wire):

@@ -623,7 +623,16 @@ class Operations:
         thread_id = await self.thread_ref(caller, thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
-        run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
+        if req.run_id is not None:
+            if req.stop:
+                raise InvalidRequest(
+                    "A stop ends all of the thread's work; name a run (runId) only to interrupt or cancel that one."
+                )
+            if (await threads.get_run(self.db, req.run_id)).thread_id != thread_id:
+                raise RunNotFound(f"Run {req.run_id} is not in thread {thread_id}.")
+        run_id, outcome, held = await self.runs.interrupt(
+            thread_id, stop=req.stop, reason=req.reason, run_id=req.run_id
+        )
         if req.stop:
             await self._events.publish(ThreadStopped(thread_id, req.reason))
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)

@@ -56,7 +56,7 @@ from peerd import contracts as c
 from peerd.a2a import mapping
 from peerd.a2a.push import PushService
 from peerd.approvals import store as approvals_store
-from peerd.core.runs import is_live, is_terminal
+from peerd.core.runs import is_terminal
 from peerd.errors import InvalidRequest, NotFound, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.store import projects, threads
@@ -166,14 +166,11 @@ class PeerdRequestHandler(RequestHandler):
         run, thread = await self._run_of(caller, params.id)
         if is_terminal(run.status):
             raise TaskNotCancelableError(f"Task {run.id} has ended ({run.status}).")
-        if not is_live(run.status):  # an interrupt reaches the thread's live run, not a queued one
-            raise TaskNotCancelableError(
-                f"Task {run.id} is queued behind another run of its thread; cancel that one first."
-            )
-        # Not a Stop: only this task ends; the thread takes follow-up messages as before.
+        # Not a Stop: only this task ends (live: interrupted; queued behind another run: cancelled,
+        # it never starts); the thread takes follow-up messages as before.
         await self._call(
             self.ops.thread_interrupt(
-                caller, thread.id, c.ThreadInterrupt(stop=False, reason="A2A CancelTask")
+                caller, thread.id, c.ThreadInterrupt(stop=False, reason="A2A CancelTask", run_id=run.id)
             )
         )
         return await self.task(await threads.get_run(self.ops.db, run.id))

@@ -543,3 +543,30 @@ async def test_an_agent_signed_in_with_oauth_speaks_a2a_fenced_to_its_own(tmp_pa
         assert flow["authorizationUrl"] == box.url + "/oauth/authorize" and flow["pkceRequired"] is True
         async with box.client(linked) as client:
             await client.cancel_task(CancelTaskRequest(id=theirs.id))
+
+
+async def test_a_task_queued_behind_a_run_is_cancelled_and_never_starts(tmp_path: Path) -> None:
+    """Issue 29: CancelTask of a task still queued behind another run of its thread cancels it
+    (answered `canceled`); once the run before it ends, the thread starts nothing."""
+    async with a_box(tmp_path, []) as box:
+        token = await box.token("auto")
+        async with box.client(token) as client:
+            first = await send(client, message(script({"wait": 60}, {"reply": "first"})), now=True)
+            await until_state(client, first.id, {TaskState.TASK_STATE_WORKING})
+            queued = await send(
+                client, message(script({"reply": "never"}), context_id=first.context_id), now=True
+            )
+            assert queued.status.state == TaskState.TASK_STATE_SUBMITTED
+            answer = await client.cancel_task(CancelTaskRequest(id=queued.id))
+            assert answer.status.state == TaskState.TASK_STATE_CANCELED
+            await client.cancel_task(CancelTaskRequest(id=first.id))  # the thread's queue flows on
+            await until_state(client, first.id, ENDED)
+            again = await client.get_task(GetTaskRequest(id=queued.id))
+            assert again.status.state == TaskState.TASK_STATE_CANCELED and not again.artifacts
+            with pytest.raises(A2AError):  # it has ended: nothing more to cancel
+                await client.cancel_task(CancelTaskRequest(id=queued.id))
+        async with client_for(box.daemon.paths.home) as oc:
+            thread = await oc.call("GET", f"/v1/threads/{first.context_id}")
+            run = await oc.call("GET", f"/v1/threads/{first.context_id}/wait", params={"run": queued.id})
+            assert thread["latestRun"]["id"] == queued.id and run["status"] == "cancelled"
+            assert thread["latestRun"]["startedAt"] is None, "the cancelled run never started"
