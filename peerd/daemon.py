@@ -478,7 +478,7 @@ class Daemon:
         await p.engine.recover()  # every open orchestration continues where it was
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
         p.sweeper.start()
-        p.a2a.start()  # owed push notifications are delivered again
+        await p.a2a.start()  # owed push notifications are delivered again, tasks on boxes followed again
         p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
 
     async def _serve_listeners(self, p: Parts) -> None:

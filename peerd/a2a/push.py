@@ -27,14 +27,14 @@ from typing import Any
 
 import aiohttp
 import structlog
-from a2a.types import StreamResponse, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a.types import StreamResponse, Task, TaskPushNotificationConfig, TaskStatus, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict
 
-from peerd import contracts as c
 from peerd.a2a import mapping
-from peerd.errors import NotFound, PushAddressRefused
+from peerd.a2a.view import STATES, state_name
+from peerd.errors import PushAddressRefused
 from peerd.operations import Caller, Operations
-from peerd.store import clients, threads
+from peerd.store import clients
 
 log = structlog.get_logger(__name__)
 
@@ -87,7 +87,7 @@ class PushService:
         ops: Operations,
         *,
         allowed: mapping.Networks,
-        task_of: Callable[[c.Run], Awaitable[Any]],
+        task_of: Callable[[str], Awaitable[Task | None]],
         resolver: Resolve = resolve,
     ) -> None:
         self.ops = ops
@@ -115,23 +115,25 @@ class PushService:
         return addresses
 
     async def create(
-        self, caller: Caller, run: c.Run, config: TaskPushNotificationConfig
+        self, caller: Caller, task_id: str, thread_id: str, config: TaskPushNotificationConfig
     ) -> TaskPushNotificationConfig:
+        """A webhook for a task (here, or followed on a box: `thread_id` is the key the change
+        feed is poked under when it changes)."""
         await self._check(config.url)
         config_id = config.id or uuid.uuid4().hex
         auth = config.authentication if config.HasField("authentication") else None
         async with self.db.write() as tx:
-            count = await tx.execute("SELECT COUNT(*) FROM a2a_push_configs WHERE task_id = ?", (run.id,))
+            count = await tx.execute("SELECT COUNT(*) FROM a2a_push_configs WHERE task_id = ?", (task_id,))
             row = await count.fetchone()
             if row is not None and row[0] >= MAX_CONFIGS_PER_TASK:
-                raise PushAddressRefused(f"Task {run.id} has {MAX_CONFIGS_PER_TASK} webhooks already.")
+                raise PushAddressRefused(f"Task {task_id} has {MAX_CONFIGS_PER_TASK} webhooks already.")
             await tx.execute(
                 "INSERT OR REPLACE INTO a2a_push_configs (task_id, id, thread_id, namespace, url, token, "
                 "auth_scheme, auth_credentials, last_state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                 (
-                    run.id,
+                    task_id,
                     config_id,
-                    run.thread_id,
+                    thread_id,
                     caller.namespace,
                     config.url,
                     config.token or None,
@@ -141,7 +143,7 @@ class PushService:
                 ),
             )
         self._poke.set()
-        return _config(run.id, config_id, config.url, config.token)
+        return _config(task_id, config_id, config.url, config.token)
 
     async def get(self, task_id: str, config_id: str) -> TaskPushNotificationConfig | None:
         row = await self.db.fetchone(
@@ -177,12 +179,10 @@ class PushService:
         )
         self._set_watched({r["thread_id"] for r in rows})
         for row in rows:
-            try:
-                run = await _run(self.ops, row["task_id"])
-            except LookupError:
+            task = await self._task_of(row["task_id"])
+            if task is None:
                 continue
-            task = await self._task_of(run)
-            state = _state_name(task.status.state)
+            state = state_name(task.status.state)
             if state == row["last_state"]:
                 continue
             now = self.ops.clock()
@@ -238,13 +238,14 @@ class PushService:
                 )
                 return
         try:
-            run = await _run(self.ops, row["task_id"])
-            task = await self._task_of(run)
+            task = await self._task_of(row["task_id"])
+            if task is None:
+                raise LookupError(row["task_id"])
             body = StreamResponse()
             if row["state"] in mapping.TERMINAL_STATES:
                 body.task.CopyFrom(task)
             else:
-                status = TaskStatus(state=_state_value(row["state"]), timestamp=task.status.timestamp)
+                status = TaskStatus(state=STATES[row["state"]], timestamp=task.status.timestamp)
                 body.status_update.CopyFrom(
                     TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=status)
                 )
@@ -336,31 +337,3 @@ class SendFailed(Exception):
 
 def _config(task_id: str, config_id: str, url: str, token: str | None) -> TaskPushNotificationConfig:
     return TaskPushNotificationConfig(id=config_id, task_id=task_id, url=url, token=token or "")
-
-
-async def _run(ops: Operations, run_id: str) -> c.Run:
-    try:
-        return await threads.get_run(ops.db, run_id)
-    except NotFound:
-        raise LookupError(run_id) from None
-
-
-_NAMES = {
-    "TASK_STATE_SUBMITTED": "submitted",
-    "TASK_STATE_WORKING": "working",
-    "TASK_STATE_INPUT_REQUIRED": "input-required",
-    "TASK_STATE_COMPLETED": "completed",
-    "TASK_STATE_FAILED": "failed",
-    "TASK_STATE_CANCELED": "canceled",
-}
-
-
-def _state_name(value: int) -> str:
-    return _NAMES.get(TaskState.Name(value), "working")
-
-
-def _state_value(name: str) -> Any:
-    for proto, ours in _NAMES.items():
-        if ours == name:
-            return TaskState.Value(proto)
-    return TaskState.Value("TASK_STATE_WORKING")

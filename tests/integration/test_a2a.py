@@ -570,3 +570,39 @@ async def test_a_task_queued_behind_a_run_is_cancelled_and_never_starts(tmp_path
             run = await oc.call("GET", f"/v1/threads/{first.context_id}/wait", params={"run": queued.id})
             assert thread["latestRun"]["id"] == queued.id and run["status"] == "cancelled"
             assert thread["latestRun"]["startedAt"] is None, "the cancelled run never started"
+
+
+async def test_list_tasks_pages_newest_first_with_a_token_and_only_the_callers_own(tmp_path: Path) -> None:
+    """Issue 29: ListTasks honours pageSize and pageToken (newest first by when each task was made;
+    nextPageToken until the last page), lists only the caller's own, and refuses a token it did not
+    give with a typed error."""
+    async with a_box(tmp_path, []) as box:
+        mine, other = await box.token("auto"), await box.token("auto")
+        async with box.client(other) as client:
+            theirs = await send(client, message(script({"reply": "theirs"})), now=True)
+        async with box.client(mine) as client:
+            first = await send(client, message(script({"reply": "0"})))
+            made = [first.id]
+            for n in range(1, 5):  # a new thread, and follow-ups in the first one
+                context = first.context_id if n % 2 else ""
+                made.append((await send(client, message(script({"reply": str(n)}), context_id=context))).id)
+            seen: list[str] = []
+            token = ""
+            for _ in range(5):
+                page = await client.list_tasks(ListTasksRequest(page_size=2, page_token=token))
+                assert len(page.tasks) <= 2 and page.page_size == 2 and page.total_size == 5
+                assert not any(task.artifacts for task in page.tasks), "no artifacts unless asked"
+                seen += [task.id for task in page.tasks]
+                token = page.next_page_token
+                if not token:
+                    break
+            assert seen == made[::-1], "newest first, each once, none of another's"
+            assert theirs.id not in seen
+            one = await client.list_tasks(ListTasksRequest(context_id=first.context_id, include_artifacts=True))
+            assert [t.id for t in one.tasks] == [made[3], made[1], made[0]]
+            assert one.tasks[-1].artifacts[0].parts[0].text == "0"
+            done = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, page_size=100))
+            assert {t.id for t in done.tasks} <= set(made)
+            with pytest.raises(A2AError) as refused:
+                await client.list_tasks(ListTasksRequest(page_token="not-a-token"))
+            assert refused.value.data == {"peerdCode": "invalid_page_token"}
