@@ -682,9 +682,12 @@ class Daemon:
         if lost is not None:
             saved = None if lost.saved_as is None else str(lost.saved_as)
             store = c.StoreState(state=lost.kind, path=store.path, message=lost.sentence(), saved_as=saved)
+        pushes = None
         try:
             thread_count, live = await threads.counts(self.db)
             project_count = await projects.count(self.db)
+            if self.parts is not None:  # A2A pushes given up lately: status and doctor warn
+                pushes = await self.parts.a2a.push.given_up()
         except StorageUnavailable:
             if lost is None:
                 raise
@@ -701,6 +704,7 @@ class Daemon:
             home=str(self.paths.home),
             store=store,
             console=None if self.console is None else self.console.status(),
+            a2a_pushes=pushes,
         )
 
     async def wait_stopped(self) -> None:

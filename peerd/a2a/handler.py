@@ -66,6 +66,7 @@ CALLER_STATE = "peerd.caller"
 BASE_STATE = "peerd.base"  # the scheme and host the caller reached (the card's interface URLs)
 STREAM_CHUNK_S = 25.0  # one wait on the change feed; a stream is a loop of them
 BLOCK_S = 45.0  # a blocking SendMessage answers within this (no request waits over 50 s on the wire)
+GIVEN_UP_KEY = "peerdPushesGivenUp"  # GetTask's metadata: the task's push notifications given up
 
 
 def a2a_error(err: PeerdError) -> A2AError:
@@ -162,7 +163,12 @@ class PeerdRequestHandler(RequestHandler):
     # --- the methods ----------------------------------------------------------------------------
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        return await self.current(await self._find(caller_of(context), params.id))
+        found = await self._find(caller_of(context), params.id)
+        task = await self.current(found)
+        given_up = await self.push.given_up_for(_id(found))
+        if given_up:  # the client learns here what its webhook missed, and why
+            task.metadata.update({GIVEN_UP_KEY: given_up})
+        return task
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         try:

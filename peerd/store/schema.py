@@ -520,9 +520,12 @@ MIGRATIONS: list[list[str]] = [
     # laptop, each A2A task placed on a linked box (a2a/remote.py): the launch or send recorded
     # before it leaves (keyed by the caller's namespace and its message's key, with the body it
     # sends again until the box answers), the box's thread and run once it did, the task as last
-    # seen there (A2A JSON; with its answer once it ended), and a cancel owed to it.
+    # seen there (A2A JSON; with its answer once it ended), and a cancel owed to it. When a push
+    # was given up (`peerd status`, `peerd doctor` and the task's GetTask show the recent ones).
     [
         "CREATE INDEX runs_created ON runs(created_at, id)",
+        "ALTER TABLE a2a_push_owed ADD COLUMN given_up_at REAL",
+        "CREATE INDEX a2a_push_given_up ON a2a_push_owed(given_up_at) WHERE given_up IS NOT NULL",
         """CREATE TABLE a2a_remote_tasks (
             namespace TEXT NOT NULL,
             request_key TEXT NOT NULL,

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import ssl
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,12 +39,15 @@ from a2a.types import (
 )
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from aiohttp import web
+from google.protobuf.json_format import MessageToDict
 
 from peerd.a2a import push as push_module
 from peerd.api.oauth import PAIRING_GRANT
 from peerd.config import A2AConfig, Config
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
+from peerd.doctor import run_checks
+from peerd.doctor.gather import gather
 from tests.helpers import client_for, make_repo, running_daemon, script
 from tests.support.signin import Agent
 
@@ -475,15 +481,38 @@ async def test_a_webhook_that_keeps_failing_is_retried_then_given_up_with_the_re
 
             for _ in range(200):
                 rows = await push.owed()
-                if rows and len(await ended()) == len(rows):
+                if any(r["state"] == "completed" for r in rows) and len(await ended()) == len(rows):
                     break
                 await asyncio.sleep(0.05)
             rows = await push.owed()
             assert rows and all(r["delivered_at"] is None for r in rows)
-            assert all(
-                r["given_up"] == "not delivered after 3 attempts (SendFailed: HTTP 503)" for r in rows
-            ), rows
+            reason = "not delivered after 3 attempts (SendFailed: HTTP 503)"
+            assert all(r["given_up"] == reason for r in rows), rows
             assert len(hits) == 3 * len(rows), "each state tried exactly MAX_ATTEMPTS times"
+
+            # Shown where a person looks: the task's GetTask, `peerd status`, `peerd doctor`.
+            async with box.client(token) as client:
+                task_id = rows[0]["task_id"]
+                seen = MessageToDict(await client.get_task(GetTaskRequest(id=task_id)))
+            missed = seen["metadata"]["peerdPushesGivenUp"]
+            assert {m["state"] for m in missed} == {r["state"] for r in rows}
+            assert {m["reason"] for m in missed} == {reason}
+            async with client_for(box.daemon.paths.home) as oc:
+                pushes = (await oc.call("GET", "/v1/status"))["a2aPushes"]
+            assert pushes["givenUp"] == len(rows) and pushes["latest"][0]["reason"] == reason
+            assert pushes["latest"][0]["webhook"] == url.removesuffix("/hook"), "never the path"
+            status = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "peerd", "--home", str(box.daemon.paths.home), "status"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            shown = rf"^a2a pushes +{len(rows)} given up in the last 7 days; the latest, to http://127\.0\.0\.1:"
+            assert re.search(shown, status.stdout, re.MULTILINE), status.stdout
+            (check,) = [ch for ch in run_checks(await gather(box.daemon.paths)) if ch.name == "a2a-pushes"]
+            assert check.status == "warn" and reason in check.detail and check.table
+            assert check.fix is not None and "allow_private_push" in check.fix
     finally:
         await runner.cleanup()
 
