@@ -508,7 +508,9 @@ async def test_a_webhook_that_keeps_failing_is_retried_then_given_up_with_the_re
                 text=True,
                 timeout=60,
             )
-            shown = rf"^a2a pushes +{len(rows)} given up in the last 7 days; the latest, to http://127\.0\.0\.1:"
+            shown = (
+                rf"^a2a pushes +{len(rows)} given up in the last 7 days; the latest, to http://127\.0\.0\.1:"
+            )
             assert re.search(shown, status.stdout, re.MULTILINE), status.stdout
             (check,) = [ch for ch in run_checks(await gather(box.daemon.paths)) if ch.name == "a2a-pushes"]
             assert check.status == "warn" and reason in check.detail and check.table
@@ -627,10 +629,14 @@ async def test_list_tasks_pages_newest_first_with_a_token_and_only_the_callers_o
                     break
             assert seen == made[::-1], "newest first, each once, none of another's"
             assert theirs.id not in seen
-            one = await client.list_tasks(ListTasksRequest(context_id=first.context_id, include_artifacts=True))
+            one = await client.list_tasks(
+                ListTasksRequest(context_id=first.context_id, include_artifacts=True)
+            )
             assert [t.id for t in one.tasks] == [made[3], made[1], made[0]]
             assert one.tasks[-1].artifacts[0].parts[0].text == "0"
-            done = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, page_size=100))
+            done = await client.list_tasks(
+                ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, page_size=100)
+            )
             assert {t.id for t in done.tasks} <= set(made)
             with pytest.raises(A2AError) as refused:
                 await client.list_tasks(ListTasksRequest(page_token="not-a-token"))

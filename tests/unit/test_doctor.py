@@ -801,7 +801,11 @@ def test_a2a_pushes_given_up_lately_are_a_warning_with_the_latest_reason_and_wha
     """Issue 29: a push notification given up (its webhook never answered 2xx) is a warning: how
     many in the window, the latest reason and webhook, a line per recent one, and the fix."""
     latest = c.GivenUpPush(
-        task_id="run_1", webhook="https://hooks.example:8443", state="completed", reason="HTTP 503", given_up_at=NOW
+        task_id="run_1",
+        webhook="https://hooks.example:8443",
+        state="completed",
+        reason="HTTP 503",
+        given_up_at=NOW,
     )
     given_up = c.PushHealth(given_up=3, window_s=7 * DAY, latest=[latest])
     daemon = up(status=status().model_copy(update={"a2a_pushes": given_up}))
