@@ -45,7 +45,7 @@ from peerd.api.oauth import PAIRING_GRANT
 from peerd.config import A2AConfig, Config, PlacementConfig
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
-from peerd.errors import PeerdError
+from peerd.errors import PeerdError, PeerUnreachable
 from peerd.paths import Paths
 from tests.helpers import client_for, free_port, make_repo, running_daemon, script
 from tests.support.eventually import eventually
@@ -332,3 +332,41 @@ async def test_a_task_on_the_box_waits_for_a_person_there_and_is_streamed_and_pu
             assert final["id"] == task.id and final["artifacts"][0]["parts"][0]["text"] == "approved and done"
     finally:
         await runner.cleanup()
+
+
+async def test_a_launch_whose_answer_was_lost_is_sent_again_and_a_retry_gets_the_same_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded before it leaves: the box made the thread but its answer never came back (the
+    client is told `unreachable`); the laptop sends the launch again by itself, follows the task,
+    and the client's retry of the message gets that same task, one thread there."""
+    async with (
+        running_daemon(tmp_path / "box", label="box") as box,
+        running_daemon(tmp_path / "laptop", label="laptop", settings=LAPTOP) as laptop,
+    ):
+        project_id = await set_up(laptop, box, tmp_path)
+        assert laptop.parts is not None
+        ops = laptop.parts.a2a.remote.ops
+        real = ops.launch_placed
+
+        async def answer_lost(caller: Any, placed: Any) -> Any:
+            await real(caller, placed)  # the box has it ...
+            raise PeerUnreachable("box did not answer (test)")  # ... the answer is lost on the way
+
+        monkeypatch.setattr(ops, "launch_placed", answer_lost)
+        async with owner_a2a(laptop) as client, client_for(box.paths.home) as bc:
+            msg = placed(script({"reply": "sent once"}), project_id)
+            with pytest.raises(A2AError) as lost:
+                await send(client, msg)
+            assert lost.value.data == {"peerdCode": "unreachable"}
+            listed = await eventually(
+                lambda: client.list_tasks(ListTasksRequest()),
+                what="the task, sent again by the laptop itself",
+                until=lambda page: len(page.tasks) == 1,
+                within=30,
+            )
+            task = await until_state(client, listed.tasks[0].id, DONE)
+            again = await send(client, msg)
+            assert (again.id, again.context_id) == (task.id, task.context_id)
+            assert again.artifacts[0].parts[0].text == "sent once"
+            assert len((await bc.call("GET", "/v1/threads"))["items"]) == 1, "one thread there"
