@@ -151,6 +151,25 @@ class ConsoleStatus(Wire):
     note: str | None = None  # why not, or where it moved from
 
 
+class GivenUpPush(Wire):
+    """An A2A push notification given up (peerd/a2a/push.py): to which webhook (its scheme, host
+    and port only: never its path, query or token), for which task and state, and why."""
+
+    task_id: str
+    webhook: str
+    state: str
+    reason: str
+    given_up_at: float
+
+
+class PushHealth(Wire):
+    """A2A push notifications given up in the last `window_s` seconds: how many, the latest first."""
+
+    given_up: int
+    window_s: float
+    latest: list[GivenUpPush] = Field(default_factory=list)
+
+
 class Status(Wire):
     env_id: str
     label: str
@@ -164,6 +183,8 @@ class Status(Wire):
     home: str
     store: StoreState | None = None  # None: a daemon that does not say (older, or still starting)
     console: ConsoleStatus | None = None  # None: a daemon that does not say (older, or still starting)
+    # None: a daemon that does not say (older, or still starting)
+    a2a_pushes: PushHealth | None = Field(default=None, alias="a2aPushes")
 
 
 class Descriptor(Wire):
@@ -432,6 +453,9 @@ class ThreadInterrupt(Input):
     stop: bool = False
     reason: str | None = Field(default=None, max_length=2000)
     environment_id: str | None = EnvironmentId
+    # Only this run of the thread: live, it is interrupted; queued, it is cancelled and never
+    # starts; ended, nothing changes (the answer's status is its own). Not with `stop`.
+    run_id: str | None = Field(default=None, max_length=100)
 
 
 class ThreadInterruptResult(Wire):

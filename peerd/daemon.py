@@ -480,7 +480,7 @@ class Daemon:
         await p.engine.recover()  # every open orchestration continues where it was
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
         p.sweeper.start()
-        p.a2a.start()  # owed push notifications are delivered again
+        await p.a2a.start()  # owed push notifications are delivered again, tasks on boxes followed again
         p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
 
     async def _serve_listeners(self, p: Parts) -> None:
@@ -692,9 +692,12 @@ class Daemon:
         if lost is not None:
             saved = None if lost.saved_as is None else str(lost.saved_as)
             store = c.StoreState(state=lost.kind, path=store.path, message=lost.sentence(), saved_as=saved)
+        pushes = None
         try:
             thread_count, live = await threads.counts(self.db)
             project_count = await projects.count(self.db)
+            if self.parts is not None:  # A2A pushes given up lately: status and doctor warn
+                pushes = await self.parts.a2a.push.given_up()
         except StorageUnavailable:
             if lost is None:
                 raise
@@ -712,6 +715,7 @@ class Daemon:
             home=str(self.paths.home),
             store=store,
             console=None if self.console is None else self.console.status(),
+            a2a_pushes=pushes,
         )
 
     async def wait_stopped(self) -> None:

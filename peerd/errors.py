@@ -171,6 +171,13 @@ class UsageError(InvalidRequest):
     exit_code = 2
 
 
+class BadPageToken(InvalidRequest):
+    """A page token (A2A `ListTasks`' `pageToken`) that is not one peerd gave: list again without
+    it to start from the newest."""
+
+    code = "invalid_page_token"
+
+
 class UnsupportedGrant(InvalidRequest):
     """`POST /oauth/token` with a `grant_type` peerd does not take."""
 

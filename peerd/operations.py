@@ -155,6 +155,17 @@ class Placer(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PlacedLaunch:
+    """An `auto` launch once placed: the request as it will be sent (`environment_id` None: here;
+    else the box, with its project), the choice and the key it is kept under."""
+
+    req: c.ThreadLaunch
+    placed: c.Placed
+    key: str | None
+    placement: Placer
+
+
 class Operations:
     def __init__(
         self,
@@ -528,16 +539,23 @@ class Operations:
     ) -> c.ThreadLaunchResult:
         """environmentId "auto": placed here or on a linked box (peerd/placement/); the choice is
         kept under the request's key first, so a retry lands where the first try went."""
+        return await self.launch_placed(caller, await self.place(caller, req, placement))
+
+    async def place(self, caller: Caller, req: c.ThreadLaunch, placement: Placer) -> PlacedLaunch:
+        """Where an `auto` launch goes (kept under its key: a retry is placed the same), not yet sent."""
         project = await projects.get(self.db, req.project_id)
         key = None if req.client_request_id is None else f"launch:{caller.namespace}:{req.client_request_id}"
         placed = await placement.for_project(
             project, req.provider, req.runtime_mode, via_link=caller.link is not None, key=key
         )
-        env = placed.environment_id
-        update = {"environment_id": env, "project_id": placed.project_id}
-        launched = await self.thread_launch(caller, req.model_copy(update=update))
-        await placement.kept(key, placed, thread_id=launched.thread_id)
-        return launched.model_copy(update={"placement": placed})
+        update = {"environment_id": placed.environment_id, "project_id": placed.project_id}
+        return PlacedLaunch(req.model_copy(update=update), placed, key, placement)
+
+    async def launch_placed(self, caller: Caller, placed: PlacedLaunch) -> c.ThreadLaunchResult:
+        """The launch `place` placed: here, or forwarded to the box it chose."""
+        launched = await self.thread_launch(caller, placed.req)
+        await placed.placement.kept(placed.key, placed.placed, thread_id=launched.thread_id)
+        return launched.model_copy(update={"placement": placed.placed})
 
     def _ceiling_for(self, caller: Caller) -> threads.Admit | None:
         """A link's new run must fit under the owner's per-link ceilings (peerd/core/usage.py),
@@ -717,7 +735,16 @@ class Operations:
         thread_id = await self.thread_ref(caller, thread_id)
         thread = await threads.get_thread(self.db, thread_id)
         _fence(caller, thread, "interrupt threads", await self._cap_of(caller))
-        run_id, outcome, held = await self.runs.interrupt(thread_id, stop=req.stop, reason=req.reason)
+        if req.run_id is not None:
+            if req.stop:
+                raise InvalidRequest(
+                    "A stop ends all of the thread's work; name a run (runId) only to interrupt or cancel that one."
+                )
+            if (await threads.get_run(self.db, req.run_id)).thread_id != thread_id:
+                raise RunNotFound(f"Run {req.run_id} is not in thread {thread_id}.")
+        run_id, outcome, held = await self.runs.interrupt(
+            thread_id, stop=req.stop, reason=req.reason, run_id=req.run_id
+        )
         if req.stop:
             await self._events.publish(ThreadStopped(thread_id, req.reason))
         return c.ThreadInterruptResult(thread_id=thread_id, run_id=run_id, status=outcome, queue_held=held)

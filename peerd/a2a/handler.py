@@ -7,14 +7,16 @@ caller, so a link's access level, cap and fence apply exactly as on `/v1/threads
 here too: a link sees only the tasks of threads it started (another's answers `TaskNotFound`, so
 it learns nothing of them); the owner sees every task.
 
-A task is one run; its `contextId` is the run's thread (peerd/a2a/mapping.py). Failures are peerd's
-typed errors, turned into A2A errors by class (`a2a_error`), never by their text.
+A task is one run; its `contextId` is the run's thread (peerd/a2a/mapping.py). A task whose run is
+on a linked box (an `auto` launch placed there, or a message to such a context) is followed there
+(`peerd/a2a/remote.py`) and served from what was last seen of it. Failures are peerd's typed
+errors, turned into A2A errors by class (`a2a_error`), never by their text.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -23,7 +25,6 @@ from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import (
     AgentCard,
-    Artifact,
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -34,14 +35,10 @@ from a2a.types import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
-    Part,
-    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskPushNotificationConfig,
-    TaskState,
-    TaskStatus,
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
@@ -53,10 +50,12 @@ from a2a.utils.errors import (
 )
 
 from peerd import contracts as c
-from peerd.a2a import mapping
+from peerd.a2a import listing, mapping, store
 from peerd.a2a.push import PushService
-from peerd.approvals import store as approvals_store
-from peerd.core.runs import is_live, is_terminal
+from peerd.a2a.remote import RemoteTasks
+from peerd.a2a.store import Remote
+from peerd.a2a.view import ENDED, SETTLED, remote_task, task_of
+from peerd.core.runs import is_terminal
 from peerd.errors import InvalidRequest, NotFound, PeerdError
 from peerd.operations import Caller, Operations
 from peerd.store import projects, threads
@@ -67,18 +66,7 @@ CALLER_STATE = "peerd.caller"
 BASE_STATE = "peerd.base"  # the scheme and host the caller reached (the card's interface URLs)
 STREAM_CHUNK_S = 25.0  # one wait on the change feed; a stream is a loop of them
 BLOCK_S = 45.0  # a blocking SendMessage answers within this (no request waits over 50 s on the wire)
-
-STATES: dict[mapping.A2AState, TaskState] = {
-    "submitted": TaskState.TASK_STATE_SUBMITTED,
-    "working": TaskState.TASK_STATE_WORKING,
-    "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
-    "completed": TaskState.TASK_STATE_COMPLETED,
-    "failed": TaskState.TASK_STATE_FAILED,
-    "canceled": TaskState.TASK_STATE_CANCELED,
-}
-
-
-SETTLED = frozenset({STATES["completed"], STATES["failed"], STATES["canceled"], STATES["input-required"]})
+GIVEN_UP_KEY = "peerdPushesGivenUp"  # GetTask's metadata: the task's push notifications given up
 
 
 def a2a_error(err: PeerdError) -> A2AError:
@@ -98,85 +86,115 @@ def caller_of(context: ServerCallContext) -> Caller:
     return caller
 
 
-def _timestamp(seconds: float | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
+@dataclass(frozen=True)
+class Here:
+    """A task whose run is on this machine."""
+
+    run: c.Run
+    thread: c.Thread
+
+
+Found = Here | Remote  # a task here, or one followed on a linked box
+
+
+def _key(found: Found) -> str:
+    """What the change feed is poked under when the task changes: its thread (here or there)."""
+    return found.run.thread_id if isinstance(found, Here) else found.thread_id or ""
+
+
+def _id(found: Found) -> str:
+    return found.run.id if isinstance(found, Here) else found.task_id or ""
+
+
+def _sees(caller: Caller, row: Remote) -> bool:
+    """A task on a box is its caller's (the owner sees every one)."""
+    return caller.link is None or row.namespace == caller.namespace
 
 
 class PeerdRequestHandler(RequestHandler):
     def __init__(
-        self, ops: Operations, push: PushService, extended_card: Callable[[Caller, str], Awaitable[AgentCard]]
+        self,
+        ops: Operations,
+        push: PushService,
+        extended_card: Callable[[Caller, str], Awaitable[AgentCard]],
+        remote: RemoteTasks,
     ) -> None:
         self.ops = ops
         self.push = push
+        self.remote = remote
         self._extended_card = extended_card
 
     # --- reading a task -------------------------------------------------------------------------
 
-    async def _run_of(self, caller: Caller, task_id: str) -> tuple[c.Run, c.Thread]:
-        """The run a task id names and its thread, if this caller may see it."""
+    async def _find(self, caller: Caller, task_id: str) -> Found:
+        """The task an id names, here or followed on a box, if this caller may see it."""
         try:
             run = await threads.get_run(self.ops.db, task_id)
             thread = await threads.get_thread(self.ops.db, run.thread_id)
         except NotFound:
+            row = await store.remote_by_task(self.ops.db, task_id)
+            if row is not None and _sees(caller, row):
+                return row
             raise TaskNotFoundError(f"No task {task_id} here.") from None
         if caller.link is not None and thread.link_origin != caller.link.client_id:
             raise TaskNotFoundError(f"No task {task_id} here.")  # another's: not even its existence
-        return run, thread
+        return Here(run, thread)
 
-    async def _thread_of(self, caller: Caller, thread_id: str) -> c.Thread:
-        """The thread a contextId names, if this caller may see it."""
+    async def _thread_of(self, caller: Caller, thread_id: str) -> c.Thread | Remote:
+        """The thread a contextId names (here, or one followed on a box), if this caller may see it."""
         try:
             thread = await threads.get_thread(self.ops.db, thread_id)
         except NotFound:
+            row = await store.remote_in_thread(self.ops.db, thread_id)
+            if row is not None and _sees(caller, row):
+                return row
             raise TaskNotFoundError(f"No context {thread_id} here.") from None
         if caller.link is not None and thread.link_origin != caller.link.client_id:
             raise TaskNotFoundError(f"No context {thread_id} here.")
         return thread
 
-    async def task(self, run: c.Run) -> Task:
-        """The A2A task a run is, with its final answer as an artifact once it ended."""
-        return await task_of(self.ops, run)
+    async def current(self, found: Found) -> Task:
+        """The task as it is now: read here, or as last seen on its box."""
+        if isinstance(found, Here):
+            return await task_of(self.ops, await threads.get_run(self.ops.db, found.run.id))
+        row = await store.remote_get(self.ops.db, found.key)
+        return remote_task(row or found)
 
     # --- the methods ----------------------------------------------------------------------------
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        run, _ = await self._run_of(caller_of(context), params.id)
-        return await self.task(run)
+        found = await self._find(caller_of(context), params.id)
+        task = await self.current(found)
+        given_up = await self.push.given_up_for(_id(found))
+        if given_up:  # the client learns here what its webhook missed, and why
+            task.metadata.update({GIVEN_UP_KEY: given_up})
+        return task
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        caller = caller_of(context)
-        listed = await self._call(
-            self.ops.thread_list(
-                caller, c.ThreadList(project_id=None, limit=min(params.page_size or 50, 100))
-            )
-        )
-        tasks = []
-        for thread in listed.items:
-            if caller.link is not None and thread.link_origin != caller.link.client_id:
-                continue
-            if params.context_id and thread.id != params.context_id:
-                continue
-            run = await threads.latest_run(self.ops.db, thread.id)
-            if run is not None:
-                tasks.append(await self.task(run))
-        return ListTasksResponse(tasks=tasks, page_size=len(tasks), total_size=len(tasks))
+        try:
+            return await listing.list_tasks(self.ops, caller_of(context), params)
+        except PeerdError as err:
+            raise a2a_error(err) from None
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         caller = caller_of(context)
-        run, thread = await self._run_of(caller, params.id)
+        found = await self._find(caller, params.id)
+        if isinstance(found, Remote):
+            if found.ended_at is not None:
+                raise TaskNotCancelableError(f"Task {params.id} has ended ({found.state}).")
+            task: Task = await self._call(self.remote.cancel(found))
+            return task
+        run, thread = found.run, found.thread
         if is_terminal(run.status):
             raise TaskNotCancelableError(f"Task {run.id} has ended ({run.status}).")
-        if not is_live(run.status):  # an interrupt reaches the thread's live run, not a queued one
-            raise TaskNotCancelableError(
-                f"Task {run.id} is queued behind another run of its thread; cancel that one first."
-            )
-        # Not a Stop: only this task ends; the thread takes follow-up messages as before.
+        # Not a Stop: only this task ends (live: interrupted; queued behind another run: cancelled,
+        # it never starts); the thread takes follow-up messages as before.
         await self._call(
             self.ops.thread_interrupt(
-                caller, thread.id, c.ThreadInterrupt(stop=False, reason="A2A CancelTask")
+                caller, thread.id, c.ThreadInterrupt(stop=False, reason="A2A CancelTask", run_id=run.id)
             )
         )
-        return await self.task(await threads.get_run(self.ops.db, run.id))
+        return await self.current(found)
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         caller = caller_of(context)
@@ -184,21 +202,21 @@ class PeerdRequestHandler(RequestHandler):
         wants_push = params.configuration.HasField("task_push_notification_config")
         if wants_push:  # a refused webhook refuses the message before anything starts
             await self._call(self.push.check(config.url))
-        run = await self._send(caller, params)
+        found = await self._send(caller, params)
         if wants_push:
-            await self._call(self.push.create(caller, run, config))
+            await self._call(self.push.create(caller, _id(found), _key(found), config))
         if params.configuration.return_immediately:
-            return await self.task(run)
-        return await self._settled(run)
+            return await self.current(found)
+        return await self._settled(found)
 
-    async def _settled(self, run: c.Run) -> Task:
+    async def _settled(self, found: Found) -> Task:
         """Blocking SendMessage: the task once it ended or waits for input, or as it is after
         `BLOCK_S` (a bounded wait; the client follows it with GetTask or a subscription)."""
         feed = self.ops.feed
         deadline = feed.deadline(BLOCK_S)
         while True:
-            changed = feed.watch(run.thread_id)
-            task = await self.task(await threads.get_run(self.ops.db, run.id))
+            changed = feed.watch(_key(found))
+            task = await self.current(found)
             if task.status.state in SETTLED or feed.closed or feed.remaining(deadline) <= 0:
                 return task
             await feed.wait(changed, feed.remaining(deadline))
@@ -206,30 +224,31 @@ class PeerdRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        caller = caller_of(context)
-        run = await self._send(caller, params)
-        async for event in self._follow(run, first=True):
+        found = await self._send(caller_of(context), params)
+        async for event in self._follow(found):
             yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        run, _ = await self._run_of(caller_of(context), params.id)
-        async for event in self._follow(run, first=True):
+        found = await self._find(caller_of(context), params.id)
+        async for event in self._follow(found):
             yield event
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         caller = caller_of(context)
-        run, _ = await self._run_of(caller, params.task_id)
-        created: TaskPushNotificationConfig = await self._call(self.push.create(caller, run, params))
+        found = await self._find(caller, params.task_id)
+        created: TaskPushNotificationConfig = await self._call(
+            self.push.create(caller, _id(found), _key(found), params)
+        )
         return created
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        await self._run_of(caller_of(context), params.task_id)
+        await self._find(caller_of(context), params.task_id)
         found = await self.push.get(params.task_id, params.id)
         if found is None:
             raise TaskNotFoundError(f"No push notification config {params.id} on task {params.task_id}.")
@@ -238,13 +257,13 @@ class PeerdRequestHandler(RequestHandler):
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        await self._run_of(caller_of(context), params.task_id)
+        await self._find(caller_of(context), params.task_id)
         return ListTaskPushNotificationConfigsResponse(configs=await self.push.list_configs(params.task_id))
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        await self._run_of(caller_of(context), params.task_id)
+        await self._find(caller_of(context), params.task_id)
         await self.push.delete(params.task_id, params.id)
 
     async def on_get_extended_agent_card(
@@ -263,9 +282,9 @@ class PeerdRequestHandler(RequestHandler):
         except PeerdError as err:
             raise a2a_error(err) from None
 
-    async def _send(self, caller: Caller, params: SendMessageRequest) -> c.Run:
-        """Launch a thread (no contextId) or send to one (contextId = the thread); the message id
-        is the idempotency key, so a retry reaches the same run."""
+    async def _send(self, caller: Caller, params: SendMessageRequest) -> Found:
+        """Launch a thread (no contextId) or send to one (contextId = the thread, here or on a
+        box); the message id is the idempotency key, so a retry reaches the same run."""
         message = params.message
         try:
             key = mapping.client_request_id(message.message_id)
@@ -274,13 +293,13 @@ class PeerdRequestHandler(RequestHandler):
             raise a2a_error(err) from None
         meta = dict(params.metadata.items()) | dict(message.metadata.items())
         if message.context_id:
-            await self._thread_of(caller, message.context_id)  # another's thread: not found
-            sent = await self._call(
-                self.ops.thread_send(
-                    caller, message.context_id, c.ThreadSend(text=prompt, client_request_id=key)
-                )
-            )
-            return await threads.get_run(self.ops.db, sent.run_id)
+            context = await self._thread_of(caller, message.context_id)  # another's thread: not found
+            send = c.ThreadSend(text=prompt, client_request_id=key)
+            if isinstance(context, Remote):
+                row: Remote = await self._call(self.remote.send(caller, context, send))
+                return row
+            sent = await self._call(self.ops.thread_send(caller, context.id, send))
+            return await self._here(sent.run_id)
         project_id = meta.get("projectId") or await self._only_project()
         launch: dict[str, Any] = {"project_id": project_id, "prompt": prompt, "client_request_id": key}
         if meta.get("environmentId") not in (None, "auto"):
@@ -289,23 +308,31 @@ class PeerdRequestHandler(RequestHandler):
             ("provider", "provider"),
             ("model", "model"),
             ("environmentId", "environment_id"),
+            ("runtimeMode", "runtime_mode"),
+            ("interactionMode", "interaction_mode"),
         ):
-            if isinstance(meta.get(wire), str):
-                launch[field] = meta[wire]
-        for wire, field in (("runtimeMode", "runtime_mode"), ("interactionMode", "interaction_mode")):
             if isinstance(meta.get(wire), str):
                 launch[field] = meta[wire]
         try:
             req = c.ThreadLaunch.model_validate(launch)
         except ValueError:
             raise InvalidParamsError("The message's metadata does not make a launch.") from None
-        launched = await self._call(self.ops.thread_launch(caller, req))
-        if launched.placement is not None and launched.placement.environment_id is not None:
-            raise InvalidParamsError(
-                "peerd placed this launch on another environment; its A2A task is followed there "
-                f"(thread {launched.thread_id}, run {launched.run_id})."
-            )
-        return await threads.get_run(self.ops.db, launched.run_id)
+        placement = self.ops.placement
+        if req.environment_id != "auto" or placement is None:
+            launched = await self._call(self.ops.thread_launch(caller, req))
+            return await self._here(launched.run_id)
+        # Placed first (the choice kept under the message's key: a retry goes the same way); on a
+        # linked box, the task follows its run there.
+        placed = await self._call(self.ops.place(caller, req, placement))
+        if placed.req.environment_id is None:
+            launched = await self._call(self.ops.launch_placed(caller, placed))
+            return await self._here(launched.run_id)
+        there: Remote = await self._call(self.remote.launch(caller, placed))
+        return there
+
+    async def _here(self, run_id: str) -> Here:
+        run = await threads.get_run(self.ops.db, run_id)
+        return Here(run, await threads.get_thread(self.ops.db, run.thread_id))
 
     async def _only_project(self) -> str:
         listed = (await projects.page(self.ops.db, cursor=None, limit=2)).items
@@ -315,61 +342,18 @@ class PeerdRequestHandler(RequestHandler):
             )
         return listed[0].id
 
-    async def _follow(self, run: c.Run, *, first: bool) -> AsyncGenerator[Event]:
+    async def _follow(self, found: Found) -> AsyncGenerator[Event]:
         """The task, then a status update at each change of its state, until it ends."""
         feed = self.ops.feed
-        sent: TaskState | None = None
+        sent = None
         while True:
-            changed = feed.watch(run.thread_id)
-            current = await threads.get_run(self.ops.db, run.id)
-            task = await self.task(current)
-            if first:
-                first = False
-                sent = task.status.state
+            changed = feed.watch(_key(found))
+            task = await self.current(found)
+            if sent is None:
                 yield task
             elif task.status.state != sent:
-                sent = task.status.state
                 yield TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
-            if is_terminal(current.status) or feed.closed:
+            sent = task.status.state
+            if task.status.state in ENDED or feed.closed:
                 return
             await feed.wait(changed, STREAM_CHUNK_S)
-
-
-async def task_of(ops: Operations, run: c.Run) -> Task:
-    """The A2A task a run is (also what a push carries)."""
-    approval = None
-    if not is_terminal(run.status):
-        approval = await approvals_store.waiting_on_thread(ops.db, run.thread_id)
-    state = mapping.task_state(run.status, approval_waiting=approval is not None)
-    status = TaskStatus(state=STATES[state])
-    if approval is not None and state == "input-required":
-        text = f"Waiting for a person to approve {approval.id}: {approval.summary}"
-        status.message.CopyFrom(
-            Message(message_id=f"{run.id}-{approval.id}", role=Role.ROLE_AGENT, parts=[Part(text=text)])
-        )
-    stamp = _timestamp(run.ended_at or run.started_at or run.created_at)
-    if stamp is not None:
-        status.timestamp.FromDatetime(stamp)
-    task = Task(id=run.id, context_id=run.thread_id, status=status)
-    if is_terminal(run.status):
-        answer = await _answer(ops, run)
-        if answer:
-            task.artifacts.append(
-                Artifact(artifact_id=f"{run.id}-answer", name="answer", parts=[Part(text=answer)])
-            )
-        if run.reason and state != "completed":
-            status.message.CopyFrom(
-                Message(message_id=f"{run.id}-status", role=Role.ROLE_AGENT, parts=[Part(text=run.reason)])
-            )
-    return task
-
-
-async def _answer(ops: Operations, run: c.Run) -> str:
-    """The run's last assistant message (its first 20,000 characters)."""
-    rows = await threads.read_items(ops.db, run.thread_id, after_position=None, limit=200, run_id=run.id)
-    text = ""
-    for row in rows:
-        item = threads.item_from_row(row, max_chars=20_000)
-        if item.kind == "assistant_message":
-            text = item.text
-    return text

@@ -45,8 +45,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount
 
 from peerd.a2a import mapping
-from peerd.a2a.handler import BASE_STATE, CALLER_STATE, PeerdRequestHandler, task_of
+from peerd.a2a.handler import BASE_STATE, CALLER_STATE, PeerdRequestHandler
 from peerd.a2a.push import PushService
+from peerd.a2a.remote import RemoteTasks
+from peerd.a2a.view import task_by_id
 from peerd.api.a2a_routes import A2A_PREFIX
 from peerd.api.asgi import asgi_scope
 from peerd.errors import InvalidRequest
@@ -97,9 +99,12 @@ class A2AFace:
         self.ops = ops
         self.label = label
         self.push = PushService(
-            ops, allowed=mapping.networks(allow_private_push), task_of=lambda run: task_of(ops, run)
+            ops,
+            allowed=mapping.networks(allow_private_push),
+            task_of=lambda task_id: task_by_id(ops, task_id),
         )
-        self.handler = PeerdRequestHandler(ops, self.push, self.extended_card)
+        self.remote = RemoteTasks(ops)
+        self.handler = PeerdRequestHandler(ops, self.push, self.extended_card, self.remote)
         context = CallerContext()
         self.app = Starlette(
             exception_handlers={404: _binding_error, 405: _binding_error},
@@ -109,10 +114,12 @@ class A2AFace:
             ],
         )
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self.push.start()
+        await self.remote.start()
 
     async def close(self) -> None:
+        await self.remote.close()
         await self.push.close()
 
     # --- the card -------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ The shape of the face (docs/user/a2a.md):
 |  | (its first run); with one, it is `thread send` (its next run) |
 | `messageId` | the idempotency key (`clientRequestId` `a2a:<messageId>` in the caller's namespace) |
 | task state | the run's status, `input-required` while an approval of that run waits for a person |
-| `CancelTask` | `thread interrupt` of that run |
+| `CancelTask` | `thread interrupt` of that run (live: interrupted; queued: cancelled, never started) |
+| `ListTasks` | the runs this caller may see, newest first by (`created_at`, id), a page at a time |
 
 Push webhooks: `allowed_push_address` decides one resolved address (public unicast only, unless
 the owner's `[a2a] allow_private_push` networks hold it); the shell asks it for the URL's literal
@@ -18,15 +19,18 @@ host when registered and for every resolved address again at each delivery (DNS 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 from urllib.parse import urlsplit
 
 from peerd import contracts as c
 from peerd.core.runs import RunStatus
-from peerd.errors import InvalidRequest, PushAddressRefused
+from peerd.errors import BadPageToken, InvalidRequest, PushAddressRefused
 
 A2AState = Literal["submitted", "working", "input-required", "completed", "failed", "canceled"]
 TERMINAL_STATES: frozenset[A2AState] = frozenset({"completed", "failed", "canceled"})
@@ -63,6 +67,73 @@ def prompt_of(texts: Sequence[str]) -> str:
     if not prompt:
         raise InvalidRequest("The message has no text part: peerd's agents take text.")
     return prompt
+
+
+# --- ListTasks: newest first by (created_at, id), a page at a time ---------------------------------
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100  # the A2A SDK's own bound
+
+RUN_STATUSES: dict[A2AState, tuple[RunStatus, ...]] = {
+    "submitted": ("queued",),
+    "working": ("starting", "running"),
+    "input-required": ("starting", "running"),  # and an approval waits: known only per task
+    "completed": ("completed",),
+    "failed": ("failed",),
+    "canceled": ("cancelled", "interrupted"),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where a task is in `ListTasks`' order (newest first): when it was recorded, then its id, so
+    the order never changes as tasks progress and a page token stays good."""
+
+    created_at: float
+    id: str
+
+
+def page_size(asked: int | None) -> int:
+    if asked is None:
+        return DEFAULT_PAGE_SIZE
+    if not 1 <= asked <= MAX_PAGE_SIZE:
+        raise InvalidRequest(f"pageSize must be from 1 to {MAX_PAGE_SIZE}.")
+    return asked
+
+
+def page_token(last: Position) -> str:
+    """The opaque token of the page after `last` (the last task of this page)."""
+    raw = json.dumps([last.created_at, last.id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def read_page_token(token: str) -> Position:
+    """The position a token names; `invalid_page_token` for anything `page_token` did not make."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        created, task_id = json.loads(raw)
+        if isinstance(created, bool) or not isinstance(created, int | float) or not isinstance(task_id, str):
+            raise ValueError(token)
+        if not task_id:
+            raise ValueError(token)
+        return Position(float(created), task_id)
+    except (ValueError, TypeError, binascii.Error, RecursionError):
+        raise BadPageToken(
+            "pageToken is not one ListTasks gave here; list again without it to start from the newest task."
+        ) from None
+
+
+T = TypeVar("T")
+
+
+def merge_page(
+    sources: Iterable[Sequence[tuple[Position, T]]], size: int
+) -> tuple[list[tuple[Position, T]], Position | None]:
+    """One page from several lists, each newest first and each read `size + 1` past the token: the
+    newest `size` of them all, and the position the next page starts after (None: no more)."""
+    merged = sorted((entry for source in sources for entry in source), key=lambda e: e[0], reverse=True)
+    page = merged[:size]
+    return page, (page[-1][0] if len(merged) > size and page else None)
 
 
 @dataclass(frozen=True)

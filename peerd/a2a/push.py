@@ -24,17 +24,19 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
-from a2a.types import StreamResponse, TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent
+from a2a.types import StreamResponse, Task, TaskPushNotificationConfig, TaskStatus, TaskStatusUpdateEvent
 from google.protobuf.json_format import MessageToDict
 
 from peerd import contracts as c
 from peerd.a2a import mapping
-from peerd.errors import NotFound, PushAddressRefused
+from peerd.a2a.view import STATES, state_name
+from peerd.errors import PushAddressRefused
 from peerd.operations import Caller, Operations
-from peerd.store import clients, threads
+from peerd.store import clients
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +46,7 @@ MAX_DELAY_S = 300.0
 SEND_TIMEOUT_S = 10.0
 IDLE_S = 30.0
 MAX_CONFIGS_PER_TASK = 10
+GIVEN_UP_WINDOW_S = 7 * 86_400.0  # `peerd status` and `peerd doctor` warn of pushes given up this recently
 
 Resolve = Callable[[str, int], Awaitable[list[str]]]
 
@@ -87,7 +90,7 @@ class PushService:
         ops: Operations,
         *,
         allowed: mapping.Networks,
-        task_of: Callable[[c.Run], Awaitable[Any]],
+        task_of: Callable[[str], Awaitable[Task | None]],
         resolver: Resolve = resolve,
     ) -> None:
         self.ops = ops
@@ -115,23 +118,25 @@ class PushService:
         return addresses
 
     async def create(
-        self, caller: Caller, run: c.Run, config: TaskPushNotificationConfig
+        self, caller: Caller, task_id: str, thread_id: str, config: TaskPushNotificationConfig
     ) -> TaskPushNotificationConfig:
+        """A webhook for a task (here, or followed on a box: `thread_id` is the key the change
+        feed is poked under when it changes)."""
         await self._check(config.url)
         config_id = config.id or uuid.uuid4().hex
         auth = config.authentication if config.HasField("authentication") else None
         async with self.db.write() as tx:
-            count = await tx.execute("SELECT COUNT(*) FROM a2a_push_configs WHERE task_id = ?", (run.id,))
+            count = await tx.execute("SELECT COUNT(*) FROM a2a_push_configs WHERE task_id = ?", (task_id,))
             row = await count.fetchone()
             if row is not None and row[0] >= MAX_CONFIGS_PER_TASK:
-                raise PushAddressRefused(f"Task {run.id} has {MAX_CONFIGS_PER_TASK} webhooks already.")
+                raise PushAddressRefused(f"Task {task_id} has {MAX_CONFIGS_PER_TASK} webhooks already.")
             await tx.execute(
                 "INSERT OR REPLACE INTO a2a_push_configs (task_id, id, thread_id, namespace, url, token, "
                 "auth_scheme, auth_credentials, last_state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                 (
-                    run.id,
+                    task_id,
                     config_id,
-                    run.thread_id,
+                    thread_id,
                     caller.namespace,
                     config.url,
                     config.token or None,
@@ -141,7 +146,7 @@ class PushService:
                 ),
             )
         self._poke.set()
-        return _config(run.id, config_id, config.url, config.token)
+        return _config(task_id, config_id, config.url, config.token)
 
     async def get(self, task_id: str, config_id: str) -> TaskPushNotificationConfig | None:
         row = await self.db.fetchone(
@@ -177,12 +182,10 @@ class PushService:
         )
         self._set_watched({r["thread_id"] for r in rows})
         for row in rows:
-            try:
-                run = await _run(self.ops, row["task_id"])
-            except LookupError:
+            task = await self._task_of(row["task_id"])
+            if task is None:
                 continue
-            task = await self._task_of(run)
-            state = _state_name(task.status.state)
+            state = state_name(task.status.state)
             if state == row["last_state"]:
                 continue
             now = self.ops.clock()
@@ -209,6 +212,51 @@ class PushService:
             "ORDER BY created_at"
         )
         return [dict(r) for r in rows]
+
+    async def given_up(self, *, window_s: float = GIVEN_UP_WINDOW_S, latest: int = 5) -> c.PushHealth:
+        """The pushes given up in the last `window_s` (`peerd status`, `peerd doctor`): how many,
+        and the `latest` few, newest first, each with its webhook's scheme, host and port only."""
+        since = self.ops.clock() - window_s
+        count = await self.db.scalar(
+            "SELECT COUNT(*) FROM a2a_push_owed WHERE given_up IS NOT NULL AND given_up_at >= ?", (since,)
+        )
+        rows = await self.db.fetchall(
+            "SELECT o.task_id, o.state, o.given_up, o.given_up_at, p.url FROM a2a_push_owed o "
+            "LEFT JOIN a2a_push_configs p ON p.task_id = o.task_id AND p.id = o.config_id "
+            "WHERE o.given_up IS NOT NULL AND o.given_up_at >= ? ORDER BY o.given_up_at DESC LIMIT ?",
+            (since, latest),
+        )
+        return c.PushHealth(
+            given_up=int(count or 0),
+            window_s=window_s,
+            latest=[
+                c.GivenUpPush(
+                    task_id=r["task_id"],
+                    webhook=_origin(r["url"]),
+                    state=r["state"],
+                    reason=r["given_up"],
+                    given_up_at=r["given_up_at"],
+                )
+                for r in rows
+            ],
+        )
+
+    async def given_up_for(self, task_id: str) -> list[dict[str, Any]]:
+        """A task's pushes given up (its GetTask shows them): webhook, state, reason, when."""
+        rows = await self.db.fetchall(
+            "SELECT o.config_id, o.state, o.given_up, o.given_up_at FROM a2a_push_owed o "
+            "WHERE o.task_id = ? AND o.given_up IS NOT NULL ORDER BY o.created_at",
+            (task_id,),
+        )
+        return [
+            {
+                "configId": r["config_id"],
+                "state": r["state"],
+                "reason": r["given_up"],
+                "givenUpAt": r["given_up_at"],
+            }
+            for r in rows
+        ]
 
     async def deliver_due(self) -> float | None:
         """Attempt every owed delivery that is due; when the next one is due (None: none owed)."""
@@ -238,13 +286,14 @@ class PushService:
                 )
                 return
         try:
-            run = await _run(self.ops, row["task_id"])
-            task = await self._task_of(run)
+            task = await self._task_of(row["task_id"])
+            if task is None:
+                raise LookupError(row["task_id"])
             body = StreamResponse()
             if row["state"] in mapping.TERMINAL_STATES:
                 body.task.CopyFrom(task)
             else:
-                status = TaskStatus(state=_state_value(row["state"]), timestamp=task.status.timestamp)
+                status = TaskStatus(state=STATES[row["state"]], timestamp=task.status.timestamp)
                 body.status_update.CopyFrom(
                     TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=status)
                 )
@@ -294,11 +343,12 @@ class PushService:
     async def _settle(
         self, key: tuple[str, str, str], *, delivered: bool = False, given_up: str | None = None
     ) -> None:
+        now = self.ops.clock()
         async with self.db.write() as tx:
             await tx.execute(
-                "UPDATE a2a_push_owed SET delivered_at = ?, given_up = ? WHERE task_id = ? AND config_id = ? "
-                "AND state = ?",
-                (self.ops.clock() if delivered else None, given_up, *key),
+                "UPDATE a2a_push_owed SET delivered_at = ?, given_up = ?, given_up_at = ? WHERE task_id = ? "
+                "AND config_id = ? AND state = ?",
+                (now if delivered else None, given_up, None if given_up is None else now, *key),
             )
 
     # --- the loop -------------------------------------------------------------------------------
@@ -334,33 +384,17 @@ class SendFailed(Exception):
     """A webhook answered, but not 2xx."""
 
 
+def _origin(url: str | None) -> str:
+    """A webhook as a person is shown it: scheme, host and port (its path and query may hold a secret)."""
+    if not url:
+        return "(its config was deleted)"
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+
+
 def _config(task_id: str, config_id: str, url: str, token: str | None) -> TaskPushNotificationConfig:
     return TaskPushNotificationConfig(id=config_id, task_id=task_id, url=url, token=token or "")
-
-
-async def _run(ops: Operations, run_id: str) -> c.Run:
-    try:
-        return await threads.get_run(ops.db, run_id)
-    except NotFound:
-        raise LookupError(run_id) from None
-
-
-_NAMES = {
-    "TASK_STATE_SUBMITTED": "submitted",
-    "TASK_STATE_WORKING": "working",
-    "TASK_STATE_INPUT_REQUIRED": "input-required",
-    "TASK_STATE_COMPLETED": "completed",
-    "TASK_STATE_FAILED": "failed",
-    "TASK_STATE_CANCELED": "canceled",
-}
-
-
-def _state_name(value: int) -> str:
-    return _NAMES.get(TaskState.Name(value), "working")
-
-
-def _state_value(name: str) -> Any:
-    for proto, ours in _NAMES.items():
-        if ours == name:
-            return TaskState.Value(proto)
-    return TaskState.Value("TASK_STATE_WORKING")

@@ -117,6 +117,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "home",
         "store",
         "console",
+        "a2aPushes",
     ),
     "GET /v1/tasks": (
         "items",

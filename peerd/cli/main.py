@@ -363,8 +363,21 @@ def status(ctx: click.Context, wait_s: float | None, as_json: bool) -> None:
             ("projects", counts["projects"]),
             ("threads", counts["threads"]),
             ("live runs", counts["liveRuns"]),
+            *pushes_fields(data.get("a2aPushes")),
         ]
     )
+
+
+def pushes_fields(pushes: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """A warning line when A2A push notifications were given up lately (`peerd doctor` says more)."""
+    if not pushes or not pushes.get("givenUp"):
+        return []
+    days = f"{pushes['windowS'] / 86_400:g} days"
+    line = f"{pushes['givenUp']} given up in the last {days}"
+    if pushes.get("latest"):
+        latest = pushes["latest"][0]
+        line += f"; the latest, to {latest['webhook']} for task {latest['taskId']}: {latest['reason']}"
+    return [("a2a pushes", line + " (`peerd doctor` says what to do)")]
 
 
 def console_fields(console: dict[str, Any] | None) -> list[tuple[str, Any]]:

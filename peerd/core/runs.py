@@ -109,13 +109,25 @@ def next_to_start(runs: Sequence[RunView], *, queue_held: bool, archived: bool) 
 
 @dataclass(frozen=True)
 class InterruptPlan:
-    target_run: str | None
+    target_run: str | None  # the live run to interrupt
     hold_queue: bool
-    outcome: Literal["interrupt_requested", "no_active_run"]
+    outcome: Literal["interrupt_requested", "no_active_run", "cancelled"] | RunStatus
+    cancel_run: str | None = None  # the queued run that ends cancelled now (it never starts)
 
 
-def plan_interrupt(runs: Sequence[RunView], *, stop: bool) -> InterruptPlan:
-    """Interrupt the live run, if any; `stop` also holds the queue so nothing queued starts."""
+def plan_interrupt(runs: Sequence[RunView], *, stop: bool, run_id: str | None = None) -> InterruptPlan:
+    """Interrupt the live run, if any; `stop` also holds the queue so nothing queued starts.
+
+    With `run_id`, only that run: live, it is interrupted; queued, it is cancelled (it leaves the
+    queue and never starts, whatever runs before it); ended, nothing changes and the outcome is its
+    status. The caller has checked that the run is one of these `runs`."""
+    if run_id is not None:
+        run = next(r for r in runs if r.id == run_id)
+        if run.status == "queued":
+            return InterruptPlan(None, stop, "cancelled", cancel_run=run.id)
+        if is_live(run.status):
+            return InterruptPlan(run.id, stop, "interrupt_requested")
+        return InterruptPlan(None, stop, run.status)
     live = [r for r in runs if is_live(r.status)]
     if live:
         return InterruptPlan(max(live, key=lambda r: r.number).id, stop, "interrupt_requested")

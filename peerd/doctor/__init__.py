@@ -43,6 +43,7 @@ from peerd.doctor.network import (
     check_listeners,
     check_provider,
     check_providers,
+    check_pushes,
 )
 from peerd.doctor.system import check_confinement, check_git
 from peerd.doctor.text import kind_of
@@ -66,6 +67,7 @@ __all__ = [
     "check_listeners",
     "check_provider",
     "check_providers",
+    "check_pushes",
     "kind_of",
     "passed",
     "render",
@@ -98,6 +100,9 @@ def run_checks(facts: Facts) -> list[Check]:
     console = check_console(facts)
     if console is not None:
         checks.append(console)
+    pushes = check_pushes(facts)
+    if pushes is not None:
+        checks.append(pushes)
     checks += check_links(facts)
     checks += check_providers(facts)
     confinement = check_confinement(facts)

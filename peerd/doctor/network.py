@@ -118,6 +118,31 @@ def check_console(facts: Facts) -> Check | None:
     return Check("console", "ok", console.url)
 
 
+def check_pushes(facts: Facts) -> Check | None:
+    """A2A push notifications given up lately (peerd/a2a/push.py): a webhook that did not answer."""
+    status = facts.status
+    if status is None or status.a2a_pushes is None:
+        return None  # not running, or a daemon that does not say
+    pushes = status.a2a_pushes
+    days = f"{pushes.window_s / DAY_S:g} days"
+    if pushes.given_up == 0:
+        return Check("a2a-pushes", "ok", f"none given up in the last {days}")
+    detail = f"{pushes.given_up} push notification(s) given up in the last {days}"
+    if pushes.latest:
+        latest = pushes.latest[0]
+        detail += f"; the latest, to {latest.webhook} for task {latest.task_id}: {latest.reason}"
+    return Check(
+        "a2a-pushes",
+        "warn",
+        detail,
+        "A webhook must answer 2xx (each push is retried 12 times with backoff, then given up); one on a "
+        "private or loopback address needs its network in [a2a] allow_private_push in config.toml. Nothing "
+        "of the task is lost: its A2A client reads it with GetTask, which lists the pushes given up "
+        "(docs/user/a2a.md).",
+        tuple(f"{p.task_id}  {p.state:<14}  {p.webhook}  {p.reason}" for p in pushes.latest),
+    )
+
+
 def check_listeners(facts: Facts) -> Check:
     status = facts.status
     if status is None:

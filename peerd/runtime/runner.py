@@ -564,14 +564,23 @@ class RunManager:
         )
 
     async def interrupt(
-        self, thread_id: str, *, stop: bool, reason: str | None
+        self, thread_id: str, *, stop: bool, reason: str | None, run_id: str | None = None
     ) -> tuple[str | None, str, bool]:
-        """Interrupt the live run (and with `stop` hold the queue). Returns (run, outcome, held)."""
+        """Interrupt the live run (and with `stop` hold the queue). Returns (run, outcome, held).
+
+        With `run_id` (a run of this thread), only that run: a queued one is cancelled under the
+        thread's kick lock, the lock every start takes, so it can never start afterwards."""
         async with self._lock(thread_id):
             thread = await store.get_thread(self._db, thread_id)
-            plan = plan_interrupt(await store.run_views(self._db, thread_id), stop=stop)
+            plan = plan_interrupt(await store.run_views(self._db, thread_id), stop=stop, run_id=run_id)
             if plan.hold_queue and not thread.queue_held:
                 await store.set_queue_held(self._db, thread_id, True, now=self._clock())
+            if plan.cancel_run is not None:
+                why = reason or "Cancelled before it started."
+                await store.transition_run(
+                    self._db, plan.cancel_run, "cancelled", now=self._clock(), reason=why
+                )
+                log.info("run.end", run_id=plan.cancel_run, status="cancelled")
             if plan.target_run is not None:
                 why = reason or ("Stopped." if stop else "Interrupted.")
                 self._interrupts.setdefault(plan.target_run, why)
@@ -579,7 +588,13 @@ class RunManager:
                 if live is not None:
                     self._spawn(live.interrupt(), f"interrupt:{plan.target_run}")
         self._feed.changed(thread_id)
-        return plan.target_run, plan.outcome, plan.hold_queue or thread.queue_held
+        if plan.cancel_run is not None and self._events.subscribers(RunEnded):
+            self._spawn(self._notify_end(thread_id), f"ended:{thread_id}")
+        return (
+            plan.target_run or plan.cancel_run or run_id,
+            plan.outcome,
+            plan.hold_queue or thread.queue_held,
+        )
 
     def is_executing(self, run_id: str) -> bool:
         return run_id in self._tasks

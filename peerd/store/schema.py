@@ -527,4 +527,35 @@ MIGRATIONS: list[list[str]] = [
             created_at REAL NOT NULL
         ) WITHOUT ROWID""",
     ],
+    # 22: the A2A face (peerd/a2a/). `ListTasks` pages runs newest first by (created_at, id). On a
+    # laptop, each A2A task placed on a linked box (a2a/remote.py): the launch or send recorded
+    # before it leaves (keyed by the caller's namespace and its message's key, with the body it
+    # sends again until the box answers), the box's thread and run once it did, the task as last
+    # seen there (A2A JSON; with its answer once it ended), and a cancel owed to it. When a push
+    # was given up (`peerd status`, `peerd doctor` and the task's GetTask show the recent ones).
+    [
+        "CREATE INDEX runs_created ON runs(created_at, id)",
+        "ALTER TABLE a2a_push_owed ADD COLUMN given_up_at REAL",
+        "CREATE INDEX a2a_push_given_up ON a2a_push_owed(given_up_at) WHERE given_up IS NOT NULL",
+        """CREATE TABLE a2a_remote_tasks (
+            namespace TEXT NOT NULL,
+            request_key TEXT NOT NULL,
+            env_id TEXT NOT NULL,
+            method TEXT NOT NULL,
+            body TEXT NOT NULL,
+            task_id TEXT UNIQUE,
+            thread_id TEXT,
+            state TEXT,
+            task TEXT,
+            cancel_owed INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL,
+            PRIMARY KEY (namespace, request_key)
+        )""",
+        "CREATE INDEX a2a_remote_open ON a2a_remote_tasks(created_at) WHERE ended_at IS NULL",
+        "CREATE INDEX a2a_remote_listed ON a2a_remote_tasks(created_at, task_id)",
+        "CREATE INDEX a2a_remote_thread ON a2a_remote_tasks(thread_id)",
+    ],
 ]

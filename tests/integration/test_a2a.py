@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import ssl
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,12 +39,15 @@ from a2a.types import (
 )
 from a2a.utils.errors import A2AError, TaskNotFoundError
 from aiohttp import web
+from google.protobuf.json_format import MessageToDict
 
 from peerd.a2a import push as push_module
 from peerd.api.oauth import PAIRING_GRANT
 from peerd.config import A2AConfig, Config
 from peerd.core import pairing_code
 from peerd.daemon import Daemon
+from peerd.doctor import run_checks
+from peerd.doctor.gather import gather
 from tests.helpers import client_for, make_repo, running_daemon, script
 from tests.support.signin import Agent
 
@@ -475,15 +481,40 @@ async def test_a_webhook_that_keeps_failing_is_retried_then_given_up_with_the_re
 
             for _ in range(200):
                 rows = await push.owed()
-                if rows and len(await ended()) == len(rows):
+                if any(r["state"] == "completed" for r in rows) and len(await ended()) == len(rows):
                     break
                 await asyncio.sleep(0.05)
             rows = await push.owed()
             assert rows and all(r["delivered_at"] is None for r in rows)
-            assert all(
-                r["given_up"] == "not delivered after 3 attempts (SendFailed: HTTP 503)" for r in rows
-            ), rows
+            reason = "not delivered after 3 attempts (SendFailed: HTTP 503)"
+            assert all(r["given_up"] == reason for r in rows), rows
             assert len(hits) == 3 * len(rows), "each state tried exactly MAX_ATTEMPTS times"
+
+            # Shown where a person looks: the task's GetTask, `peerd status`, `peerd doctor`.
+            async with box.client(token) as client:
+                task_id = rows[0]["task_id"]
+                seen = MessageToDict(await client.get_task(GetTaskRequest(id=task_id)))
+            missed = seen["metadata"]["peerdPushesGivenUp"]
+            assert {m["state"] for m in missed} == {r["state"] for r in rows}
+            assert {m["reason"] for m in missed} == {reason}
+            async with client_for(box.daemon.paths.home) as oc:
+                pushes = (await oc.call("GET", "/v1/status"))["a2aPushes"]
+            assert pushes["givenUp"] == len(rows) and pushes["latest"][0]["reason"] == reason
+            assert pushes["latest"][0]["webhook"] == url.removesuffix("/hook"), "never the path"
+            status = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "peerd", "--home", str(box.daemon.paths.home), "status"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            shown = (
+                rf"^a2a pushes +{len(rows)} given up in the last 7 days; the latest, to http://127\.0\.0\.1:"
+            )
+            assert re.search(shown, status.stdout, re.MULTILINE), status.stdout
+            (check,) = [ch for ch in run_checks(await gather(box.daemon.paths)) if ch.name == "a2a-pushes"]
+            assert check.status == "warn" and reason in check.detail and check.table
+            assert check.fix is not None and "allow_private_push" in check.fix
     finally:
         await runner.cleanup()
 
@@ -543,3 +574,70 @@ async def test_an_agent_signed_in_with_oauth_speaks_a2a_fenced_to_its_own(tmp_pa
         assert flow["authorizationUrl"] == box.url + "/oauth/authorize" and flow["pkceRequired"] is True
         async with box.client(linked) as client:
             await client.cancel_task(CancelTaskRequest(id=theirs.id))
+
+
+async def test_a_task_queued_behind_a_run_is_cancelled_and_never_starts(tmp_path: Path) -> None:
+    """Issue 29: CancelTask of a task still queued behind another run of its thread cancels it
+    (answered `canceled`); once the run before it ends, the thread starts nothing."""
+    async with a_box(tmp_path, []) as box:
+        token = await box.token("auto")
+        async with box.client(token) as client:
+            first = await send(client, message(script({"wait": 60}, {"reply": "first"})), now=True)
+            await until_state(client, first.id, {TaskState.TASK_STATE_WORKING})
+            queued = await send(
+                client, message(script({"reply": "never"}), context_id=first.context_id), now=True
+            )
+            assert queued.status.state == TaskState.TASK_STATE_SUBMITTED
+            answer = await client.cancel_task(CancelTaskRequest(id=queued.id))
+            assert answer.status.state == TaskState.TASK_STATE_CANCELED
+            await client.cancel_task(CancelTaskRequest(id=first.id))  # the thread's queue flows on
+            await until_state(client, first.id, ENDED)
+            again = await client.get_task(GetTaskRequest(id=queued.id))
+            assert again.status.state == TaskState.TASK_STATE_CANCELED and not again.artifacts
+            with pytest.raises(A2AError):  # it has ended: nothing more to cancel
+                await client.cancel_task(CancelTaskRequest(id=queued.id))
+        async with client_for(box.daemon.paths.home) as oc:
+            thread = await oc.call("GET", f"/v1/threads/{first.context_id}")
+            run = await oc.call("GET", f"/v1/threads/{first.context_id}/wait", params={"run": queued.id})
+            assert thread["latestRun"]["id"] == queued.id and run["status"] == "cancelled"
+            assert thread["latestRun"]["startedAt"] is None, "the cancelled run never started"
+
+
+async def test_list_tasks_pages_newest_first_with_a_token_and_only_the_callers_own(tmp_path: Path) -> None:
+    """Issue 29: ListTasks honours pageSize and pageToken (newest first by when each task was made;
+    nextPageToken until the last page), lists only the caller's own, and refuses a token it did not
+    give with a typed error."""
+    async with a_box(tmp_path, []) as box:
+        mine, other = await box.token("auto"), await box.token("auto")
+        async with box.client(other) as client:
+            theirs = await send(client, message(script({"reply": "theirs"})), now=True)
+        async with box.client(mine) as client:
+            first = await send(client, message(script({"reply": "0"})))
+            made = [first.id]
+            for n in range(1, 5):  # a new thread, and follow-ups in the first one
+                context = first.context_id if n % 2 else ""
+                made.append((await send(client, message(script({"reply": str(n)}), context_id=context))).id)
+            seen: list[str] = []
+            token = ""
+            for _ in range(5):
+                page = await client.list_tasks(ListTasksRequest(page_size=2, page_token=token))
+                assert len(page.tasks) <= 2 and page.page_size == 2 and page.total_size == 5
+                assert not any(task.artifacts for task in page.tasks), "no artifacts unless asked"
+                seen += [task.id for task in page.tasks]
+                token = page.next_page_token
+                if not token:
+                    break
+            assert seen == made[::-1], "newest first, each once, none of another's"
+            assert theirs.id not in seen
+            one = await client.list_tasks(
+                ListTasksRequest(context_id=first.context_id, include_artifacts=True)
+            )
+            assert [t.id for t in one.tasks] == [made[3], made[1], made[0]]
+            assert one.tasks[-1].artifacts[0].parts[0].text == "0"
+            done = await client.list_tasks(
+                ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, page_size=100)
+            )
+            assert {t.id for t in done.tasks} <= set(made)
+            with pytest.raises(A2AError) as refused:
+                await client.list_tasks(ListTasksRequest(page_token="not-a-token"))
+            assert refused.value.data == {"peerdCode": "invalid_page_token"}

@@ -6,7 +6,7 @@ import pytest
 
 from peerd.a2a import mapping as m
 from peerd.config import A2AConfig
-from peerd.errors import InvalidRequest, PushAddressRefused
+from peerd.errors import BadPageToken, InvalidRequest, PushAddressRefused
 
 NONE: m.Networks = ()
 
@@ -135,3 +135,33 @@ def test_the_config_takes_networks_only() -> None:
     ]
     with pytest.raises(ValueError, match="not a network"):
         A2AConfig(allow_private_push=["localhost"])
+
+
+# --- ListTasks: the page token and the merge --------------------------------------------------------
+
+
+def test_a_page_token_names_its_position_and_nothing_else_reads_as_one() -> None:
+    last = m.Position(1_796_240_824.255424, "run_8fcf92c820e7365dad17")
+    assert m.read_page_token(m.page_token(last)) == last
+    for bad in ["", "x", "e30", "WzEsMl0", m.page_token(last)[:-3], "W251bGwsInJ1bl8xIl0", "WyIxIiwicnVuIl0"]:
+        with pytest.raises(BadPageToken) as refused:
+            m.read_page_token(bad)
+        assert refused.value.code == "invalid_page_token"
+        assert "list again without it" in refused.value.message
+
+
+def test_the_page_size_is_from_1_to_100_and_50_unless_asked() -> None:
+    assert (m.page_size(None), m.page_size(1), m.page_size(100)) == (50, 1, 100)
+    for bad in (0, -1, 101):
+        with pytest.raises(InvalidRequest):
+            m.page_size(bad)
+
+
+def test_two_lists_merge_newest_first_and_the_next_page_starts_after_the_last_shown() -> None:
+    here = [(m.Position(5.0, "b"), "b"), (m.Position(5.0, "a"), "a"), (m.Position(1.0, "z"), "z")]
+    there = [(m.Position(6.0, "r"), "r"), (m.Position(3.0, "q"), "q")]
+    page, last = m.merge_page([here, there], 3)
+    assert [entry for _, entry in page] == ["r", "b", "a"]
+    assert last == m.Position(5.0, "a")
+    page, last = m.merge_page([here[2:], there[1:]], 3)
+    assert [entry for _, entry in page] == ["q", "z"] and last is None

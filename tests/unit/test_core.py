@@ -136,6 +136,16 @@ def test_interrupt_without_a_live_run_reports_no_active_run() -> None:
     assert plan_interrupt([], stop=False).outcome == "no_active_run"
 
 
+def test_interrupting_one_queued_run_cancels_it_and_leaves_the_live_one() -> None:
+    runs = [RunView("r1", 1, "running"), RunView("r2", 2, "queued"), RunView("r3", 3, "queued")]
+    plan = plan_interrupt(runs, stop=False, run_id="r2")
+    assert (plan.cancel_run, plan.target_run, plan.outcome) == ("r2", None, "cancelled")
+    live = plan_interrupt(runs, stop=False, run_id="r1")
+    assert (live.cancel_run, live.target_run, live.outcome) == (None, "r1", "interrupt_requested")
+    ended = plan_interrupt([RunView("r1", 1, "completed")], stop=False, run_id="r1")
+    assert (ended.cancel_run, ended.target_run, ended.outcome) == (None, None, "completed")
+
+
 def test_stop_holds_the_queue_with_or_without_a_live_run() -> None:
     live = plan_interrupt([RunView("r1", 1, "running"), RunView("r2", 2, "queued")], stop=True)
     assert (live.target_run, live.outcome, live.hold_queue) == ("r1", "interrupt_requested", True)

@@ -817,3 +817,32 @@ def test_a_store_the_daemon_no_longer_has_at_its_path_fails_with_the_daemons_adv
         for ch in run_checks(facts(daemon=missing, db_files=[ff(f"{HOME}/peerd.db", "missing", 0)]))
     }
     expect(by_name["database"], "fail", "missing although the daemon is running", said)
+
+
+def test_a2a_pushes_given_up_lately_are_a_warning_with_the_latest_reason_and_what_to_do() -> None:
+    """Issue 29: a push notification given up (its webhook never answered 2xx) is a warning: how
+    many in the window, the latest reason and webhook, a line per recent one, and the fix."""
+    latest = c.GivenUpPush(
+        task_id="run_1",
+        webhook="https://hooks.example:8443",
+        state="completed",
+        reason="HTTP 503",
+        given_up_at=NOW,
+    )
+    given_up = c.PushHealth(given_up=3, window_s=7 * DAY, latest=[latest])
+    daemon = up(status=status().model_copy(update={"a2a_pushes": given_up}))
+    (check,) = [ch for ch in run_checks(facts(daemon=daemon)) if ch.name == "a2a-pushes"]
+    expect(
+        check,
+        "warn",
+        "3 push notification(s) given up in the last 7 days; the latest, to https://hooks.example:8443 for task "
+        "run_1: HTTP 503",
+        "[a2a] allow_private_push",
+    )
+    assert check.table == ("run_1  completed       https://hooks.example:8443  HTTP 503",)
+    assert passed([check]), "a warning fails nothing"
+
+    none = up(status=status().model_copy(update={"a2a_pushes": c.PushHealth(given_up=0, window_s=7 * DAY)}))
+    (fine,) = [ch for ch in run_checks(facts(daemon=none)) if ch.name == "a2a-pushes"]
+    expect(fine, "ok", "none given up in the last 7 days", None)
+    assert "a2a-pushes" not in {ch.name for ch in run_checks(facts())}, "a daemon that does not say"
