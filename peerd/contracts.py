@@ -455,7 +455,7 @@ class ThreadInterrupt(Input):
     environment_id: str | None = EnvironmentId
     # Only this run of the thread: live, it is interrupted; queued, it is cancelled and never
     # starts; ended, nothing changes (the answer's status is its own). Not with `stop`.
-    run_id: str | None = Field(default=None, max_length=100)
+    run_id: str | None = Field(default=None, min_length=1, max_length=100)
 
 
 class ThreadInterruptResult(Wire):

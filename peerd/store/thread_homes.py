@@ -41,13 +41,13 @@ async def record(db: Database, thread_id: str, environment_id: str, via: Via, no
 _ELSEWHERE = """
     SELECT thread_id, environment_id, via FROM thread_homes WHERE thread_id >= ? AND thread_id < ?
     UNION
-    SELECT thread_id, environment_id, 'placed' FROM placements
+    SELECT thread_id, environment_id, ? FROM placements
      WHERE thread_id >= ? AND thread_id < ? AND environment_id IS NOT NULL
     UNION
-    SELECT child_thread_id, target_env, 'delegated' FROM tasks
+    SELECT child_thread_id, target_env, ? FROM tasks
      WHERE child_thread_id >= ? AND child_thread_id < ? AND target_env IS NOT NULL
     UNION
-    SELECT there_thread_id, environment_id, 'moved' FROM moves
+    SELECT there_thread_id, environment_id, ? FROM moves
      WHERE there_thread_id >= ? AND there_thread_id < ?
     ORDER BY 1 LIMIT ?
 """
@@ -57,7 +57,9 @@ async def elsewhere(db: Database, ref: str, *, limit: int) -> list[Home]:
     """Threads on other machines whose id is `ref` or starts with it, one row per thread (the first
     record of it), in id order, at most `limit`. `ref` is `thr_` and hex digits: `ref + "~"` is past
     every id that starts with it."""
-    rows = await db.fetchall(_ELSEWHERE, (ref, ref + "~") * 4 + (limit * 4,))
+    span = (ref, ref + "~")
+    params = (*span, "placed", *span, "delegated", *span, "moved", *span, limit * 4)
+    rows = await db.fetchall(_ELSEWHERE, params)
     seen: dict[str, Home] = {}
     for r in rows:
         tid = str(r[0])
