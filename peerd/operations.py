@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from peerd import contracts as c
+from peerd.core import shortid
 from peerd.core.access import (
     LinkContext,
     ModeCap,
@@ -52,17 +53,16 @@ from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
-from peerd.store import clients, links, ownership, projects, thread_homes, threads
+from peerd.store import clients, ids, links, ownership, projects, thread_homes, threads
 from peerd.store.db import Database, Tx
 from peerd.store.threads import usage as usage_store
 
 log = structlog.get_logger(__name__)
 
 # A shortened thread id a person may type: `thr_` and 4 to 19 of its 20 hex digits.
-SHORT_THREAD_ID = re.compile(r"thr_[0-9a-f]{4,19}")
+AMBIGUOUS_SHOWN = shortid.AMBIGUOUS_SHOWN
 THREAD_ID = re.compile(r"thr_[0-9a-f]{20}")
 ASK_LINKS_S = 5.0  # how long a lookup waits for each linked machine to say whether it has a thread
-AMBIGUOUS_SHOWN = 5  # ids an ambiguity names
 
 DEFAULT_RUNTIME_MODE: c.RuntimeMode = "full-access"
 DEFAULT_INTERACTION_MODE: c.InteractionMode = "default"
@@ -215,18 +215,10 @@ class Operations:
         """The thread a person means by `given`: its id, or a unique start of one (`thr_` and at
         least 4 hex digits: `thr_3264`). Only for the owner: a link's caller names ids in full, so
         an ambiguity's list never shows it a thread outside its fence."""
-        if caller.link is not None or caller.thread_id is not None or not SHORT_THREAD_ID.fullmatch(given):
+        if caller.link is not None or caller.thread_id is not None or not shortid.is_short(given, "thr"):
             return given
-        found = await threads.ids_starting(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
-        if given in found or not found:
-            return given  # a full id, or none: the lookup that follows says thread_not_found
-        if len(found) == 1:
-            return found[0]
-        more = ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
-        raise AmbiguousId(
-            f"{given} is the start of more than one thread here: {', '.join(found[:AMBIGUOUS_SHOWN])}{more}. "
-            "Give more of the id."
-        )
+        found = await ids.starting(self.db, "threads", given, limit=AMBIGUOUS_SHOWN + 1)
+        return shortid.chosen(given, found, "thread")  # none: the lookup that follows says not found
 
     async def thread_where(self, caller: Caller, given: str) -> c.ThreadWhere:
         """Where the thread a person names lives: here, or the linked machine this one launched,
@@ -236,12 +228,12 @@ class Operations:
         Only the owner asks: a link's caller, or a run, is never told about other machines."""
         if caller.link is not None or caller.thread_id is not None:
             raise CapabilityDenied("Only this machine's owner can ask where a thread lives.")
-        short = SHORT_THREAD_ID.fullmatch(given) is not None
+        short = shortid.is_short(given, "thr")
         if not short and THREAD_ID.fullmatch(given) is None:
             raise ThreadNotFound(
                 f"{given!r} is not a thread id (thr_ and 20 hex digits, or at least 4 of them)."
             )
-        here = await threads.ids_starting(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
+        here = await ids.starting(self.db, "threads", given, limit=AMBIGUOUS_SHOWN + 1)
         there = await thread_homes.elsewhere(self.db, given, limit=AMBIGUOUS_SHOWN + 1)
         labels = {row.env_id: row.label for row in await links.all_links(self.db)}
         if given in here:

@@ -28,11 +28,12 @@ from peerd.approvals.wire import (
     ApprovalPage,
     ApprovalView,
 )
+from peerd.core import shortid
 from peerd.core.access import LinkContext
 from peerd.core.text import path_segment
 from peerd.errors import ApprovalDecided, ApprovalNotFound, PeerdError
 from peerd.peer.forwarding import Forwarder
-from peerd.store import links
+from peerd.store import ids, links
 from peerd.store.db import Database
 
 BOX_TIMEOUT_S = 2.0
@@ -178,7 +179,17 @@ class ApprovalDesk:
 
     # --- one ------------------------------------------------------------------------------------------
 
+    async def _whole(self, given: str, link: LinkContext | None) -> str:
+        """The owner's unique start of an approval id (here or mirrored from a box), made whole."""
+        if link is not None or not shortid.is_short(given, "ap"):
+            return given
+        limit = shortid.AMBIGUOUS_SHOWN + 1
+        found = await ids.starting(self.db, "approvals", given, limit=limit)
+        found += await ids.starting(self.db, "remote_approvals", given, limit=limit)
+        return shortid.chosen(given, sorted(set(found)), "approval")
+
     async def show(self, approval_id: str, *, link: LinkContext | None = None) -> ApprovalView:
+        approval_id = await self._whole(approval_id, link)
         record = await approvals_store.get(self.db, approval_id)
         if record is not None and (link is None or record.link_origin == link.client_id):
             return ApprovalView.of(record)
@@ -197,6 +208,7 @@ class ApprovalDesk:
     async def decide(
         self, approval_id: str, body: ApprovalDecisionBody, *, link: LinkContext | None = None
     ) -> ApprovalView:
+        approval_id = await self._whole(approval_id, link)
         by = OWNER if link is None else f"link:{link.client_id}"
         decision = Decision(body.decision, by, body.scope, body.reason, body.decision_id)
         record = await approvals_store.get(self.db, approval_id)

@@ -23,6 +23,7 @@ import structlog
 
 from peerd import contracts as c
 from peerd.approvals import store as approvals_store
+from peerd.core import shortid
 from peerd.core.access import ModeCap, resolve_modes
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.idempotency import request_hash
@@ -35,7 +36,7 @@ from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.runner import RunManager
-from peerd.store import links, projects, threads
+from peerd.store import ids, links, projects, threads
 from peerd.store.db import Database
 from peerd.store.threads.usage import remote_task_usage, task_usage, wire_usage
 from peerd.tasks import store as tasks
@@ -300,6 +301,9 @@ class Delegation:
     # --- task_status, task_cancel --------------------------------------------------------------
 
     async def _owned(self, caller: Caller, task_id: str) -> TaskRow:
+        if caller.link is None and caller.thread_id is None and shortid.is_short(task_id, "tsk"):
+            found = await ids.starting(self.db, "tasks", task_id, limit=shortid.AMBIGUOUS_SHOWN + 1)
+            task_id = shortid.chosen(task_id, found, "task")  # the owner's: a unique start is enough
         try:
             task = await tasks.get(self.db, task_id)
         except NotFound:

@@ -76,3 +76,25 @@ async def test_a_links_caller_must_name_ids_in_full(tmp_path: Path) -> None:
                 "GET", f"/v1/threads/{launched['threadId'][:10]}", params={"environmentId": pair.box_id}
             )
         assert refused.value.code == "thread_not_found"
+
+
+async def test_a_unique_start_names_a_task_and_an_approval_too(client: LocalClient, project: Json) -> None:
+    """The same for tasks (`tsk_` and 4 hex digits) and approvals (`ap_`): show, and decide."""
+    from tests.helpers import wait_terminal  # noqa: PLC0415  # only here
+    from tests.support.approvals import launch, new_approval  # noqa: PLC0415  # only here
+    from tests.support.delegation import delegate, runs_script, tasks_of  # noqa: PLC0415  # only here
+
+    home = Path((await client.call("GET", "/v1/status"))["home"])
+    prompt = runs_script([delegate(task=script({"reply": "CHILD DONE"}), title="short")])
+    launched = await client.call("POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt})
+    await wait_terminal(client, launched["threadId"], launched["runId"])
+    [task] = await tasks_of(client, launched["threadId"])
+    shown = await peerd(home, "task", "show", task["taskId"][:8])
+    assert shown.returncode == EXIT_OK and task["taskId"] in shown.stdout, shown.stderr
+    asking = await launch(client, project, script({"run": "echo a > a.txt"}, {"reply": "done"}))
+    asked = await new_approval(client, set())
+    seen = await peerd(home, "approval", "show", asked["id"][:7])
+    assert seen.returncode == EXIT_OK and asked["id"] in seen.stdout, seen.stderr
+    approved = await peerd(home, "approval", "approve", asked["id"][:7])
+    assert approved.returncode == EXIT_OK, approved.stderr
+    assert (await wait_terminal(client, asking["threadId"], asking["runId"]))["status"] == "completed"

@@ -72,15 +72,6 @@ async def get_thread(db: Database, thread_id: str) -> Thread:
     return thread_from_joined(row)
 
 
-async def ids_starting(db: Database, prefix: str, *, limit: int) -> list[str]:
-    """Up to `limit` thread ids that start with `prefix`, in order (a range on the primary key:
-    `prefix` is `thr_` and hex digits, so `prefix + "~"` is past every id that starts with it)."""
-    rows = await db.fetchall(
-        "SELECT id FROM threads WHERE id >= ? AND id < ? ORDER BY id LIMIT ?", (prefix, prefix + "~", limit)
-    )
-    return [str(r["id"]) for r in rows]
-
-
 async def page(
     db: Database,
     *,
