@@ -471,6 +471,7 @@ class ThreadArchive(Input):
     # Delete the thread's own branch too (kept by default: it may hold commits someone wants).
     # Also on an archived thread, so a clean-up can be retried.
     delete_branch: bool = False
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadArchiveResult(Wire):

@@ -765,6 +765,10 @@ class Operations:
     async def thread_archive(
         self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
     ) -> c.ThreadArchiveResult:
+        if req is not None and (env := await self.remote_target(caller, req.environment_id)) is not None:
+            path = f"/v1/threads/{path_segment(thread_id)}/archive"
+            data = await self._forward(caller, env, "POST", path, body=Forwarder.query(req))
+            return c.ThreadArchiveResult.model_validate(data)
         thread_id = await self.thread_ref(caller, thread_id)
         force = req is not None and req.force
         thread = await threads.get_thread(self.db, thread_id)

@@ -1,5 +1,5 @@
 """Ids resolve across the fleet (issue 30): the laptop knows where each thread it started elsewhere
-lives, and `peerd thread show|wait|send|interrupt|events ID` follow it there through the link;
+lives, and `peerd thread show|wait|send|interrupt|events|archive ID` follow it there through the link;
 a whole id it never saw is asked of the links; `thread list --env all` lists the fleet with an ON
 column. Real CLI subprocesses against two real daemons."""
 
@@ -48,6 +48,11 @@ async def test_a_thread_launched_on_the_box_is_followed_there_by_its_id_or_a_sta
         assert events.returncode == EXIT_OK and "thread.created" in events.stdout, events.stdout
         stopped = await peerd(laptop, "thread", "interrupt", tid)
         assert stopped.returncode == EXIT_OK and "no active run" in stopped.stdout, stopped.stdout
+        archived = await peerd(laptop, "thread", "archive", tid[:9], "--yes")
+        assert archived.returncode == EXIT_OK, archived.stderr
+        assert archived.stdout.startswith(f"archived {tid}") and f"thread {tid} is on box" in archived.stderr
+        there = await pair.bc.call("GET", f"/v1/threads/{tid}")
+        assert there["status"] == "archived"  # archived on the box, where it lives
 
         # The box itself never follows ids to the laptop: its own lookup says not found.
         on_box = await peerd(pair.box.paths.home, "thread", "show", "thr_" + "0" * 20)
