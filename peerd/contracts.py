@@ -720,7 +720,8 @@ def _comma_list(value: Any) -> Any:
 
 
 class TaskList(Input):
-    """`GET /v1/tasks`: this machine's tasks, newest first, paged; every filter is optional."""
+    """`GET /v1/tasks`: this machine's tasks (or a linked one's), newest first, paged; every filter
+    is optional."""
 
     thread_id: str | None = Field(default=None, min_length=1, max_length=64)  # the parent thread
     status: Annotated[list[TaskStatus], BeforeValidator(_comma_list)] = Field(
@@ -731,6 +732,8 @@ class TaskList(Input):
     target_environment: str | None = Field(default=None, min_length=1, max_length=200)
     cursor: Cursor = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+    # The tasks of a linked environment (its id or label), as it shows them to this machine's link.
+    environment_id: str | None = EnvironmentId
 
 
 class RunRef(Wire):

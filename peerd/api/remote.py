@@ -134,11 +134,12 @@ LINK_SELF = Route(
     answer=c.LinkSelf,
     example=Example({"envId": ex.BOX, "clientId": ex.CLI, "label": "laptop", "access": "approval-required"}),
 )
-# The owner's routes a link may call too: reads, launches (capped), and sends to, waits on,
+# The owner's routes a link may call too: reads (threads and tasks), launches (capped), and sends to, waits on,
 # interrupts and archives of the threads it started (the fence is in `peerd.operations`).
 LINKED = frozenset(
     {"project_list", "project_show", "thread_list", "thread_launch", "thread_show", "thread_read"}
     | {"thread_send", "thread_wait", "thread_interrupt", "thread_archive", "thread_events", "run_watch"}
+    | {"task_list"}
 )
 ROUTES: tuple[Route, ...] = (
     DESCRIPTOR_ROUTE,
