@@ -185,7 +185,7 @@ async def task_list(request: web.Request) -> web.Response:
     target, local = req.target_environment, False
     if target is not None:
         here = request.app[DESCRIPTOR]
-        if target in (here.env_id, here.label):
+        if target in (here.environment_id, here.label):
             target, local = None, True
         elif ops.forwarder is None:
             raise InvalidRequest("This daemon has no links: filter by this environment's id or label.")

@@ -210,7 +210,7 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/v1/environments/{id}", environment_unlink, "environment_unlink",
           "Unlink a machine (and revoke the link there when it answers).", "links",
           answer=c.UnlinkResult, errors=("not_linked",), params={"id": "an environment id or a link's label"},
-          example=Example({"envId": ex.BOX, "label": "box", "revokedThere": True, "message": "Unlinked box."},
+          example=Example({"environmentId": ex.BOX, "label": "box", "revokedThere": True, "message": "Unlinked box."},
                           path={"id": "box"})),
     Route("GET", "/v1/providers", provider_list, "provider_list", "The agent providers and what was found.",
           "providers", answer=Items[c.ProviderInfo], example=Example({"items": [ex.PROVIDER]})),
