@@ -49,6 +49,8 @@ def test_envid_is_sent_beside_environment_id_and_an_older_peers_envid_is_read(mo
     sent = read.wire()
     assert sent["environmentId"] == sent["envId"] == "env_older"
     assert model.model_validate(sent).wire() == sent  # what a new peer sends, a new peer reads alike
+    made_here = model.model_validate({**_minimal(model), "environment_id": "env_here"}).wire()
+    assert made_here["environmentId"] == made_here["envId"] == "env_here"  # the old name goes out too
 
 
 def _minimal(model: type[c.Wire]) -> dict[str, object]:
