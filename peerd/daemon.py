@@ -31,7 +31,7 @@ from aiohttp import web
 
 from peerd import __version__, sdnotify
 from peerd import contracts as c
-from peerd.a2a.http import A2AFace
+from peerd.a2a.lazy import LazyA2A
 from peerd.api import peercred
 from peerd.api.a2a_routes import add_a2a_routes
 from peerd.api.agent_signin_routes import AGENT_SIGNIN
@@ -84,6 +84,7 @@ from peerd.events import (
     RemoteTaskChanged,
     RunEnded,
     RunQueued,
+    RunStarting,
     ThreadStopped,
 )
 from peerd.handoff.service import HandoffService, MoveGuard
@@ -155,7 +156,7 @@ class Parts:
     orchestrations: Orchestrations
     tools: ToolServices
     mcp: McpService
-    a2a: A2AFace
+    a2a: LazyA2A
     console: Console
     sweeper: Sweeper
 
@@ -449,7 +450,7 @@ class Daemon:
             orchestrations=orchestrations,
             tools=tools,
             mcp=McpService(tools, loopback=loopback),
-            a2a=A2AFace(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
+            a2a=LazyA2A(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
             sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
@@ -461,6 +462,7 @@ class Daemon:
         on = p.events.subscribe
         on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
+        on(RunStarting, lambda e: p.mcp.warm())  # the MCP SDK loads (in a thread) on first need
         on(ThreadStopped, lambda e: p.delegation.stop_children(e.thread_id, e.reason))  # its tasks stop too
         on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
         on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
@@ -483,7 +485,6 @@ class Daemon:
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
         p.sweeper.start()
         await p.a2a.start()  # owed push notifications are delivered again, tasks on boxes followed again
-        p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
 
     async def _serve_listeners(self, p: Parts) -> None:
         """The MCP loopback port, the owner socket, the agent socket, then the network listener."""
@@ -699,7 +700,7 @@ class Daemon:
             thread_count, live = await threads.counts(self.db)
             project_count = await projects.count(self.db)
             if self.parts is not None:  # A2A pushes given up lately: status and doctor warn
-                pushes = await self.parts.a2a.push.given_up()
+                pushes = await self.parts.a2a.given_up()
         except StorageUnavailable:
             if lost is None:
                 raise

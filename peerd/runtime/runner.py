@@ -39,7 +39,7 @@ from peerd.errors import (
     ProviderPathUnreachable,
     StorageUnavailable,
 )
-from peerd.events import Events, RunEnded
+from peerd.events import Events, RunEnded, RunStarting
 from peerd.paths import Paths
 from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
@@ -346,6 +346,7 @@ class RunManager:
         if (spent := meter.past) is not None:  # its work's budget is spent: it does not start
             await self._finish(run_id, "failed", reason=spent)
             return
+        await self._events.publish(RunStarting(thread.id))  # its agent will want the MCP tools
         try:
             provider_run = await provider.start(spec)
         except ProviderPathUnreachable as exc:  # typed: an error item carrying the code

@@ -187,6 +187,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         runs=part(kick="kick"),
         followers=part(task_changed="follow task", link_forgotten="fail link", peer_answered="end backoff"),
         placement=part(link_answered="keep link report", keep_from_feed="keep feed report"),
+        mcp=part(warm="load the MCP SDK"),
     )
     Daemon._subscribe(parts)  # type: ignore[arg-type]  # the parts it subscribes, as fakes
     capacity = Capacity(live_runs=0, max_runs=1, providers=[], projects=[])
@@ -200,6 +201,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         events.PeerAnswered("box"),
         events.LinkChecked("box", {"capacity": None}),
         events.CapacityReported("box", capacity),
+        events.RunStarting("thr_4"),
     ]
     kinds = {kind for kind in vars(events).values() if isinstance(kind, type) and issubclass(kind, Event)}
     assert {type(event) for event in published} == kinds - {Event}, "a new event: publish it here too"
@@ -216,4 +218,5 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         ("end backoff", (published[6],)),
         ("keep link report", ("box", {"capacity": None})),
         ("keep feed report", ("box", capacity)),
+        ("load the MCP SDK", ()),
     ]
