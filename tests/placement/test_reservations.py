@@ -64,10 +64,11 @@ def burst(candidates: list[Candidate], n: int = BURST, ledger: Ledger | None = N
 def test_without_the_ledger_a_burst_herds_and_with_it_splits_evenly() -> None:
     """The issue's herd: every box reports 0 runs, so the same one wins every time, unless each
     choice counts the runs placed before it."""
-    boxes = [box(label, max_runs=24) for label in ("a", "b", "c")]
+    boxes = [box(label, max_runs=24, load=load) for label, load in (("a", 0.0), ("b", 0.1), ("c", 0.2))]
     herd = Counter(rules.choose(boxes, NEED, NOW).label for _ in range(BURST))
-    assert herd == {"a": BURST}
-    assert burst(boxes) == {"a": 20, "b": 20, "c": 20}
+    assert herd == {"a": BURST}  # a is a little less loaded than the others: it wins every time
+    split = burst(boxes)
+    assert split == {"a": 21, "b": 20, "c": 19}, split
 
 
 JITTER = st.floats(min_value=0.0, max_value=0.02)  # load per CPU: one machine read at other moments
@@ -219,9 +220,9 @@ def link_row(label: str) -> links.LinkRow:
 async def test_sixty_launches_at_once_through_the_service_split_over_three_boxes(db: Database) -> None:
     """Every launch reads the same reports (none arrives during the burst); the choose-and-reserve
     step has no await in it, so each sees the runs reserved by the ones before."""
-    for label in ("a", "b", "c"):
+    for label, load in (("a", 0.0), ("b", 0.1), ("c", 0.2)):
         await links.upsert(db, link_row(label))
-        await placement_store.save(db, f"ENV-{label}", cap(max_runs=24), now=time.time())
+        await placement_store.save(db, f"ENV-{label}", cap(max_runs=24, load=load), now=time.time())
     service = Placement(
         db,
         PlacementConfig(preference="manual-only"),
@@ -235,7 +236,7 @@ async def test_sixty_launches_at_once_through_the_service_split_over_three_boxes
         *(service.place(NEED, via_link=False, key=f"launch:owner:{i}") for i in range(BURST))
     )
     split = Counter(p.label for p in placed)
-    assert split == {"a": 20, "b": 20, "c": 20}, split
+    assert split == {"a": 21, "b": 20, "c": 19}, split  # as the rules alone split it (above)
     assert "just placed" in placed[-1].reason
     # A retry of a key is the choice kept, and reserves nothing more.
     again = await service.place(NEED, via_link=False, key="launch:owner:0")
