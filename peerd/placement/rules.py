@@ -89,7 +89,9 @@ def held_for(ledger: Ledger, candidate: Candidate, margin: float = ABSORB_AFTER_
     return sum(1 for r in ledger.held if r.target == candidate.key and (seen is None or seen < r.at + margin))
 
 
-def reserve(ledger: Ledger, target: str, now: float, keep_for: float = 2 * MAX_AGE_S) -> Ledger:
+def reserve(
+    ledger: Ledger, target: str, now: float, keep_for: float = 2 * MAX_AGE_S + ABSORB_AFTER_S
+) -> Ledger:
     """The ledger with one more run reserved on `target`, chosen now; reservations older than
     `keep_for` are dropped (a report that old is read again before choosing)."""
     seq = ledger.seq + 1
@@ -215,7 +217,7 @@ def place(
     choices must take one at a time."""
     placed = choose(candidates, need, now, max_age, ledger)
     target = HERE if placed.environment_id is None else placed.environment_id
-    return placed, reserve(ledger, target, now, 2 * max_age)
+    return placed, reserve(ledger, target, now, 2 * max_age + ABSORB_AFTER_S)
 
 
 def choose(

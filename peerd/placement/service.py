@@ -192,7 +192,11 @@ class Placement:
         if key is None:
             return placed
         kept = await store.record(self.db, key, placed, now=self.clock())
-        if kept != placed:  # a retry racing this one was kept first (and holds its own reservation)
+        if (kept.environment_id, kept.project_id, kept.reason) != (
+            placed.environment_id,
+            placed.project_id,
+            placed.reason,
+        ):  # a first try racing this one, with the same key, was kept first: it holds its own reservation
             self.ledger = rules.release(self.ledger, seq)
         return kept
 

@@ -217,13 +217,12 @@ def link_row(label: str) -> links.LinkRow:
     )
 
 
-async def test_sixty_launches_at_once_through_the_service_split_over_three_boxes(db: Database) -> None:
-    """Every launch reads the same reports (none arrives during the burst); the choose-and-reserve
-    step has no await in it, so each sees the runs reserved by the ones before."""
-    for label, load in (("a", 0.0), ("b", 0.1), ("c", 0.2)):
+async def service_over(db: Database, boxes: list[tuple[str, float]]) -> Placement:
+    """The placement service of a manual-only laptop with a link and a fresh report per box."""
+    for label, load in boxes:
         await links.upsert(db, link_row(label))
         await placement_store.save(db, f"ENV-{label}", cap(max_runs=24, load=load), now=time.time())
-    service = Placement(
+    return Placement(
         db,
         PlacementConfig(preference="manual-only"),
         env_id="ENV-laptop",
@@ -232,6 +231,12 @@ async def test_sixty_launches_at_once_through_the_service_split_over_three_boxes
         readers=capacity.Readers(load=lambda: (0.0, 4), memory=lambda: (8 * GIB, 16 * GIB)),
         peers=None,
     )
+
+
+async def test_sixty_launches_at_once_through_the_service_split_over_three_boxes(db: Database) -> None:
+    """Every launch reads the same reports (none arrives during the burst); the choose-and-reserve
+    step has no await in it, so each sees the runs reserved by the ones before."""
+    service = await service_over(db, [("a", 0.0), ("b", 0.1), ("c", 0.2)])
     placed = await asyncio.gather(
         *(service.place(NEED, via_link=False, key=f"launch:owner:{i}") for i in range(BURST))
     )
@@ -247,3 +252,13 @@ async def test_sixty_launches_at_once_through_the_service_split_over_three_boxes
     await placement_store.save(db, "ENV-a", cap(max_runs=24, live_runs=20), now=later)
     found = {cand.label: cand for cand in await service.candidates(via_link=False)}
     assert held_for(service.ledger, found["a"]) == 0 and held_for(service.ledger, found["b"]) == 20
+
+
+async def test_two_first_tries_of_one_key_at_once_reserve_one_run(db: Database) -> None:
+    service = await service_over(db, [("a", 0.0), ("b", 0.0)])
+    first, second = await asyncio.gather(
+        *(service.place(NEED, via_link=False, key="task:owner:same") for _ in range(2))
+    )
+    assert first == second
+    assert service.ledger.seq == 2  # both chose (neither found the other's choice kept yet)
+    assert len(service.ledger.held) == 1  # the one not kept released its reservation
