@@ -78,6 +78,7 @@ class Placement:
         self._fed: dict[str, float] = {}  # box -> when its feed-borne report was last written
         self.ledger = Ledger()  # the runs just placed, until a report counts them
         self._background: set[asyncio.Future[None]] = set()
+        self._checking: dict[str, asyncio.Future[None]] = {}  # box -> its check under way
 
     # --- what this environment reports -------------------------------------------------------
 
@@ -127,11 +128,20 @@ class Placement:
             return
         await self.link_answered(env_id, data)
 
+    def _check_once(self, env_id: str) -> asyncio.Future[None]:
+        """The check of this box under way, else a new one: launches placed at once with the same
+        stale report share one check per box, not one each."""
+        running = self._checking.get(env_id)
+        if running is None:
+            running = self._checking[env_id] = asyncio.ensure_future(self._check(env_id))
+            running.add_done_callback(lambda _: self._checking.pop(env_id, None))
+        return running
+
     async def refresh(self, env_ids: list[str]) -> None:
         """Read these boxes' capacity again, in parallel, each within `refresh_timeout`."""
         if not env_ids or self.peers is None:
             return
-        checks = {asyncio.ensure_future(self._check(env_id)): env_id for env_id in env_ids}
+        checks = {self._check_once(env_id): env_id for env_id in env_ids}
         _, late = await asyncio.wait(checks, timeout=self.refresh_timeout)
         for task in late:
             self._background.add(task)
