@@ -5,7 +5,8 @@ box's comes with every `GET /v1/link` answer (`environment list/show`, and here)
 feed answer (the follower), cached with its age (`store`). Before choosing, reports older than
 `max_age` are read again, all at once, each within `refresh_timeout`; a box that does not answer
 in time is passed by with its reason (its check finishes in the background and records what it
-learns: a check is never cancelled, it may be rotating the link's refresh token). The rules are
+learns: a check is never cancelled, it may be rotating the link's refresh token); launches placed
+at once share one check per box. The rules are
 `peerd.placement.rules`.
 
 The reservation ledger (`rules.Ledger`) lives here, in memory: every choice reserves a run on the
