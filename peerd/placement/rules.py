@@ -13,6 +13,9 @@ Its runs are the report's live and queued runs plus the ones held for it in the 
 choice reserves a run on the chosen one at once (`reserve`), and a reservation counts until a report
 read more than `ABSORB_AFTER_S` after it (which counts the run itself) absorbs it. So a burst of
 choices made before any box reports again splits by free capacity, in proportion to `max_runs`.
+"Full" is what a report says (its live and queued runs at `max_runs`): reserved runs are an
+estimate, so they weigh in the score but never refuse, and a burst larger than the room left
+spreads over the candidates in proportion to `max_runs` instead of being refused.
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ def judge(candidate: Candidate, need: Need, now: float, max_age: float = MAX_AGE
         if len(matches) > 1:
             return Verdict(candidate, f"several projects with this repository ({', '.join(matches)})")
         project = matches[0]
-    if busy(cap, held) >= cap.max_runs:
+    if busy(cap) >= cap.max_runs:  # as reported: runs just placed weigh (below) but never refuse
         return Verdict(candidate, f"full: {standing(cap, held)}")
     return Verdict(candidate, standing(cap, held), project_id=project, score=score(cap, held))
 
