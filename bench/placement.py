@@ -13,7 +13,8 @@ ratios against a baseline measured in the same run:
    report stale (one `GET /v1/link` to the box first). The box is the one chosen (it prefers work).
 3. Burst split (issue 33): a laptop that takes no `auto` work itself (`manual-only`) linked to
    boxes of equal or weighted `max_runs` (`--weights 1,1,1`: three equal boxes; `--weights 1,2,4`:
-   max_runs in those proportions), and `--burst` `auto` launches sent at once: where each went,
+   max_runs in those proportions, times `--max-runs`, 4 by default: a burst of 60 is past their
+   room, and spreads all the same), and `--burst` `auto` launches sent at once: where each went,
    against each box's share (`max_runs` over the total), then the runs drained. The drain is
    bounded by work done (it gives up after `--stall` seconds without a run ending), never by a
    fixed time; a figure taken with the load past one per CPU, or with a drain given up, is marked
@@ -164,9 +165,9 @@ async def drain(
     return time.perf_counter() - start, ended
 
 
-async def split(burst: int, weights: list[int], stall_s: float) -> dict[str, Any]:
-    """`burst` auto launches at once over boxes weighted `weights`: where each went, and the drain."""
-    unit = max(4, -(-2 * burst // sum(weights)))  # room for the whole burst twice over
+async def split(burst: int, weights: list[int], unit: int, stall_s: float) -> dict[str, Any]:
+    """`burst` auto launches at once over boxes weighted `weights` (max_runs weight x `unit`):
+    where each went, and the drain."""
     with tempfile.TemporaryDirectory(prefix="peerd-bench-split-") as tmp:
         async with fleet(Path(tmp), weights, unit) as (lc, clients, project):
             await lc.call("GET", "/v1/environments")  # every box's report read once, before the burst
@@ -292,6 +293,9 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=60, help="auto launches at once (0: no split)")
     parser.add_argument("--weights", default="1,1,1", help="one box per number, max_runs in proportion")
     parser.add_argument(
+        "--max-runs", type=int, default=4, help="max_runs of a box of weight 1 (the default 4)"
+    )
+    parser.add_argument(
         "--stall", type=float, default=60.0, help="the drain gives up after this long with no run ending"
     )
     parser.add_argument("--split-only", action="store_true", help="only the burst split")
@@ -317,7 +321,7 @@ def main() -> None:
             print(f"  UNRELIABLE: {figures['unreliable']}")
     if a.burst > 0:
         weights = [int(w) for w in a.weights.split(",") if w.strip()]
-        got = asyncio.run(split(a.burst, weights, a.stall))
+        got = asyncio.run(split(a.burst, weights, a.max_runs, a.stall))
         results["placement_split"] = got
         print(
             f"\nburst of {got['burst']} auto launches at once over {len(weights)} boxes (a manual-only laptop)"
