@@ -316,7 +316,9 @@ class Daemon:
         env_id = identity.env_id
         events = Events()
         providers = registry.build(settings, self.command_approved)
-        desc = c.Descriptor(env_id=env_id, label=label, version=__version__, capabilities=CAPABILITIES)
+        desc = c.Descriptor(
+            environment_id=env_id, label=label, version=__version__, capabilities=CAPABILITIES
+        )
         approvals = ApprovalService(
             db,
             self.feed,
@@ -705,7 +707,7 @@ class Daemon:
             # answers, so `peerd doctor` can say what happened (its `store` field); counts unknown.
             thread_count, live, project_count = 0, 0, 0
         return c.Status(
-            env_id=self.identity.env_id,
+            environment_id=self.identity.env_id,
             label=self.config.label,
             version=__version__,
             fingerprint=self.identity.fingerprint_text,

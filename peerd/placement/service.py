@@ -261,7 +261,7 @@ class Placement:
             if cand.env_id is None:
                 envs.append(
                     c.FleetEnvironment(
-                        env_id=self.env_id,
+                        environment_id=self.env_id,
                         label=cand.label,
                         here=True,
                         status="here",
@@ -274,7 +274,7 @@ class Placement:
             status = row.info(now=now).status if row is not None else "unreachable"
             envs.append(
                 c.FleetEnvironment(
-                    env_id=cand.env_id,
+                    environment_id=cand.env_id,
                     label=cand.label,
                     here=False,
                     status=status,

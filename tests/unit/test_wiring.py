@@ -59,6 +59,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/common.py", "ctx.obj"): "click's context object, click's own way to pass the home down",
     ("cli/main.py", "ctx.obj"): "click's context object, click's own way to pass the home down",
     ("cli/threads.py", "client.environment_id"): "the CLI's request client following `--env auto`",
+    ("cli/tasks.py", "client.environment_id"): "the CLI's request client visiting each machine (`--env all`)",
     ("store/db.py", "conn.row_factory"): "a sqlite connection being configured",
     ("orchestrate/cleanup.py", "memo.stop_owed"): "a packet memo record being updated",
     ("orchestrate/escapes.py", "memo.*"): "a packet memo record being filled in",
