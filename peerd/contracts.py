@@ -845,8 +845,9 @@ class ProjectKey(Wire):
 class Capacity(Wire):
     """What an environment has room for, as it reports it to its links (`[placement]`)."""
 
-    live_runs: int = Field(ge=0, le=MAX_SQL_INT)
+    live_runs: int = Field(ge=0, le=MAX_SQL_INT)  # starting or running
     max_runs: int = Field(ge=0, le=100_000)
+    queued_runs: int = Field(default=0, ge=0, le=MAX_SQL_INT)  # waiting to start (an older box: 0)
     load: float | None = Field(default=None, ge=0, le=1e6)  # the 1-minute load average
     cpus: int = Field(default=1, ge=1, le=100_000)
     mem_available: int | None = Field(default=None, ge=0, le=MAX_SQL_INT)  # bytes (MemAvailable)

@@ -32,6 +32,7 @@ from peerd.core.access import runtime_rank
 from peerd.core.backoff import Backoff
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
+from peerd.core.tool_items import task_reference
 from peerd.errors import (
     CapabilityDenied,
     ConfinementUnavailable,
@@ -407,7 +408,8 @@ class RunManager:
         elif isinstance(event, ItemProduced):
             if event.kind == "error":
                 errors_seen.add(event.text)
-            await self._item(thread_id, run_id, event.kind, event.text, event.data)
+            data = task_reference(event.kind, event.text, event.data)  # not the whole task echoed
+            await self._item(thread_id, run_id, event.kind, event.text, data)
         else:
             return event
         return final
