@@ -58,9 +58,9 @@ class EnvThreads:
 
 
 def thread_state(thread: c.Thread) -> str:
-    """The one word the thread list filters on: archived, or its latest run's status."""
-    if thread.status == "archived":
-        return "archived"
+    """The one word the thread list filters on: archived, moved, or its latest run's status."""
+    if thread.status in ("archived", "moved"):
+        return thread.status
     return thread.latest_run.status if thread.latest_run is not None else "queued"
 
 

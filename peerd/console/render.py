@@ -48,6 +48,7 @@ SYMBOLS = {
     "cancelled": "■",
     "interrupted": "■",
     "archived": "▪",
+    "moved": "→",
     "warn": "!",
     "skip": "-",
 }

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from peerd import contracts as c
-from peerd.console.owner import HERE, LIVE, RUN_STATES, Env, Owner
+from peerd.console.owner import HERE, LIVE, RUN_STATES, Env, Owner, thread_state
 from peerd.console.pages import back, form, owner
 from peerd.console.render import fragment, notice, page, shown_error
 from peerd.core.text import path_segment
@@ -22,7 +22,12 @@ from peerd.errors import PeerdError
 
 ITEMS_ON_PAGE = 500  # the rest arrive over the stream
 STATE_FILTERS = (("", "any"), ("live", "live (queued or running)"), *((s, s) for s in RUN_STATES[3:]))
-FILTER_STATES = {"live": LIVE, **{s: (s,) for s in RUN_STATES}, "archived": ("archived",)}
+FILTER_STATES = {
+    "live": LIVE,
+    **{s: (s,) for s in RUN_STATES},
+    "archived": ("archived",),
+    "moved": ("moved",),
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,18 @@ class Lineage:
 
 def thread_href(env: Env, thread_id: str) -> str:
     return f"/threads/{path_segment(env.key)}/{path_segment(thread_id)}"
+
+
+def moved_link(api: Owner, envs: list[Env], thread: c.Thread) -> dict[str, str | None]:
+    """Where a moved thread's copy is, for the page: its href (None: not reachable from here) and
+    the machine's name."""
+    to = thread.moved_to
+    if thread.status != "moved" or to is None:
+        return {"moved_href": None, "moved_where": None}
+    there = api.env_of(envs, to.environment_id)
+    if there is None:
+        return {"moved_href": None, "moved_where": to.environment_id}
+    return {"moved_href": thread_href(there, to.thread_id), "moved_where": there.label}
 
 
 async def thread_list(request: web.Request) -> web.StreamResponse:
@@ -56,10 +73,11 @@ async def thread_list(request: web.Request) -> web.StreamResponse:
         envs=envs,
         wanted=wanted,
         env_filter=env_filter,
-        filters=[*STATE_FILTERS, ("archived", "archived")],
+        filters=[*STATE_FILTERS, ("archived", "archived"), ("moved", "moved")],
         providers=providers,
         request_id=uuid.uuid4().hex,
         thread_href=thread_href,
+        thread_state=thread_state,
     )
 
 
@@ -123,6 +141,7 @@ async def thread_page(request: web.Request) -> web.StreamResponse:
         said="",
         level="info",
         live=LIVE,
+        **moved_link(api, envs, thread),
     )
 
 

@@ -13,6 +13,20 @@
     if (items) items.classList.toggle("stale", state !== "live");
   }
 
+  // Server-rendered HTML (autoescaped by the console's templates) replacing the element with the
+  // same id; htmx is told about it so its forms keep working.
+  function swapById(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html.trim();
+    const fresh = t.content.firstElementChild;
+    if (!fresh || !fresh.id) return null;
+    const old = document.getElementById(fresh.id);
+    if (!old) return null;
+    old.replaceWith(fresh);
+    if (window.htmx) window.htmx.process(fresh);
+    return fresh;
+  }
+
   // A thread's items: EventSource reconnects by itself after a dropped connection (sending
   // Last-Event-ID); after a refused one (the daemon restarting) it gives up, so we open a new one
   // with ?last= and back off up to 30 s. The server sends each item once, by position.
@@ -32,10 +46,11 @@
         lastId = e.lastEventId;
         list.insertAdjacentHTML("beforeend", e.data);
       });
-      source.addEventListener("run", function (e) {
+      // A part of the page that changed (the run in the header, the usage, the run's buttons):
+      // one element, swapped for the element with its id.
+      source.addEventListener("swap", function (e) {
         lastId = e.lastEventId;
-        const run = document.getElementById("run-state");
-        if (run) run.innerHTML = e.data;
+        swapById(e.data);
       });
       source.addEventListener("problem", function (e) {
         setLive("reconnecting", "Reconnecting: " + e.data);
