@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from peerd.console import approvals, pages, stream, threads, work
+from peerd.console import approvals, boardpages, pages, stream, threads, work
 from peerd.console.guard import guard, login, logout, security_headers, static, stop_streams
 from peerd.console.owner import Owner
 from peerd.console.render import page
@@ -55,7 +55,7 @@ def build_app(console: ConsoleState) -> web.Application:
     app.router.add_post(root + "/login", login)
     app.router.add_post(root + "/logout", logout)
     app.router.add_get(root + "/static/{name}", static)
-    for module in (pages, threads, stream, work, approvals):
+    for module in (pages, threads, stream, work, approvals, boardpages):
         for method, path, handler in module.ROUTES:
             app.router.add_route(method, root + path, handler)
     return app

@@ -21,6 +21,7 @@ HERE = "here"
 FLEET_TIMEOUT_S = 5.0  # one linked environment's threads: past this it is shown as not answering
 RUN_STATES = ("queued", "starting", "running", "completed", "failed", "cancelled", "interrupted")
 LIVE = ("queued", "starting", "running")
+MAX_FLEET_THREADS = 5000  # one environment's threads the board reads at most
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,19 @@ class Owner:
         params = {"environmentId": env.forward, "includeArchived": include_archived, "limit": c.PAGE_LIMIT}
         data = await self.call("GET", "/v1/threads", params=params)
         return [c.Thread.model_validate(x) for x in data["items"]]
+
+    async def all_threads(self, env: Env, *, most: int = MAX_FLEET_THREADS) -> list[c.Thread]:
+        """Every thread of `env` but the archived ones (up to `most`), a page at a time."""
+        found: list[c.Thread] = []
+        cursor = None
+        while len(found) < most:
+            params = {"environmentId": env.forward, "cursor": cursor, "limit": c.PAGE_LIMIT}
+            data = await self.call("GET", "/v1/threads", params=params)
+            found += [c.Thread.model_validate(x) for x in data["items"]]
+            cursor = data.get("nextCursor")
+            if not cursor:
+                break
+        return found
 
     async def env_threads(self, env: Env, *, states: tuple[str, ...]) -> EnvThreads:
         try:

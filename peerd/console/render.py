@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 NAV = (
     ("environment", "/", "Environment"),
     ("connections", "/connections", "Connections"),
+    ("board", "/board", "Board"),
+    ("needs", "/needs-you", "Needs you"),
     ("threads", "/threads", "Threads"),
     ("tasks", "/tasks", "Tasks"),
     ("approvals", "/approvals", "Approvals"),
@@ -69,6 +71,18 @@ def spent(value: Any) -> str:
     return describe(Usage.from_json(data)) if isinstance(data, dict) else "not reported"
 
 
+def spent_short(value: Any) -> str:
+    """A usage on a board card: its tokens and cost ("1,200 tok, $0.5000"); '' when unknown."""
+    data = value.wire() if hasattr(value, "wire") else value
+    if not isinstance(data, dict):
+        return ""
+    usage = Usage.from_json(data)
+    text = f"{usage.total_tokens:,} tok"
+    if usage.cost_usd is not None:
+        text += f", {'~' if usage.cost_estimated else ''}${usage.cost_usd:,.4f}"
+    return text
+
+
 def _environment() -> jinja2.Environment:
     global _env  # noqa: PLW0603  # one environment per process, built when first needed
     if _env is None:
@@ -87,6 +101,7 @@ def _environment() -> jinja2.Environment:
         env.filters["short"] = lambda value, n=12: (
             str(value) if value is None or len(str(value)) <= n else str(value)[:n] + "…"
         )
+        env.filters["usage_short"] = spent_short
         env.filters["usage"] = spent  # a run's, thread's, task's or hop's usage in one line
         env.globals["limits"] = limits  # a budget in words ("50,000 tokens, $2.0000"; "none")
         env.globals["symbol"] = lambda status: SYMBOLS.get(str(status), "•")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -44,7 +45,7 @@ def thread_href(env: Env, thread_id: str) -> str:
     return f"/threads/{path_segment(env.key)}/{path_segment(thread_id)}"
 
 
-def moved_link(api: Owner, envs: list[Env], thread: c.Thread) -> dict[str, str | None]:
+def moved_link(api: Owner, envs: list[Env], thread: c.Thread) -> dict[str, Any]:
     """Where a moved thread's copy is, for the page: its href (None: not reachable from here) and
     the machine's name."""
     to = thread.moved_to

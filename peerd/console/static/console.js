@@ -67,6 +67,79 @@
     window.addEventListener("pagehide", function () { if (source) source.close(); });
   }
 
+  // The board: the server sends the whole board again when it changed (one element, swapped);
+  // focus stays on the card it was on when that card is still shown.
+  function boardStream(holder) {
+    let source = null;
+    let delay = 1000;
+    function open() {
+      source = new EventSource(holder.dataset.boardStream);
+      source.onopen = function () {
+        delay = 1000;
+        setLive("live", "Live: the board follows the fleet.");
+      };
+      source.addEventListener("swap", function (e) {
+        const focused = document.activeElement && document.activeElement.closest(".card");
+        const keep = focused ? focused.dataset.thread : null;
+        swapById(e.data);
+        setLive("live", "Live: the board follows the fleet.");
+        if (keep) {
+          const again = document.querySelector('.card[data-thread="' + CSS.escape(keep) + '"] a');
+          if (again) again.focus();
+        }
+      });
+      source.addEventListener("problem", function (e) {
+        setLive("reconnecting", "Reconnecting: " + e.data);
+      });
+      source.onerror = function () {
+        setLive("reconnecting", "Reconnecting… the board shown may be out of date.");
+        if (source.readyState === EventSource.CLOSED) {
+          setTimeout(open, delay);
+          delay = Math.min(delay * 2, 30000);
+        }
+      };
+    }
+    open();
+    window.addEventListener("pagehide", function () { if (source) source.close(); });
+  }
+
+  // Keys on the board: "/" to search; arrows move between cards (up and down in a column, left
+  // and right to the next column with cards); Enter opens the focused card (it is a link).
+  function boardKeys() {
+    document.addEventListener("keydown", function (e) {
+      if (e.altKey || e.ctrlKey || e.metaKey) return;
+      const tag = (e.target && e.target.tagName) || "";
+      const typing = tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT";
+      if (e.key === "/" && !typing) {
+        const q = document.getElementById("b-q");
+        if (q) { e.preventDefault(); q.focus(); }
+        return;
+      }
+      if (typing || ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight"].indexOf(e.key) < 0) return;
+      const columns = Array.from(document.querySelectorAll("#board .column"));
+      const card = e.target.closest && e.target.closest(".card");
+      let target = null;
+      if (!card) {
+        target = document.querySelector("#board .card a");
+      } else {
+        const column = card.closest(".column");
+        const cards = Array.from(column.querySelectorAll(".card"));
+        const at = cards.indexOf(card);
+        if (e.key === "ArrowDown") target = cards[at + 1];
+        else if (e.key === "ArrowUp") target = cards[at - 1];
+        else {
+          const step = e.key === "ArrowRight" ? 1 : -1;
+          for (let i = columns.indexOf(column) + step; i >= 0 && i < columns.length; i += step) {
+            const there = columns[i].querySelectorAll(".card");
+            if (there.length) { target = there[Math.min(at, there.length - 1)]; break; }
+          }
+        }
+        if (target) target = target.querySelector("a");
+      }
+      if (target) { e.preventDefault(); target.focus(); }
+    });
+  }
+
   function countdowns() {
     const els = document.querySelectorAll("[data-expires]");
     if (!els.length) return;
@@ -114,6 +187,9 @@
   document.addEventListener("DOMContentLoaded", function () {
     const list = document.querySelector("[data-stream]");
     if (list && window.EventSource) stream(list);
+    const board = document.querySelector("[data-board-stream]");
+    if (board && window.EventSource) boardStream(board);
+    if (board) boardKeys();
     countdowns();
     if (window.htmx) liveFragments();
   });
