@@ -56,6 +56,30 @@ SYMBOLS = {
 }
 
 _env: jinja2.Environment | None = None
+_markdown: Any = None  # markdown_it.MarkdownIt, built on first use
+
+
+def markdown(text: str) -> Any:
+    """An agent's text as HTML, safely: CommonMark by markdown-it-py with raw HTML off (any tag in
+    the text is shown as text, escaped), links only to what markdown-it's `validateLink` allows (no
+    `javascript:`, `vbscript:`, `file:` or `data:`), and no images (the CSP would block another
+    site's, and an image can say the page was read)."""
+    global _markdown  # noqa: PLW0603  # one parser per process, built when first needed
+    import markupsafe  # noqa: PLC0415  # jinja2's own dependency, loaded with it
+
+    if _markdown is None:
+        from markdown_it import MarkdownIt  # noqa: PLC0415  # on the first thread page only
+
+        _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+        _markdown.disable("image")
+    return markupsafe.Markup(_markdown.render(str(text)).strip())  # noqa: S704  # raw HTML is off: escaped
+
+
+def pretty(value: Any) -> str:
+    """A tool's arguments or result as indented JSON (escaped by the template like any text)."""
+    import json  # noqa: PLC0415
+
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def limits(budget: Any) -> str:
@@ -102,6 +126,8 @@ def _environment() -> jinja2.Environment:
             str(value) if value is None or len(str(value)) <= n else str(value)[:n] + "…"
         )
         env.filters["usage_short"] = spent_short
+        env.filters["markdown"] = markdown
+        env.filters["pretty"] = pretty
         env.filters["usage"] = spent  # a run's, thread's, task's or hop's usage in one line
         env.globals["limits"] = limits  # a budget in words ("50,000 tokens, $2.0000"; "none")
         env.globals["symbol"] = lambda status: SYMBOLS.get(str(status), "•")

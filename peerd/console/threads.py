@@ -142,6 +142,7 @@ async def thread_page(request: web.Request) -> web.StreamResponse:
         said="",
         level="info",
         live=LIVE,
+        runs={r.id: r for r in thread.run_usage or []},
         **moved_link(api, envs, thread),
     )
 

@@ -27,6 +27,18 @@
     return fresh;
   }
 
+  // Each run's boundary among the items says the run's number, status and usage as the usage-by-
+  // run table (kept live by the stream) says them: text only, copied from the table's cells.
+  function syncBoundaries() {
+    document.querySelectorAll("#items .run-boundary").forEach(function (mark) {
+      const row = document.querySelector('#usage-runs tr[data-run="' + CSS.escape(mark.dataset.run) + '"]');
+      if (!row || row.cells.length < 3) return;
+      mark.querySelector(".run-no").textContent = "Run " + row.cells[0].textContent.trim();
+      mark.querySelector(".state").textContent =
+        row.cells[1].textContent.trim() + " · " + row.cells[2].textContent.trim();
+    });
+  }
+
   // A thread's items: EventSource reconnects by itself after a dropped connection (sending
   // Last-Event-ID); after a refused one (the daemon restarting) it gives up, so we open a new one
   // with ?last= and back off up to 30 s. The server sends each item once, by position.
@@ -44,13 +56,30 @@
       };
       source.addEventListener("item", function (e) {
         lastId = e.lastEventId;
+        const items = list.querySelectorAll("li.item");
+        const before = items.length ? items[items.length - 1].dataset.run : null;
         list.insertAdjacentHTML("beforeend", e.data);
+        const added = list.lastElementChild;
+        if (added && added.dataset.run && added.dataset.run !== before) {
+          const mark = document.createElement("li");
+          mark.className = "run-boundary";
+          mark.dataset.run = added.dataset.run;
+          const no = document.createElement("span");
+          no.className = "run-no";
+          no.textContent = "Run";
+          const state = document.createElement("span");
+          state.className = "state";
+          mark.append(no, " ", state);
+          added.before(mark);
+          syncBoundaries();
+        }
       });
       // A part of the page that changed (the run in the header, the usage, the run's buttons):
       // one element, swapped for the element with its id.
       source.addEventListener("swap", function (e) {
         lastId = e.lastEventId;
-        swapById(e.data);
+        const fresh = swapById(e.data);
+        if (fresh && fresh.id === "usage-runs") syncBoundaries();
       });
       source.addEventListener("problem", function (e) {
         setLive("reconnecting", "Reconnecting: " + e.data);
