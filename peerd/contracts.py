@@ -406,6 +406,37 @@ class ThreadReadResult(Wire):
     next_position: int | None
 
 
+class ThreadDiffRead(Input):
+    environment_id: str | None = EnvironmentId
+
+
+class DiffFile(Wire):
+    """One file of a thread's diff: its unified patch (capped) and its added and removed lines."""
+
+    path: str
+    old_path: str | None = None  # a rename's old path
+    change: Literal["added", "deleted", "modified", "renamed"]
+    added: int = Field(ge=0)
+    removed: int = Field(ge=0)
+    binary: bool = False
+    patch: str
+    truncated: bool = False  # the patch was cut (it is longer than the diff shows)
+
+
+class ThreadDiff(Wire):
+    """What a thread changed, committed and not (untracked files included), against its base:
+    the commit its worktree started from (or, unrecorded, where its branch left the checkout's),
+    `HEAD` for an in-place thread (its uncommitted changes)."""
+
+    thread_id: str
+    base: str
+    head: str | None
+    files: list[DiffFile]
+    added: int = Field(ge=0)
+    removed: int = Field(ge=0)
+    truncated: bool = False  # more files changed than the diff lists
+
+
 class ThreadSend(Input):
     text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     client_request_id: str | None = ClientRequestId

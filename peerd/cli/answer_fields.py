@@ -178,6 +178,15 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "tip",
         "bundle",
     ),
+    "GET /v1/threads/{id}/diff": (
+        "threadId",
+        "base",
+        "head",
+        "files",
+        "added",
+        "removed",
+        "truncated",
+    ),
     "GET /v1/threads/{id}/events": (
         "events",
         "nextCursor",

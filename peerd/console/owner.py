@@ -217,6 +217,11 @@ class Owner:
         )
         return c.Thread.model_validate(data)
 
+    async def diff(self, env: Env, thread_id: str) -> c.ThreadDiff:
+        params = {"environmentId": env.forward}
+        data = await self.call("GET", f"/v1/threads/{path_segment(thread_id)}/diff", params=params)
+        return c.ThreadDiff.model_validate(data)
+
     async def items(self, env: Env, thread_id: str, after: int | None) -> c.ThreadReadResult:
         params = {"environmentId": env.forward, "afterPosition": after, "limit": c.PAGE_LIMIT}
         data = await self.call("GET", f"/v1/threads/{path_segment(thread_id)}/items", params=params)

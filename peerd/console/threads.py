@@ -147,6 +147,46 @@ async def thread_page(request: web.Request) -> web.StreamResponse:
     )
 
 
+def diff_lines(patch: str) -> list[tuple[str, str]]:
+    """A file's patch as (kind, line): add, del, hunk, meta or ctx, for the diff view's colours
+    (and its symbols: the +/- stay in the text)."""
+    out = []
+    in_hunks = False
+    for line in patch.splitlines():
+        if line.startswith("@@"):
+            in_hunks, kind = True, "hunk"
+        elif not in_hunks:
+            kind = "meta"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        out.append((kind, line))
+    return out
+
+
+async def thread_diff(request: web.Request) -> web.StreamResponse:
+    """The thread's changes against its base, file by file (the owner API's thread diff; a box's
+    thread through the link, which shows only the threads it started)."""
+    api = owner(request)
+    env = await api.env(request.match_info["env"])
+    thread_id = request.match_info["id"]
+    thread = await api.thread(env, thread_id)
+    found = await api.diff(env, thread_id)
+    return page(
+        request,
+        "diff.html",
+        title=f"Changes: {thread.title}",
+        env=env,
+        thread=thread,
+        diff=found,
+        href=thread_href(env, thread_id),
+        lines=diff_lines,
+    )
+
+
 async def send(request: web.Request) -> web.StreamResponse:
     api = owner(request)
     env = await api.env(request.match_info["env"])
@@ -218,6 +258,7 @@ ROUTES = (
     ("GET", "/threads", thread_list),
     ("POST", "/threads/launch", launch),
     ("GET", "/threads/{env}/{id}", thread_page),
+    ("GET", "/threads/{env}/{id}/diff", thread_diff),
     ("POST", "/threads/{env}/{id}/send", send),
     ("POST", "/threads/{env}/{id}/interrupt", interrupt),
 )
