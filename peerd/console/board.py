@@ -165,7 +165,7 @@ def needs_of(
     return tuple(found)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Column:
     key: str
     title: str
@@ -173,7 +173,7 @@ class Column:
     cards: list[Card] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Board:
     columns: list[Column]
     pages: int
@@ -184,16 +184,14 @@ class Board:
 def lay_out(cards: Iterable[Card], filters: Filters, per_column: int = CARDS_PER_COLUMN) -> Board:
     """The cards the filters keep, by column, newest change first; page N shows each column's
     cards N*per_column-per_column .. N*per_column."""
-    columns = {key: Column(key, title) for key, title in COLUMNS}
     kept = sorted((x for x in cards if filters.keeps(x)), key=lambda x: -x.thread.updated_at)
-    by_column: dict[str, list[Card]] = {key: [] for key in columns}
+    by_column: dict[str, list[Card]] = {key: [] for key, _ in COLUMNS}
     for card in kept:
         by_column[card.column].append(card)
     start = (filters.page - 1) * per_column
-    pages = 1
-    for key, column in columns.items():
-        found = by_column[key]
-        column.total = len(found)
-        column.cards = found[start : start + per_column]
-        pages = max(pages, -(-len(found) // per_column))
-    return Board(list(columns.values()), pages, min(filters.page, pages), len(kept))
+    columns = [
+        Column(key, title, len(by_column[key]), by_column[key][start : start + per_column])
+        for key, title in COLUMNS
+    ]
+    pages = max(1, *(-(-col.total // per_column) for col in columns))
+    return Board(columns, pages, min(filters.page, pages), len(kept))
