@@ -605,6 +605,9 @@ class ClientInfo(Wire):
     status: ClientStatus
     kind: ClientKind = "link"  # `agent`: an outside agent signed in over OAuth (issue 29)
     agent_name: str | None = None  # an agent's OAuth client name (or client id)
+    # When it lapses unless it is used again: the sooner of `expiresAt` (its hard max age) and its
+    # newest refresh token's expiry. The linking machine's link says the same (its `expiresAt`).
+    lapses_at: float | None = None
 
 
 class ClientRevoke(Input):

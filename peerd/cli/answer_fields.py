@@ -258,6 +258,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "status",
         "kind",
         "agentName",
+        "lapsesAt",
         "stoppedThreads",
     ),
     "POST /v1/console/login-token": (
