@@ -26,6 +26,7 @@ NAV = (
     ("tasks", "/tasks", "Tasks"),
     ("approvals", "/approvals", "Approvals"),
     ("orchestrations", "/orchestrations", "Orchestrations"),
+    ("fleet", "/fleet", "Fleet"),
 )
 # A symbol beside each status word: the state is readable without colour (and the word is there).
 SYMBOLS = {
