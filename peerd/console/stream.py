@@ -86,8 +86,8 @@ class Parts:
         context = {**self.context, **moved_link(api, self.envs, thread), "thread": thread}
         out = []
         names = list(LIVE_PARTS)
-        if self.status is not None and thread.status != self.status:
-            names.append("send_area")
+        if thread.status != self.status and (self.status is not None or thread.status == "moved"):
+            names.append("send_area")  # a change, or a move the page may have been rendered before
         self.status = thread.status
         for name in names:
             html = render_text(
