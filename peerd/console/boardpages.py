@@ -3,8 +3,9 @@ Needs you (one queue of what waits for the person, each with its action, and its
 page's navigation). The rules are `peerd.console.board`; the reads `peerd.console.fleet`.
 
 Live: the board's stream (`/board/stream`, server-sent events) reads the fleet again every
-`BOARD_POLL_S` and sends the board (one element, `swap`) when its HTML changed; there is no
-fleet-wide change feed to wait on (a box's threads are read through its link). The navigation's
+`BOARD_POLL_S` (sooner when a question is asked or answered) and sends the board (one element,
+`swap`) when its HTML changed; there is no fleet-wide change feed to wait on (a box's threads are
+read through its link). The navigation's
 count is a watcher element (htmx, like the Approvals page's): `/needs-you/count` long-polls the
 pending approvals' hash (`changedFrom`, up to `COUNT_WAIT_S`), then answers the count read afresh
 and the next watcher; a budget stop or a failed task is counted at the next answer.
@@ -24,6 +25,7 @@ from aiohttp import web
 from peerd.console.approvals import SCOPES
 from peerd.console.board import Filters, lay_out
 from peerd.console.fleet import Fleet, read_fleet
+from peerd.console.owner import Owner
 from peerd.console.pages import owner
 from peerd.console.render import page, render_text, shown_error
 from peerd.console.state import CONSOLE, SESSION
@@ -73,7 +75,7 @@ async def board_stream(request: web.Request) -> web.StreamResponse:
             elif time.monotonic() - quiet_since > KEEPALIVE_S:
                 quiet_since = time.monotonic()
                 await response.write(b": keep-alive\n\n")
-            await asyncio.sleep(BOARD_POLL_S)  # no fleet-wide feed to wait on (see the docstring)
+            await wait_a_little(api, fleet.pending_hash)
     except PeerdError as exc:
         if not isinstance(exc, ShuttingDown):
             log.info("console.board_stream_problem", code=exc.code)
@@ -82,6 +84,16 @@ async def board_stream(request: web.Request) -> web.StreamResponse:
     except ConnectionError:
         pass  # the browser went away
     return response
+
+
+async def wait_a_little(api: Owner, pending_hash: str) -> None:
+    """`BOARD_POLL_S`, or less when a question is asked or answered (the pending approvals'
+    long-poll): there is no fleet-wide feed to wait on (see the docstring)."""
+    if not HASH.fullmatch(pending_hash):
+        await asyncio.sleep(BOARD_POLL_S)
+        return
+    params = {"limit": 1, "changedFrom": pending_hash, "timeout": BOARD_POLL_S}
+    await api.call("GET", "/v1/approvals", params=params)
 
 
 async def needs_you(request: web.Request) -> web.StreamResponse:
