@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import structlog
+
 from peerd import contracts as c
 from peerd.console.board import Card, needs_of
 from peerd.console.owner import FLEET_TIMEOUT_S, Env, Owner
 from peerd.errors import PeerdError
+
+log = structlog.get_logger(__name__)
 
 APPROVALS_READ = 500
 
@@ -57,7 +61,13 @@ async def pending_approvals(api: Owner) -> tuple[list[dict[str, object]], str]:
 async def read_fleet(api: Owner) -> Fleet:
     envs = await api.envs()
     read = await asyncio.gather(*(_env_threads(api, env) for env in envs), return_exceptions=True)
-    approvals, pending_hash = await pending_approvals(api)
+    try:
+        approvals, pending_hash = await pending_approvals(api)
+    except PeerdError as exc:  # the board goes on without them, and says so
+        approvals, pending_hash = [], ""
+        problems_first = [(api.here, f"The pending approvals could not be read: {exc.code}: {exc.message}")]
+    else:
+        problems_first = []
     try:
         failed = (await api.tasks({"status": "failed", "limit": c.PAGE_LIMIT})).items
     except PeerdError:
@@ -74,13 +84,17 @@ async def read_fleet(api: Owner) -> Fleet:
     for task in failed:
         by_parent.setdefault(task.parent_thread_id, []).append(task)
     cards: list[Card] = []
-    problems: list[tuple[Env, str]] = []
+    problems: list[tuple[Env, str]] = list(problems_first)
     for env, answer in zip(envs, read, strict=True):
         if isinstance(answer, TimeoutError):
             problems.append((env, f"{env.label} did not answer within {FLEET_TIMEOUT_S:g} s."))
             continue
         if isinstance(answer, PeerdError):
             problems.append((env, f"{answer.code}: {answer.message}"))
+            continue
+        if isinstance(answer, Exception):  # an answer this console cannot read (a newer box?)
+            log.warning("console.fleet_unreadable", env=env.env_id, error=type(answer).__name__)
+            problems.append((env, f"{env.label}'s threads could not be read ({type(answer).__name__})."))
             continue
         if isinstance(answer, BaseException):
             raise answer
