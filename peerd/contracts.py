@@ -272,6 +272,7 @@ class RunUsage(Wire):
     number: int
     status: RunStatus
     usage: Usage | None = None  # null: unknown (the provider reported none)
+    reason: str | None = None  # why it ended so (an interrupt's, a stop's, a failure's reason)
 
 
 RUN_USAGE_SHOWN = 50

@@ -89,3 +89,30 @@ async def test_a_moved_thread_says_moved_links_to_its_copy_and_takes_no_messages
         await page.wait_for_url(f"{base}/threads/{pair.box_id}/{there}")
         await page.locator("#run-state [data-run-status]").wait_for()
         assert await page.locator("#send-text").count() == 1
+
+
+async def test_an_interrupt_shows_in_the_conversation_with_its_reason(browser: Any, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with signal_dir() as signals:
+        async with (
+            running_daemon(tmp_path / "home", label="laptop", settings=console_settings()) as daemon,
+            client_for(daemon.paths.home) as client,
+        ):
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            prompt = script({"reply": "working"}, {"wait_for_file": str(signals / "never")})
+            launched = await client.call(
+                "POST", "/v1/threads", body={"projectId": project["id"], "prompt": prompt}
+            )
+            page = await signed_in(browser, daemon)
+            await page.goto(f"{console_url(daemon)}/threads/here/{launched['threadId']}")
+            await page.locator("#run-state [data-run-status=running]").wait_for()
+            await page.locator("#live-state[data-state=live]").wait_for()
+            async with page.expect_navigation():
+                await page.click("#run-controls button[value='0']")
+            assert "Interrupted." in await page.inner_text(".notices")
+            await wait_terminal(client, launched["threadId"])
+            mark = page.locator("#items li.run-boundary").first
+            await mark.filter(has_text="interrupted").wait_for()
+            assert "from the console" in await mark.inner_text()
+            assert "from the console" in await page.inner_text("#usage-runs")
+            assert await page.locator("#run-controls button").count() == 0
