@@ -56,6 +56,11 @@ async def test_the_diff_of_a_thread_here_and_of_a_boxs_thread_through_the_link(
         await wait_terminal(pair.bc, launched["threadId"])
         await page.goto(f"{base}/threads/{pair.box_id}/{launched['threadId']}/diff")
         assert await files_shown(page) == {"there.txt": (2, 0)}
+        # the board shows the box's threads too (through the link), filtered by machine
+        await page.goto(f"{base}/board?env={pair.box_id}")
+        card = page.locator(f"#board li.card[data-thread='{launched['threadId']}']")
+        assert "box" in await card.locator(".meta").inner_text()
+        assert await page.locator("#board li.card", has_text="laptop").count() == 0
 
         # the box's own thread (not the link's): the link is not shown its diff
         own = await pair.bc.call(
