@@ -77,3 +77,9 @@ async def test_fleet_launch_choices_move_button_and_error_pages(browser: Any, tm
             assert await page.inner_text("h1") == "Not found"
             assert await page.locator("nav a", has_text="Board").count() == 1
         await shot(page, "not-found")
+        # ... and the guard's own refusals, to a browser: outside the console's root path
+        assert pair.laptop.console is not None and pair.laptop.console.site is not None
+        response = await page.goto(pair.laptop.console.site.base_url + "/elsewhere")
+        assert response is not None and response.status == 404
+        assert await page.inner_text("h1") == "Not found"
+        assert "peerd console" in await page.inner_text("main")
