@@ -76,3 +76,13 @@ def test_filters_search_and_pages() -> None:
     assert Filters.of({"page": "x", "q": " a b "}) == Filters(q="a b")
     assert Filters(q="a b", page=2).query(page=3) == "q=a+b&page=3"
     assert Filters(q="a").query(page=1) == "q=a"
+
+
+def test_a_peers_text_on_a_card_is_escaped() -> None:
+    """Titles, labels and project names come from peers: the board shows them as text."""
+    from peerd.console.render import render_text  # noqa: PLC0415  # Jinja2 on use, like the console
+
+    hostile = "<img src=x onerror=alert(1)>"
+    card = Card("BOX", "BOX", hostile, hostile, thread(1).model_copy(update={"title": hostile}))
+    html = render_text("_board.html", root="/c/x", board=lay_out([card], Filters()), filters=Filters())
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
