@@ -116,6 +116,16 @@ class Filters:
         return True
 
 
+def last_change(thread: c.Thread) -> float:
+    """When the thread last changed, for "newest first": its own update, or its latest run's
+    creation, start or end, whichever is latest (a run's end does not touch the thread's row)."""
+    run = thread.latest_run
+    moments = [thread.updated_at]
+    if run is not None:
+        moments += [t for t in (run.created_at, run.started_at, run.ended_at) if t is not None]
+    return max(moments)
+
+
 def column_of(thread: c.Thread, needs: Iterable[Need] = ()) -> str:
     if any(True for _ in needs):
         return "needs"
@@ -184,7 +194,7 @@ class Board:
 def lay_out(cards: Iterable[Card], filters: Filters, per_column: int = CARDS_PER_COLUMN) -> Board:
     """The cards the filters keep, by column, newest change first; page N shows each column's
     cards N*per_column-per_column .. N*per_column."""
-    kept = sorted((x for x in cards if filters.keeps(x)), key=lambda x: -x.thread.updated_at)
+    kept = sorted((x for x in cards if filters.keeps(x)), key=lambda x: -last_change(x.thread))
     by_column: dict[str, list[Card]] = {key: [] for key, _ in COLUMNS}
     for card in kept:
         by_column[card.column].append(card)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from peerd import contracts as c
-from peerd.console.board import Card, needs_of
+from peerd.console.board import Card, last_change, needs_of
 from peerd.console.owner import FLEET_TIMEOUT_S, Env, Owner
 from peerd.errors import PeerdError
 
@@ -39,7 +39,7 @@ class Fleet:
     @property
     def needs(self) -> list[Card]:
         """The cards with something waiting for the person, oldest wait first."""
-        return sorted((x for x in self.cards if x.needs), key=lambda x: x.thread.updated_at)
+        return sorted((x for x in self.cards if x.needs), key=lambda x: last_change(x.thread))
 
     @property
     def needs_count(self) -> int:

@@ -66,7 +66,9 @@ async def thread_list(request: web.Request) -> web.StreamResponse:
     states = FILTER_STATES.get(wanted, ())
     envs = await api.envs()
     shown = [e for e in envs if not env_filter or e.key == env_filter]
-    fleet = await api.fleet_threads(shown, states=states)
+    search = request.query.get("q", "").strip()[:200]
+    project = request.query.get("project", "").strip()[:200]
+    fleet = await api.fleet_threads(shown, states=states, search=search, project=project)
     providers, models = await launch_choices(api)
     return page(
         request,
@@ -76,6 +78,9 @@ async def thread_list(request: web.Request) -> web.StreamResponse:
         envs=envs,
         wanted=wanted,
         env_filter=env_filter,
+        search=search,
+        project=project,
+        project_names=sorted({p.name for group in fleet for p in group.all_projects}),
         filters=[*STATE_FILTERS, ("archived", "archived"), ("moved", "moved")],
         providers=providers,
         models=models,

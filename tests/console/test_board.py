@@ -90,6 +90,15 @@ async def test_the_board_sorts_filters_follows_and_is_keyboard_usable(browser: A
             await page.goto(base + "/board?env=here&project=repo&provider=script")
             assert await page.locator("#board li.card").count() == 4
 
+            # the Threads page searches and filters by project too, newest first
+            await page.goto(base + "/threads?q=brok")
+            assert await page.locator("li.thread").count() == 1
+            await page.goto(base + "/threads?project=repo")
+            titles = await page.locator("li.thread strong").all_inner_texts()
+            assert len(titles) == 4 and titles[0] == "Waiting one"  # the latest change first
+            await page.goto(base + "/threads?project=other")
+            assert await page.locator("li.thread").count() == 0
+
             # the queue: the budget stop, with what to do
             await page.goto(base + "/needs-you")
             need = page.locator("li.need.kind-budget")

@@ -13,7 +13,7 @@ def thread(
     run = None
     if status is not None:
         run = {"id": f"run_{n}", "threadId": f"thr_{n}", "number": 1, "status": status, "reason": reason,
-               "createdAt": 100.0}  # fmt: skip
+               "createdAt": 0.5}  # fmt: skip
     data = {
         "id": f"thr_{n}", "projectId": "prj", "title": f"Thread {n}", "provider": "script", "model": None,
         "runtimeMode": "auto", "interactionMode": "default", "status": "active", "queueHeld": False,
@@ -56,7 +56,7 @@ def test_what_needs_the_person() -> None:
     assert [(n.kind, n.approval_id) for n in asked] == [("approval", "ap_1")]
     # a failed task waits while its parent has not run since it ended
     assert task_waits(task(), thread(status="completed"))
-    assert not task_waits(task(ended=50.0), thread(status="completed"))  # the parent ran after
+    assert not task_waits(task(ended=0.1), thread(status="completed"))  # the parent ran after
     assert not task_waits(task(), thread(status="running"))
     assert not task_waits(task("completed"), thread(status="completed"))
     assert not task_waits(task(), thread(status="completed", state="archived"))
