@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis conformance sandbox faults fuzz chromium mutants
+.PHONY: demo test lint typecheck unit venv clean docs bench clis conformance sandbox faults fuzz chromium mutants console-shots
 
 # One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
@@ -64,6 +64,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+
+# The screenshots docs/user/console.md shows (docs/user/console/*.png): the console's browser tests,
+# run with PEERD_CONSOLE_DOC_SHOTS=1, write them (tests/support/console.py:DOC_SHOTS lists them).
+console-shots: $(STAMP)
+	PEERD_CONSOLE_DOC_SHOTS=1 $(VENV)/bin/pytest tests/console -q -p no:randomly
 
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py

@@ -163,11 +163,13 @@ async def thread_usage(db: Database, thread_id: str) -> Usage | None:
 async def run_usages(db: Database, thread_id: str) -> list[c.RunUsage]:
     """Each of the thread's newest runs with its usage, oldest first (`c.RUN_USAGE_SHOWN` of them)."""
     rows = await db.fetchall(
-        "SELECT id, number, status, usage FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT ?",
+        "SELECT id, number, status, reason, usage FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT ?",
         (thread_id, c.RUN_USAGE_SHOWN),
     )
     return [
-        c.RunUsage(id=r["id"], number=r["number"], status=r["status"], usage=usage_of(r["usage"]))
+        c.RunUsage(
+            id=r["id"], number=r["number"], status=r["status"], usage=usage_of(r["usage"]), reason=r["reason"]
+        )
         for r in reversed(rows)
     ]
 
