@@ -80,6 +80,7 @@ class Placement:
         self.ledger = Ledger()  # the runs just placed, until a report counts them
         self._background: set[asyncio.Future[None]] = set()
         self._checking: dict[str, asyncio.Future[None]] = {}  # box -> its check under way
+        self._checks_ended: dict[str, int] = {}  # box -> how many of its checks have ended
 
     # --- what this environment reports -------------------------------------------------------
 
@@ -135,8 +136,12 @@ class Placement:
         running = self._checking.get(env_id)
         if running is None:
             running = self._checking[env_id] = asyncio.ensure_future(self._check(env_id))
-            running.add_done_callback(lambda _: self._checking.pop(env_id, None))
+            running.add_done_callback(lambda _: self._check_ended(env_id))
         return running
+
+    def _check_ended(self, env_id: str) -> None:
+        self._checking.pop(env_id, None)
+        self._checks_ended[env_id] = self._checks_ended.get(env_id, 0) + 1
 
     async def refresh(self, env_ids: list[str]) -> None:
         """Read these boxes' capacity again, in parallel, each within `refresh_timeout`."""
@@ -184,11 +189,15 @@ class Placement:
 
     async def fresh_candidates(self, *, via_link: bool) -> list[Candidate]:
         now = self.clock()
+        ended_before = dict(self._checks_ended)
         found = await self.candidates(via_link=via_link)
         stale = [cand.env_id for cand in found if cand.env_id and is_stale(cand, now, self.max_age)]
         if not stale:
             return found
-        await self.refresh(stale)
+        # A check that ended while the reports were being read has kept a newer one (or why it
+        # failed): read again, do not check that box a second time.
+        unchecked = [e for e in stale if self._checks_ended.get(e, 0) == ended_before.get(e, 0)]
+        await self.refresh(unchecked)
         return await self.candidates(via_link=via_link)
 
     async def place(self, need: Need, *, via_link: bool, key: str | None) -> c.Placed:

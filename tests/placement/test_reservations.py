@@ -298,3 +298,34 @@ async def test_launches_at_once_with_stale_reports_check_each_box_once(db: Datab
     placed = await asyncio.gather(*(service.place(NEED, via_link=False, key=f"k{i}") for i in range(30)))
     assert peers.calls == {"ENV-a": 1, "ENV-b": 1, "ENV-c": 1}
     assert Counter(p.label for p in placed) == {"a": 10, "b": 10, "c": 10}
+
+
+async def test_a_check_that_ends_while_a_launch_reads_the_reports_is_not_made_again(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race CI met: a launch reads the stale report, the check another launch began ends and
+    is forgotten before the read returns; the launch must use that check, not make a second."""
+    service = await service_over(db, [("a", 0.0)])
+    async with db.write() as tx:
+        await tx.execute("UPDATE link_capacity SET seen_at = seen_at - 3600")
+    peers = CountingPeers()
+    service.peers = peers  # type: ignore[assignment]
+    real_cached = placement_store.cached
+    slow = asyncio.Event()
+
+    async def cached(database: Database) -> Any:
+        rows = await real_cached(database)
+        if slow.is_set():  # the second launch's first read: returns only after the check ended
+            slow.clear()
+            while service._checking:
+                await asyncio.sleep(0.001)
+        return rows
+
+    monkeypatch.setattr(placement_store, "cached", cached)
+    first = asyncio.ensure_future(service.place(NEED, via_link=False, key="k1"))
+    while not service._checking:
+        await asyncio.sleep(0)
+    slow.set()
+    second = asyncio.ensure_future(service.place(NEED, via_link=False, key="k2"))
+    await asyncio.gather(first, second)
+    assert peers.calls == {"ENV-a": 1}
