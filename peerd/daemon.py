@@ -48,6 +48,7 @@ from peerd.api.placement import add_placement_routes
 from peerd.api.remote import network_app
 from peerd.api.signin_requests import add_signin_request_routes
 from peerd.api.tools import ToolServices, agent_app
+from peerd.api.waits import add_wait_routes
 from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.service import ApprovalService, RunGates, continuation
@@ -113,6 +114,7 @@ from peerd.tasks import store as tasks_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.follower import FollowerPool
+from peerd.waits.service import Waits
 
 # Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
 __all__ = [
@@ -158,6 +160,7 @@ class Parts:
     a2a: A2AFace
     console: Console
     sweeper: Sweeper
+    waits: Waits
 
 
 class Daemon:
@@ -419,7 +422,9 @@ class Daemon:
             clock=clock,
         )
         desk = ApprovalDesk(approvals, db, forwarder)
-        tools = ToolServices(ops, links, delegation, handoff, desk)
+        # Waits on a pull request (peerd/waits/): watched through gh, delivered as a wake run.
+        waits = Waits(db, self.feed, kick=runs.kick, clock=clock, poll_s=settings.waits.poll_seconds)
+        tools = ToolServices(ops, links, delegation, handoff, desk, waits)
         console = Console(
             settings.console,
             socket_path=self.paths.socket,
@@ -451,6 +456,7 @@ class Daemon:
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
             sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
+            waits=waits,
         )
 
     @staticmethod
@@ -460,6 +466,7 @@ class Daemon:
         on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
         on(ThreadStopped, lambda e: p.delegation.stop_children(e.thread_id, e.reason))  # its tasks stop too
+        on(ThreadStopped, lambda e: p.waits.cancel_for_thread(e.thread_id, e.reason))  # and its waits end
         on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
         on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
         on(PeerAnswered, p.followers.peer_answered)  # any answer from a box ends its backoff
@@ -479,6 +486,7 @@ class Daemon:
         await p.followers.start()  # every open remote task and owed stop is followed again
         await p.engine.recover()  # every open orchestration continues where it was
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
+        await p.waits.start()  # every open wait on a pull request is watched again
         p.sweeper.start()
         await p.a2a.start()  # owed push notifications are delivered again, tasks on boxes followed again
         p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
@@ -517,6 +525,7 @@ class Daemon:
         add_git_routes(local)
         add_handoff_routes(local, p.handoff)
         add_orchestration_routes(local, p.orchestrations)
+        add_wait_routes(local, p.waits)
         add_approval_routes(local, p.desk)
         add_placement_routes(local, p.placement)  # GET /v1/fleet
         add_mcp_route(local, p.mcp, "owner")
@@ -739,6 +748,7 @@ class Daemon:
                 await self._pruner
         if p is not None:
             await p.a2a.close()
+            await p.waits.stop()  # open waits stay recorded: the next start watches them again
             await p.followers.close()
             await p.engine.close()  # recorded state is resumed at the next start
             await p.handoff.close()  # recorded steps resume at the next start
