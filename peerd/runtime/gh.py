@@ -11,6 +11,7 @@ logs what it prints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -54,4 +55,9 @@ async def run_gh(repo: Path, *args: str, timeout_s: float = GH_TIMEOUT_S) -> GhR
         proc.kill()
         await proc.wait()
         return GhResult(124, "", f"gh {args[0]} did not answer within {timeout_s:g} s")
+    except asyncio.CancelledError:  # the caller was cancelled (a wait ended, the daemon stops)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.communicate())  # reaped and its pipes closed, not leaked
+        raise
     return GhResult(proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))

@@ -580,6 +580,7 @@ MIGRATIONS: list[list[str]] = [
             polls INTEGER NOT NULL DEFAULT 0,
             failures INTEGER NOT NULL DEFAULT 0,
             rate_limited INTEGER NOT NULL DEFAULT 0,
+            baseline TEXT,
             next_at REAL,
             delay_s REAL,
             last_error TEXT,

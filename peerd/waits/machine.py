@@ -17,7 +17,9 @@ the wake. What `until` asks:
 
     checks   every check finished (none pending): `passed`, or `failed` when one failed or was
              cancelled; no check reported yet keeps watching (CI may not have started)
-    review   the review decision is APPROVED (`approved`) or CHANGES_REQUESTED (`changes_requested`)
+    review   the review decision is APPROVED (`approved`), or CHANGES_REQUESTED (`changes_requested`)
+             when it was not so at the wait's first poll (its `baseline`: a wait recorded after
+             pushing a fix waits for the next review, not the one it is answering)
     merged   the pull request was merged (`merged`)
     closed   closed or merged (`closed`, `merged`)
 
@@ -82,6 +84,7 @@ class Watch:
     status: WaitStatus = "watching"
     failures: int = 0  # transient failures in a row
     rate_limited: int = 0  # rate-limit answers in a row
+    baseline: str | None = None  # the review decision at the first poll that answered
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class Cancelled:
 Action = NextPoll | Deliver | Cancelled
 
 
-def judge(until: Until, snapshot: Snapshot) -> Outcome | None:
+def judge(until: Until, snapshot: Snapshot, baseline: str | None = None) -> Outcome | None:
     """The outcome the snapshot satisfies the wait with, or None to keep watching."""
     state = snapshot.pr.state.upper()
     if state == "MERGED":
@@ -140,7 +143,7 @@ def judge(until: Until, snapshot: Snapshot) -> Outcome | None:
         decision = snapshot.pr.review_decision.upper()
         if decision == "APPROVED":
             return "approved"
-        if decision == "CHANGES_REQUESTED":
+        if decision == "CHANGES_REQUESTED" and (baseline or "").upper() != "CHANGES_REQUESTED":
             return "changes_requested"
     return None
 
@@ -152,10 +155,11 @@ def step(watch: Watch, event: Event, *, poll_s: float, draw: float = 0.0) -> tup
     if isinstance(event, Cancel):
         return replace(watch, status="cancelled"), (Cancelled(event.reason),)
     if isinstance(event, Polled):
-        outcome = judge(watch.until, event.snapshot)
+        baseline = event.snapshot.pr.review_decision if watch.baseline is None else watch.baseline
+        calm = replace(watch, failures=0, rate_limited=0, baseline=baseline)
+        outcome = judge(watch.until, event.snapshot, baseline)
         if outcome is not None:
-            return replace(watch, status="delivered", failures=0, rate_limited=0), (Deliver(outcome, ""),)
-        calm = replace(watch, failures=0, rate_limited=0)
+            return replace(calm, status="delivered"), (Deliver(outcome, ""),)
         if event.now >= watch.deadline:
             return _timed_out(calm)
         return calm, (NextPoll(poll_s),)

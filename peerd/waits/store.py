@@ -43,6 +43,7 @@ class WaitRow:
     polls: int
     failures: int
     rate_limited: int
+    baseline: str | None
     next_at: float | None
     delay_s: float | None
     last_error: str | None
@@ -60,6 +61,7 @@ class WaitRow:
             status=self.status,
             failures=self.failures,
             rate_limited=self.rate_limited,
+            baseline=self.baseline,
         )
 
 
@@ -197,12 +199,13 @@ async def polled(
     """What a poll saw (or its error) and when the next one is; False if the claim was lost."""
     async with db.write() as tx:
         cur = await tx.execute(
-            "UPDATE waits SET polls = polls + 1, failures = ?, rate_limited = ?, last_error = ?,"
+            "UPDATE waits SET polls = polls + 1, failures = ?, rate_limited = ?, baseline = ?, last_error = ?,"
             " seen = coalesce(?, seen), next_at = ?, delay_s = ?, updated_at = ?"
             " WHERE id = ? AND status = 'watching' AND claim = ?",
             (
                 watch.failures,
                 watch.rate_limited,
+                watch.baseline,
                 error,
                 None if snapshot is None else snapshot_json(snapshot),
                 now + delay_s,

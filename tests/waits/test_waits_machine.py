@@ -188,3 +188,18 @@ def test_the_wake_text_names_the_checks_and_the_failing_tail() -> None:
     assert "wt_1" in text and "#7 (https://github.com/o/r/pull/7)" in text and "checks failed" in text
     assert "- build: FAILURE (fail) https://github.com/o/r/actions/runs/9/job/build" in text
     assert "- lint: SUCCESS (pass)" in text and "assert 1 == 2" in text and "wait_for_github" in text
+
+
+def test_a_review_wait_after_changes_were_asked_waits_for_the_next_review() -> None:
+    watch = Watch(until="review", deadline=NOW + 3600)
+    watch, (first,) = step(watch, Polled(snap("OPEN", "CHANGES_REQUESTED"), NOW), poll_s=POLL)
+    assert first == NextPoll(POLL) and watch.baseline == "CHANGES_REQUESTED"  # the review it answers
+    watch, (again,) = step(watch, Polled(snap("OPEN", "CHANGES_REQUESTED"), NOW + 30), poll_s=POLL)
+    assert again == NextPoll(POLL)
+    watch, (done,) = step(watch, Polled(snap("OPEN", "APPROVED"), NOW + 60), poll_s=POLL)
+    assert done == Deliver("approved", "")
+    fresh, (asked,) = step(
+        Watch(until="review", deadline=NOW + 3600), Polled(snap("OPEN", "REVIEW_REQUIRED"), NOW), poll_s=POLL
+    )
+    fresh, (asked,) = step(fresh, Polled(snap("OPEN", "CHANGES_REQUESTED"), NOW + 30), poll_s=POLL)
+    assert asked == Deliver("changes_requested", "")
