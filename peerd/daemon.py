@@ -163,6 +163,12 @@ class Parts:
     waits: Waits
 
 
+async def _thread_stopped(p: Parts, e: ThreadStopped) -> None:
+    """A thread's Stop or archive: the tasks it delegated stop, and its waits end (nobody to wake)."""
+    await p.delegation.stop_children(e.thread_id, e.reason)
+    await p.waits.cancel_for_thread(e.thread_id, e.reason)
+
+
 class Daemon:
     def __init__(self, config: DaemonConfig, *, clock: Clock = SYSTEM_CLOCK, subreaper: bool = False) -> None:
         self.config = config
@@ -465,8 +471,7 @@ class Daemon:
         on = p.events.subscribe
         on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
-        on(ThreadStopped, lambda e: p.delegation.stop_children(e.thread_id, e.reason))  # its tasks stop too
-        on(ThreadStopped, lambda e: p.waits.cancel_for_thread(e.thread_id, e.reason))  # and its waits end
+        on(ThreadStopped, partial(_thread_stopped, p))  # its tasks stop too, and its waits end
         on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
         on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
         on(PeerAnswered, p.followers.peer_answered)  # any answer from a box ends its backoff

@@ -186,6 +186,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         runs=part(kick="kick"),
         followers=part(task_changed="follow task", link_forgotten="fail link", peer_answered="end backoff"),
         placement=part(link_answered="keep link report", keep_from_feed="keep feed report"),
+        waits=part(cancel_for_thread="end waits"),
     )
     Daemon._subscribe(parts)  # type: ignore[arg-type]  # the parts it subscribes, as fakes
     capacity = Capacity(live_runs=0, max_runs=1, providers=[], projects=[])
@@ -209,6 +210,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         ("settle", ("thr_1",)),
         ("kick", ("thr_2",)),
         ("stop children", ("thr_3", "why")),
+        ("end waits", ("thr_3", "why")),
         ("follow task", (published[3],)),
         ("fail link", (published[4],)),
         ("end the client's polls", (published[5],)),
