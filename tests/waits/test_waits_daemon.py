@@ -118,18 +118,30 @@ async def test_review_changes_requested_then_merged(
 
 
 async def test_cancel_and_a_stopped_thread_end_waits_without_a_wake(
-    env: tuple[Daemon, LocalClient, Json], gh: StubGh
+    env: tuple[Daemon, LocalClient, Json], gh: StubGh, tmp_path: Path
 ) -> None:
     _, client, project = env
+    repo = tmp_path / "repo"
     gh.play(pending())
     thread = await launch(
         client,
         project,
-        [wait_for(pr="7", until="checks"), wait_for(pr="8", until="merged"), {"reply": "ok"}],
+        [wait_for(pr="7", until="checks"), wait_for(pr="8", until="merged"), {"wait_for_file": "turn-ends"},
+         {"reply": "ok"}],
         [{"reply": "WOKEN"}],
-    )
+    )  # fmt: skip
+
+    async def both_recorded() -> list[Json] | None:
+        waits = await waits_of(client, thread["threadId"])
+        return waits if len(waits) == 2 else None
+
+    # recorded (and watched) while the turn that asked is still live, before it ends
+    recorded = await eventually(both_recorded, what="both waits recorded")
+    assert [w["status"] for w in recorded] == ["watching", "watching"]
+    assert (await client.call("GET", f"/v1/threads/{thread['threadId']}"))["latestRun"]["status"] == "running"
+    (repo / "turn-ends").write_text("")
     await wait_terminal(client, thread["threadId"], thread["runId"])
-    first, second = sorted(await waits_of(client, thread["threadId"]), key=lambda w: w["pr"])
+    first, second = sorted(recorded, key=lambda w: w["pr"])
     cancelled = await client.call("POST", f"/v1/waits/{first['waitId']}/cancel", body={"reason": "by hand"})
     assert cancelled["status"] == "cancelled" and cancelled["detail"] == "by hand"
     again = await client.call("POST", f"/v1/waits/{first['waitId']}/cancel", body={})
