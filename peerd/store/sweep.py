@@ -33,7 +33,8 @@ _TASKS = (
     " EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = k.child_thread_id"
     "         AND r.status IN ('queued', 'starting', 'running'))"
     " OR EXISTS (SELECT 1 FROM tasks g WHERE g.parent_thread_id = k.child_thread_id"
-    "            AND g.status IN ('pending', 'running')) AS busy,"
+    "            AND g.status IN ('pending', 'running'))"
+    " OR EXISTS (SELECT 1 FROM waits w WHERE w.thread_id = k.child_thread_id AND w.status = 'watching') AS busy,"
     " k.target_env IS NULL OR EXISTS (SELECT 1 FROM links l WHERE l.env_id = k.target_env) AS linked"
     " FROM tasks k WHERE k.status IN ('pending', 'running')"
 )

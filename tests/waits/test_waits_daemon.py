@@ -14,9 +14,9 @@ from peerd.api.localclient import LocalClient
 from peerd.config import Config, WaitsConfig
 from peerd.daemon import Daemon
 from tests.helpers import client_for, items, make_repo, running_daemon, wait_terminal
-from tests.support.delegation import runs_script, wait_run_number
+from tests.support.delegation import delegate, runs_script, wait_run_number
 from tests.support.eventually import eventually
-from tests.support.stubgh import RATE_LIMITED, StubGh, failing, merged, pending, reviewed
+from tests.support.stubgh import RATE_LIMITED, StubGh, failing, merged, passing, pending, reviewed
 
 Json = dict[str, Any]
 FAST = Config(waits=WaitsConfig(poll_seconds=0.05))
@@ -166,3 +166,32 @@ async def test_bad_input_and_unknown_ids_change_nothing(env: tuple[Daemon, Local
         await client.call("POST", "/v1/tools/wait_for_github", body={"pr": "--repo=x", "until": "checks"})
     assert getattr(bad.value, "code", None) == "invalid_request"
     assert (await client.call("GET", "/v1/waits"))["items"] == []
+
+
+async def test_a_child_that_waits_on_its_pull_request_ends_its_task_only_after_the_wake(
+    env: tuple[Daemon, LocalClient, Json], gh: StubGh
+) -> None:
+    """A delegated child's wait is open work of its own (`tasks/store.py:has_open_children`): its
+    task ends with the reply of the wake the wait started, not with the turn that asked, so the
+    parent is woken once, with what CI said (the same settlement a box's feed answers a laptop)."""
+    _, client, project = env
+    gh.play(pending(), pending(), passing())
+    child = runs_script(
+        [wait_for(pr="7", until="checks"), {"reply": "waiting on CI"}], [{"reply": "CI SAID GREEN"}]
+    )
+    parent = await launch(
+        client,
+        project,
+        [delegate(task=child, clientRequestId="k1"), {"reply": "delegated"}],
+        [{"tool": {"name": "task_status", "arguments": {"taskId": "${taskId}"}, "check": True}},
+         {"reply": "PARENT GOT ${result}"}],
+    )  # fmt: skip
+    woken = await wait_run_number(client, parent["threadId"], 2)
+    assert woken["status"] == "completed"
+    [task] = (await client.call("GET", "/v1/tasks", params={"threadId": parent["threadId"]}))["items"]
+    assert (task["status"], task["result"]) == ("completed", "CI SAID GREEN")
+    (wait,) = await waits_of(client, task["childThreadId"])
+    assert wait["outcome"] == "passed"
+    replies = [i["text"] for i in await items(client, parent["threadId"]) if i["kind"] == "assistant_message"]
+    assert replies[-1] == "PARENT GOT CI SAID GREEN"
+    assert (await client.call("GET", f"/v1/threads/{parent['threadId']}"))["latestRun"]["number"] == 2
