@@ -461,7 +461,7 @@ class Daemon:
             a2a=A2AFace(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
-            sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
+            sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation, waits), clock=clock),
             waits=waits,
         )
 
@@ -783,7 +783,11 @@ class Daemon:
 
 
 def _sweep_hooks(
-    runs: RunManager, approvals: ApprovalService, handoff: HandoffService, delegation: Delegation
+    runs: RunManager,
+    approvals: ApprovalService,
+    handoff: HandoffService,
+    delegation: Delegation,
+    waits: Waits,
 ) -> SweepHooks:
     """What the sweep of open work asks of the parts that own each kind of record."""
 
@@ -797,13 +801,19 @@ def _sweep_hooks(
         await delegation.end(task_id, "failed", reason)
 
     return SweepHooks(
-        owners=lambda: Owners(runs=runs.owned_runs(), questions=approvals.waiting(), moves=handoff.driving()),
+        owners=lambda: Owners(
+            runs=runs.owned_runs(),
+            questions=approvals.waiting(),
+            moves=handoff.driving(),
+            waits=frozenset(waits.watching()),
+        ),
         cut_run=cut_run,
         start_queue=runs.kick,
         withdraw=withdraw,
         settle=delegation.on_run_end,
         end_task=end_task,
         resume_moves=handoff.start,
+        resume_waits=waits.start,
     )
 
 

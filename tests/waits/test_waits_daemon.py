@@ -13,6 +13,7 @@ import pytest
 from peerd.api.localclient import LocalClient
 from peerd.config import Config, WaitsConfig
 from peerd.daemon import Daemon
+from peerd.waits import store
 from tests.helpers import client_for, items, make_repo, running_daemon, wait_terminal
 from tests.support.delegation import delegate, runs_script, wait_run_number
 from tests.support.eventually import eventually
@@ -195,3 +196,24 @@ async def test_a_child_that_waits_on_its_pull_request_ends_its_task_only_after_t
     replies = [i["text"] for i in await items(client, parent["threadId"]) if i["kind"] == "assistant_message"]
     assert replies[-1] == "PARENT GOT CI SAID GREEN"
     assert (await client.call("GET", f"/v1/threads/{parent['threadId']}"))["latestRun"]["number"] == 2
+
+
+async def test_the_sweep_resumes_a_wait_nobody_watches(
+    env: tuple[Daemon, LocalClient, Json], gh: StubGh
+) -> None:
+    """Owned, owed or ending (design invariant 13): a `watching` wait no watcher drives (here: one
+    recorded behind the service's back) is resumed by the sweep of open work, then delivered."""
+    daemon, client, project = env
+    gh.play(passing())
+    thread = await launch(client, project, [{"reply": "idle"}], [{"reply": "WOKEN"}])
+    await wait_terminal(client, thread["threadId"], thread["runId"])
+    new = store.NewWait(
+        thread_id=thread["threadId"], run_id=thread["runId"], project_id=project["id"], namespace="t",
+        request_key=None, request_hash="h", pr="7", until="checks", deadline_at=daemon.clock() + 60,
+    )  # fmt: skip
+    row, _ = await store.record(daemon.db, new, now=daemon.clock())
+    assert daemon.parts is not None and row.id not in daemon.parts.waits.watching()
+    fixes = await daemon.parts.sweeper.once()
+    assert [(f.action, f.id) for f in fixes] == [("resume_wait", row.id)]
+    await wait_run_number(client, thread["threadId"], 2)
+    assert (await client.call("GET", f"/v1/waits/{row.id}"))["outcome"] == "passed"
