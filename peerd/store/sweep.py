@@ -49,12 +49,12 @@ _MOVES = f"SELECT id, state FROM moves WHERE state IN {sql_list(UNFINISHED)}"  #
 _WAITS = "SELECT id FROM waits WHERE status = 'watching'"  # waits_open
 
 
-QUERIES = (_RUNS, _APPROVALS, _TASKS, _MOVES, _WAITS)
+QUERIES = (_RUNS, _APPROVALS, _TASKS, _WAITS, _MOVES)
 
 
 def build(now: float, rows: Sequence[Sequence[Any]]) -> Snapshot:
     """The snapshot from the rows of `QUERIES`, in that order (any mapping-like rows)."""
-    run_rows, approval_rows, task_rows, move_rows, wait_rows = rows
+    run_rows, approval_rows, task_rows, wait_rows, move_rows = rows
     runs = [
         OpenRun(
             id=r["id"],
