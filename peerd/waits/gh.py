@@ -92,16 +92,21 @@ def parse_checks(stdout: str) -> tuple[Check, ...]:
     )
 
 
-async def poll(repo: Path, pr: str, *, gh: GhRunner = run_gh) -> Snapshot | Failure:
-    """One look at the pull request: its state and review, and its checks."""
-    view = await gh(repo, "pr", "view", pr, "--json", VIEW_FIELDS, timeout_s=POLL_TIMEOUT_S)
+def _in(slug: str | None) -> tuple[str, ...]:
+    return () if slug is None else ("--repo", slug)
+
+
+async def poll(repo: Path, pr: str, slug: str | None = None, *, gh: GhRunner = run_gh) -> Snapshot | Failure:
+    """One look at the pull request (in the project's repository `slug`, `HOST/OWNER/REPO`, when
+    it has one): its state and review, and its checks."""
+    view = await gh(repo, "pr", "view", pr, *_in(slug), "--json", VIEW_FIELDS, timeout_s=POLL_TIMEOUT_S)
     if view.returncode != 0:
         return classify(view)
     try:
         pull = parse_view(view.stdout)
     except (ValueError, TypeError, AttributeError):
         return Failure("transient", "gh pr view answered something that is not its JSON")
-    checks = await gh(repo, "pr", "checks", pr, "--json", CHECK_FIELDS, timeout_s=POLL_TIMEOUT_S)
+    checks = await gh(repo, "pr", "checks", pr, *_in(slug), "--json", CHECK_FIELDS, timeout_s=POLL_TIMEOUT_S)
     # `gh pr checks` exits 8 while some are pending and 1 when one failed, JSON on stdout either way.
     if checks.returncode not in (0, 1, 8) or (checks.returncode != 0 and not checks.stdout.strip()):
         if _NO_CHECKS.search(checks.stderr):
@@ -113,7 +118,9 @@ async def poll(repo: Path, pr: str, *, gh: GhRunner = run_gh) -> Snapshot | Fail
         return Failure("transient", "gh pr checks answered something that is not its JSON")
 
 
-async def failing_log_tail(repo: Path, snapshot: Snapshot, *, gh: GhRunner = run_gh) -> str:
+async def failing_log_tail(
+    repo: Path, snapshot: Snapshot, slug: str | None = None, *, gh: GhRunner = run_gh
+) -> str:
     """The tail of the first failing check's log (`gh run view RUN --log-failed`), or "" when there
     is none to be had cheaply (a check that is not a GitHub Actions run, gh failing)."""
     for check in snapshot.checks:
@@ -122,7 +129,9 @@ async def failing_log_tail(repo: Path, snapshot: Snapshot, *, gh: GhRunner = run
         match = _RUN_ID.search(check.link)
         if match is None:
             continue
-        result = await gh(repo, "run", "view", match.group(1), "--log-failed", timeout_s=POLL_TIMEOUT_S)
+        result = await gh(
+            repo, "run", "view", match.group(1), *_in(slug), "--log-failed", timeout_s=POLL_TIMEOUT_S
+        )
         if result.returncode != 0 or not result.stdout.strip():
             return ""
         tail = "\n".join(result.stdout.rstrip().splitlines()[-LOG_TAIL_LINES:])

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Literal
+from urllib.parse import urlsplit
 
 from peerd.core.backoff import Backoff
 
@@ -235,3 +236,40 @@ def _check_line(check: Check) -> str:
     return f"- {check.name}: {check.state} ({check.bucket})" + (
         f" {check.link}" if failed and check.link else ""
     )
+
+
+def scope_pr(pr: str, repository_key: str | None) -> tuple[str, str | None]:
+    """The pull request as gh is asked for it, and the `--repo` it is asked in: always the
+    project's own repository (a run reads its own project's pull requests, never another
+    repository the machine's gh login may read). A URL must name that repository and becomes its
+    number; without a GitHub-like key (`host/owner/repo`) gh resolves a number or branch from the
+    checkout, and a URL is refused. Raises ValueError with the sentence to show."""
+    repo = repository_key if repository_key and _is_host_owner_repo(repository_key) else None
+    if "://" not in pr:
+        return pr, repo
+    parts = urlsplit(pr)
+    segments = [s for s in parts.path.split("/") if s]
+    if (
+        parts.scheme not in ("http", "https")
+        or len(segments) < 4
+        or segments[2] != "pull"
+        or not segments[3].isdigit()
+    ):
+        raise ValueError(f"pr {pr!r} is not a pull request's URL (https://HOST/OWNER/REPO/pull/NUMBER)")
+    named = f"{parts.hostname or ''}/{segments[0]}/{segments[1].removesuffix('.git')}".lower()
+    if repo is None:
+        raise ValueError(
+            f"pr {pr!r}: this thread's project has no GitHub origin to match it with; pass the pull "
+            "request's number or head branch instead"
+        )
+    if named != repo.lower():
+        raise ValueError(
+            f"pr {pr!r} is in {named}, not in this thread's repository {repo}: a wait watches its own "
+            "project's pull requests"
+        )
+    return segments[3], repo
+
+
+def _is_host_owner_repo(key: str) -> bool:
+    parts = key.split("/")
+    return len(parts) == 3 and all(parts) and ":" not in key and "." in parts[0]

@@ -23,7 +23,7 @@ import structlog
 
 from peerd.core.clock import Clock
 from peerd.core.idempotency import request_hash
-from peerd.errors import ParentNotActive, PeerdError, WaitNotFound
+from peerd.errors import InvalidRequest, ParentNotActive, PeerdError, WaitNotFound
 from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.gh import run_gh
@@ -38,8 +38,8 @@ from peerd.waits.machine import (
     Polled,
     PollFailed,
     Snapshot,
-    Watch,
     first_delay,
+    scope_pr,
     step,
     wake_text,
 )
@@ -111,6 +111,11 @@ class Waits:
                 "poll `gh pr checks` yourself instead."
             )
         thread = await threads.get_thread(self.db, caller.thread_id)
+        project = await projects.get(self.db, thread.project_id)
+        try:
+            pr, _ = scope_pr(req.pr, project.repository_key)
+        except ValueError as exc:
+            raise InvalidRequest(f"{exc}.") from None
         now = self.clock()
         body = req.model_dump(mode="json", by_alias=True, exclude={"client_request_id"})
         row, _ = await store.record(
@@ -122,7 +127,7 @@ class Waits:
                 namespace=caller.namespace,
                 request_key=req.client_request_id,
                 request_hash=request_hash("wait_for_github", body),
-                pr=req.pr,
+                pr=pr,
                 until=req.until,
                 deadline_at=now + req.timeout_hours * 3600.0,
             ),
@@ -222,14 +227,16 @@ class Waits:
         if token is None:
             return  # ended meanwhile
         row = await store.get(self.db, wait_id)
-        repo = Path((await projects.get(self.db, row.project_id)).path)
+        project = await projects.get(self.db, row.project_id)
+        repo = Path(project.path)
+        _, slug = scope_pr(row.pr, project.repository_key)
         watch = row.watch()
         delay = first_delay(
             delay_s=row.delay_s, next_at=row.next_at, wall_now=self.clock(), poll_s=self.poll_s
         )
         while True:
             await self.clock.sleep(delay)
-            seen = await ghio.poll(repo, row.pr, gh=self.gh)
+            seen = await ghio.poll(repo, row.pr, slug, gh=self.gh)
             now = self.clock()
             event: Event = (
                 Polled(seen, now) if isinstance(seen, Snapshot) else PollFailed(seen.kind, seen.detail, now)
@@ -256,15 +263,21 @@ class Waits:
                         )
                     delay = action.delay
                 elif isinstance(action, Deliver):
-                    await self._deliver(row, token, watch, action, snapshot, repo)
+                    await self._deliver(row, token, action, snapshot, repo, slug)
                     return
 
     async def _deliver(
-        self, row: WaitRow, token: str, watch: Watch, action: Deliver, snapshot: Snapshot | None, repo: Path
+        self,
+        row: WaitRow,
+        token: str,
+        action: Deliver,
+        snapshot: Snapshot | None,
+        repo: Path,
+        slug: str | None,
     ) -> None:
         tail = ""
         if action.outcome == "failed" and snapshot is not None:
-            tail = await ghio.failing_log_tail(repo, snapshot, gh=self.gh)
+            tail = await ghio.failing_log_tail(repo, snapshot, slug, gh=self.gh)
         text = wake_text(row.id, row.pr, row.until, action.outcome, action.detail, snapshot, tail)
         ended = await store.deliver(
             self.db, row.id, token, action.outcome, action.detail, text, snapshot=snapshot, now=self.clock()

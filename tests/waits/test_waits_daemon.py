@@ -70,7 +70,11 @@ async def test_a_checks_wait_wakes_its_thread_once_with_the_failing_checks_and_l
     said = [i for i in await items(client, thread["threadId"]) if i.get("runId") == woken["runId"]]
     prompt = next(i["text"] for i in said if i["kind"] == "user_message")
     assert "checks failed" in prompt and "- build: FAILURE (fail)" in prompt and "assert 1 == 2" in prompt
-    assert ["run", "view", "4242", "--log-failed"] in gh.calls()
+    # always in the project's own repository (its origin), the failing run's log included
+    assert ["run", "view", "4242", "--repo", "github.com/peerd/demo", "--log-failed"] in gh.calls()
+    assert all(
+        argv[argv.index("--repo") + 1] == "github.com/peerd/demo" for argv in gh.calls() if argv[0] != "run"
+    )
     # delivered once: no further poll, no second wake
     views = gh.views()
     page = await client.call("GET", f"/v1/threads/{thread['threadId']}")

@@ -24,6 +24,7 @@ from peerd.waits.machine import (
     Watch,
     first_delay,
     judge,
+    scope_pr,
     step,
     wake_text,
 )
@@ -203,3 +204,21 @@ def test_a_review_wait_after_changes_were_asked_waits_for_the_next_review() -> N
     )
     fresh, (asked,) = step(fresh, Polled(snap("OPEN", "CHANGES_REQUESTED"), NOW + 30), poll_s=POLL)
     assert asked == Deliver("changes_requested", "")
+
+
+def test_a_wait_watches_its_own_projects_pull_requests_only() -> None:
+    key = "github.com/o/r"
+    assert scope_pr("7", key) == ("7", key)
+    assert scope_pr("feature/x", key) == ("feature/x", key)
+    assert scope_pr("https://github.com/O/R/pull/12", key) == ("12", key)
+    assert scope_pr("7", "file:/tmp/origin") == ("7", None)  # no GitHub origin: gh reads the checkout
+    assert scope_pr("7", None) == ("7", None)
+    for bad, why in [
+        ("https://github.com/other/secret/pull/3", "not in this thread's repository"),
+        ("https://github.com/o/r/issues/3", "is not a pull request's URL"),
+        ("ftp://github.com/o/r/pull/3", "is not a pull request's URL"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            scope_pr(bad, key)
+    with pytest.raises(ValueError, match="no GitHub origin"):
+        scope_pr("https://github.com/o/r/pull/3", None)

@@ -1,5 +1,6 @@
-"""The `waits` table's reads reach their rows by an index (no table scan), however many waits
-ended (the open ones through the partial index `waits_open`): the open ones (start-up, the sweep), a thread's (its Stop, settlement, `list_waits`)."""
+"""The `waits` table's reads reach their rows by an index, however many waits ended: the open
+ones (start-up, the sweep: the partial index `waits_open`), a thread's (its Stop, settlement,
+`list_waits`)."""
 
 from __future__ import annotations
 
