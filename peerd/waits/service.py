@@ -23,7 +23,7 @@ import structlog
 
 from peerd.core.clock import Clock
 from peerd.core.idempotency import request_hash
-from peerd.errors import InvalidRequest, ParentNotActive, PeerdError, WaitNotFound
+from peerd.errors import InvalidRequest, ParentNotActive, PeerdError, ProjectNotFound, WaitNotFound
 from peerd.operations import Caller
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.gh import run_gh
@@ -227,7 +227,12 @@ class Waits:
         if token is None:
             return  # ended meanwhile
         row = await store.get(self.db, wait_id)
-        project = await projects.get(self.db, row.project_id)
+        try:
+            project = await projects.get(self.db, row.project_id)
+        except ProjectNotFound:  # removed with its threads: nobody is left to wake
+            await store.cancel(self.db, wait_id, "its project was removed from peerd", now=self.clock())
+            log.info("wait.cancelled", wait_id=wait_id, reason="project_removed")
+            return
         repo = Path(project.path)
         _, slug = scope_pr(row.pr, project.repository_key)
         watch = row.watch()
