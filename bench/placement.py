@@ -11,8 +11,17 @@ ratios against a baseline measured in the same run:
 2. Launch: `POST /v1/threads` on the laptop with `environmentId: "auto"` (fresh reports: the choice
    reads only the laptop's store), against the same launch naming the box; and `auto` with every
    report stale (one `GET /v1/link` to the box first). The box is the one chosen (it prefers work).
+3. Burst split (issue 33): a laptop that takes no `auto` work itself (`manual-only`) linked to
+   boxes of equal or weighted `max_runs` (`--weights 1,1,1`: three equal boxes; `--weights 1,2,4`:
+   max_runs in those proportions, times `--max-runs`, 4 by default: a burst of 60 is past their
+   room, and spreads all the same), and `--burst` `auto` launches sent at once: where each went,
+   against each box's share (`max_runs` over the total), then the runs drained. The drain is
+   bounded by work done (it gives up after `--stall` seconds without a run ending), never by a
+   fixed time; a figure taken with the load past one per CPU, or with a drain given up, is marked
+   unreliable, with the reason.
 
-Run: .venv/bin/python bench/placement.py [--reps 30] [--no-save]
+Run: .venv/bin/python bench/placement.py [--reps 30] [--burst 60] [--weights 1,1,1] [--no-save]
+     .venv/bin/python bench/placement.py --split-only --burst 12 --no-save   # the split alone, small
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +45,7 @@ from typing import Any
 from benchlib import load_average, save_results
 
 from peerd.api.localclient import LocalClient
-from peerd.config import Config, PlacementConfig
+from peerd.config import Config, ConsoleConfig, PlacementConfig
 from peerd.daemon import Daemon, DaemonConfig
 from peerd.logs import configure_logging
 from peerd.tasks.feedwire import CHANGES_PATH
@@ -80,6 +90,131 @@ async def linked(root: Path) -> AsyncIterator[tuple[Daemon, Daemon, LocalClient,
         code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
         await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
         yield laptop, box, lc, {"here": here["id"], "there": there["id"]}
+
+
+def overloaded() -> float | None:
+    """The load average when it is past one per CPU (other work shares the machine), else None."""
+    load = load_average()
+    return load if load is not None and load / (os.cpu_count() or 1) > 1.0 else None
+
+
+def unreliable_load() -> str | None:
+    """Why the machine's load makes a timing unreliable now (one sentence), else None."""
+    load = overloaded()
+    if load is None:
+        return None
+    return (
+        f"load average {load} on {os.cpu_count() or 1} CPUs (over one per CPU): other work shared the machine"
+    )
+
+
+@contextlib.asynccontextmanager
+async def fleet(
+    root: Path, weights: list[int], unit: int
+) -> AsyncIterator[tuple[LocalClient, dict[str, LocalClient], str]]:
+    """A manual-only laptop linked to one box per weight (max_runs = weight x unit), each with a
+    checkout of one origin: the laptop's client, each box's client by label, the laptop's project."""
+    quiet = ConsoleConfig(enabled=False)  # several daemons in one process: no console port each
+    manual = Config(placement=PlacementConfig(max_runs=unit, preference="manual-only"), console=quiet)
+    laptop = Daemon(DaemonConfig(home=root / "laptop", label="laptop", listen="127.0.0.1:0", settings=manual))
+    boxes = {
+        f"box{i:02}": Daemon(
+            DaemonConfig(
+                home=root / f"box{i:02}",
+                label=f"box{i:02}",
+                listen="127.0.0.1:0",
+                settings=Config(placement=PlacementConfig(max_runs=weight * unit), console=quiet),
+            )
+        )
+        for i, weight in enumerate(weights)
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        for daemon in (*boxes.values(), laptop):
+            await daemon.start()
+            stack.push_async_callback(daemon.shutdown)
+        lc = await stack.enter_async_context(LocalClient(laptop.paths.socket))
+        here = await lc.call("POST", "/v1/projects", body={"path": str(make_repo(root / "laptop-repo"))})
+        clients: dict[str, LocalClient] = {}
+        for label, box in boxes.items():
+            bc = clients[label] = await stack.enter_async_context(LocalClient(box.paths.socket))
+            await bc.call("POST", "/v1/projects", body={"path": str(make_repo(root / f"{label}-repo"))})
+            code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
+            await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
+        yield lc, clients, here["id"]
+
+
+async def drain(
+    clients: dict[str, LocalClient], launched: list[dict[str, Any]], stall_s: float
+) -> tuple[float, int]:
+    """Wait until every launched run has ended, giving up only after `stall_s` seconds in which
+    none ended: the seconds taken and how many ended."""
+    start = time.perf_counter()
+    open_runs = {(a["placement"]["label"], a["threadId"]) for a in launched}
+    ended, last_progress = 0, time.perf_counter()
+    while open_runs:
+        for label, thread_id in list(open_runs):
+            thread = await clients[label].call("GET", f"/v1/threads/{thread_id}")
+            if thread["latestRun"]["status"] in ("completed", "failed", "cancelled", "interrupted"):
+                open_runs.discard((label, thread_id))
+                ended += 1
+                last_progress = time.perf_counter()
+        if open_runs and time.perf_counter() - last_progress > stall_s:
+            break
+        if open_runs:
+            await asyncio.sleep(0.2)  # polled: the runs end in other daemons' tasks
+    return time.perf_counter() - start, ended
+
+
+async def split(burst: int, weights: list[int], unit: int, stall_s: float) -> dict[str, Any]:
+    """`burst` auto launches at once over boxes weighted `weights` (max_runs weight x `unit`):
+    where each went, and the drain."""
+    with tempfile.TemporaryDirectory(prefix="peerd-bench-split-") as tmp:
+        async with fleet(Path(tmp), weights, unit) as (lc, clients, project):
+            await lc.call("GET", "/v1/environments")  # every box's report read once, before the burst
+            load_before = overloaded()
+            body = {"projectId": project, "prompt": REPLY, "environmentId": "auto"}
+            start = time.perf_counter()
+            launched = await asyncio.gather(
+                *(
+                    lc.call("POST", "/v1/threads", body={**body, "clientRequestId": f"s{i}"})
+                    for i in range(burst)
+                )
+            )
+            burst_s = time.perf_counter() - start
+            drain_s, ended = await drain(clients, launched, stall_s)
+            load_after = overloaded()
+    got = Counter(a["placement"]["label"] for a in launched)
+    total = sum(weights)
+    boxes = {}
+    for i, weight in enumerate(weights):
+        label = f"box{i:02}"
+        share = burst * weight / total
+        boxes[label] = {"max_runs": weight * unit, "share": round(share, 2), "got": got.get(label, 0)}
+    worst = max(abs(b["got"] - b["share"]) / b["share"] for b in boxes.values())
+    over = max(b["got"] / b["share"] for b in boxes.values())
+    reasons = []
+    if load_before is not None or load_after is not None:
+        reasons.append(
+            f"launches/s and the drain time: load average {load_before} before, {load_after} after, on"
+            f" {os.cpu_count() or 1} CPUs (over one per CPU: other work shared the machine; the split"
+            " itself is decided by the reservations, not by timing)"
+        )
+    if ended < burst:
+        reasons.append(f"the drain gave up: {ended} of {burst} runs ended, none in the last {stall_s:g} s")
+    return {
+        "burst": burst,
+        "weights": weights,
+        "boxes": boxes,
+        "worst_deviation": round(worst, 3),
+        "max_over_share": round(over, 3),
+        "goal_within_20pct": worst <= 0.2,
+        "goal_at_most_2x": over <= 2.0,
+        "launches_per_s": round(burst / burst_s, 1),
+        "drain_s": round(drain_s, 2),
+        "ended": ended,
+        "load_average": load_average(),
+        "unreliable": "; ".join(reasons) or None,
+    }
 
 
 async def timed(call: Callable[[], Awaitable[Any]]) -> float:
@@ -142,33 +277,73 @@ async def run(reps: int) -> dict[str, Any]:
                 # the timed part includes the one write that makes the reports stale (~1 ms)
                 figures["stale"].append(await timed(stale_auto))
                 print(f"  .. rep {i + 1}/{reps}", file=sys.stderr, flush=True)
-    out = {k: ms(v) for k, v in figures.items()}
+    out: dict[str, Any] = {k: ms(v) for k, v in figures.items()}
     out["poll_x"] = round(out["poll"] / out["poll_bare"], 3)
     out["auto_x"] = round(out["auto"] / out["named"], 3)
     out["stale_x"] = round(out["stale"] / out["named"], 3)
     out["reps"] = reps
     out["load_average"] = load_average()
+    out["unreliable"] = unreliable_load()  # timings on a loaded machine: the ratios say more
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--burst", type=int, default=60, help="auto launches at once (0: no split)")
+    parser.add_argument("--weights", default="1,1,1", help="one box per number, max_runs in proportion")
+    parser.add_argument(
+        "--max-runs", type=int, default=4, help="max_runs of a box of weight 1 (the default 4)"
+    )
+    parser.add_argument(
+        "--stall", type=float, default=60.0, help="the drain gives up after this long with no run ending"
+    )
+    parser.add_argument("--split-only", action="store_true", help="only the burst split")
     parser.add_argument("--no-save", action="store_true")
     a = parser.parse_args()
     configure_logging(json=False, level=logging.WARNING)
-    figures = asyncio.run(run(a.reps))
-    print("\npeerd placement benchmark (medians, ms; ratios against the baseline in the same run)")
-    rows = [
-        ("feed answer, capacity in it", "poll", "without", "poll_bare", "poll_x"),
-        ("launch, environmentId auto", "auto", "named", "named", "auto_x"),
-        ("launch, auto, reports stale", "stale", "named", "named", "stale_x"),
-    ]
-    for title, key, base_name, base, ratio in rows:
-        print(f"  {title:28} {figures[key]:8.2f}   {base_name:7} {figures[base]:8.2f}   x {figures[ratio]}")
-    print(f"  reps {figures['reps']}, load average {figures['load_average']}")
-    if not a.no_save:
-        save_results({"placement": figures})
+    results: dict[str, Any] = {}
+    if not a.split_only:
+        figures = asyncio.run(run(a.reps))
+        results["placement"] = figures
+        print("\npeerd placement benchmark (medians, ms; ratios against the baseline in the same run)")
+        rows = [
+            ("feed answer, capacity in it", "poll", "without", "poll_bare", "poll_x"),
+            ("launch, environmentId auto", "auto", "named", "named", "auto_x"),
+            ("launch, auto, reports stale", "stale", "named", "named", "stale_x"),
+        ]
+        for title, key, base_name, base, ratio in rows:
+            print(
+                f"  {title:28} {figures[key]:8.2f}   {base_name:7} {figures[base]:8.2f}   x {figures[ratio]}"
+            )
+        print(f"  reps {figures['reps']}, load average {figures['load_average']}")
+        if figures["unreliable"]:
+            print(f"  UNRELIABLE: {figures['unreliable']}")
+    if a.burst > 0:
+        weights = [int(w) for w in a.weights.split(",") if w.strip()]
+        got = asyncio.run(split(a.burst, weights, a.max_runs, a.stall))
+        results["placement_split"] = got
+        print(
+            f"\nburst of {got['burst']} auto launches at once over {len(weights)} boxes (a manual-only laptop)"
+        )
+        for label, box in got["boxes"].items():
+            print(f"  {label}  max_runs {box['max_runs']:4}  share {box['share']:6.2f}  got {box['got']:4}")
+        equal = len(set(weights)) == 1
+        print(
+            f"  worst deviation from the share {got['worst_deviation']:.1%}"
+            + (f" (goal <= 20%: {'met' if got['goal_within_20pct'] else 'NOT met'})" if equal else "")
+            + f"; most over its share x {got['max_over_share']} (goal <= 2: "
+            + ("met" if got["goal_at_most_2x"] else "NOT met")
+            + ")"
+        )
+        print(
+            f"  {got['launches_per_s']} launches/s; drained in {got['drain_s']} s ({got['ended']} of"
+            f" {got['burst']} ended); load average {got['load_average']}"
+        )
+        if got["unreliable"]:
+            print(f"  UNRELIABLE: {got['unreliable']}")
+    if not a.no_save and results:
+        save_results(results)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ that is not counted); the time is from exec to the first `GET /v1/status` answer
 socket (tried every 2 ms), and then to the first `GET /v1/projects` answered (the whole daemon
 serving). Each start comes right after a run of the baseline `python -c ''` (same interpreter, same
 moment's load). Two stores: empty, and one with `--threads` (100,000) threads, each with a completed
-run, an item and two events, written in one SQL transaction before the starts.
+run, an item and two events, written in one SQL transaction before the starts. After serving
+all, the daemon idles for a second and its resident memory (VmRSS) is read: the idle RSS goal is
+70 MiB (issue 33; the MCP SDK and the A2A face are loaded on first need, not at start).
 
 Run: .venv/bin/python bench/start.py [--reps 7] [--threads 100000] [--no-save]
 See bench/README.md for what the columns mean and the numbers measured.
@@ -35,6 +37,8 @@ from peerd.paths import Paths
 
 BUDGET_MS = 300.0  # issue 14: status within 300 ms of start
 BUDGET_RATIO = 7.5  # the same at a 40 ms `python -c ''` (idle), as a ratio
+GOAL_RSS_MIB = 70.0  # issue 33: idle RSS; the MCP SDK and the A2A face load on first need
+SETTLE_S = 1.0  # after serving all: the start's own work is done, the daemon idles
 
 
 def say(text: str) -> None:
@@ -88,7 +92,15 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def one_start(home: Path) -> tuple[float, float, dict[str, Any]]:
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def one_start(home: Path) -> tuple[float, float, dict[str, Any], float]:
+    """Seconds to status and to serving all, the status, and the idle RSS (MiB) after SETTLE_S."""
     client = LocalClient(Paths(home).socket)
     t0 = time.perf_counter()
     proc = serve(home)
@@ -96,9 +108,11 @@ def one_start(home: Path) -> tuple[float, float, dict[str, Any]]:
         status_s = first_answer(client, "/v1/status", proc, t0)
         status = client.call("GET", "/v1/status")
         ready_s = first_answer(client, "/v1/projects", proc, t0)
+        time.sleep(SETTLE_S)
+        rss = rss_mib(proc.pid)
     finally:
         stop(proc)
-    return status_s, ready_s, status
+    return status_s, ready_s, status, rss
 
 
 def prepared(home: Path) -> None:
@@ -153,6 +167,7 @@ def p95(values: list[float]) -> float:
 def main(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="peerd-bench-start-"))
     rows: dict[str, dict[str, list[float]]] = {}
+    rss: dict[str, list[float]] = {}
     try:
         homes = {"empty store": root / "empty", f"{args.threads:,} threads": root / "history"}
         for home in homes.values():
@@ -164,13 +179,15 @@ def main(args: argparse.Namespace) -> int:
         base: list[float] = []
         for name in homes:
             rows[name] = {"status": [], "ready": []}
+            rss[name] = []
         for rep in range(args.reps + 1):
             for name, home in homes.items():
                 b = baseline()
-                status_s, ready_s, status = one_start(home)
+                status_s, ready_s, status, idle = one_start(home)
                 if rep == 0:
                     continue  # warm-up: page cache, .pyc files
                 base.append(b)
+                rss[name].append(idle)
                 rows[name]["status"].append(status_s)
                 rows[name]["ready"].append(ready_s)
                 say(f"   {name}: status {status_s * 1000:.0f} ms, serving {ready_s * 1000:.0f} ms")
@@ -199,6 +216,15 @@ def main(args: argparse.Namespace) -> int:
                 "ratio": round(ratio, 2),
                 **({"met": met} if met is not None else {}),
             }
+    for name, values in rss.items():
+        idle = statistics.median(values)
+        met = idle <= GOAL_RSS_MIB
+        lines.append(
+            f"{name + ': idle RSS MiB':<28}{idle:>9.1f}{max(values):>9.1f}{'':>8}  {'met' if met else 'NOT met'}"
+        )
+        key = name.replace(",", "").replace(" ", "_")
+        figures[f"{key}_idle_rss"] = {"p50_mib": round(idle, 1), "max_mib": round(max(values), 1), "met": met}
+    figures["goal_idle_rss_mib"] = GOAL_RSS_MIB
     print("\n".join(lines))
     if not args.no_save:
         save_results({"start": figures})

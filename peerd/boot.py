@@ -388,7 +388,7 @@ class EarlyStart:
         env_id, fingerprint = self.identity
         projects, threads, live = await asyncio.to_thread(_counts, self.paths.db)
         return {
-            "envId": env_id,
+            "environmentId": env_id,
             "label": self.config.label,
             "version": __version__,
             "protocolVersion": PROTOCOL_VERSION,
@@ -397,6 +397,7 @@ class EarlyStart:
             "counts": {"projects": projects, "threads": threads, "liveRuns": live},
             "home": str(self.paths.home),
             "state": "starting",
+            "envId": env_id,  # deprecated: `environmentId`'s older name, as in c.Status
         }
 
     def handoff(self, factory: Callable[[], asyncio.Protocol]) -> None:

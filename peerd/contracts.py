@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 # Defined in the light `core.constants` (the CLI imports them without pydantic), re-exported here.
@@ -71,6 +71,35 @@ class Wire(BaseModel):
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+
+# --- one name for an environment's id ----------------------------------------------------------
+# Every answer names an environment `environmentId` (issue 30: one naming of fields; the rule is in
+# docs/reference/api.md "Names"). Answers that said `envId` before still send it beside, deprecated,
+# until protocol 2 (a peer or script of an older release reads it), and read it from an older peer.
+ENV_ID_DEPRECATED: Any = Field(
+    default=None,
+    alias="envId",
+    description="The older name of `environmentId` (the same value), sent until protocol 2.",
+    deprecated="`envId` is the older name of `environmentId`, sent until protocol 2; read `environmentId`.",
+)
+
+
+class EnvironmentNamed(Wire):
+    """An answer that names an environment `environmentId`, and `envId` (deprecated) beside it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _both_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        given = next(
+            (data[k] for k in ("environmentId", "environment_id", "envId", "env_id") if k in data), None
+        )
+        if given is None:
+            return data
+        data = {k: v for k, v in data.items() if k not in ("env_id", "environment_id", "deprecated_env_id")}
+        return {**data, "environmentId": given, "envId": given}
 
 
 class Input(Wire):
@@ -170,8 +199,8 @@ class PushHealth(Wire):
     latest: list[GivenUpPush] = Field(default_factory=list)
 
 
-class Status(Wire):
-    env_id: str
+class Status(EnvironmentNamed):
+    environment_id: str
     label: str
     version: str
     protocol_version: int = PROTOCOL_VERSION
@@ -185,17 +214,19 @@ class Status(Wire):
     console: ConsoleStatus | None = None  # None: a daemon that does not say (older, or still starting)
     # None: a daemon that does not say (older, or still starting)
     a2a_pushes: PushHealth | None = Field(default=None, alias="a2aPushes")
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
-class Descriptor(Wire):
+class Descriptor(EnvironmentNamed):
     """What `/.well-known/peerd` tells anyone, without credentials."""
 
     service: Literal["peerd"] = "peerd"
-    env_id: str
+    environment_id: str
     label: str
     protocol_version: int = PROTOCOL_VERSION
     version: str
     capabilities: list[str]
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
 # --- projects -----------------------------------------------------------------------------------
@@ -471,6 +502,7 @@ class ThreadArchive(Input):
     # Delete the thread's own branch too (kept by default: it may hold commits someone wants).
     # Also on an archived thread, so a clean-up can be retried.
     delete_branch: bool = False
+    environment_id: str | None = EnvironmentId
 
 
 class ThreadArchiveResult(Wire):
@@ -560,10 +592,10 @@ class PairCreateResult(Wire):
     urls: list[str]
 
 
-class ClientInfo(Wire):
+class ClientInfo(EnvironmentNamed):
     id: str
     label: str
-    env_id: str | None
+    environment_id: str | None
     access: RuntimeMode
     created_at: float
     last_seen_at: float | None
@@ -574,6 +606,7 @@ class ClientInfo(Wire):
     status: ClientStatus
     kind: ClientKind = "link"  # `agent`: an outside agent signed in over OAuth (issue 29)
     agent_name: str | None = None  # an agent's OAuth client name (or client id)
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
 class ClientRevoke(Input):
@@ -593,8 +626,8 @@ class LinkCreate(Input):
     max_age_s: float | None = Field(default=None, gt=0, le=MAX_LINK_AGE_S)
 
 
-class LinkInfo(Wire):
-    env_id: str
+class LinkInfo(EnvironmentNamed):
+    environment_id: str
     label: str
     urls: list[str]
     access: RuntimeMode
@@ -609,23 +642,26 @@ class LinkInfo(Wire):
     # `POST /v1/links` only: the access level of the link to that machine this one replaced (its
     # session there is revoked); None when there was none.
     replaced_access: RuntimeMode | None = None
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
-class LinkSelf(Wire):
+class LinkSelf(EnvironmentNamed):
     """`GET /v1/link` on a box: the link as the box sees it (the laptop's live check)."""
 
-    env_id: str
+    environment_id: str
     client_id: str
     label: str
     access: RuntimeMode
     capacity: Capacity | None = None  # what the box has room for (an older box: absent)
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
-class UnlinkResult(Wire):
-    env_id: str
+class UnlinkResult(EnvironmentNamed):
+    environment_id: str
     label: str
     revoked_there: bool
     message: str
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
 # --- delegated tasks ----------------------------------------------------------------------------
@@ -719,7 +755,8 @@ def _comma_list(value: Any) -> Any:
 
 
 class TaskList(Input):
-    """`GET /v1/tasks`: this machine's tasks, newest first, paged; every filter is optional."""
+    """`GET /v1/tasks`: this machine's tasks (or a linked one's), newest first, paged; every filter
+    is optional."""
 
     thread_id: str | None = Field(default=None, min_length=1, max_length=64)  # the parent thread
     status: Annotated[list[TaskStatus], BeforeValidator(_comma_list)] = Field(
@@ -730,6 +767,8 @@ class TaskList(Input):
     target_environment: str | None = Field(default=None, min_length=1, max_length=200)
     cursor: Cursor = None
     limit: int = Field(default=PAGE_LIMIT, ge=1, le=PAGE_LIMIT)
+    # The tasks of a linked environment (its id or label), as it shows them to this machine's link.
+    environment_id: str | None = EnvironmentId
 
 
 class RunRef(Wire):
@@ -806,8 +845,9 @@ class ProjectKey(Wire):
 class Capacity(Wire):
     """What an environment has room for, as it reports it to its links (`[placement]`)."""
 
-    live_runs: int = Field(ge=0, le=MAX_SQL_INT)
+    live_runs: int = Field(ge=0, le=MAX_SQL_INT)  # starting or running
     max_runs: int = Field(ge=0, le=100_000)
+    queued_runs: int = Field(default=0, ge=0, le=MAX_SQL_INT)  # waiting to start (an older box: 0)
     load: float | None = Field(default=None, ge=0, le=1e6)  # the 1-minute load average
     cpus: int = Field(default=1, ge=1, le=100_000)
     mem_available: int | None = Field(default=None, ge=0, le=MAX_SQL_INT)  # bytes (MemAvailable)
@@ -830,8 +870,8 @@ class FleetRead(Input):
     offline: bool = False  # true: what is cached, without asking any box
 
 
-class FleetEnvironment(Wire):
-    env_id: str
+class FleetEnvironment(EnvironmentNamed):
+    environment_id: str
     label: str
     here: bool
     status: Literal["here", "reachable", "unreachable", "expired", "revoked", "version_skew"]
@@ -839,6 +879,7 @@ class FleetEnvironment(Wire):
     capacity: Capacity | None = None
     age_s: float | None = None  # how old `capacity` is, in seconds
     error: str | None = None  # why it could not be read (then `capacity` is the last one, if any)
+    deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 
 class Fleet(Wire):

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from peerd import __version__, sdnotify
 from peerd import contracts as c
-from peerd.a2a.http import A2AFace
+from peerd.a2a.lazy import LazyA2A
 from peerd.api import peercred
 from peerd.api.a2a_routes import add_a2a_routes
 from peerd.api.agent_signin_routes import AGENT_SIGNIN
@@ -85,6 +85,7 @@ from peerd.events import (
     RemoteTaskChanged,
     RunEnded,
     RunQueued,
+    RunStarting,
     ThreadStopped,
 )
 from peerd.handoff.service import HandoffService, MoveGuard
@@ -157,7 +158,7 @@ class Parts:
     orchestrations: Orchestrations
     tools: ToolServices
     mcp: McpService
-    a2a: A2AFace
+    a2a: LazyA2A
     console: Console
     sweeper: Sweeper
     waits: Waits
@@ -325,7 +326,9 @@ class Daemon:
         env_id = identity.env_id
         events = Events()
         providers = registry.build(settings, self.command_approved)
-        desc = c.Descriptor(env_id=env_id, label=label, version=__version__, capabilities=CAPABILITIES)
+        desc = c.Descriptor(
+            environment_id=env_id, label=label, version=__version__, capabilities=CAPABILITIES
+        )
         approvals = ApprovalService(
             db,
             self.feed,
@@ -458,7 +461,7 @@ class Daemon:
             orchestrations=orchestrations,
             tools=tools,
             mcp=McpService(tools, loopback=loopback),
-            a2a=A2AFace(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
+            a2a=LazyA2A(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
             sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation, waits), clock=clock),
@@ -471,6 +474,7 @@ class Daemon:
         on = p.events.subscribe
         on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
+        on(RunStarting, lambda e: p.mcp.warm())  # the MCP SDK loads (in a thread) on first need
         on(ThreadStopped, partial(_thread_stopped, p))  # its tasks stop too, and its waits end
         on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
         on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
@@ -494,7 +498,6 @@ class Daemon:
         await p.waits.start()  # every open wait on a pull request is watched again
         p.sweeper.start()
         await p.a2a.start()  # owed push notifications are delivered again, tasks on boxes followed again
-        p.mcp.warm()  # the MCP SDK is imported in a thread from now on, not before `status` answers
 
     async def _serve_listeners(self, p: Parts) -> None:
         """The MCP loopback port, the owner socket, the agent socket, then the network listener."""
@@ -711,7 +714,7 @@ class Daemon:
             thread_count, live = await threads.counts(self.db)
             project_count = await projects.count(self.db)
             if self.parts is not None:  # A2A pushes given up lately: status and doctor warn
-                pushes = await self.parts.a2a.push.given_up()
+                pushes = await self.parts.a2a.given_up()
         except StorageUnavailable:
             if lost is None:
                 raise
@@ -719,7 +722,7 @@ class Daemon:
             # answers, so `peerd doctor` can say what happened (its `store` field); counts unknown.
             thread_count, live, project_count = 0, 0, 0
         return c.Status(
-            env_id=self.identity.env_id,
+            environment_id=self.identity.env_id,
             label=self.config.label,
             version=__version__,
             fingerprint=self.identity.fingerprint_text,

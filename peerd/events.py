@@ -43,6 +43,15 @@ class RunEnded(Event):
 
 
 @dataclass(frozen=True)
+class RunStarting(Event):
+    """A run here is about to start its agent: the agent will soon ask for the MCP tools.
+    Published by `RunManager`; the daemon's `McpService.warm` listens (the SDK loads on first need,
+    not at start: an idle daemon stays lean)."""
+
+    thread_id: str
+
+
+@dataclass(frozen=True)
 class RunQueued(Event):
     """A run was queued outside the run manager (an owed approval's continuation): start it if
     the thread's queue flows. Published by the approvals; `RunManager.kick` listens."""
@@ -147,5 +156,6 @@ __all__ = [
     "RemoteTaskChanged",
     "RunEnded",
     "RunQueued",
+    "RunStarting",
     "ThreadStopped",
 ]

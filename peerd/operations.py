@@ -584,6 +584,23 @@ class Operations:
             newest_first=req.order == "newest",
         )
 
+    async def task_list_elsewhere(self, caller: Caller, req: c.TaskList) -> c.Page[c.TaskInfo] | None:
+        """`GET /v1/tasks` for a linked environment (`environmentId`): that box's tasks as it shows
+        them to this machine's link; None when the list is this machine's own. A signed-in agent
+        (`own_threads_only`) lists only the tasks of a thread it started: it names the thread, and
+        any other is answered as not found (the fence of `_read_fence`)."""
+        link = caller.link
+        if link is not None and link.own_threads_only:
+            if req.thread_id is None:
+                raise InvalidRequest(
+                    "A signed-in agent lists the tasks of one of its threads: give threadId."
+                )
+            _read_fence(caller, await threads.get_thread(self.db, req.thread_id))
+        if (env := await self.remote_target(caller, req.environment_id)) is None:
+            return None
+        data = await self._forward(caller, env, "GET", "/v1/tasks", params=Forwarder.query(req))
+        return c.Page[c.TaskInfo].model_validate(data)
+
     async def thread_show(
         self, caller: Caller, thread_id: str, environment_id: str | None = None
     ) -> c.Thread:
@@ -720,7 +737,7 @@ class Operations:
         self, caller: Caller, thread_id: str, req: c.ThreadInterrupt
     ) -> c.ThreadInterruptResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:
-            body = Forwarder.query(req)
+            body = Forwarder.body(req)
             path = f"/v1/threads/{path_segment(thread_id)}/interrupt"
             data = await self._forward(caller, env, "POST", path, body=body)
             return c.ThreadInterruptResult.model_validate(data)
@@ -765,6 +782,10 @@ class Operations:
     async def thread_archive(
         self, caller: Caller, thread_id: str, req: c.ThreadArchive | None = None
     ) -> c.ThreadArchiveResult:
+        if req is not None and (env := await self.remote_target(caller, req.environment_id)) is not None:
+            path = f"/v1/threads/{path_segment(thread_id)}/archive"
+            data = await self._forward(caller, env, "POST", path, body=Forwarder.body(req))
+            return c.ThreadArchiveResult.model_validate(data)
         thread_id = await self.thread_ref(caller, thread_id)
         force = req is not None and req.force
         thread = await threads.get_thread(self.db, thread_id)

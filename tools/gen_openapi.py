@@ -37,6 +37,21 @@ The machine-readable form is [openapi.json](openapi.json) (OpenAPI 3.1), the doc
 socket serves at `GET /v1/openapi.json`; the network listener serves a linked machine the part it
 may call. Bodies and answers are JSON with camelCase fields; unknown fields are refused
 (`invalid_request`). Times are Unix seconds.
+
+## Names
+
+One rule names every field (checked by `tests/unit/test_field_names.py`):
+
+- **A resource's own id is `id`**: a thread's (`GET /v1/threads/{id}`), a project's, a run's, an
+  item's, a client's, an approval's.
+- **A reference to another resource is `<kind>Id`**: `threadId`, `runId`, `projectId`,
+  `clientId`; so is what an action's answer names (`POST /v1/threads` answers `threadId` and
+  `runId`: the answer is the launch's outcome, not the thread). A task is `taskId` everywhere, its
+  own record included: agents pass it back to `task_status` under that name.
+- **An environment is `environmentId`**, in every body, query and answer. The answers that said
+  `envId` before (`/.well-known/peerd`, `/v1/status`, environments, clients, `/v1/link`, fleet)
+  still send `envId` beside it with the same value, marked deprecated, until protocol 2; read
+  `environmentId`. A peer of an older release that sends only `envId` is still understood.
 """
 
 LISTENER_NAMES = {

@@ -24,7 +24,6 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -32,7 +31,7 @@ from a2a.types import StreamResponse, Task, TaskPushNotificationConfig, TaskStat
 from google.protobuf.json_format import MessageToDict
 
 from peerd import contracts as c
-from peerd.a2a import mapping
+from peerd.a2a import mapping, store
 from peerd.a2a.view import STATES, state_name
 from peerd.errors import PushAddressRefused
 from peerd.operations import Caller, Operations
@@ -46,7 +45,6 @@ MAX_DELAY_S = 300.0
 SEND_TIMEOUT_S = 10.0
 IDLE_S = 30.0
 MAX_CONFIGS_PER_TASK = 10
-GIVEN_UP_WINDOW_S = 7 * 86_400.0  # `peerd status` and `peerd doctor` warn of pushes given up this recently
 
 Resolve = Callable[[str, int], Awaitable[list[str]]]
 
@@ -213,33 +211,8 @@ class PushService:
         )
         return [dict(r) for r in rows]
 
-    async def given_up(self, *, window_s: float = GIVEN_UP_WINDOW_S, latest: int = 5) -> c.PushHealth:
-        """The pushes given up in the last `window_s` (`peerd status`, `peerd doctor`): how many,
-        and the `latest` few, newest first, each with its webhook's scheme, host and port only."""
-        since = self.ops.clock() - window_s
-        count = await self.db.scalar(
-            "SELECT COUNT(*) FROM a2a_push_owed WHERE given_up IS NOT NULL AND given_up_at >= ?", (since,)
-        )
-        rows = await self.db.fetchall(
-            "SELECT o.task_id, o.state, o.given_up, o.given_up_at, p.url FROM a2a_push_owed o "
-            "LEFT JOIN a2a_push_configs p ON p.task_id = o.task_id AND p.id = o.config_id "
-            "WHERE o.given_up IS NOT NULL AND o.given_up_at >= ? ORDER BY o.given_up_at DESC LIMIT ?",
-            (since, latest),
-        )
-        return c.PushHealth(
-            given_up=int(count or 0),
-            window_s=window_s,
-            latest=[
-                c.GivenUpPush(
-                    task_id=r["task_id"],
-                    webhook=_origin(r["url"]),
-                    state=r["state"],
-                    reason=r["given_up"],
-                    given_up_at=r["given_up_at"],
-                )
-                for r in rows
-            ],
-        )
+    async def given_up(self, *, window_s: float = store.GIVEN_UP_WINDOW_S, latest: int = 5) -> c.PushHealth:
+        return await store.pushes_given_up(self.db, now=self.ops.clock(), window_s=window_s, latest=latest)
 
     async def given_up_for(self, task_id: str) -> list[dict[str, Any]]:
         """A task's pushes given up (its GetTask shows them): webhook, state, reason, when."""
@@ -382,18 +355,6 @@ class PushService:
 
 class SendFailed(Exception):
     """A webhook answered, but not 2xx."""
-
-
-def _origin(url: str | None) -> str:
-    """A webhook as a person is shown it: scheme, host and port (its path and query may hold a secret)."""
-    if not url:
-        return "(its config was deleted)"
-    parts = urlsplit(url)
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}"
 
 
 def _config(task_id: str, config_id: str, url: str, token: str | None) -> TaskPushNotificationConfig:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from peerd import contracts as c
 from peerd.a2a.mapping import Position
@@ -256,3 +257,58 @@ async def remote_count(
         tuple(params),
     )
     return int(found or 0)
+
+
+GIVEN_UP_WINDOW_S = 7 * 86_400.0  # `peerd status` and `peerd doctor` warn of pushes given up this recently
+
+
+async def pushes_given_up(db: Database, *, now: float, window_s: float, latest: int) -> c.PushHealth:
+    """The pushes given up in the last `window_s` (`peerd status`, `peerd doctor`): how many,
+    and the `latest` few, newest first, each with its webhook's scheme, host and port only."""
+    since = now - window_s
+    count = await db.scalar(
+        "SELECT COUNT(*) FROM a2a_push_owed WHERE given_up IS NOT NULL AND given_up_at >= ?", (since,)
+    )
+    rows = await db.fetchall(
+        "SELECT o.task_id, o.state, o.given_up, o.given_up_at, p.url FROM a2a_push_owed o "
+        "LEFT JOIN a2a_push_configs p ON p.task_id = o.task_id AND p.id = o.config_id "
+        "WHERE o.given_up IS NOT NULL AND o.given_up_at >= ? ORDER BY o.given_up_at DESC LIMIT ?",
+        (since, latest),
+    )
+    return c.PushHealth(
+        given_up=int(count or 0),
+        window_s=window_s,
+        latest=[
+            c.GivenUpPush(
+                task_id=r["task_id"],
+                webhook=_origin(r["url"]),
+                state=r["state"],
+                reason=r["given_up"],
+                given_up_at=r["given_up_at"],
+            )
+            for r in rows
+        ],
+    )
+
+
+async def owes_work(db: Database) -> bool:
+    """Whether the A2A face has work to resume at start: a push config (its task's changes are
+    owed as pushes), a push still to deliver, or a task on a box still followed."""
+    row = await db.fetchone(
+        "SELECT 1 WHERE EXISTS (SELECT 1 FROM a2a_push_configs)"
+        " OR EXISTS (SELECT 1 FROM a2a_push_owed WHERE delivered_at IS NULL AND given_up IS NULL)"
+        " OR EXISTS (SELECT 1 FROM a2a_remote_tasks WHERE ended_at IS NULL)"
+    )
+    return row is not None
+
+
+def _origin(url: str | None) -> str:
+    """A webhook as a person is shown it: scheme, host and port (its path and query may hold a secret)."""
+    if not url:
+        return "(its config was deleted)"
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"

@@ -70,7 +70,7 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 def error_response(err: PeerdError) -> web.Response:
-    return web.json_response(err.to_wire(), status=http_status(err.code))
+    return web.json_response(err.to_wire(), status=http_status(err.code), dumps=compact)
 
 
 class ShutdownGate:
@@ -226,9 +226,14 @@ def query_model(request: web.Request, model: type[M], renames: dict[str, str] | 
     return model.model_validate(data)
 
 
+def compact(body: Any) -> str:
+    """JSON as answers send it: no spaces after `,` and `:` (about 6% of a thread's first page)."""
+    return json.dumps(body, separators=(",", ":"))
+
+
 def ok(model: c.Wire | dict[str, Any], status: int = 200) -> web.Response:
     body = model.wire() if isinstance(model, c.Wire) else model
-    return web.json_response(body, status=status)
+    return web.json_response(body, status=status, dumps=compact)
 
 
 async def stamp_protocol(request: web.Request, response: web.StreamResponse) -> None:

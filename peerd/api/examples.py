@@ -27,14 +27,14 @@ TSK, CLI, PCD, ORC = (
 
 DESCRIPTOR = {
     "service": "peerd",
-    "envId": ENV,
+    "environmentId": ENV,
     "label": "laptop",
     "protocolVersion": 1,
     "version": "0.1.0",
     "capabilities": ["threads", "projects", "long-poll", "events", "links"],
 }
 STATUS = {
-    "envId": ENV,
+    "environmentId": ENV,
     "label": "laptop",
     "version": "0.1.0",
     "protocolVersion": 1,
@@ -188,7 +188,7 @@ PAIR_CODE = f"peerd1.{PCD}.Xq3v9TzK0bR2mW8s"
 CLIENT = {
     "id": CLI,
     "label": "laptop",
-    "envId": ENV,
+    "environmentId": ENV,
     "access": "approval-required",
     "createdAt": T0,
     "lastSeenAt": T0 + 300,
@@ -199,7 +199,7 @@ CLIENT = {
     "status": "active",
 }
 LINK = {
-    "envId": BOX,
+    "environmentId": BOX,
     "label": "box",
     "urls": ["https://box.lan:7433"],
     "access": "approval-required",

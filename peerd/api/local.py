@@ -178,12 +178,14 @@ async def task_list(request: web.Request) -> web.Response:
     """This machine's tasks, newest first, a page at a time (`peerd task list`)."""
     ops = _ops(request)
     req = query_model(request, c.TaskList)
+    if (there := await ops.task_list_elsewhere(caller_of(request), req)) is not None:
+        return ok(there)
     if req.thread_id is not None:
         await threads.get_thread(ops.db, req.thread_id)  # a typed not_found for a wrong id
     target, local = req.target_environment, False
     if target is not None:
         here = request.app[DESCRIPTOR]
-        if target in (here.env_id, here.label):
+        if target in (here.environment_id, here.label):
             target, local = None, True
         elif ops.forwarder is None:
             raise InvalidRequest("This daemon has no links: filter by this environment's id or label.")

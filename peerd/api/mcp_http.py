@@ -30,23 +30,22 @@ The loopback port is bound first (`bind_loopback`), before the run manager is bu
 given its address (`PEERD_MCP_URL`), and `McpService` is built with what the tools act through
 (`ToolServices`) once those exist; `start_tcp_listener` then serves the bound socket.
 
-The SDK (`peerd.api.mcp_server`) costs about a second to import, which the daemon must not pay
-before it answers `status`: `McpService.warm` imports it in a thread once the daemon is up, and
-`/mcp` waits for it. The SDK's handler is ASGI; `asgi_call` runs it for one aiohttp request and
-buffers its answer (stateless JSON: one message in, one JSON answer out, so nothing streams).
+The SDK (`peerd.api.mcp_server`) costs about a second to import and some 22 MiB, which an idle
+daemon does not pay: `McpService.warm` imports it in a thread when the first run starts (the
+`RunStarting` event) or `/mcp` is first called, and `/mcp` waits for it. The SDK's handler is
+ASGI; `asgi_call` runs it for one aiohttp request and buffers its answer (stateless JSON: one
+message in, one JSON answer out, so nothing streams).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import socket
-import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 import structlog
@@ -61,6 +60,7 @@ from peerd.api.routes import Example, Route, add_routes
 from peerd.api.tools import ToolServices, caller_from_token, invoke
 from peerd.errors import CapabilityDenied, PeerdError, Unavailable
 from peerd.operations import Caller
+from peerd.runtime.background import import_in_thread, in_daemon_thread
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -75,38 +75,6 @@ NO_TOKEN_HERE = (
     "This endpoint serves peerd's agent tools to peerd's runs only: pass the run token peerd gave "  # noqa: S105
     "this run (Authorization: Bearer)."
 )
-
-
-T = TypeVar("T")
-
-
-def in_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-    """`fn(*args)` in a thread of its own that never holds up the process's exit: the SDK's import
-    (~1-3 s) runs right after start-up, and a SIGTERM then must not wait for it (as the default
-    executor's threads would be waited for by `asyncio.run`)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if done.done():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
-
-    def work() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # handed to the awaiting task, which logs it
-            outcome: tuple[T | None, BaseException | None] = (None, exc)
-        else:
-            outcome = (result, None)
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, *outcome)
-
-    threading.Thread(target=work, name="peerd-mcp-warm", daemon=True).start()
-    return done
 
 
 @dataclass(frozen=True)
@@ -164,8 +132,8 @@ class McpService:
 
     async def _serve(self) -> None:
         try:
-            module = await in_daemon_thread(importlib.import_module, "peerd.api.mcp_server")
-            tools = await in_daemon_thread(module.tool_list)
+            module = await import_in_thread("peerd.api.mcp_server")
+            tools = await in_daemon_thread(module.tool_list, name="peerd-mcp-tools")
             manager = module.session_manager(self._invoke, tools, TaskPort(self.services))
         except Exception as exc:  # the endpoint says so; the rest of the daemon is unaffected
             log.exception("mcp.unavailable")

@@ -44,9 +44,9 @@ ROUTES: tuple[Route, ...] = (
           "Every environment with its status and capacity (reports older than a minute read again).",
           "links", query=c.FleetRead, answer=c.Fleet,
           example=Example({"environments": [
-              {"envId": ex.ENV, "label": "laptop", "here": True, "status": "here", "access": None,
+              {"environmentId": ex.ENV, "label": "laptop", "here": True, "status": "here", "access": None,
                "capacity": {**_CAPACITY, "preference": "normal", "liveRuns": 3}, "ageS": 0.0, "error": None},
-              {"envId": ex.BOX, "label": "box", "here": False, "status": "reachable", "access": "auto",
+              {"environmentId": ex.BOX, "label": "box", "here": False, "status": "reachable", "access": "auto",
                "capacity": _CAPACITY, "ageS": 12.5, "error": None},
           ]})),
 )  # fmt: skip

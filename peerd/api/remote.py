@@ -108,7 +108,7 @@ async def link_self(request: web.Request) -> web.Response:
     capacity = None if placement is None else await placement.local_capacity()
     return ok(
         c.LinkSelf(
-            env_id=desc.env_id,
+            environment_id=desc.environment_id,
             client_id=link.client_id,
             label=link.label,
             access=link.access,
@@ -132,13 +132,16 @@ LINK_SELF = Route(
     "The calling link as this box sees it (answering at all says it is still accepted).",
     "links",
     answer=c.LinkSelf,
-    example=Example({"envId": ex.BOX, "clientId": ex.CLI, "label": "laptop", "access": "approval-required"}),
+    example=Example(
+        {"environmentId": ex.BOX, "clientId": ex.CLI, "label": "laptop", "access": "approval-required"}
+    ),
 )
-# The owner's routes a link may call too: reads, launches (capped), and sends to, waits on,
+# The owner's routes a link may call too: reads (threads and tasks), launches (capped), and sends to, waits on,
 # interrupts and archives of the threads it started (the fence is in `peerd.operations`).
 LINKED = frozenset(
     {"project_list", "project_show", "thread_list", "thread_launch", "thread_show", "thread_read"}
     | {"thread_send", "thread_wait", "thread_interrupt", "thread_archive", "thread_events", "run_watch"}
+    | {"task_list"}
 )
 ROUTES: tuple[Route, ...] = (
     DESCRIPTOR_ROUTE,
@@ -161,7 +164,7 @@ def network_app(
 ) -> web.Application:
     app = base_app()
     app.middlewares.append(host_middleware)  # a foreign Host on a loopback listener: refused first
-    app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.env_id, clock))  # type: ignore[arg-type]
+    app.middlewares.append(link_auth_middleware(ops.db, signing_key, desc.environment_id, clock))  # type: ignore[arg-type]
     app[OPERATIONS] = ops
     app[DELEGATION] = delegation  # the watch and the change feed
     app[DESCRIPTOR] = desc
@@ -171,7 +174,7 @@ def network_app(
     signin = AgentSignin(
         db=ops.db,
         signing_key=signing_key,
-        env_id=desc.env_id,
+        env_id=desc.environment_id,
         label=desc.label,
         clock=clock,
         pairing_limit=pairing_limit,
@@ -181,7 +184,7 @@ def network_app(
         app,
         db=ops.db,
         signing_key=signing_key,
-        env_id=desc.env_id,
+        env_id=desc.environment_id,
         label=desc.label,
         clock=clock,
         pairing_limit=pairing_limit,

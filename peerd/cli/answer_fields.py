@@ -5,10 +5,11 @@ command that changes something is checked before anything is sent."""
 
 ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
     "DELETE /v1/environments/{id}": (
-        "envId",
+        "environmentId",
         "label",
         "revokedThere",
         "message",
+        "envId",
     ),
     "DELETE /v1/projects/{id}": (
         "id",
@@ -24,11 +25,12 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "GET /.well-known/peerd": (
         "service",
-        "envId",
+        "environmentId",
         "label",
         "protocolVersion",
         "version",
         "capabilities",
+        "envId",
     ),
     "GET /v1/agent-signins": ("items",),
     "GET /v1/approvals": (
@@ -61,7 +63,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
     "GET /v1/clients": ("items",),
     "GET /v1/environments": ("items",),
     "GET /v1/environments/{id}": (
-        "envId",
+        "environmentId",
         "label",
         "urls",
         "access",
@@ -73,6 +75,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "expiresAt",
         "live",
         "replacedAccess",
+        "envId",
     ),
     "GET /v1/fleet": ("environments",),
     "GET /v1/moves/{id}": (
@@ -106,7 +109,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
     "GET /v1/projects/{id}/tips": ("tips",),
     "GET /v1/providers": ("items",),
     "GET /v1/status": (
-        "envId",
+        "environmentId",
         "label",
         "version",
         "protocolVersion",
@@ -118,6 +121,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "store",
         "console",
         "a2aPushes",
+        "envId",
     ),
     "GET /v1/tasks": (
         "items",
@@ -259,7 +263,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
     "POST /v1/clients/{id}/revoke": (
         "id",
         "label",
-        "envId",
+        "environmentId",
         "access",
         "createdAt",
         "lastSeenAt",
@@ -270,6 +274,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "status",
         "kind",
         "agentName",
+        "envId",
         "stoppedThreads",
     ),
     "POST /v1/console/login-token": (
@@ -284,7 +289,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "access",
     ),
     "POST /v1/links": (
-        "envId",
+        "environmentId",
         "label",
         "urls",
         "access",
@@ -296,6 +301,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "expiresAt",
         "live",
         "replacedAccess",
+        "envId",
     ),
     "POST /v1/pair": (
         "code",

@@ -19,7 +19,16 @@ from typing import Any
 import click
 
 from peerd.cli.client import LocalClient
-from peerd.cli.common import cli_context, complete_approval, json_option, json_option_for, with_client
+from peerd.cli.common import (
+    ALL_ENVS,
+    cli_context,
+    complete_approval,
+    complete_env,
+    fleet_of,
+    json_option,
+    json_option_for,
+    with_client,
+)
 from peerd.cli.output import (
     JsonOutput,
     PeerdGroup,
@@ -72,16 +81,41 @@ def stale_note(stale: list[str]) -> str | None:
 @click.option(
     "--limit", type=click.IntRange(1, 500), default=100, show_default=True, help="At most this many (--all)."
 )
+@click.option(
+    "--env",
+    "machine",
+    metavar="ENV",
+    default=ALL_ENVS,
+    show_default=True,
+    shell_complete=complete_env,
+    help="Only the approvals of this machine: `here`, or a linked one's label or id.",
+)
 @json_option
 @quiet_option
 @click.pass_context
 def approval_list(
-    ctx: click.Context, everything: bool, limit: int, as_json: JsonOutput | None, quiet: bool
+    ctx: click.Context, everything: bool, limit: int, machine: str, as_json: JsonOutput | None, quiet: bool
 ) -> None:
     """List the approvals waiting for you, here and on linked boxes (--all: decided ones too)."""
     params = {"all": everything, "limit": limit}
-    page: Json = with_client(ctx, lambda client: client.call("GET", PATH, params=params))
+
+    def go(client: LocalClient) -> tuple[Json, list[tuple[str | None, str]]]:
+        fleet = [] if machine in (ALL_ENVS, "here") else fleet_of(client)
+        return client.call("GET", PATH, params=params), fleet
+
+    page, fleet = with_client(ctx, go)
     items: list[Json] = page["items"]
+    if machine == "here":
+        items = [v for v in items if not v.get("onBox")]
+    elif machine != ALL_ENVS:
+        named = [env_id for env_id, label in fleet if env_id is not None and machine in (env_id, label)]
+        if not named:
+            linked = ", ".join(label for env_id, label in fleet if env_id is not None) or "none"
+            raise click.BadParameter(
+                f"no linked machine is named {machine!r} (linked: {linked}); or give `here` or `all`.",
+                param_hint="'--env'",
+            )
+        items = [v for v in items if v.get("onBox") and v.get("environmentId") == named[0]]
     if quiet:
         emit_ids(items, "id")
     elif as_json:

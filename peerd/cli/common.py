@@ -230,7 +230,7 @@ def complete_from(
 complete_thread = complete_from("/v1/threads", params={"order": "newest"})
 complete_task = complete_from("/v1/tasks")
 complete_approval = complete_from("/v1/approvals", about="summary")
-complete_env = complete_from("/v1/environments", field="label", about="envId")
+complete_env = complete_from("/v1/environments", field="label", about="environmentId")
 
 
 ENV_META = "peerd.environment_id"
@@ -241,7 +241,9 @@ def fleet_of(client: LocalClient) -> list[tuple[str | None, str]]:
     """Here (None) and each linked environment that is not revoked or expired, with its label."""
     linked = client.call("GET", "/v1/environments")["items"]
     return [(None, "here")] + [
-        (env["envId"], env["label"]) for env in linked if env.get("status") not in ("revoked", "expired")
+        (env["environmentId"], env["label"])
+        for env in linked
+        if env.get("status") not in ("revoked", "expired")
     ]
 
 

@@ -31,6 +31,14 @@ def _age(env: dict[str, Any]) -> str:
     return f"{int(age)} s ago" if age < 120 else f"{int(age // 60)} min ago"
 
 
+def _runs(cap: dict[str, Any]) -> str:
+    """`3/8`, with queued runs `3/8 +2 queued`."""
+    if not cap:
+        return ""
+    queued = cap.get("queuedRuns") or 0
+    return f"{cap['liveRuns']}/{cap['maxRuns']}" + (f" +{queued} queued" if queued else "")
+
+
 def _row(env: dict[str, Any]) -> list[Any]:
     cap = env.get("capacity") or {}
     status = env["status"] + (" (older report)" if env.get("error") and cap else "")
@@ -38,7 +46,7 @@ def _row(env: dict[str, Any]) -> list[Any]:
     return [
         env["label"],
         status,
-        f"{cap['liveRuns']}/{cap['maxRuns']}" if cap else "",
+        _runs(cap),
         "" if load is None else f"{load:.1f} ({cap.get('cpus', 1)} CPU)",
         _gib(cap.get("memAvailable")),
         ", ".join(cap.get("providers", [])),

@@ -218,7 +218,9 @@ def link(
         emit_json(data, as_json)
     else:
         at = ", ".join(data["urls"])
-        click.echo(one_line(f"linked {data['label']} ({data['envId']}) with {data['access']} access at {at}"))
+        click.echo(
+            one_line(f"linked {data['label']} ({data['environmentId']}) with {data['access']} access at {at}")
+        )
         if before := data.get("replacedAccess"):
             change = "" if before == data["access"] else f", was {before}"
             click.echo(
@@ -231,7 +233,7 @@ def link(
 def _link_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [
-            x["envId"],
+            x["environmentId"],
             x["label"],
             ", ".join(x["urls"]),
             x["access"],
@@ -271,7 +273,7 @@ def environment_list(ctx: click.Context, offline: bool, as_json: JsonOutput | No
 
     items = with_client(ctx, go)["items"]
     if quiet:
-        emit_ids(items, "envId")
+        emit_ids(items, "environmentId")
         return
     if as_json:
         emit_json(items, as_json)
@@ -296,7 +298,7 @@ def environment_show(ctx: click.Context, env_id: str, offline: bool, as_json: Js
         return
     fields(
         [
-            ("environment", x["envId"]),
+            ("environment", x["environmentId"]),
             ("label", x["label"]),
             ("access", x["access"]),
             ("status", _status(x)),

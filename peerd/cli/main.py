@@ -353,7 +353,7 @@ def status(ctx: click.Context, wait_s: float | None, as_json: bool) -> None:
     counts = data["counts"]
     fields(
         [
-            ("environment", data["envId"]),
+            ("environment", data["environmentId"]),
             ("label", data["label"]),
             ("version", data["version"]),
             ("fingerprint", data["fingerprint"]),

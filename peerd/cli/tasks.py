@@ -9,6 +9,7 @@ import click
 
 from peerd.cli.client import LocalClient
 from peerd.cli.common import (
+    ALL_ENVS,
     ENV_META,
     PAGE,
     cli_context,
@@ -17,6 +18,7 @@ from peerd.cli.common import (
     confirm,
     exit_code_of_end,
     exit_code_of_wait,
+    fleet_of,
     json_option,
     json_option_for,
     waiting_field,
@@ -111,7 +113,8 @@ def _list(client: LocalClient, params: dict[str, Any], limit: int) -> tuple[list
     "target",
     metavar="ENV",
     default=None,
-    help="Only tasks whose child runs there: a link's label or id (this environment's own: run here).",
+    help="Only tasks whose child runs there: a link's label or id (this environment's own: run here);"
+    " `all`: the tasks of every machine of the fleet, with an ON column.",
 )
 @click.option(
     "--limit", type=click.IntRange(min=0), default=100, show_default=True, help="At most this many (0: all)."
@@ -129,35 +132,55 @@ def task_list(
     as_json: JsonOutput | None,
     quiet: bool,
 ) -> None:
-    """List this machine's tasks, newest first (THREAD_ID or --thread: only those it delegated)."""
+    """List this machine's tasks, newest first (THREAD_ID or --thread: only those it delegated).
+    `--env all`: here and on every linked machine, with an ON column (a machine that cannot answer
+    is named on stderr)."""
     if thread_id and parent and thread_id != parent:
         raise click.UsageError("Give the parent thread once: as THREAD_ID or as --thread.")
+    fleet = target == ALL_ENVS
     params = {
         "threadId": thread_id or parent,
         "status": ",".join(status) or None,
-        "targetEnvironment": target,
+        "targetEnvironment": None if fleet else target,
     }
-    items, more = with_client(ctx, lambda client: _list(client, params, limit))
+
+    def everywhere(client: LocalClient) -> tuple[list[dict[str, Any]], bool]:
+        items: list[dict[str, Any]] = []
+        more = False
+        for env_id, label in fleet_of(client):
+            client.environment_id = env_id
+            try:
+                listed, cut = _list(client, params, limit)
+            except PeerdError as exc:
+                if env_id is None:
+                    raise
+                click.echo(one_line(f"{label}: not listed ({exc.code}: {exc.message})"), err=True)
+                continue
+            items += [{**t, "on": label} for t in listed]
+            more = more or cut
+        items.sort(key=lambda t: (t["createdAt"], t["taskId"]), reverse=True)
+        return (items[:limit], more or len(items) > limit) if limit else (items, more)
+
+    items, more = with_client(ctx, everywhere if fleet else lambda client: _list(client, params, limit))
     if quiet:
         emit_ids(items, "taskId")
     elif as_json:
         emit_json(items, as_json)
     else:
-        table(
-            ["id", "status", "title", "parent", "child", "created", "stop owed"],
-            [
-                [
-                    t["taskId"],
-                    t["status"],
-                    t["title"][:40],
-                    t["parentThreadId"],
-                    _where(t),
-                    ago(t["createdAt"]),
-                    "yes" if t["stopOwed"] else "",
-                ]
-                for t in items
-            ],
-        )
+        heads = ["id", "status", "title", "parent", "child", "created", "stop owed"]
+        rows = []
+        for t in items:
+            row = [
+                t["taskId"],
+                t["status"],
+                t["title"][:40],
+                t["parentThreadId"],
+                _where(t),
+                ago(t["createdAt"]),
+                "yes" if t["stopOwed"] else "",
+            ]
+            rows.append([*row[:1], t["on"], *row[1:]] if fleet else row)
+        table([*heads[:1], "on", *heads[1:]] if fleet else heads, rows)
     if more:
         click.echo(f"(the newest {limit} shown; --limit 0 lists them all)", err=True)
 

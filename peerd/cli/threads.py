@@ -508,7 +508,8 @@ def thread_archive(
     body = {"force": force, "deleteBranch": delete_branch}
 
     def go(client: LocalClient) -> Any:
-        return client.call("POST", f"/v1/threads/{path_segment(thread_id)}/archive", body=body)
+        whole = on_its_machine(client, thread_id)
+        return client.call("POST", f"/v1/threads/{path_segment(whole)}/archive", body=body)
 
     data = with_client(ctx, go)
     if as_json:

@@ -90,7 +90,10 @@ class Owner:
 
     async def envs(self, *, probe: bool = False) -> list[Env]:
         links = await self.links(probe=probe)
-        return [self.here, *(Env(link.env_id, link.env_id, link.label, link) for link in links)]
+        return [
+            self.here,
+            *(Env(link.environment_id, link.environment_id, link.label, link) for link in links),
+        ]
 
     async def env(self, key: str) -> Env:
         if key in (HERE, self.here.env_id):

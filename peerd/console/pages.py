@@ -140,7 +140,7 @@ async def revoke(request: web.Request) -> web.StreamResponse:
 
 async def unlink_confirm(request: web.Request) -> web.StreamResponse:
     env_id = request.match_info["id"]
-    found = [x for x in await owner(request).links(probe=False) if x.env_id == env_id]
+    found = [x for x in await owner(request).links(probe=False) if x.environment_id == env_id]
     label = found[0].label if found else env_id
     return page(
         request,

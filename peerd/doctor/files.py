@@ -34,7 +34,9 @@ def check_daemon(facts: Facts) -> Check:
                 "(stderr of `peerd serve`, or `journalctl --user -u peerd` under systemd) and restart it.",
             )
         return Check("daemon", "fail", f"no daemon answers at {facts.socket.path}", start)
-    detail = f"running: {status.label} ({status.env_id}), version {status.version}, at {facts.socket.path}"
+    detail = (
+        f"running: {status.label} ({status.environment_id}), version {status.version}, at {facts.socket.path}"
+    )
     if status.version != facts.cli_version:
         return Check(
             "daemon",

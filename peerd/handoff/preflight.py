@@ -46,20 +46,25 @@ async def candidates(ops: Operations, links: LinkService, thread: c.Thread) -> l
     key = project.repository_key
     if key is None:
         reason = f"project {project.id} has no origin remote to match"
-        return [Candidate(environment_id=r.env_id, label=r.label, fits=False, reason=reason) for r in rows]
+        return [
+            Candidate(environment_id=r.environment_id, label=r.label, fits=False, reason=reason) for r in rows
+        ]
     return list(await asyncio.gather(*(candidate(ops, r, key=key, provider=thread.provider) for r in rows)))
 
 
 async def candidate(ops: Operations, link: c.LinkInfo, *, key: str, provider: str) -> Candidate:
     """One linked environment as a dry run sees it: whether it can take the thread, and why not."""
-    base = {"environment_id": link.env_id, "label": link.label}
+    base = {"environment_id": link.environment_id, "label": link.label}
     if link.status in ("revoked", "expired"):
         return Candidate(**base, fits=False, reason=f"the link is {link.status}: link again")
     if link.access == "read-only":
         return Candidate(**base, fits=False, reason="the link is read-only: it allows no writes there")
     try:
         data = await ops.forward_raw(
-            link.env_id, "POST", "/v1/handoff/check", body={"repositoryKey": key, "provider": provider}
+            link.environment_id,
+            "POST",
+            "/v1/handoff/check",
+            body={"repositoryKey": key, "provider": provider},
         )
         seen = TakeAnswer.model_validate(data)
     except PeerdError as exc:

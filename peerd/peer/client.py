@@ -303,7 +303,7 @@ class PeerClient:
                 continue
             except PeerdError:
                 continue
-            if desc.env_id == link.env_id:
+            if desc.environment_id == link.env_id:
                 self._good_url[link.env_id] = url
                 await self._answered(link.env_id)  # it answers as the linked environment, at its pin
                 return url

@@ -86,8 +86,17 @@ class Forwarder:
         return body
 
     @staticmethod
+    def body(req: c.Input) -> dict[str, Any]:
+        """A request's JSON body as sent on to the linked environment (without `environmentId`)."""
+        return req.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"environment_id"})
+
+    @staticmethod
     def query(req: c.Input, *, rename: dict[str, str] | None = None) -> dict[str, Any]:
+        """A request's query parameters as sent on (without `environmentId`)."""
         data = req.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"environment_id"})
+        for key, value in data.items():  # a list in a query is one comma-separated value (`_comma_list`)
+            if isinstance(value, list):
+                data[key] = ",".join(map(str, value))
         for old, new in (rename or {}).items():
             if old in data:
                 data[new] = data.pop(old)

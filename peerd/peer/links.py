@@ -241,11 +241,11 @@ class LinkService:
                     f"The pairing code names environment {code.env_id}, but the certificate it pins at "
                     f"{url} belongs to {pinned}. Ask for a new code on that machine; nothing was sent."
                 )
-            if desc.env_id == self.identity.env_id:
+            if desc.environment_id == self.identity.env_id:
                 raise SelfLink("That address is this environment.")
-            if desc.env_id != code.env_id:
+            if desc.environment_id != code.env_id:
                 raise WrongEnvironment(
-                    f"{url} answered as environment {desc.env_id}, but the pairing code is for {code.env_id}; "
+                    f"{url} answered as environment {desc.environment_id}, but the pairing code is for {code.env_id}; "
                     "nothing was sent."
                 )
             label = _label_of(desc.label, code.env_id)
@@ -407,7 +407,7 @@ class LinkService:
                 f"Forgot the link to {row.label} here, but {row.label} could not be told; "
                 f"revoke it there with `peerd client revoke {row.client_id}`."
             )
-        return c.UnlinkResult(env_id=row.env_id, label=row.label, revoked_there=told, message=message)
+        return c.UnlinkResult(environment_id=row.env_id, label=row.label, revoked_there=told, message=message)
 
     async def _row(self, env_id: str) -> LinkRow:
         try:

@@ -1,6 +1,6 @@
 """This environment's capacity report (`c.Capacity`): what it tells its links for `auto`.
 
-Live runs (starting or running), `[placement] max_runs` and `preference`, the 1-minute load
+Live runs (starting or running) and queued ones, `[placement] max_runs` and `preference`, the 1-minute load
 average and CPU count, MemAvailable and MemTotal from /proc/meminfo, the installed providers and
 the projects by repository key. The load and memory readers are injectable (`Readers`): tests give
 each in-process daemon its own through `OVERRIDES`, keyed by the daemon's home, which the daemon
@@ -64,7 +64,12 @@ async def report(
     db: Database, config: PlacementConfig, providers: Callable[[], dict[str, bool]], readers: Readers
 ) -> c.Capacity:
     """This environment's capacity now (a few cheap reads)."""
-    live = int(await db.scalar("SELECT count(*) FROM runs WHERE status IN ('starting', 'running')"))
+    row = await db.fetchone(
+        "SELECT coalesce(sum(status IN ('starting', 'running')), 0) AS live,"
+        " coalesce(sum(status = 'queued'), 0) AS queued"
+        " FROM runs WHERE status IN ('queued', 'starting', 'running')"
+    )
+    live, queued = (0, 0) if row is None else (int(row["live"]), int(row["queued"]))
     rows = await db.fetchall(
         "SELECT id, name, repository_key FROM projects ORDER BY created_at LIMIT ?",
         (c.MAX_REPORTED_PROJECTS,),
@@ -74,6 +79,7 @@ async def report(
     return c.Capacity(
         live_runs=live,
         max_runs=config.max_runs,
+        queued_runs=queued,
         load=None if load is None else max(load, 0.0),
         cpus=max(cpus, 1),
         mem_available=available,

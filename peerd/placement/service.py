@@ -5,8 +5,15 @@ box's comes with every `GET /v1/link` answer (`environment list/show`, and here)
 feed answer (the follower), cached with its age (`store`). Before choosing, reports older than
 `max_age` are read again, all at once, each within `refresh_timeout`; a box that does not answer
 in time is passed by with its reason (its check finishes in the background and records what it
-learns: a check is never cancelled, it may be rotating the link's refresh token). The rules are
+learns: a check is never cancelled, it may be rotating the link's refresh token); launches placed
+at once share one check per box. The rules are
 `peerd.placement.rules`.
+
+The reservation ledger (`rules.Ledger`) lives here, in memory: every choice reserves a run on the
+chosen environment in the same synchronous step that reads the ledger (no await between choosing
+and reserving), so launches placed at once, which all read the same reports, each see the runs
+the ones before them reserved. A report read later absorbs them (`rules.held_for`); a restart
+forgets them, and the reports then count the runs themselves.
 """
 
 from __future__ import annotations
@@ -24,9 +31,9 @@ from peerd import contracts as c
 from peerd.config import PlacementConfig
 from peerd.errors import PeerdError
 from peerd.peer.client import PeerClient
-from peerd.placement import store
+from peerd.placement import rules, store
 from peerd.placement.capacity import Readers, report
-from peerd.placement.rules import MAX_AGE_S, Candidate, Need, choose, is_stale
+from peerd.placement.rules import MAX_AGE_S, Candidate, Ledger, Need, is_stale
 from peerd.runtime import git
 from peerd.store import links
 from peerd.store.db import Database
@@ -70,7 +77,9 @@ class Placement:
         self.refresh_timeout = refresh_timeout
         self._own: tuple[float, c.Capacity] | None = None
         self._fed: dict[str, float] = {}  # box -> when its feed-borne report was last written
+        self.ledger = Ledger()  # the runs just placed, until a report counts them
         self._background: set[asyncio.Future[None]] = set()
+        self._checking: dict[str, asyncio.Future[None]] = {}  # box -> its check under way
 
     # --- what this environment reports -------------------------------------------------------
 
@@ -120,11 +129,20 @@ class Placement:
             return
         await self.link_answered(env_id, data)
 
+    def _check_once(self, env_id: str) -> asyncio.Future[None]:
+        """The check of this box under way, else a new one: launches placed at once with the same
+        stale report share one check per box, not one each."""
+        running = self._checking.get(env_id)
+        if running is None:
+            running = self._checking[env_id] = asyncio.ensure_future(self._check(env_id))
+            running.add_done_callback(lambda _: self._checking.pop(env_id, None))
+        return running
+
     async def refresh(self, env_ids: list[str]) -> None:
         """Read these boxes' capacity again, in parallel, each within `refresh_timeout`."""
         if not env_ids or self.peers is None:
             return
-        checks = {asyncio.ensure_future(self._check(env_id)): env_id for env_id in env_ids}
+        checks = {self._check_once(env_id): env_id for env_id in env_ids}
         _, late = await asyncio.wait(checks, timeout=self.refresh_timeout)
         for task in late:
             self._background.add(task)
@@ -136,7 +154,9 @@ class Placement:
 
     async def candidates(self, *, via_link: bool) -> list[Candidate]:
         now = self.clock()
-        here = Candidate(None, self.label, await self.local_capacity(), seen_at=now)
+        own = await self.local_capacity()
+        read_at = now if self._own is None else self._own[0]  # when it was read (kept for a second)
+        here = Candidate(None, self.label, own, seen_at=read_at)
         cached = await store.cached(self.db)
         out = [here]
         for row in await links.all_links(self.db):
@@ -176,11 +196,20 @@ class Placement:
         if key is not None and (earlier := await store.recall(self.db, key)) is not None:
             return earlier
         found = await self.fresh_candidates(via_link=via_link)
-        placed = choose(found, need, self.clock(), self.max_age)
+        # Choose and reserve in one step, with no await between: see the module's docstring.
+        placed, self.ledger = rules.place(found, need, self.ledger, self.clock(), self.max_age)
+        seq = self.ledger.seq
         log.info("placement.chosen", environment=placed.label, reason=placed.reason)
         if key is None:
             return placed
-        return await store.record(self.db, key, placed, now=self.clock())
+        kept = await store.record(self.db, key, placed, now=self.clock())
+        if (kept.environment_id, kept.project_id, kept.reason) != (
+            placed.environment_id,
+            placed.project_id,
+            placed.reason,
+        ):  # a first try racing this one, with the same key, was kept first: it holds its own reservation
+            self.ledger = rules.release(self.ledger, seq)
+        return kept
 
     async def for_project(
         self,
@@ -232,7 +261,7 @@ class Placement:
             if cand.env_id is None:
                 envs.append(
                     c.FleetEnvironment(
-                        env_id=self.env_id,
+                        environment_id=self.env_id,
                         label=cand.label,
                         here=True,
                         status="here",
@@ -245,7 +274,7 @@ class Placement:
             status = row.info(now=now).status if row is not None else "unreachable"
             envs.append(
                 c.FleetEnvironment(
-                    env_id=cand.env_id,
+                    environment_id=cand.env_id,
                     label=cand.label,
                     here=False,
                     status=status,

@@ -32,6 +32,7 @@ from peerd.core.access import runtime_rank
 from peerd.core.backoff import Backoff
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
+from peerd.core.tool_items import task_reference
 from peerd.errors import (
     CapabilityDenied,
     ConfinementUnavailable,
@@ -39,7 +40,7 @@ from peerd.errors import (
     ProviderPathUnreachable,
     StorageUnavailable,
 )
-from peerd.events import Events, RunEnded
+from peerd.events import Events, RunEnded, RunStarting
 from peerd.paths import Paths
 from peerd.runtime import git, sandbox, sandbox_profile
 from peerd.runtime.feed import ChangeFeed
@@ -346,6 +347,7 @@ class RunManager:
         if (spent := meter.past) is not None:  # its work's budget is spent: it does not start
             await self._finish(run_id, "failed", reason=spent)
             return
+        await self._events.publish(RunStarting(thread.id))  # its agent will want the MCP tools
         try:
             provider_run = await provider.start(spec)
         except ProviderPathUnreachable as exc:  # typed: an error item carrying the code
@@ -406,7 +408,8 @@ class RunManager:
         elif isinstance(event, ItemProduced):
             if event.kind == "error":
                 errors_seen.add(event.text)
-            await self._item(thread_id, run_id, event.kind, event.text, event.data)
+            data = task_reference(event.kind, event.text, event.data)  # not the whole task echoed
+            await self._item(thread_id, run_id, event.kind, event.text, data)
         else:
             return event
         return final

@@ -151,7 +151,7 @@ def client_info(row: aiosqlite.Row, now: float) -> ClientInfo:
     return ClientInfo(
         id=row["id"],
         label=row["label"],
-        env_id=row["env_id"],
+        environment_id=row["env_id"],
         access=row["access"],
         created_at=row["created_at"],
         last_seen_at=row["last_seen_at"],

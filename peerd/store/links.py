@@ -40,7 +40,7 @@ class LinkRow:
         if not is_final(status) and self.refresh_expires_at and self.refresh_expires_at < now:
             status = "expired"  # by time: computed here, never written (links.md, state machines)
         return LinkInfo(
-            env_id=self.env_id,
+            environment_id=self.env_id,
             label=self.label,
             urls=list(self.urls),
             access=self.access,

@@ -242,7 +242,7 @@ async def linked_world(
         w.there = (await w.call("box", "POST", "/v1/projects", body={"path": str(box_repo)}))["id"]
         code = (await w.call("box", "POST", "/v1/pair", body={"access": "auto"}))["code"]
         linked = await w.call("laptop", "POST", "/v1/links", body={"code": code, "access": "auto"})
-        w.box_id = linked["envId"]
+        w.box_id = linked["environmentId"]
         yield w
     finally:
         await asyncio.to_thread(w.stop)

@@ -62,5 +62,5 @@ async def linked_pair(
         here = (await lc.call("POST", "/v1/projects", body={"path": str(laptop_repo)}))["id"]
         there = (await bc.call("POST", "/v1/projects", body={"path": str(box_repo)}))["id"]
         code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
-        box_id = (await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"}))["envId"]
+        box_id = (await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"}))["environmentId"]
         yield Pair(laptop, box, lc, bc, box_id, here, there, proxy)

@@ -297,7 +297,7 @@ async def test_push_webhooks_to_private_addresses_are_refused_by_default(tmp_pat
             with pytest.raises(A2AError) as refused:
                 await send(client, message(script({"reply": "x"})), url=url, token="t")
             assert refused.value.data == {"peerdCode": "push_address_refused"}
-        assert await box.daemon.parts.a2a.push.owed() == []  # type: ignore[union-attr]
+        assert await (await box.daemon.parts.a2a.face()).push.owed() == []  # type: ignore[union-attr]
         async with client_for(box.daemon.paths.home) as oc:
             assert (await oc.call("GET", "/v1/threads"))["items"] == [], "refused before anything started"
 
@@ -308,7 +308,7 @@ async def test_a_name_rebound_to_loopback_is_refused_at_delivery(
     """Checked at registration on a public address, the name then resolves to 127.0.0.1 (DNS
     rebinding): the delivery checks again, sends nothing and gives up with the reason."""
     async with a_box(tmp_path, []) as box, webhook() as (hook_url, pushes):
-        push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+        push = (await box.daemon.parts.a2a.face()).push  # type: ignore[union-attr]
         lookups: list[str] = []
         sent_to: list[list[str]] = []
         real_send = push._send
@@ -423,7 +423,7 @@ async def test_an_owed_push_survives_a_restart_and_is_delivered_after(tmp_path: 
             async with box.client(token) as client:
                 task = await send(client, message(script({"reply": "x"})), url=hook_url, token="t")
                 await until_state(client, task.id, DONE)
-            push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+            push = (await box.daemon.parts.a2a.face()).push  # type: ignore[union-attr]
 
             async def failed_completed() -> bool:
                 rows = await push.owed()
@@ -445,7 +445,7 @@ async def test_an_owed_push_survives_a_restart_and_is_delivered_after(tmp_path: 
                 ):
                     break
                 await asyncio.sleep(0.1)
-            rows = await again.parts.a2a.push.owed()  # type: ignore[union-attr]
+            rows = await (await again.parts.a2a.face()).push.owed()  # type: ignore[union-attr]
             assert [r["delivered_at"] is not None for r in rows if r["state"] == "completed"] == [True]
             assert any(body.get("task", {}).get("id") == task.id for body in got)
     finally:
@@ -474,7 +474,7 @@ async def test_a_webhook_that_keeps_failing_is_retried_then_given_up_with_the_re
             url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
             async with box.client(token) as client:
                 await send(client, message(script({"reply": "x"})), url=url, token="t")
-            push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+            push = (await box.daemon.parts.a2a.face()).push  # type: ignore[union-attr]
 
             async def ended() -> list[dict[str, Any]]:
                 return [r for r in await push.owed() if r["given_up"] or r["delivered_at"]]
@@ -527,7 +527,7 @@ async def test_a_revoked_link_is_pushed_nothing_more(tmp_path: Path) -> None:
                 client, message(script({"wait": 60}, {"reply": "x"})), now=True, url=hook_url, token="t"
             )
             await until_state(client, task.id, {TaskState.TASK_STATE_WORKING})
-        push = box.daemon.parts.a2a.push  # type: ignore[union-attr]
+        push = (await box.daemon.parts.a2a.face()).push  # type: ignore[union-attr]
         for _ in range(200):
             if any(r["state"] == "working" and r["delivered_at"] for r in await push.owed()):
                 break

@@ -346,7 +346,7 @@ async def test_a_launch_whose_answer_was_lost_is_sent_again_and_a_retry_gets_the
     ):
         project_id = await set_up(laptop, box, tmp_path)
         assert laptop.parts is not None
-        ops = laptop.parts.a2a.remote.ops
+        ops = (await laptop.parts.a2a.face()).remote.ops
         real = ops.launch_placed
 
         async def answer_lost(caller: Any, placed: Any) -> Any:

@@ -127,7 +127,7 @@ async def test_status_text_and_json(daemon: Daemon) -> None:
     assert any(re.fullmatch(r"projects\s+0", line) for line in lines)
     assert any(line.startswith("listener") and "peerd.sock (unix)" in line for line in lines)
     data = json.loads(ok(as_json))
-    assert data["envId"] == env_id
+    assert data["environmentId"] == env_id
     assert data["counts"] == {"projects": 0, "threads": 0, "liveRuns": 0}
     assert data["home"] == str(home_of(daemon))
 

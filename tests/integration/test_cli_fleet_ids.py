@@ -1,5 +1,5 @@
 """Ids resolve across the fleet (issue 30): the laptop knows where each thread it started elsewhere
-lives, and `peerd thread show|wait|send|interrupt|events ID` follow it there through the link;
+lives, and `peerd thread show|wait|send|interrupt|events|archive ID` follow it there through the link;
 a whole id it never saw is asked of the links; `thread list --env all` lists the fleet with an ON
 column. Real CLI subprocesses against two real daemons."""
 
@@ -13,9 +13,10 @@ import pytest
 
 from peerd.cli.common import EXIT_ERROR, EXIT_OK
 from peerd.store import thread_homes
-from tests.helpers import make_repo, script, two_daemons
+from tests.helpers import make_repo, script, two_daemons, wait_terminal
 from tests.support.approvals import launch_on_box, set_up
 from tests.support.cli import peerd
+from tests.support.delegation import delegate, runs_script, tasks_of
 
 pytestmark = pytest.mark.slow  # CLI subprocesses against two real daemons
 
@@ -48,6 +49,11 @@ async def test_a_thread_launched_on_the_box_is_followed_there_by_its_id_or_a_sta
         assert events.returncode == EXIT_OK and "thread.created" in events.stdout, events.stdout
         stopped = await peerd(laptop, "thread", "interrupt", tid)
         assert stopped.returncode == EXIT_OK and "no active run" in stopped.stdout, stopped.stdout
+        archived = await peerd(laptop, "thread", "archive", tid[:9], "--yes")
+        assert archived.returncode == EXIT_OK, archived.stderr
+        assert archived.stdout.startswith(f"archived {tid}") and f"thread {tid} is on box" in archived.stderr
+        there = await pair.bc.call("GET", f"/v1/threads/{tid}")
+        assert there["status"] == "archived"  # archived on the box, where it lives
 
         # The box itself never follows ids to the laptop: its own lookup says not found.
         on_box = await peerd(pair.box.paths.home, "thread", "show", "thr_" + "0" * 20)
@@ -118,3 +124,46 @@ async def test_a_start_of_an_id_shared_here_and_elsewhere_is_refused_naming_both
         )
         exact = await peerd(pair.laptop.paths.home, "thread", "show", tid[:9])
         assert exact.returncode == EXIT_OK, exact.stderr
+
+
+async def test_task_list_env_all_lists_the_boxs_tasks_beside_these_and_approval_list_takes_env(
+    tmp_path: Path,
+) -> None:
+    async with two_daemons(tmp_path) as pair:
+        project = await set_up(tmp_path, pair, access="auto")
+        await pair.lc.call("POST", "/v1/projects", body={"path": str(make_repo(tmp_path / "laptop-repo"))})
+        # On the box, a thread the laptop started delegates there: the task is the box's.
+        box_parent = await launch_on_box(
+            pair, project, runs_script([delegate(task=script({"reply": "child"}), title="on the box")])
+        )
+        await wait_terminal(pair.bc, box_parent["threadId"], box_parent["runId"])
+        here_parent = await pair.lc.call(
+            "POST",
+            "/v1/threads",
+            body={"projectId": "laptop-repo", "prompt": runs_script([delegate(task=script({"reply": "c"}))])},
+        )
+        await wait_terminal(pair.lc, here_parent["threadId"], here_parent["runId"])
+        [box_task] = await tasks_of(pair.bc, box_parent["threadId"])
+        [here_task] = await tasks_of(pair.lc, here_parent["threadId"])
+
+        laptop = pair.laptop.paths.home
+        listed = await peerd(laptop, "task", "list", "--env", "all")
+        assert listed.returncode == EXIT_OK, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0].split()[:3] == ["ID", "ON", "STATUS"], lines[0]
+        rows = {line.split()[0]: line.split()[1] for line in lines[1:]}
+        assert rows == {here_task["taskId"]: "here", box_task["taskId"]: "box"}, (
+            listed.stdout,
+            listed.stderr,
+        )
+        assert lines[1].startswith(here_task["taskId"]), "newest first across machines"
+        only_here = await peerd(laptop, "task", "list", "-q")
+        assert only_here.stdout.split() == [here_task["taskId"]]  # without --env: this machine's own
+
+        assert (await peerd(laptop, "approval", "list", "--env", "all")).returncode == EXIT_OK
+        for machine in ("here", "box", pair.box_id):
+            assert (await peerd(laptop, "approval", "list", "--env", machine)).returncode == EXIT_OK
+        unknown = await peerd(laptop, "approval", "list", "--env", "nowhere")
+        assert (
+            unknown.returncode == 2 and "no linked machine is named 'nowhere' (linked: box)" in unknown.stderr
+        )

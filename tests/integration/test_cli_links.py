@@ -133,7 +133,7 @@ async def test_pair_link_list_revoke_unlink_through_the_cli(
     assert ok(env_text).splitlines()[0].split()[:5] == ["ID", "LABEL", "ADDRESSES", "ACCESS", "STATUS"]
     assert [r[:5] for r in rows(env_text.stdout)] == [[box_id, "box", box_url, "auto", "reachable"]]
     envs = json.loads(ok(env_json))
-    assert [(e["envId"], e["label"], e["access"], e["status"], e["urls"]) for e in envs] == [
+    assert [(e["environmentId"], e["label"], e["access"], e["status"], e["urls"]) for e in envs] == [
         (box_id, "box", "auto", "reachable", [box_url])
     ]
     assert field(ok(shown), "environment") == box_id

@@ -161,7 +161,7 @@ async def test_home_after_the_subcommand(daemon: Daemon, tmp_path: Path) -> None
     assert runs[0].stdout == before.stdout
     statuses: list[dict[str, Any]] = [json.loads(done.stdout) for done in runs[1:2] + runs[3:]]
     assert daemon.identity is not None
-    assert {s["envId"] for s in statuses} == {daemon.identity.env_id}
+    assert {s["environmentId"] for s in statuses} == {daemon.identity.env_id}
 
 
 @pytest.mark.slow

@@ -152,11 +152,11 @@ async def test_peerd_serve_answers_status_early_and_serves_what_was_asked_meanwh
         status = await first_answer(client, proc)
         # The first answer is usually the early one; whichever it is, the next call is served
         # by the whole daemon (held until it is built, never refused as "starting").
-        assert status["envId"] and status["fingerprint"].startswith("sha256:")
+        assert status["environmentId"] and status["fingerprint"].startswith("sha256:")
         added = client.call("POST", "/v1/projects", body={"path": str(repo)})
         assert added["name"] == "repo"
         ready = client.call("GET", "/v1/status")
-        assert "state" not in ready and ready["envId"] == status["envId"]
+        assert "state" not in ready and ready["environmentId"] == status["environmentId"]
         assert ready["fingerprint"] == status["fingerprint"] and ready["counts"]["projects"] == 1
     finally:
         proc.terminate()

@@ -113,7 +113,8 @@ async def test_the_box_answers_the_link_as_it_sees_it(proxied: tuple[Pair, Fault
     seen = await pair.remote("GET", "/v1/link")
     assert seen.pop("capacity")["maxRuns"] == 4  # what the box has room for (peerd/placement/)
     assert seen == {
-        "envId": pair.box_id,
+        "environmentId": pair.box_id,
+        "envId": pair.box_id,  # its older name, still sent (deprecated) until protocol 2
         "clientId": await client_id(pair),
         "label": "laptop",
         "access": "auto",

@@ -139,7 +139,7 @@ async def test_a_link_past_its_max_age_expires_with_the_exact_message(pair: Pair
         await pair.remote("GET", "/v1/projects")
     assert err.value.message == EXPIRED
     envs = (await pair.lc.call("GET", "/v1/environments"))["items"]
-    assert [(e["envId"], e["status"]) for e in envs] == [(pair.box_id, "expired")]
+    assert [(e["environmentId"], e["status"]) for e in envs] == [(pair.box_id, "expired")]
     assert [c["status"] for c in (await pair.clients()).values()] == ["expired"]
 
     # The box enforces the max age too: a laptop that lost track of it (its own expiry cleared
@@ -277,7 +277,7 @@ async def test_the_network_api_needs_a_token_the_box_signed(pair: Pair) -> None:
     # The descriptor is public.
     status, body, _ = await pair.bearer("GET", "/.well-known/peerd", None)
     assert status == 200
-    assert (body["service"], body["envId"], body["label"]) == ("peerd", pair.box_id, "box")
+    assert (body["service"], body["environmentId"], body["label"]) == ("peerd", pair.box_id, "box")
 
     await pair.link("auto")
     client_id = linked_client(pair)
@@ -313,7 +313,7 @@ async def test_relinking_replaces_the_link_and_revokes_the_old_client_there(pair
     assert new["client_id"] != old["client_id"]
     assert new["access"] == "read-only"
     envs = (await pair.lc.call("GET", "/v1/environments"))["items"]
-    assert [(e["envId"], e["access"]) for e in envs] == [(pair.box_id, "read-only")]
+    assert [(e["environmentId"], e["access"]) for e in envs] == [(pair.box_id, "read-only")]
 
     clients = await pair.clients()
     assert clients[old["client_id"]]["status"] == "revoked"

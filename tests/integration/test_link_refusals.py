@@ -186,7 +186,10 @@ async def test_a_server_that_is_not_a_peerd_is_refused(
     ("changes", "expected"),
     [
         ({"protocolVersion": 99}, "speaks peerd protocol 99"),
-        ({"envId": None, "capabilities": "all"}, "answered in a shape this peerd does not understand"),
+        (
+            {"environmentId": None, "envId": None, "capabilities": "all"},
+            "answered in a shape this peerd does not understand",
+        ),
     ],
     ids=["protocol-99", "bad-shape"],
 )
@@ -265,7 +268,7 @@ async def test_plain_http_on_loopback_links_end_to_end(
         code = await box_code(pc)
         assert all(u.startswith("http://127.0.0.1:") for u in code.urls), code.urls
         linked = await lc.call("POST", "/v1/links", body={"code": code.encode(), "access": "auto"})
-        assert (linked["envId"], linked["label"], linked["status"]) == (
+        assert (linked["environmentId"], linked["label"], linked["status"]) == (
             plain.identity.env_id,
             "plain-box",
             "reachable",

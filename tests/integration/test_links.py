@@ -36,13 +36,13 @@ def box_code_state(pair: Pair, code_id: str) -> tuple[str, int]:
 
 async def test_link_shows_on_both_sides(pair: Pair) -> None:
     linked = await pair.link("auto")
-    assert linked["envId"] == pair.box_id
+    assert linked["environmentId"] == pair.box_id
     assert linked["label"] == "box"
     assert linked["access"] == "auto"
     assert linked["status"] == "reachable"
 
     envs = (await pair.lc.call("GET", "/v1/environments"))["items"]
-    assert [(e["envId"], e["label"], e["access"], e["status"]) for e in envs] == [
+    assert [(e["environmentId"], e["label"], e["access"], e["status"]) for e in envs] == [
         (pair.box_id, "box", "auto", "reachable")
     ]
     clients = (await pair.bc.call("GET", "/v1/clients"))["items"]

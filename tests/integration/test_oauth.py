@@ -138,7 +138,7 @@ async def test_a_code_links_once_and_the_access_token_verifies(box: Box) -> None
 
     client = await clients.active_client(box.db, body["client_id"], now=box.clock())
     assert client is not None
-    assert (client.label, client.env_id, client.access, client.expires_at) == (
+    assert (client.label, client.environment_id, client.access, client.expires_at) == (
         "lap",
         "LAPLAP-LAPLAP",
         "auto",

@@ -366,7 +366,7 @@ async def test_a_restart_after_a_crash_marks_live_runs_interrupted(tmp_path: Pat
         first.start()
         await first.ready()
         async with client_for(home) as client:
-            env_before = (await client.call("GET", "/v1/status"))["envId"]
+            env_before = (await client.call("GET", "/v1/status"))["environmentId"]
             project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
             launched = await launch(client, project, held(flag))
             thread_id, run_id = launched["threadId"], launched["runId"]
@@ -379,7 +379,7 @@ async def test_a_restart_after_a_crash_marks_live_runs_interrupted(tmp_path: Pat
         second.start()
         await second.ready()
         async with client_for(home) as client:
-            assert (await client.call("GET", "/v1/status"))["envId"] == env_before
+            assert (await client.call("GET", "/v1/status"))["environmentId"] == env_before
             thread = await client.call("GET", f"/v1/threads/{thread_id}")
             run = thread["latestRun"]
             assert run["id"] == run_id, "not continued: the thread is no one's delegated work"

@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -369,3 +370,21 @@ async def test_auto_in_a_links_work_never_uses_the_boxs_own_links(tmp_path: Path
             "studio: work that came in through a link cannot use this environment's links"
             in shown["placement"]
         )
+
+
+async def test_launches_at_once_split_over_equal_boxes(tmp_path: Path) -> None:
+    """Issue 33's herd, through real daemons: launches placed at once all read the same reports
+    (none arrives during the burst), yet each counts the runs the ones before it reserved, so
+    two equal boxes take half each."""
+    manual = dataclasses.replace(LAPTOP, preference="manual-only")
+    east = Box("east", load=0.2, cpus=4, free_gib=8, total_gib=16, max_runs=8)
+    west = dataclasses.replace(east, label="west")
+    async with fleet(tmp_path, manual, east, west) as f:
+        await f.lc.call("GET", "/v1/environments")  # the live link check brings each box's report
+        launched = await asyncio.gather(*(f.launch(clientRequestId=f"burst-{i}") for i in range(12)))
+        split = Counter(answer["placement"]["label"] for answer in launched)
+        assert split == {"east": 6, "west": 6}, split
+        assert any("just placed" in answer["placement"]["reason"] for answer in launched)
+        for answer in launched:
+            label = answer["placement"]["label"]
+            await wait_terminal(f.clients[label], answer["threadId"], answer["runId"])

@@ -66,7 +66,7 @@ async def tool_errors(pair: Pair, thread_id: str) -> list[str | None]:
 
 async def relink(pair: Pair, access: str) -> None:
     for env in (await pair.lc.call("GET", "/v1/environments", params={"probe": "false"}))["items"]:
-        await pair.lc.call("DELETE", f"/v1/environments/{env['envId']}")
+        await pair.lc.call("DELETE", f"/v1/environments/{env['environmentId']}")
     await pair.link(access)
 
 

@@ -170,7 +170,7 @@ async def test_pairing_linking_refresh_and_a_run_log_no_secret(tmp_path: Path) -
         secrets["pairing secret"] = pairing_code.decode(code).secret
 
         linked = await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
-        box_id = linked["envId"]
+        box_id = linked["environmentId"]
         secrets["refresh token 1"], secrets["access token 1"] = laptop_tokens(laptop.home / "peerd.db")
 
         expire_access_token(laptop.home / "peerd.db")

@@ -189,7 +189,7 @@ async def test_a_box_claiming_another_environments_id_is_refused(pair: Pair, imp
 async def test_a_link_is_stored_under_its_certificates_id(pair: Pair) -> None:
     linked = await pair.link("auto")
     assert pair.box.identity is not None
-    assert linked["envId"] == pair.box.identity.env_id == pair.box_id
+    assert linked["environmentId"] == pair.box.identity.env_id == pair.box_id
 
 
 def own_code(real: pairing_code.PairingCode, impostor: Impostor) -> str:
@@ -274,7 +274,7 @@ async def test_a_box_answering_a_refresh_with_unusable_tokens_changes_nothing(
     after = await peers.load_link(pair.box_id)
     assert (after.refresh_token, after.access_token) == (before.refresh_token, before.access_token)
     listed = await pair.lc.call("GET", "/v1/environments", params={"probe": "false"})
-    assert [e["envId"] for e in listed["items"]] == [pair.box_id]
+    assert [e["environmentId"] for e in listed["items"]] == [pair.box_id]
 
 
 async def test_a_box_answer_over_the_size_bound_is_not_taken() -> None:

@@ -130,7 +130,7 @@ async def setup_repos(tmp: Path) -> Path:
 async def link(lc: LocalClient, bc: LocalClient) -> str:
     code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
     linked = await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
-    return str(linked["envId"])
+    return str(linked["environmentId"])
 
 
 @pytest.fixture

@@ -59,6 +59,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/common.py", "ctx.obj"): "click's context object, click's own way to pass the home down",
     ("cli/main.py", "ctx.obj"): "click's context object, click's own way to pass the home down",
     ("cli/threads.py", "client.environment_id"): "the CLI's request client following `--env auto`",
+    ("cli/tasks.py", "client.environment_id"): "the CLI's request client visiting each machine (`--env all`)",
     ("store/db.py", "conn.row_factory"): "a sqlite connection being configured",
     ("orchestrate/cleanup.py", "memo.stop_owed"): "a packet memo record being updated",
     ("orchestrate/escapes.py", "memo.*"): "a packet memo record being filled in",
@@ -187,6 +188,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         followers=part(task_changed="follow task", link_forgotten="fail link", peer_answered="end backoff"),
         placement=part(link_answered="keep link report", keep_from_feed="keep feed report"),
         waits=part(cancel_for_thread="end waits"),
+        mcp=part(warm="load the MCP SDK"),
     )
     Daemon._subscribe(parts)  # type: ignore[arg-type]  # the parts it subscribes, as fakes
     capacity = Capacity(live_runs=0, max_runs=1, providers=[], projects=[])
@@ -200,6 +202,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         events.PeerAnswered("box"),
         events.LinkChecked("box", {"capacity": None}),
         events.CapacityReported("box", capacity),
+        events.RunStarting("thr_4"),
     ]
     kinds = {kind for kind in vars(events).values() if isinstance(kind, type) and issubclass(kind, Event)}
     assert {type(event) for event in published} == kinds - {Event}, "a new event: publish it here too"
@@ -217,4 +220,5 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         ("end backoff", (published[6],)),
         ("keep link report", ("box", {"capacity": None})),
         ("keep feed report", ("box", capacity)),
+        ("load the MCP SDK", ()),
     ]
