@@ -47,6 +47,10 @@ POLL_BACKOFF = Backoff(first=15.0, cap=300.0, jitter=5.0)
 # GitHub said the rate limit is spent: a minute doubling to 15 minutes, never sooner than its reset.
 RATE_LIMIT_BACKOFF = Backoff(first=60.0, cap=900.0, jitter=15.0)
 CHECK_BUCKETS = ("pass", "fail", "pending", "skipping", "cancel")
+# GitHub allows a login 5,000 REST calls an hour; the waits of one daemon (one gh login) keep to
+# 4,000 of them, leaving the rest to the person and to `orchestrate --pr`. A poll is 2 calls.
+HOURLY_CALLS = 4000
+CALLS_PER_POLL = 2
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,12 @@ def _timed_out(watch: Watch) -> tuple[Watch, tuple[Action, ...]]:
     return replace(watch, status="delivered"), (
         Deliver("timed_out", "The wait reached its deadline before the pull request got there."),
     )
+
+
+def spaced(poll_s: float, open_waits: int) -> float:
+    """The poll interval with `open_waits` waits polling at once: `poll_s`, stretched so that all of
+    them together stay within `HOURLY_CALLS` (100 open waits poll every 180 s, not every 30 s)."""
+    return max(poll_s, max(open_waits, 1) * CALLS_PER_POLL * 3600.0 / HOURLY_CALLS)
 
 
 def first_delay(*, delay_s: float | None, next_at: float | None, wall_now: float, poll_s: float) -> float:

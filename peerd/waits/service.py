@@ -40,6 +40,7 @@ from peerd.waits.machine import (
     Snapshot,
     first_delay,
     scope_pr,
+    spaced,
     step,
     wake_text,
 )
@@ -101,6 +102,9 @@ class Waits:
         self.draw = draw
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._closing = False
+        # One gh login answers every wait here: a rate limit one wait hit pauses them all until
+        # then (monotonic seconds), not only the wait that asked.
+        self._paused_until = 0.0
 
     # --- the operations (agent tools, owner API) ----------------------------------------------------
 
@@ -241,12 +245,15 @@ class Waits:
         )
         while True:
             await self.clock.sleep(delay)
+            while (pause := self._paused_until - self.clock.monotonic()) > 0:
+                await self.clock.sleep(pause)
             seen = await ghio.poll(repo, row.pr, slug, gh=self.gh)
             now = self.clock()
             event: Event = (
                 Polled(seen, now) if isinstance(seen, Snapshot) else PollFailed(seen.kind, seen.detail, now)
             )
-            watch, actions = step(watch, event, poll_s=self.poll_s, draw=self.draw())
+            interval = spaced(self.poll_s, len(self._watchers))
+            watch, actions = step(watch, event, poll_s=interval, draw=self.draw())
             snapshot = seen if isinstance(seen, Snapshot) else None
             for action in actions:
                 if isinstance(action, NextPoll):
@@ -266,6 +273,10 @@ class Waits:
                         log.info(
                             "wait.backoff", wait_id=wait_id, kind=event.kind, delay_s=round(action.delay, 1)
                         )
+                        if event.kind == "rate_limited":  # the same gh login: every wait pauses
+                            self._paused_until = max(
+                                self._paused_until, self.clock.monotonic() + action.delay
+                            )
                     delay = action.delay
                 elif isinstance(action, Deliver):
                     await self._deliver(row, token, action, snapshot, repo, slug)

@@ -4,6 +4,7 @@ is woken once, in a new turn, with what happened."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,32 @@ async def test_rate_limit_answers_back_off_and_the_wait_goes_on(
     assert wait["status"] == "watching" and "rate limit" in wait["lastError"]
     assert wait["nextPollAt"] - wait["createdAt"] >= 59  # a minute at least, not the 0.05 s interval
     assert gh.views() == 1
+
+
+async def test_a_rate_limit_one_wait_hit_pauses_every_wait(
+    env: tuple[Daemon, LocalClient, Json], gh: StubGh
+) -> None:
+    """One gh login answers all the waits here: after a rate-limit answer no other wait asks
+    GitHub either until the backoff is over."""
+    _, client, project = env
+    gh.play(RATE_LIMITED)
+    thread = await launch(
+        client, project, [wait_for(pr="7", until="merged"), {"reply": "ok"}], [{"reply": "W"}]
+    )
+    await wait_terminal(client, thread["threadId"], thread["runId"])
+
+    async def limited() -> bool:
+        return bool((await waits_of(client, thread["threadId"]))[0]["lastError"])
+
+    await eventually(limited, what="the first wait hit the rate limit")
+    views = gh.views()
+    second = await launch(
+        client, project, [wait_for(pr="8", until="merged"), {"reply": "ok"}], [{"reply": "W"}]
+    )
+    await wait_terminal(client, second["threadId"], second["runId"])
+    await asyncio.sleep(0.5)  # a window (10 poll intervals) in which the second wait must not ask
+    (paused,) = await waits_of(client, second["threadId"])
+    assert paused["status"] == "watching" and paused["polls"] == 0 and gh.views() == views
 
 
 async def test_review_changes_requested_then_merged(

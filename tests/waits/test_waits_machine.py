@@ -25,6 +25,7 @@ from peerd.waits.machine import (
     first_delay,
     judge,
     scope_pr,
+    spaced,
     step,
     wake_text,
 )
@@ -222,3 +223,10 @@ def test_a_wait_watches_its_own_projects_pull_requests_only() -> None:
             scope_pr(bad, key)
     with pytest.raises(ValueError, match="no GitHub origin"):
         scope_pr("https://github.com/o/r/pull/3", None)
+
+
+def test_many_open_waits_poll_less_often_to_stay_within_githubs_hourly_limit() -> None:
+    assert spaced(30.0, 1) == 30.0
+    assert spaced(30.0, 10) == 30.0
+    assert spaced(30.0, 100) == 180.0  # 100 waits x 2 calls every 180 s = 4,000 calls an hour
+    assert spaced(0.05, 0) == 1.8
