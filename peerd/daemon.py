@@ -86,6 +86,7 @@ from peerd.events import (
     RunEnded,
     RunQueued,
     RunStarting,
+    ThreadArchived,
     ThreadStopped,
 )
 from peerd.handoff.service import HandoffService, MoveGuard
@@ -168,6 +169,11 @@ async def _thread_stopped(p: Parts, e: ThreadStopped) -> None:
     """A thread's Stop or archive: the tasks it delegated stop, and its waits end (nobody to wake)."""
     await p.delegation.stop_children(e.thread_id, e.reason)
     await p.waits.cancel_for_thread(e.thread_id, e.reason)
+
+
+async def _thread_archived(p: Parts, e: ThreadArchived) -> None:
+    """A thread was archived: its waits end (nobody to wake)."""
+    await p.waits.cancel_for_thread(e.thread_id, "it was archived")
 
 
 class Daemon:
@@ -476,6 +482,7 @@ class Daemon:
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
         on(RunStarting, lambda e: p.mcp.warm())  # the MCP SDK loads (in a thread) on first need
         on(ThreadStopped, partial(_thread_stopped, p))  # its tasks stop too, and its waits end
+        on(ThreadArchived, partial(_thread_archived, p))  # its waits end
         on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
         on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
         on(PeerAnswered, p.followers.peer_answered)  # any answer from a box ends its backoff

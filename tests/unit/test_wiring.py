@@ -203,6 +203,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         events.LinkChecked("box", {"capacity": None}),
         events.CapacityReported("box", capacity),
         events.RunStarting("thr_4"),
+        events.ThreadArchived("thr_5"),
     ]
     kinds = {kind for kind in vars(events).values() if isinstance(kind, type) and issubclass(kind, Event)}
     assert {type(event) for event in published} == kinds - {Event}, "a new event: publish it here too"
@@ -221,4 +222,5 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         ("keep link report", ("box", {"capacity": None})),
         ("keep feed report", ("box", capacity)),
         ("load the MCP SDK", ()),
+        ("end waits", ("thr_5", "it was archived")),
     ]

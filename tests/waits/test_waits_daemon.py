@@ -248,3 +248,15 @@ async def test_the_sweep_resumes_a_wait_nobody_watches(
     assert [(f.action, f.id) for f in fixes] == [("resume_wait", row.id)]
     await wait_run_number(client, thread["threadId"], 2)
     assert (await client.call("GET", f"/v1/waits/{row.id}"))["outcome"] == "passed"
+
+
+async def test_an_archived_thread_ends_its_waits(env: tuple[Daemon, LocalClient, Json], gh: StubGh) -> None:
+    _, client, project = env
+    gh.play(pending())
+    thread = await launch(
+        client, project, [wait_for(pr="7", until="checks"), {"reply": "ok"}], [{"reply": "W"}]
+    )
+    await wait_terminal(client, thread["threadId"], thread["runId"])
+    await client.call("POST", f"/v1/threads/{thread['threadId']}/archive", body={})
+    (wait,) = await waits_of(client, thread["threadId"])
+    assert wait["status"] == "cancelled" and "it was archived" in wait["detail"]
