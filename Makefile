@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv clean docs bench clis conformance sandbox faults fuzz chromium mutants
+.PHONY: demo test lint typecheck unit venv clean docs bench clis conformance sandbox faults fuzz chromium mutants console-shots
 
 # One line before each slow step; pip -qq prints errors only (not its build backends' warnings).
 $(STAMP): pyproject.toml
@@ -65,6 +65,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The screenshots docs/user/console.md shows (docs/user/console/*.png): the console's browser tests,
+# run with PEERD_CONSOLE_DOC_SHOTS=1, write them (tests/support/console.py:DOC_SHOTS lists them).
+console-shots: $(STAMP)
+	PEERD_CONSOLE_DOC_SHOTS=1 $(VENV)/bin/pytest tests/console -q -p no:randomly
+
 docs: $(STAMP)
 	$(PY) tools/gen_cli_docs.py
 	$(PY) tools/gen_tool_facts.py
@@ -121,6 +126,7 @@ bench: $(STAMP)
 	$(PY) bench/mcp_start.py
 	$(PY) bench/store_hops.py
 	$(PY) bench/launch.py && $(PY) bench/start.py && $(PY) bench/resume.py
+	$(PY) bench/placement.py
 
 # DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
 demo: $(STAMP) sandbox $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))

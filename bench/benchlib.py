@@ -44,6 +44,22 @@ def load_average() -> float | None:
         return None
 
 
+def overloaded() -> float | None:
+    """The load average when it is past one per CPU (other work shares the machine), else None."""
+    load = load_average()
+    return load if load is not None and load / (os.cpu_count() or 1) > 1.0 else None
+
+
+def unreliable_load() -> str | None:
+    """Why the machine's load makes a timing unreliable now (one sentence), else None."""
+    load = overloaded()
+    if load is None:
+        return None
+    return (
+        f"load average {load} on {os.cpu_count() or 1} CPUs (over one per CPU): other work shared the machine"
+    )
+
+
 def peerd_argv() -> list[str]:
     """The console script next to this interpreter (what a user runs), else `python -m peerd`."""
     script = Path(sys.executable).parent / "peerd"

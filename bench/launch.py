@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import save_results
+from benchlib import save_results, unreliable_load
 
 from peerd.api.localclient import LocalClient
 from peerd.errors import DaemonNotRunning
@@ -214,13 +214,23 @@ def box_threads(s: Setup) -> int:
     return int(s.box.query("SELECT count(*) FROM threads")[0][0])
 
 
-async def drained(s: Setup, within_s: float = 120.0) -> float:
-    """Wait until the box has no queued or live run; returns the seconds it took."""
-    t0 = time.monotonic()
-    while box_busy(s):
-        if time.monotonic() - t0 > within_s:
-            raise RuntimeError(f"the box still has {box_busy(s)} runs after {within_s} s")
+STALL_S = 120.0  # a drain gives up only after this long without a single run ending
+
+
+async def drained(s: Setup, stall_s: float = STALL_S) -> float:
+    """Wait until the box has no queued or live run; returns the seconds it took. Bounded by work
+    done, not by a fixed time (issue 33): a loaded machine drains slowly but drains; only a drain
+    that makes no progress for `stall_s` is given up."""
+    t0 = last_progress = time.monotonic()
+    left = box_busy(s)
+    while left:
         await asyncio.sleep(0.1)
+        now_left = box_busy(s)
+        if now_left < left:
+            last_progress = time.monotonic()
+        left = now_left
+        if left and time.monotonic() - last_progress > stall_s:
+            raise RuntimeError(f"the box still has {left} runs, none ended in the last {stall_s:.0f} s")
     return time.monotonic() - t0
 
 
@@ -430,6 +440,13 @@ class Results:
     delegate_loaded: list[float] = field(default_factory=list)
     worktrees: int = 0
     read_ms: float = 0.0
+    # Why a figure may be off: the machine's load when a phase was measured (none: quiet).
+    unreliable: list[str] = field(default_factory=list)
+
+    def note_load(self, phase: str) -> None:
+        why = unreliable_load()
+        if why is not None:
+            self.unreliable.append(f"{phase}: {why}")
 
 
 def med_ms(values: list[float]) -> float:
@@ -466,6 +483,8 @@ def table(r: Results) -> str:
                 f"   {name:<22} n={len(values)}  p50 {med_ms(values):7.1f}  max {max(values) * 1000:7.1f}"
                 f"  x read {med_ms(values) / r.read_ms if r.read_ms else 0:6.1f}"
             )
+    for why in r.unreliable:
+        lines.append(f"   UNRELIABLE {why}")
     return "\n".join(lines)
 
 
@@ -473,6 +492,7 @@ def figures(r: Results) -> dict[str, Any]:
     c50 = next((launch for launch, _ in r.phases if launch.concurrency == 50), None)
     return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "unreliable": r.unreliable,
         "launches": [
             {
                 "concurrency": launch.concurrency,
@@ -523,6 +543,7 @@ async def measure_launches(s: Setup, r: Results, args: argparse.Namespace) -> No
             read = await reads(s, c, max(c * 4, n // 2))
             mark = cpu_mark(s)
             launch, _ = await launches(s, f"c={c}", c, [f"l{c}-{i}" for i in range(n)])
+            r.note_load(f"launches at c={c}")
             launch.drain_s = await drained(s)
             launch.cpu_ms = cpu_per(mark, cpu_mark(s), n)  # the runs' CPU counted once reaped
             r.phases.append((launch, read))
@@ -531,6 +552,7 @@ async def measure_launches(s: Setup, r: Results, args: argparse.Namespace) -> No
         keys = [f"storm-{i}" for i in range(args.storm_keys)] * 10
         random.shuffle(keys)
         r.storm, seen = await launches(s, "storm", 50, keys)
+        r.note_load("retry storm")
         await drained(s)
         r.storm_keys = args.storm_keys
         r.duplicates = box_threads(s) - before - args.storm_keys

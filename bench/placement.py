@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from benchlib import load_average, save_results
+from benchlib import load_average, overloaded, save_results, unreliable_load
 
 from peerd.api.localclient import LocalClient
 from peerd.config import Config, ConsoleConfig, PlacementConfig
@@ -90,22 +90,6 @@ async def linked(root: Path) -> AsyncIterator[tuple[Daemon, Daemon, LocalClient,
         code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
         await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
         yield laptop, box, lc, {"here": here["id"], "there": there["id"]}
-
-
-def overloaded() -> float | None:
-    """The load average when it is past one per CPU (other work shares the machine), else None."""
-    load = load_average()
-    return load if load is not None and load / (os.cpu_count() or 1) > 1.0 else None
-
-
-def unreliable_load() -> str | None:
-    """Why the machine's load makes a timing unreliable now (one sentence), else None."""
-    load = overloaded()
-    if load is None:
-        return None
-    return (
-        f"load average {load} on {os.cpu_count() or 1} CPUs (over one per CPU): other work shared the machine"
-    )
 
 
 @contextlib.asynccontextmanager

@@ -303,6 +303,7 @@ class RunUsage(Wire):
     number: int
     status: RunStatus
     usage: Usage | None = None  # null: unknown (the provider reported none)
+    reason: str | None = None  # why it ended so (an interrupt's, a stop's, a failure's reason)
 
 
 RUN_USAGE_SHOWN = 50
@@ -435,6 +436,37 @@ class ThreadReadResult(Wire):
     items: list[Item]
     has_more: bool
     next_position: int | None
+
+
+class ThreadDiffRead(Input):
+    environment_id: str | None = EnvironmentId
+
+
+class DiffFile(Wire):
+    """One file of a thread's diff: its unified patch (capped) and its added and removed lines."""
+
+    path: str
+    old_path: str | None = None  # a rename's old path
+    change: Literal["added", "deleted", "modified", "renamed"]
+    added: int = Field(ge=0)
+    removed: int = Field(ge=0)
+    binary: bool = False
+    patch: str
+    truncated: bool = False  # the patch was cut (it is longer than the diff shows)
+
+
+class ThreadDiff(Wire):
+    """What a thread changed, committed and not (untracked files included), against its base:
+    the commit its worktree started from (or, unrecorded, where its branch left the checkout's),
+    `HEAD` for an in-place thread (its uncommitted changes)."""
+
+    thread_id: str
+    base: str
+    head: str | None
+    files: list[DiffFile]
+    added: int = Field(ge=0)
+    removed: int = Field(ge=0)
+    truncated: bool = False  # more files changed than the diff lists
 
 
 class ThreadSend(Input):
@@ -606,6 +638,9 @@ class ClientInfo(EnvironmentNamed):
     status: ClientStatus
     kind: ClientKind = "link"  # `agent`: an outside agent signed in over OAuth (issue 29)
     agent_name: str | None = None  # an agent's OAuth client name (or client id)
+    # When it lapses unless it is used again: the sooner of `expiresAt` (its hard max age) and its
+    # newest refresh token's expiry. The linking machine's link says the same (its `expiresAt`).
+    lapses_at: float | None = None
     deprecated_env_id: str | None = ENV_ID_DEPRECATED
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from peerd import contracts as c
-from peerd.core import shortid
+from peerd.core import diffparse, shortid
 from peerd.core.access import (
     LinkContext,
     ModeCap,
@@ -619,6 +619,56 @@ class Operations:
         if self.placement is not None:  # why `auto` put it here (the remote path: on the box's)
             spent["placement"] = await self.placement.reason_for_thread(thread_id)
         return thread.model_copy(update=spent)
+
+    async def thread_diff(
+        self, caller: Caller, thread_id: str, environment_id: str | None = None
+    ) -> c.ThreadDiff:
+        """What the thread changed, committed and not, file by file (`ThreadDiff`). A link sees
+        only the diff of a thread it started (anything else is answered as not found: file
+        contents are more than a read); git runs with the recorded git dir (no repository hooks)."""
+        if (env := await self.remote_target(caller, environment_id)) is not None:
+            path = f"/v1/threads/{path_segment(thread_id)}/diff"
+            return c.ThreadDiff.model_validate(await self._forward(caller, env, "GET", path))
+        thread_id = await self.thread_ref(caller, thread_id)
+        thread = await threads.get_thread(self.db, thread_id)
+        if caller.link is not None and thread.link_origin != caller.link.client_id:
+            raise ThreadNotFound(f"Thread {thread_id} was not found.")
+        project = await projects.get(self.db, thread.project_id)
+        repo, worktree = Path(project.path), Path(thread.worktree_path)
+        if thread.in_place:
+            where: git.Where = await git.checkout_location(repo)
+            base = "HEAD"
+        else:
+            if not worktree.is_dir():
+                gone = (
+                    "moved"
+                    if thread.status == "moved"
+                    else "archived"
+                    if thread.status == "archived"
+                    else "gone"
+                )
+                raise Conflict(f"Thread {thread_id} has no worktree here ({gone}): there is no diff to show.")
+            where = await git.locate_worktree(repo, worktree)
+            base = thread.base_commit or await self._fork_point(repo, where)
+        head = await git.head_commit(where)
+        files, more = diffparse.split(await git.diff(where, base))
+        return c.ThreadDiff(
+            thread_id=thread_id,
+            base=base,
+            head=head,
+            files=[c.DiffFile.model_validate(vars(f)) for f in files],
+            added=sum(f.added for f in files),
+            removed=sum(f.removed for f in files),
+            truncated=more,
+        )
+
+    async def _fork_point(self, repo: Path, where: git.Where) -> str:
+        """Where a worktree's branch left the checkout's (its base when none was recorded)."""
+        checkout = await git.head_commit(await git.checkout_location(repo))
+        mine = await git.head_commit(where)
+        if checkout is None or mine is None:
+            return "HEAD"
+        return await git.merge_base(where, mine, checkout) or "HEAD"
 
     async def thread_read(self, caller: Caller, thread_id: str, req: c.ThreadRead) -> c.ThreadReadResult:
         if (env := await self.remote_target(caller, req.environment_id)) is not None:

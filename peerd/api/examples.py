@@ -113,6 +113,15 @@ ITEM = {
     "createdAt": T0 + 90,
 }
 READ = {"thread": THREAD, "items": [ITEM], "hasMore": False, "nextPosition": None}
+_PATCH = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-a - b\n+a + b\n"
+DIFF = {
+    "threadId": THR,
+    "base": "5d41402abc4b2a76b9719d911017c592a1e3b0c4",
+    "head": "9e107d9d372bb6826bd81d3542a419d6e4f1c2d8",
+    "files": [{"path": "calc.py", "change": "modified", "added": 1, "removed": 1, "patch": _PATCH}],
+    "added": 1,
+    "removed": 1,
+}
 SENT = {"threadId": THR, "runId": RUN, "status": "queued", "queueHeld": False, "replayed": False}
 WAITED = {"threadId": THR, "runId": RUN, "status": "completed", "terminal": True, "timedOut": False}
 INTERRUPTED = {"threadId": THR, "runId": RUN, "status": "interrupt_requested", "queueHeld": True}

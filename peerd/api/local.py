@@ -111,6 +111,13 @@ async def thread_show(request: web.Request) -> web.Response:
     return ok(await _ops(request).thread_show(caller_of(request), request.match_info["id"], env))
 
 
+async def thread_diff(request: web.Request) -> web.Response:
+    req = query_model(request, c.ThreadDiffRead)
+    return ok(
+        await _ops(request).thread_diff(caller_of(request), request.match_info["id"], req.environment_id)
+    )
+
+
 async def thread_where(request: web.Request) -> web.Response:
     return ok(await _ops(request).thread_where(caller_of(request), request.match_info["id"]))
 

@@ -142,6 +142,7 @@ LINKED = frozenset(
     {"project_list", "project_show", "thread_list", "thread_launch", "thread_show", "thread_read"}
     | {"thread_send", "thread_wait", "thread_interrupt", "thread_archive", "thread_events", "run_watch"}
     | {"task_list"}
+    | {"thread_diff"}  # only of the threads the link started (`Operations.thread_diff`)
 )
 ROUTES: tuple[Route, ...] = (
     DESCRIPTOR_ROUTE,

@@ -182,6 +182,15 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "tip",
         "bundle",
     ),
+    "GET /v1/threads/{id}/diff": (
+        "threadId",
+        "base",
+        "head",
+        "files",
+        "added",
+        "removed",
+        "truncated",
+    ),
     "GET /v1/threads/{id}/events": (
         "events",
         "nextCursor",
@@ -274,6 +283,7 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
         "status",
         "kind",
         "agentName",
+        "lapsesAt",
         "envId",
         "stoppedThreads",
     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from peerd.console import approvals, pages, stream, threads, work
+from peerd.console import approvals, boardpages, fleetpages, pages, stream, threads, work
 from peerd.console.guard import guard, login, logout, security_headers, static, stop_streams
 from peerd.console.owner import Owner
 from peerd.console.render import page
@@ -15,6 +15,21 @@ from peerd.errors import PeerdError, http_status
 log = structlog.get_logger(__name__)
 
 OWNER = pages.OWNER
+# aiohttp's own refusals (no such page, a method a page does not take, a body too large), as pages.
+STATUS_PAGES = {
+    400: ("Bad request", "The console could not read that request."),
+    403: ("Not allowed", "That is not allowed from here."),
+    404: (
+        "Not found",
+        "There is no page at this address. A thread's address names its machine too: "
+        "open threads from the Threads page or the Board.",
+    ),
+    405: (
+        "Not here",
+        "This address does not take that kind of request; go back and use the page's own buttons.",
+    ),
+    413: ("Too large", "What was sent is larger than the console takes."),
+}
 MAX_FORM_BYTES = 256 * 1024
 
 
@@ -24,8 +39,13 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     and answered without details."""
     try:
         return await handler(request)
-    except web.HTTPException:
-        raise
+    except web.HTTPException as exc:
+        if exc.status < 400 or request.headers.get("HX-Request"):
+            raise
+        title, message = STATUS_PAGES.get(exc.status, (exc.reason, f"The console answered {exc.status}."))
+        return page(
+            request, "error.html", title=title, status=exc.status, code=str(exc.status), message=message
+        )
     except PeerdError as exc:
         status = http_status(exc.code)
         return page(
@@ -55,7 +75,7 @@ def build_app(console: ConsoleState) -> web.Application:
     app.router.add_post(root + "/login", login)
     app.router.add_post(root + "/logout", logout)
     app.router.add_get(root + "/static/{name}", static)
-    for module in (pages, threads, stream, work, approvals):
+    for module in (pages, threads, stream, work, approvals, boardpages, fleetpages):
         for method, path, handler in module.ROUTES:
             app.router.add_route(method, root + path, handler)
     return app

@@ -184,7 +184,7 @@ async def approval_decide(request: web.Request) -> web.StreamResponse:
         notice(request, f"{said} {view.get('summary', '')}".strip())
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
-    raise back(request, "/approvals")
+    raise back(request, "/needs-you" if data.get("next") == "/needs-you" else "/approvals")
 
 
 ROUTES = (

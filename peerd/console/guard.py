@@ -38,7 +38,15 @@ CSP = (
 )
 
 
-def _plain(status: int, text: str) -> web.Response:
+TITLES = {401: "Not signed in", 403: "Refused", 404: "Not found", 503: "Unavailable"}
+
+
+def _plain(status: int, text: str, request: web.Request | None = None) -> web.Response:
+    """A refusal: a styled page for a browser (it asks for HTML), plain text for anything else
+    (and always for a foreign Host: nothing of the console is shown to another site's name)."""
+    if request is not None and "text/html" in request.headers.get("Accept", ""):
+        title = TITLES.get(status, "Not done")
+        return page(request, "error.html", title=title, status=status, code=str(status), message=text)
     return web.Response(status=status, text=text + "\n", content_type="text/plain")
 
 
@@ -47,22 +55,24 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     console = request.app[CONSOLE]
     site = console.site
     if site is None:
-        return _plain(503, "The console is stopping.")
+        return _plain(503, "The console is stopping.", request)
     refusal = rules.check_host(site, request.headers.get("Host"))
     if refusal is not None:
         return _plain(refusal.status, refusal.reason)
     if console.gate.closing or console.closed:
-        return _plain(503, "peerd is shutting down; reload this page once it is back.")
+        return _plain(503, "peerd is shutting down; reload this page once it is back.", request)
     change = rules.check_change(
         site, request.method, request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site")
     )
     if change is not None:
         log.warning("console.change_refused", path=request.path, origin=request.headers.get("Origin"))
-        return _plain(change.status, change.reason)
+        return _plain(change.status, change.reason, request)
     rel = below_root(console, request.path)
     if rel is None:
         return _plain(
-            404, "Open the console at the URL `peerd console` prints (it has a one-time login token)."
+            404,
+            "Open the console at the URL `peerd console` prints (it has a one-time login token).",
+            request,
         )
     if rel in PUBLIC or rel.startswith("/static/"):
         return await handler(request)
@@ -72,7 +82,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             if request.headers.get("HX-Request"):
                 return web.Response(status=401, headers={"HX-Redirect": console.root + "/login"})
             raise web.HTTPSeeOther(console.root + "/login")
-        return _plain(401, "You are not signed in: run `peerd console` and open the URL it prints.")
+        return _plain(401, "You are not signed in: run `peerd console` and open the URL it prints.", request)
     if request.method not in rules.SAFE_METHODS:
         presented = request.headers.get("X-CSRF-Token")
         if presented is None and request.content_type in (
@@ -83,7 +93,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             presented = field if isinstance(field, str) else None
         if not csrf_ok(session, presented):
             log.warning("console.csrf_refused", path=request.path)
-            return _plain(403, "This form is out of date (its CSRF token does not match); reload the page.")
+            return _plain(
+                403, "This form is out of date (its CSRF token does not match); reload the page.", request
+            )
     request[SESSION] = session
     return await handler(request)
 

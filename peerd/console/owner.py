@@ -14,6 +14,7 @@ from typing import Any
 
 from peerd import contracts as c
 from peerd.api.localclient import LocalClient
+from peerd.console.board import last_change
 from peerd.core.text import path_segment
 from peerd.errors import NotFound, PeerdError
 
@@ -21,6 +22,8 @@ HERE = "here"
 FLEET_TIMEOUT_S = 5.0  # one linked environment's threads: past this it is shown as not answering
 RUN_STATES = ("queued", "starting", "running", "completed", "failed", "cancelled", "interrupted")
 LIVE = ("queued", "starting", "running")
+MAX_FLEET_THREADS = 5000  # one environment's threads the board reads at most
+THREADS_SHOWN = 200  # one environment's threads the Threads page lists at most (newest change first)
 
 
 @dataclass(frozen=True)
@@ -55,12 +58,13 @@ class EnvThreads:
     projects: list[ProjectThreads] = field(default_factory=list)
     error: str | None = None
     all_projects: list[c.Project] = field(default_factory=list)  # with threads or not (launch form)
+    more: int = 0  # threads that matched past THREADS_SHOWN
 
 
 def thread_state(thread: c.Thread) -> str:
-    """The one word the thread list filters on: archived, or its latest run's status."""
-    if thread.status == "archived":
-        return "archived"
+    """The one word the thread list filters on: archived, moved, or its latest run's status."""
+    if thread.status in ("archived", "moved"):
+        return thread.status
     return thread.latest_run.status if thread.latest_run is not None else "queued"
 
 
@@ -175,10 +179,37 @@ class Owner:
         data = await self.call("GET", "/v1/threads", params=params)
         return [c.Thread.model_validate(x) for x in data["items"]]
 
-    async def env_threads(self, env: Env, *, states: tuple[str, ...]) -> EnvThreads:
+    async def all_threads(
+        self, env: Env, *, most: int = MAX_FLEET_THREADS, include_archived: bool = False
+    ) -> list[c.Thread]:
+        """Every thread of `env` (up to `most`; the archived ones only if asked), a page at a time."""
+        found: list[c.Thread] = []
+        cursor = None
+        while len(found) < most:
+            params = {
+                "environmentId": env.forward,
+                "cursor": cursor,
+                "limit": c.PAGE_LIMIT,
+                "includeArchived": include_archived,
+            }
+            data = await self.call("GET", "/v1/threads", params=params)
+            found += [c.Thread.model_validate(x) for x in data["items"]]
+            cursor = data.get("nextCursor")
+            if not cursor:
+                break
+        return found
+
+    async def env_threads(
+        self, env: Env, *, states: tuple[str, ...], search: str = "", project: str = ""
+    ) -> EnvThreads:
+        """`env`'s threads with one of `states` (any: none given) whose title or id has every word
+        of `search` and whose project is named `project` (any: ''), newest change first, at most
+        `THREADS_SHOWN` (`more` says how many others matched), grouped by project."""
         try:
             projects, threads = await asyncio.wait_for(
-                asyncio.gather(self.projects(env), self.threads(env, include_archived="archived" in states)),
+                asyncio.gather(
+                    self.projects(env), self.all_threads(env, include_archived="archived" in states)
+                ),
                 FLEET_TIMEOUT_S,
             )
         except TimeoutError:
@@ -186,25 +217,40 @@ class Owner:
         except PeerdError as exc:
             return EnvThreads(env, error=f"{exc.code}: {exc.message}")
         names = {p.id: p.name for p in projects}
+        words = search.casefold().split()
+        kept = [
+            t
+            for t in threads
+            if (not states or thread_state(t) in states)
+            and (not project or names.get(t.project_id) == project)
+            and all(w in f"{t.title}\n{t.id}".casefold() for w in words)
+        ]
+        kept.sort(key=lambda t: -last_change(t))
         grouped: dict[str, list[c.Thread]] = {}
-        for thread in threads:
-            if states and thread_state(thread) not in states:
-                continue
+        for thread in kept[:THREADS_SHOWN]:
             grouped.setdefault(thread.project_id, []).append(thread)
         groups = [
             ProjectThreads(names.get(pid, pid), pid, items)
             for pid, items in sorted(grouped.items(), key=lambda kv: names.get(kv[0], kv[0]))
         ]
-        return EnvThreads(env, groups, all_projects=projects)
+        return EnvThreads(env, groups, all_projects=projects, more=max(0, len(kept) - THREADS_SHOWN))
 
-    async def fleet_threads(self, envs: list[Env], *, states: tuple[str, ...]) -> list[EnvThreads]:
-        return list(await asyncio.gather(*(self.env_threads(env, states=states) for env in envs)))
+    async def fleet_threads(
+        self, envs: list[Env], *, states: tuple[str, ...], search: str = "", project: str = ""
+    ) -> list[EnvThreads]:
+        found = (self.env_threads(env, states=states, search=search, project=project) for env in envs)
+        return list(await asyncio.gather(*found))
 
     async def thread(self, env: Env, thread_id: str) -> c.Thread:
         data = await self.call(
             "GET", f"/v1/threads/{path_segment(thread_id)}", params={"environmentId": env.forward}
         )
         return c.Thread.model_validate(data)
+
+    async def diff(self, env: Env, thread_id: str) -> c.ThreadDiff:
+        params = {"environmentId": env.forward}
+        data = await self.call("GET", f"/v1/threads/{path_segment(thread_id)}/diff", params=params)
+        return c.ThreadDiff.model_validate(data)
 
     async def items(self, env: Env, thread_id: str, after: int | None) -> c.ThreadReadResult:
         params = {"environmentId": env.forward, "afterPosition": after, "limit": c.PAGE_LIMIT}

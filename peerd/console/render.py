@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 NAV = (
     ("environment", "/", "Environment"),
     ("connections", "/connections", "Connections"),
+    ("board", "/board", "Board"),
+    ("needs", "/needs-you", "Needs you"),
     ("threads", "/threads", "Threads"),
     ("tasks", "/tasks", "Tasks"),
     ("approvals", "/approvals", "Approvals"),
     ("orchestrations", "/orchestrations", "Orchestrations"),
+    ("fleet", "/fleet", "Fleet"),
 )
 # A symbol beside each status word: the state is readable without colour (and the word is there).
 SYMBOLS = {
@@ -48,11 +51,36 @@ SYMBOLS = {
     "cancelled": "■",
     "interrupted": "■",
     "archived": "▪",
+    "moved": "→",
     "warn": "!",
     "skip": "-",
 }
 
 _env: jinja2.Environment | None = None
+_markdown: Any = None  # markdown_it.MarkdownIt, built on first use
+
+
+def markdown(text: str) -> Any:
+    """An agent's text as HTML, safely: CommonMark by markdown-it-py with raw HTML off (any tag in
+    the text is shown as text, escaped), links only to what markdown-it's `validateLink` allows (no
+    `javascript:`, `vbscript:`, `file:` or `data:`), and no images (the CSP would block another
+    site's, and an image can say the page was read)."""
+    global _markdown  # noqa: PLW0603  # one parser per process, built when first needed
+    import markupsafe  # noqa: PLC0415  # jinja2's own dependency, loaded with it
+
+    if _markdown is None:
+        from markdown_it import MarkdownIt  # noqa: PLC0415  # on the first thread page only
+
+        _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+        _markdown.disable("image")
+    return markupsafe.Markup(_markdown.render(str(text)).strip())  # noqa: S704  # raw HTML is off: escaped
+
+
+def pretty(value: Any) -> str:
+    """A tool's arguments or result as indented JSON (escaped by the template like any text)."""
+    import json  # noqa: PLC0415
+
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def limits(budget: Any) -> str:
@@ -66,6 +94,18 @@ def spent(value: Any) -> str:
         return "not reported"
     data = value.wire() if hasattr(value, "wire") else value
     return describe(Usage.from_json(data)) if isinstance(data, dict) else "not reported"
+
+
+def spent_short(value: Any) -> str:
+    """A usage on a board card: its tokens and cost ("1,200 tok, $0.5000"); '' when unknown."""
+    data = value.wire() if hasattr(value, "wire") else value
+    if not isinstance(data, dict):
+        return ""
+    usage = Usage.from_json(data)
+    text = f"{usage.total_tokens:,} tok"
+    if usage.cost_usd is not None:
+        text += f", {'~' if usage.cost_estimated else ''}${usage.cost_usd:,.4f}"
+    return text
 
 
 def _environment() -> jinja2.Environment:
@@ -86,6 +126,9 @@ def _environment() -> jinja2.Environment:
         env.filters["short"] = lambda value, n=12: (
             str(value) if value is None or len(str(value)) <= n else str(value)[:n] + "…"
         )
+        env.filters["usage_short"] = spent_short
+        env.filters["markdown"] = markdown
+        env.filters["pretty"] = pretty
         env.filters["usage"] = spent  # a run's, thread's, task's or hop's usage in one line
         env.globals["limits"] = limits  # a budget in words ("50,000 tokens, $2.0000"; "none")
         env.globals["symbol"] = lambda status: SYMBOLS.get(str(status), "•")

@@ -1,7 +1,10 @@
 """A thread's items as server-sent events, resumable with `Last-Event-ID`.
 
 `GET /threads/{env}/{id}/stream?after=POSITION` sends `item` events (each item rendered once, in
-position order) and `run` events (the latest run's state, when it changes). Every event's id is
+position order) and `swap` events: a part of the page (the header's latest run, the usage total,
+the usage-by-run table, the Interrupt and Stop buttons; the send area once the thread moved) as one
+element with its id, read from `thread show` and sent when its HTML changed (the page's script
+swaps the element with the same id). Every event's id is
 `POSITION.CURSOR`: the position of the last item sent and the thread's event cursor at the time
 those items were read. A browser that reconnects (EventSource does so by itself after a dropped
 connection, sending `Last-Event-ID`; the page's script does it after a refused one, with `?last=`)
@@ -18,15 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 
 import structlog
 from aiohttp import web
 
 from peerd import contracts as c
-from peerd.console.owner import Env, Owner
+from peerd.console.owner import LIVE, Env, Owner
 from peerd.console.pages import owner
 from peerd.console.render import render_text, shown_error
-from peerd.console.state import CONSOLE
+from peerd.console.state import CONSOLE, SESSION
+from peerd.console.threads import moved_link, thread_href
 from peerd.errors import PeerdError, ShuttingDown
 
 log = structlog.get_logger(__name__)
@@ -62,9 +67,36 @@ async def caught_up(api: Owner, env: Env, thread_id: str) -> int:
             return cursor
 
 
-def run_state(thread: c.Thread) -> tuple[str | None, str | None, bool]:
-    run = thread.latest_run
-    return (None, None, thread.queue_held) if run is None else (run.status, run.reason, thread.queue_held)
+LIVE_PARTS = ("run_state", "usage_total", "usage_runs", "run_controls")  # _thread_parts.html
+
+
+class Parts:
+    """The thread page's live parts (its header's run, the usage total, the usage-by-run table,
+    the run's buttons, the send area), each sent as a `swap` event when its HTML changed. The send
+    area only when the thread's status changes (a move): swapping it would drop a message being
+    typed."""
+
+    def __init__(self, env: Env, thread_id: str, envs: list[Env], csrf: str, root: str) -> None:
+        self.context = {"href": thread_href(env, thread_id), "live": LIVE, "csrf": csrf, "root": root}
+        self.envs = envs
+        self.sent: dict[str, str] = {}
+        self.status: str | None = None
+
+    def changed(self, api: Owner, thread: c.Thread) -> list[str]:
+        context = {**self.context, **moved_link(api, self.envs, thread), "thread": thread}
+        out = []
+        names = list(LIVE_PARTS)
+        if thread.status != self.status and (self.status is not None or thread.status == "moved"):
+            names.append("send_area")  # a change, or a move the page may have been rendered before
+        self.status = thread.status
+        for name in names:
+            html = render_text(
+                "_thread_part.html", part=name, request_id=uuid.uuid4().hex, said="", level="info", **context
+            )
+            if self.sent.get(name) != html or name == "send_area":
+                self.sent[name] = html
+                out.append(html)
+        return out
 
 
 async def thread_stream(request: web.Request) -> web.StreamResponse:
@@ -82,26 +114,22 @@ async def thread_stream(request: web.Request) -> web.StreamResponse:
     if task is not None:
         console.stream_started(task)
     await response.write(f"retry: {RETRY_MS}\n\n".encode())
-    shown: tuple[str | None, str | None, bool] | None = None
+    session = request.get(SESSION)
+    parts = Parts(env, thread_id, await api.envs(), "" if session is None else session.csrf, console.root)
     try:
         if cursor is None:
             cursor = await caught_up(api, env, thread_id)
         while not console.closed and not console.gate.closing:
-            thread = None
             while True:
                 read = await api.items(env, thread_id, position)
-                thread = read.thread
                 for item in read.items:
                     position = item.position
                     html = render_text("_item.html", item=item)
                     await response.write(sse("item", f"{position}.{cursor}", html))
                 if not read.has_more:
                     break
-            state = run_state(thread)
-            if state != shown:
-                shown = state
-                html = render_text("_run_state.html", thread=thread)
-                await response.write(sse("run", f"{position}.{cursor}", html))
+            for html in parts.changed(api, await api.thread(env, thread_id)):
+                await response.write(sse("swap", f"{position}.{cursor}", html))
             events = await api.events(env, thread_id, cursor, KEEPALIVE_S)
             if not events.events:
                 await response.write(b": keep-alive\n\n")

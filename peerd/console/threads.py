@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
 from peerd import contracts as c
-from peerd.console.owner import HERE, LIVE, RUN_STATES, Env, Owner
+from peerd.console.owner import HERE, LIVE, RUN_STATES, Env, Owner, thread_state
 from peerd.console.pages import back, form, owner
 from peerd.console.render import fragment, notice, page, shown_error
+from peerd.core.constants import RUNTIME_MODES
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 
+AUTO = "auto"  # the launch form's target for `auto` placement
 ITEMS_ON_PAGE = 500  # the rest arrive over the stream
 STATE_FILTERS = (("", "any"), ("live", "live (queued or running)"), *((s, s) for s in RUN_STATES[3:]))
-FILTER_STATES = {"live": LIVE, **{s: (s,) for s in RUN_STATES}, "archived": ("archived",)}
+FILTER_STATES = {
+    "live": LIVE,
+    **{s: (s,) for s in RUN_STATES},
+    "archived": ("archived",),
+    "moved": ("moved",),
+}
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,18 @@ def thread_href(env: Env, thread_id: str) -> str:
     return f"/threads/{path_segment(env.key)}/{path_segment(thread_id)}"
 
 
+def moved_link(api: Owner, envs: list[Env], thread: c.Thread) -> dict[str, Any]:
+    """Where a moved thread's copy is, for the page: its href (None: not reachable from here) and
+    the machine's name."""
+    to = thread.moved_to
+    if thread.status != "moved" or to is None:
+        return {"moved_href": None, "moved_where": None}
+    there = api.env_of(envs, to.environment_id)
+    if there is None:
+        return {"moved_href": None, "moved_where": to.environment_id}
+    return {"moved_href": thread_href(there, to.thread_id), "moved_where": there.label}
+
+
 async def thread_list(request: web.Request) -> web.StreamResponse:
     api = owner(request)
     wanted = request.query.get("status", "")
@@ -46,8 +66,10 @@ async def thread_list(request: web.Request) -> web.StreamResponse:
     states = FILTER_STATES.get(wanted, ())
     envs = await api.envs()
     shown = [e for e in envs if not env_filter or e.key == env_filter]
-    fleet = await api.fleet_threads(shown, states=states)
-    providers = [p.name for p in await api.providers()]
+    search = request.query.get("q", "").strip()[:200]
+    project = request.query.get("project", "").strip()[:200]
+    fleet = await api.fleet_threads(shown, states=states, search=search, project=project)
+    providers, models = await launch_choices(api)
     return page(
         request,
         "threads.html",
@@ -56,11 +78,50 @@ async def thread_list(request: web.Request) -> web.StreamResponse:
         envs=envs,
         wanted=wanted,
         env_filter=env_filter,
-        filters=[*STATE_FILTERS, ("archived", "archived")],
+        search=search,
+        project=project,
+        project_names=sorted({p.name for group in fleet for p in group.all_projects}),
+        filters=[*STATE_FILTERS, ("archived", "archived"), ("moved", "moved")],
         providers=providers,
+        models=models,
+        modes=RUNTIME_MODES,
         request_id=uuid.uuid4().hex,
         thread_href=thread_href,
+        thread_state=thread_state,
     )
+
+
+async def launch_choices(api: Owner) -> tuple[list[tuple[str, str]], list[str]]:
+    """The providers a launch may name, each with the machines that have it installed (this one's
+    `provider list`, each box's last capacity report, not asked again here), and the models this
+    machine's providers default to (a model is free text: each CLI has its own names)."""
+    found = [p for p in await api.providers() if p.found]
+    where: dict[str, list[str]] = {p.name: [api.here.label] for p in found}
+    try:
+        fleet = c.Fleet.model_validate(await api.call("GET", "/v1/fleet", params={"offline": True}))
+    except PeerdError:
+        fleet = c.Fleet(environments=[])
+    for env in fleet.environments:
+        if not env.here and env.capacity is not None:
+            for name in env.capacity.providers:
+                where.setdefault(name, []).append(env.label)
+    providers = [(name, f"{name} ({', '.join(labels)})") for name, labels in sorted(where.items())]
+    models = sorted({p.model for p in found if p.model})
+    return providers or [("script", "script")], models
+
+
+def budget_of(data: dict[str, str]) -> dict[str, float] | None:
+    """The launch form's budget (tokens, dollars), None when neither is given; a bad number is
+    refused by the API with its sentence."""
+    budget: dict[str, float] = {}
+    for field, kind in (("budget_tokens", "tokens"), ("budget_usd", "usd")):
+        text = data.get(field, "").strip().replace(",", "")
+        if text:
+            try:
+                budget[kind] = int(text) if kind == "tokens" else float(text)
+            except ValueError:
+                budget[kind] = -1  # refused by the API as out of range
+    return budget or None
 
 
 async def parent_of(api: Owner, envs: list[Env], thread: c.Thread) -> Lineage | None:
@@ -123,6 +184,48 @@ async def thread_page(request: web.Request) -> web.StreamResponse:
         said="",
         level="info",
         live=LIVE,
+        runs={r.id: r for r in thread.run_usage or []},
+        **moved_link(api, envs, thread),
+    )
+
+
+def diff_lines(patch: str) -> list[tuple[str, str]]:
+    """A file's patch as (kind, line): add, del, hunk, meta or ctx, for the diff view's colours
+    (and its symbols: the +/- stay in the text)."""
+    out = []
+    in_hunks = False
+    for line in patch.splitlines():
+        if line.startswith("@@"):
+            in_hunks, kind = True, "hunk"
+        elif not in_hunks:
+            kind = "meta"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        out.append((kind, line))
+    return out
+
+
+async def thread_diff(request: web.Request) -> web.StreamResponse:
+    """The thread's changes against its base, file by file (the owner API's thread diff; a box's
+    thread through the link, which shows only the threads it started)."""
+    api = owner(request)
+    env = await api.env(request.match_info["env"])
+    thread_id = request.match_info["id"]
+    thread = await api.thread(env, thread_id)
+    found = await api.diff(env, thread_id)
+    return page(
+        request,
+        "diff.html",
+        title=f"Changes: {thread.title}",
+        env=env,
+        thread=thread,
+        diff=found,
+        href=thread_href(env, thread_id),
+        lines=diff_lines,
     )
 
 
@@ -170,6 +273,8 @@ async def interrupt(request: web.Request) -> web.StreamResponse:
 
 
 async def launch(request: web.Request) -> web.StreamResponse:
+    """A launch from the Threads page: a project on a machine (or `auto`: peerd places it among
+    the machines with the same repository), a provider, a model, an access level, a budget."""
     api = owner(request)
     data = await form(request)
     env_key, _, project_id = data.get("target", "").partition("|")
@@ -177,16 +282,30 @@ async def launch(request: web.Request) -> web.StreamResponse:
     if not project_id or not prompt:
         notice(request, "Pick a project and write a first prompt.", level="error")
         raise back(request, "/threads")
-    env = await api.env(env_key or HERE)
+    auto = env_key == AUTO
+    env = api.here if auto else await api.env(env_key or HERE)
     body = {
         "projectId": project_id,
         "prompt": prompt,
         "provider": data.get("provider") or "script",
         "title": data.get("title") or None,
+        "model": data.get("model", "").strip() or None,
+        "runtimeMode": data.get("mode") if data.get("mode") in RUNTIME_MODES else None,
+        "budget": budget_of(data),
         "clientRequestId": data.get("request_id") or None,
     }
     try:
-        launched = await api.launch(env, body)
+        if auto:
+            launched = c.ThreadLaunchResult.model_validate(
+                await api.call("POST", "/v1/threads", body={**body, "environmentId": AUTO})
+            )
+            placed = launched.placement
+            if placed is not None and placed.environment_id is not None:
+                env = api.env_of(await api.envs(), placed.environment_id) or env
+            if placed is not None:
+                notice(request, f"Placed on {placed.label}: {placed.reason}")
+        else:
+            launched = await api.launch(env, body)
     except PeerdError as exc:
         notice(request, shown_error(exc), level="error")
         raise back(request, "/threads") from None
@@ -197,6 +316,7 @@ ROUTES = (
     ("GET", "/threads", thread_list),
     ("POST", "/threads/launch", launch),
     ("GET", "/threads/{env}/{id}", thread_page),
+    ("GET", "/threads/{env}/{id}/diff", thread_diff),
     ("POST", "/threads/{env}/{id}/send", send),
     ("POST", "/threads/{env}/{id}/interrupt", interrupt),
 )

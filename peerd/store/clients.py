@@ -162,7 +162,15 @@ def client_info(row: aiosqlite.Row, now: float) -> ClientInfo:
         status=client_status(row, now),
         kind=row["kind"],
         agent_name=_agent_name(row["agent"]),
+        lapses_at=lapses_at(row),
     )
+
+
+def lapses_at(row: aiosqlite.Row) -> float | None:
+    """The sooner of the client's hard expiry and its newest refresh token's (None: neither)."""
+    sliding = row["refresh_expires_at"] if "refresh_expires_at" in row.keys() else None  # noqa: SIM118
+    found = [t for t in (row["expires_at"], sliding) if t is not None]
+    return min(found) if found else None
 
 
 def _agent_name(agent: str | None) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +11,14 @@ import pytest
 
 from tests.helpers import two_daemons
 from tests.support.console import console_settings, console_url, shot, signed_in
+
+
+def moment(text: str) -> float:
+    """A time as the console prints it ("2026-12-31 14:03:07 CET ..."), in seconds."""
+    found = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text)
+    assert found is not None, text
+    return datetime.strptime(found.group(0), "%Y-%m-%d %H:%M:%S").timestamp()  # both local
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -53,13 +63,23 @@ async def test_pair_on_the_box_link_on_the_laptop_see_it_live_and_revoke_it(
         await box.goto(console_url(pair.box) + "/connections")
         client = box.locator("tr.client")
         assert "laptop" in await client.inner_text() and "active" in await client.inner_text()
+        # one expiry on both sides: the box's client lapses when the laptop's link says it does
+        theirs = await row.locator("td[data-label=Expires]").inner_text()
+        ours = await client.locator("td[data-label=Expires]").inner_text()
+        assert "never" not in ours and "never" not in theirs
+        assert abs(moment(ours) - moment(theirs)) <= 2, (ours, theirs)
         await client.locator("text=Revoke laptop").click()
         assert await box.locator("h1").inner_text() == "Revoke laptop?"
         await shot(box, "revoke-confirm")
         await box.click("button:text-is('Revoke')")
         await box.wait_for_url(console_url(pair.box) + "/connections")
         assert "Revoked laptop" in await box.inner_text(".notices")
-        assert "revoked" in await box.locator("tr.client").inner_text()
+        # a revoked client is folded away under its own heading
+        folded = box.locator("details.ended-clients")
+        assert await folded.get_attribute("open") is None
+        assert "Revoked and expired (1)" in await folded.locator("summary").inner_text()
+        await folded.locator("summary").click()
+        assert "revoked" in await folded.locator("tr.client").inner_text()
 
         # the laptop's page shows the revocation live (asked again on its next refresh)
         await laptop.reload()

@@ -20,12 +20,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 def reply(items: Any, text: str) -> Any:
     """The assistant's reply `text` among the items (the user message holds the whole script)."""
-    return items.locator("li.kind-assistant_message pre.text", has_text=re.compile(f"^{re.escape(text)}$"))
+    return items.locator("li.kind-assistant_message .text", has_text=re.compile(f"^{re.escape(text)}$"))
 
 
 async def positions_shown(page: Any) -> list[int]:
     found: list[str] = await page.eval_on_selector_all(
-        "#items > li", "els => els.map(e => e.dataset.position)"
+        "#items > li.item", "els => els.map(e => e.dataset.position)"
     )
     return [int(p) for p in found]
 

@@ -85,7 +85,7 @@ async def test_lineage_both_ways_opens_the_boxs_thread_and_a_task_is_cancelled(
             await child_link.click()
             await laptop.wait_for_url(f"{base}/threads/{pair.box_id}/{box_thread}")
             assert "box" in await laptop.inner_text(".facts")
-            replies = laptop.locator("#items li.kind-assistant_message pre.text")
+            replies = laptop.locator("#items li.kind-assistant_message .text")
             await replies.filter(has_text="working on it").wait_for()
             # the box's items stream through the link too
             await laptop.locator("#live-state[data-state=live]").wait_for()

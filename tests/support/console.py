@@ -56,6 +56,11 @@ DOC_SHOTS = {
     "tasks": ("desktop", "phone"),
     "orchestration": ("desktop",),
     "login": ("desktop",),
+    "board": ("desktop", "phone"),
+    "thread-conversation": ("desktop",),
+    "thread-diff": ("desktop",),
+    "fleet": ("desktop",),
+    "move": ("desktop",),
 }
 
 

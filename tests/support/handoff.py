@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.api.localclient import LocalClient
+from peerd.config import Config
 from peerd.daemon import Daemon
 from peerd.runtime.git import GitLocation
 from tests.helpers import (
@@ -74,24 +75,25 @@ def clones(tmp: Path) -> tuple[Path, Path]:
 
 
 @contextlib.asynccontextmanager
-async def box_daemon(tmp: Path, port: int) -> AsyncIterator[Daemon]:
-    async with running_daemon(tmp / "box", label="box", listen=f"127.0.0.1:{port}") as box:
+async def box_daemon(tmp: Path, port: int, settings: Config | None = None) -> AsyncIterator[Daemon]:
+    async with running_daemon(tmp / "box", label="box", listen=f"127.0.0.1:{port}", settings=settings) as box:
         yield box
 
 
 @contextlib.asynccontextmanager
-async def laptop_daemon(tmp: Path) -> AsyncIterator[Daemon]:
-    async with running_daemon(tmp / "laptop", label="laptop", watch_chunk_s=5) as laptop:
+async def laptop_daemon(tmp: Path, settings: Config | None = None) -> AsyncIterator[Daemon]:
+    async with running_daemon(tmp / "laptop", label="laptop", watch_chunk_s=5, settings=settings) as laptop:
         yield laptop
 
 
 @contextlib.asynccontextmanager
-async def linked(tmp: Path, *, access: str = "auto") -> AsyncIterator[Linked]:
+async def linked(tmp: Path, *, access: str = "auto", settings: Config | None = None) -> AsyncIterator[Linked]:
+    """`settings` (both daemons'): a console on port 0, say (tests/support/console.py)."""
     laptop_repo, box_repo = clones(tmp)
     port = free_port()
     async with (
-        box_daemon(tmp, port) as box,
-        laptop_daemon(tmp) as laptop,
+        box_daemon(tmp, port, settings) as box,
+        laptop_daemon(tmp, settings) as laptop,
         client_for(laptop.paths.home) as lc,
         client_for(box.paths.home) as bc,
     ):

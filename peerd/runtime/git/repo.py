@@ -26,6 +26,7 @@ __all__ = [
     "head",
     "head_commit",
     "is_ancestor",
+    "merge_base",
     "origin_url",
     "remotes",
     "repository_key",
@@ -195,6 +196,15 @@ async def resolve(repo: Where, *names: str) -> list[str | None]:
         )
     # A name that does not resolve is answered `<name> missing` (or `ambiguous`): never a bare id.
     return [None if " " in line else line for line in lines]
+
+
+async def merge_base(repo: Where, one: str, other: str) -> str | None:
+    """The best common ancestor of two commits, or None when they share none."""
+    check_rev(one)
+    check_rev(other)
+    result = await run(repo, "merge-base", "--end-of-options", one, other, ok=(0, 1))
+    found = result.stdout.strip()
+    return found if result.returncode == 0 and found else None
 
 
 async def is_ancestor(repo: Where, ancestor: str, of: str) -> bool:

@@ -163,11 +163,13 @@ async def thread_usage(db: Database, thread_id: str) -> Usage | None:
 async def run_usages(db: Database, thread_id: str) -> list[c.RunUsage]:
     """Each of the thread's newest runs with its usage, oldest first (`c.RUN_USAGE_SHOWN` of them)."""
     rows = await db.fetchall(
-        "SELECT id, number, status, usage FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT ?",
+        "SELECT id, number, status, reason, usage FROM runs WHERE thread_id = ? ORDER BY number DESC LIMIT ?",
         (thread_id, c.RUN_USAGE_SHOWN),
     )
     return [
-        c.RunUsage(id=r["id"], number=r["number"], status=r["status"], usage=usage_of(r["usage"]))
+        c.RunUsage(
+            id=r["id"], number=r["number"], status=r["status"], usage=usage_of(r["usage"]), reason=r["reason"]
+        )
         for r in reversed(rows)
     ]
 
@@ -194,12 +196,14 @@ async def task_usage(db: Database, child_thread_id: str | None) -> Usage | None:
             break
         seen.update(level)
         marks = ",".join("?" * len(level))
-        rows = await db.fetchall(
+        # Reads by key through indexes (runs by thread, tasks by parent): inline (`lookup_all`),
+        # since a wake's answer on the box waits for them (issue 33: no thread hop on the wake path).
+        rows = await db.lookup_all(
             f"SELECT usage FROM runs WHERE thread_id IN ({marks}) AND usage IS NOT NULL",  # noqa: S608
             tuple(level),
         )
         found += [Usage.from_json(json.loads(row["usage"])) for row in rows]
-        children = await db.fetchall(
+        children = await db.lookup_all(
             f"SELECT child_thread_id FROM tasks WHERE parent_thread_id IN ({marks})"  # noqa: S608
             " AND target_env IS NULL AND child_thread_id IS NOT NULL",
             tuple(level),
