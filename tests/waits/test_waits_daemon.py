@@ -13,6 +13,8 @@ import pytest
 
 from peerd.api.localclient import LocalClient
 from peerd.config import Config, WaitsConfig
+from peerd.console.fleet import read_fleet
+from peerd.console.owner import Owner
 from peerd.daemon import Daemon
 from peerd.waits import store
 from tests.helpers import client_for, items, make_repo, running_daemon, wait_terminal
@@ -260,3 +262,26 @@ async def test_an_archived_thread_ends_its_waits(env: tuple[Daemon, LocalClient,
     await client.call("POST", f"/v1/threads/{thread['threadId']}/archive", body={})
     (wait,) = await waits_of(client, thread["threadId"])
     assert wait["status"] == "cancelled" and "it was archived" in wait["detail"]
+
+
+async def test_a_review_asking_for_changes_is_in_the_consoles_needs_you_queue(
+    env: tuple[Daemon, LocalClient, Json], gh: StubGh
+) -> None:
+    """The console's needs-you queue (peerd/console/fleet.py, read through the owner API) shows a
+    thread whose wait ended with a review asking for changes, until the person sends it anything."""
+    daemon, client, project = env
+    gh.play(reviewed("REVIEW_REQUIRED"), reviewed("CHANGES_REQUESTED"))
+    thread = await launch(
+        client, project, [wait_for(pr="7", until="review"), {"reply": "ok"}], [{"reply": "SEEN"}]
+    )
+    await wait_run_number(client, thread["threadId"], 2)
+    assert daemon.identity is not None
+    owner = Owner(client, env_id=daemon.identity.env_id, label="test")
+    (card,) = (await read_fleet(owner)).needs
+    assert card.thread.id == thread["threadId"]
+    assert [(n.kind, n.text) for n in card.needs] == [
+        ("review", "a review asked for changes on https://github.com/o/r/pull/7")
+    ]
+    await client.call("POST", f"/v1/threads/{thread['threadId']}/runs", body={"text": "handle it"})
+    await wait_run_number(client, thread["threadId"], 3)
+    assert (await read_fleet(owner)).needs == []  # the person answered: it left on its own
