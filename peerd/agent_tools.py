@@ -24,6 +24,7 @@ from pydantic import Field
 from peerd import contracts as c
 from peerd.handoff.wire import MAX_MOVE_MESSAGE_CHARS, MoveAnswer
 from peerd.tasks.rules import WAIT_CAP_S
+from peerd.waits.wire import WaitCancel, WaitFor, WaitInfo, WaitList, WaitPage
 
 # Wait-style tools return before MCP clients give up on a call, and say how to keep waiting.
 TOOL_WAIT_MAX_S = WAIT_CAP_S
@@ -166,6 +167,23 @@ _TASK_CANCEL = """\
 Cancel a task you delegated: its run is stopped, here or on the linked machine. A task that
 already ended is returned as it is."""
 
+_WAIT_FOR_GITHUB = """\
+Wait for a pull request on GitHub without spending a turn: record the wait, then end your turn.
+peerd watches the pull request through gh and wakes you once, in a new turn, when it gets there:
+until "checks" (every check finished: passed or failed, with the checks' states and the failing
+log's tail), "review" (approved or changes requested), "merged", or "closed". A pull request
+merged or closed ends any wait, and so does timeoutHours. pr: its number, URL or head branch (of
+this thread's repository). The wait survives restarts; the same clientRequestId returns the same
+wait."""
+
+_LIST_WAITS = """\
+Your thread's waits on pull requests (watching, delivered, cancelled), newest first, with what
+GitHub said at the last poll (state, review decision, checks)."""
+
+_CANCEL_WAIT = """\
+Cancel one of your waits on a pull request: it ends cancelled and you are not woken for it. A wait
+that already ended is returned as it is."""
+
 _THREAD_LAUNCH = """\
 Start a new agent thread in a project (its own git worktree and branch) with a first prompt.
 Prefer delegate_task, which also wakes you with the result. Pass environmentId to launch on a
@@ -207,6 +225,9 @@ CATALOGUE: tuple[ToolSpec, ...] = (
     ToolSpec("delegate_task", _DELEGATE, c.DelegateTask, c.TaskInfo, read_only=False, waits=True),
     ToolSpec("task_status", _TASK_STATUS, c.TaskStatusRead, c.TaskInfo, read_only=True, waits=True),
     ToolSpec("task_cancel", _TASK_CANCEL, c.TaskCancel, c.TaskInfo, read_only=False),
+    ToolSpec("wait_for_github", _WAIT_FOR_GITHUB, WaitFor, WaitInfo, read_only=False),
+    ToolSpec("list_waits", _LIST_WAITS, WaitList, WaitPage, read_only=True),
+    ToolSpec("cancel_wait", _CANCEL_WAIT, WaitCancel, WaitInfo, read_only=False),
     ToolSpec("thread_launch", _THREAD_LAUNCH, c.ThreadLaunch, c.ThreadLaunchResult, read_only=False),
     ToolSpec("thread_read", _THREAD_READ, ThreadReadTool, c.ThreadReadResult, read_only=True),
     ToolSpec("thread_wait", _THREAD_WAIT, ThreadWaitTool, c.ThreadWaitResult, read_only=True, waits=True),
@@ -242,6 +263,10 @@ PARAMS: dict[str, dict[str, str]] = {
     },
     "task_status": {"timeoutMs": "With wait: how long to wait for the task to end."},
     "task_cancel": {"reason": "Why; kept with the task."},
+    "wait_for_github": {
+        "timeoutHours": "You are woken with outcome timed_out past it.",
+    },
+    "cancel_wait": {"reason": "Why; kept with the wait."},
     "thread_launch": {
         "provider": "codex, claude, gemini, script (a scripted stand-in) or a configured custom provider.",
         "inPlace": "Work in the project's own checkout instead of a new worktree.",
@@ -258,7 +283,7 @@ PARAMS: dict[str, dict[str, str]] = {
     "project_list": {"cursor": "The nextCursor of the page before."},
 }
 # Fields only peerd itself sets: not shown to agents (a box keeps lineage from the link, not this).
-HIDDEN: dict[str, tuple[str, ...]] = {"thread_launch": ("delegatedFrom",)}
+HIDDEN: dict[str, tuple[str, ...]] = {"thread_launch": ("delegatedFrom",), "list_waits": ("threadId",)}
 
 
 def continue_hint(name: str, result: dict[str, Any]) -> str | None:

@@ -196,6 +196,14 @@ class RunsConfig(_Strict):
     start_slots: int | None = Field(default=None, ge=1, le=1024)
 
 
+class WaitsConfig(_Strict):
+    """Waits on a pull request (`[waits]`; peerd/waits/, docs/user/delegation.md)."""
+
+    # How often an open wait asks GitHub through `gh` (two calls: the pull request and its checks).
+    # Rate limits and failures back off beyond it; GitHub allows 5,000 calls an hour to a login.
+    poll_seconds: float = Field(default=30.0, ge=0.05, le=3600.0)
+
+
 class AgentsConfig(_Strict):
     """Outside agents that sign in over OAuth (`[agents]`; api/agent_signin.py, docs/user/agents.md)."""
 
@@ -225,6 +233,7 @@ class Config(_Strict):
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    waits: WaitsConfig = Field(default_factory=WaitsConfig)
     # What models cost, for CLIs that report no cost: model (or provider) name -> price.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)

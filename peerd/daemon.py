@@ -48,6 +48,7 @@ from peerd.api.placement import add_placement_routes
 from peerd.api.remote import network_app
 from peerd.api.signin_requests import add_signin_request_routes
 from peerd.api.tools import ToolServices, agent_app
+from peerd.api.waits import add_wait_routes
 from peerd.approvals.desk import ApprovalDesk
 from peerd.approvals.notify import Notifier
 from peerd.approvals.service import ApprovalService, RunGates, continuation
@@ -85,6 +86,7 @@ from peerd.events import (
     RunEnded,
     RunQueued,
     RunStarting,
+    ThreadArchived,
     ThreadStopped,
 )
 from peerd.handoff.service import HandoffService, MoveGuard
@@ -114,6 +116,7 @@ from peerd.tasks import store as tasks_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.follower import FollowerPool
+from peerd.waits.service import Waits
 
 # Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
 __all__ = [
@@ -159,6 +162,18 @@ class Parts:
     a2a: LazyA2A
     console: Console
     sweeper: Sweeper
+    waits: Waits
+
+
+async def _thread_stopped(p: Parts, e: ThreadStopped) -> None:
+    """A thread's Stop or archive: the tasks it delegated stop, and its waits end (nobody to wake)."""
+    await p.delegation.stop_children(e.thread_id, e.reason)
+    await p.waits.cancel_for_thread(e.thread_id, e.reason)
+
+
+async def _thread_archived(p: Parts, e: ThreadArchived) -> None:
+    """A thread was archived: its waits end (nobody to wake)."""
+    await p.waits.cancel_for_thread(e.thread_id, "it was archived")
 
 
 class Daemon:
@@ -422,7 +437,9 @@ class Daemon:
             clock=clock,
         )
         desk = ApprovalDesk(approvals, db, forwarder)
-        tools = ToolServices(ops, links, delegation, handoff, desk)
+        # Waits on a pull request (peerd/waits/): watched through gh, delivered as a wake run.
+        waits = Waits(db, self.feed, kick=runs.kick, clock=clock, poll_s=settings.waits.poll_seconds)
+        tools = ToolServices(ops, links, delegation, handoff, desk, waits)
         console = Console(
             settings.console,
             socket_path=self.paths.socket,
@@ -453,7 +470,8 @@ class Daemon:
             a2a=LazyA2A(ops, label=label, allow_private_push=settings.a2a.allow_private_push),
             console=console,
             # Owned, owed or ending: every open run, task, approval and move, now and once a minute.
-            sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation), clock=clock),
+            sweeper=Sweeper(db, _sweep_hooks(runs, approvals, handoff, delegation, waits), clock=clock),
+            waits=waits,
         )
 
     @staticmethod
@@ -463,7 +481,8 @@ class Daemon:
         on(RunEnded, lambda e: p.delegation.on_run_end(e.thread_id))  # a local child's end settles its task
         on(RunQueued, lambda e: p.runs.kick(e.thread_id))  # an owed approval's continuation starts
         on(RunStarting, lambda e: p.mcp.warm())  # the MCP SDK loads (in a thread) on first need
-        on(ThreadStopped, lambda e: p.delegation.stop_children(e.thread_id, e.reason))  # its tasks stop too
+        on(ThreadStopped, partial(_thread_stopped, p))  # its tasks stop too, and its waits end
+        on(ThreadArchived, partial(_thread_archived, p))  # its waits end
         on(RemoteTaskChanged, p.followers.task_changed)  # the link's follower (re)reads the task
         on(LinkForgotten, p.followers.link_forgotten)  # its open tasks fail now
         on(PeerAnswered, p.followers.peer_answered)  # any answer from a box ends its backoff
@@ -483,6 +502,7 @@ class Daemon:
         await p.followers.start()  # every open remote task and owed stop is followed again
         await p.engine.recover()  # every open orchestration continues where it was
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
+        await p.waits.start()  # every open wait on a pull request is watched again
         p.sweeper.start()
         await p.a2a.start()  # owed push notifications are delivered again, tasks on boxes followed again
 
@@ -520,6 +540,7 @@ class Daemon:
         add_git_routes(local)
         add_handoff_routes(local, p.handoff)
         add_orchestration_routes(local, p.orchestrations)
+        add_wait_routes(local, p.waits)
         add_approval_routes(local, p.desk)
         add_placement_routes(local, p.placement)  # GET /v1/fleet
         add_mcp_route(local, p.mcp, "owner")
@@ -742,6 +763,7 @@ class Daemon:
                 await self._pruner
         if p is not None:
             await p.a2a.close()
+            await p.waits.stop()  # open waits stay recorded: the next start watches them again
             await p.followers.close()
             await p.engine.close()  # recorded state is resumed at the next start
             await p.handoff.close()  # recorded steps resume at the next start
@@ -771,7 +793,11 @@ class Daemon:
 
 
 def _sweep_hooks(
-    runs: RunManager, approvals: ApprovalService, handoff: HandoffService, delegation: Delegation
+    runs: RunManager,
+    approvals: ApprovalService,
+    handoff: HandoffService,
+    delegation: Delegation,
+    waits: Waits,
 ) -> SweepHooks:
     """What the sweep of open work asks of the parts that own each kind of record."""
 
@@ -785,13 +811,19 @@ def _sweep_hooks(
         await delegation.end(task_id, "failed", reason)
 
     return SweepHooks(
-        owners=lambda: Owners(runs=runs.owned_runs(), questions=approvals.waiting(), moves=handoff.driving()),
+        owners=lambda: Owners(
+            runs=runs.owned_runs(),
+            questions=approvals.waiting(),
+            moves=handoff.driving(),
+            waits=frozenset(waits.watching()),
+        ),
         cut_run=cut_run,
         start_queue=runs.kick,
         withdraw=withdraw,
         settle=delegation.on_run_end,
         end_task=end_task,
         resume_moves=handoff.start,
+        resume_waits=waits.start,
     )
 
 

@@ -304,6 +304,12 @@ class OrchestrationNotFound(NotFound):
     code = "orchestration_not_found"
 
 
+class WaitNotFound(NotFound):
+    """No wait on a pull request with that id (for an agent: none of its own thread)."""
+
+    code = "wait_not_found"
+
+
 # --- conflicts ------------------------------------------------------------------------------------
 
 

@@ -69,6 +69,14 @@ class ThreadStopped(Event):
 
 
 @dataclass(frozen=True)
+class ThreadArchived(Event):
+    """A thread was archived here: its waits on pull requests end (nobody is left to wake).
+    Published by `Operations.thread_archive`; `Waits.cancel_for_thread` listens."""
+
+    thread_id: str
+
+
+@dataclass(frozen=True)
 class RemoteTaskChanged(Event):
     """A remote task was recorded or changed here (`task_id`), or, without one, the link's work as
     a whole: its follower starts or re-reads it. Published by `Delegation`; `FollowerPool.notify`
@@ -157,5 +165,6 @@ __all__ = [
     "RunEnded",
     "RunQueued",
     "RunStarting",
+    "ThreadArchived",
     "ThreadStopped",
 ]

@@ -50,7 +50,8 @@ SERVER_NAME = "peerd"
 INSTRUCTIONS = """\
 peerd links the machines coding agents run on. Use delegate_task to hand work to another agent
 (another provider or model here, or a linked machine from environment_list); you are woken with
-the result in a new turn. Use task_status to check on a task, task_cancel to stop it.
+the result in a new turn. Use task_status to check on a task, task_cancel to stop it. After
+opening a pull request, wait_for_github waits for its checks or review without spending a turn.
 Parameters shared by the tools: environmentId names a linked machine (its id or label from
 environment_list; leave it out for this machine); clientRequestId is any string of yours that makes
 a retry return the first call's result instead of acting twice; threadId comes from thread_launch."""

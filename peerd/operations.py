@@ -48,7 +48,7 @@ from peerd.errors import (
     ThreadNotFound,
     WorktreeDirty,
 )
-from peerd.events import Events, ThreadStopped
+from peerd.events import Events, ThreadArchived, ThreadStopped
 from peerd.peer.forwarding import Forwarder
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
@@ -873,6 +873,7 @@ class Operations:
         if thread.status != "archived":
             await threads.archive(self.db, thread_id, now=self.clock())
             self.feed.changed(thread_id)
+            await self._events.publish(ThreadArchived(thread_id))  # its waits end
         return c.ThreadArchiveResult(
             thread_id=thread_id,
             status="archived",

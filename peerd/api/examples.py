@@ -143,6 +143,34 @@ TASK = {
     "createdAt": T0 + 100,
     "endedAt": T0 + 400,
 }
+WT = "wt_3c9e1a7f5b2d8e0a4c61"
+WAIT = {
+    "waitId": WT,
+    "status": "delivered",
+    "threadId": THR,
+    "pr": "42",
+    "until": "checks",
+    "outcome": "failed",
+    "prUrl": "https://github.com/o/r/pull/42",
+    "prState": "OPEN",
+    "reviewDecision": "REVIEW_REQUIRED",
+    "checks": [
+        {
+            "name": "build",
+            "state": "FAILURE",
+            "bucket": "fail",
+            "link": "https://github.com/o/r/actions/runs/9/job/1",
+        },
+        {"name": "lint", "state": "SUCCESS", "bucket": "pass"},
+    ],
+    "polls": 6,
+    "wokenRunId": RUN,
+    "deadlineAt": T0 + 86_500,
+    "createdAt": T0 + 100,
+    "endedAt": T0 + 280,
+}
+WATCHING = {**WAIT, "status": "watching", "outcome": None, "checks": [], "wokenRunId": None, "endedAt": None,
+            "polls": 0, "prUrl": None, "prState": None, "reviewDecision": None}  # fmt: skip
 WATCHED = {
     "runs": [
         {
@@ -237,6 +265,12 @@ TOOLS: dict[str, Any] = {
     ),
     "task_status": ({"taskId": TSK, "wait": True, "timeoutMs": 30000}, TASK),
     "task_cancel": ({"taskId": TSK, "reason": "not needed"}, {**TASK, "status": "cancelled"}),
+    "wait_for_github": ({"pr": "42", "until": "checks"}, WATCHING),
+    "list_waits": ({"status": "watching"}, {"items": [WATCHING]}),
+    "cancel_wait": (
+        {"waitId": WT, "reason": "merged by hand"},
+        {**WATCHING, "status": "cancelled", "detail": "merged by hand", "endedAt": T0 + 200},
+    ),
     "thread_launch": (LAUNCH, LAUNCHED),
     "thread_read": ({"threadId": THR, "afterPosition": 2}, READ),
     "thread_wait": ({"threadId": THR, "timeout": 30}, WAITED),

@@ -45,6 +45,7 @@ from peerd.api import (
     remote,
     signin_requests,
     tools,
+    waits,
 )
 from peerd.api.routes import Example, Route, View
 from peerd.core.constants import INTERACTION_MODES, RUNTIME_MODES
@@ -72,6 +73,7 @@ LISTENERS: tuple[Listener, ...] = (
             *owner_routes.ROUTES,
             *gitwire.ROUTES,
             *orchestrate.ROUTES,
+            *waits.ROUTES,
             *approvals.ROUTES,
             *placement.ROUTES,
             *handoff.ROUTES,

@@ -35,11 +35,13 @@ from peerd.operations import Caller, Operations
 from peerd.peer.links import LinkService
 from peerd.runtime.runner import token_hash
 from peerd.store import threads
+from peerd.waits.wire import WaitCancel, WaitFor, WaitList
 
 if TYPE_CHECKING:
     from peerd.approvals.desk import ApprovalDesk
     from peerd.handoff.service import HandoffService
     from peerd.tasks.delegation import Delegation
+    from peerd.waits.service import Waits
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ToolServices:
     delegation: Delegation
     moves: HandoffService
     desk: ApprovalDesk | None = None  # MCP Tasks' tasks/update decides through it (`mcp_taskport`)
+    waits: Waits | None = None  # waits on a pull request (peerd/waits/)
 
 
 TOOL_SERVICES = web.AppKey("tool_services", ToolServices)
@@ -78,6 +81,24 @@ async def _task_status(s: ToolServices, caller: Caller, req: c.TaskStatusRead) -
 
 async def _task_cancel(s: ToolServices, caller: Caller, req: c.TaskCancel) -> c.Wire:
     return await s.delegation.cancel(caller, req)
+
+
+def _waits(s: ToolServices) -> Waits:
+    if s.waits is None:
+        raise NotFound("Waits on a pull request are not served here.")
+    return s.waits
+
+
+async def _wait_for_github(s: ToolServices, caller: Caller, req: WaitFor) -> c.Wire:
+    return await _waits(s).wait_for(caller, req)
+
+
+async def _list_waits(s: ToolServices, caller: Caller, req: WaitList) -> c.Wire:
+    return await _waits(s).listing(caller, req)
+
+
+async def _cancel_wait(s: ToolServices, caller: Caller, req: WaitCancel) -> c.Wire:
+    return await _waits(s).cancel(caller, req.wait_id, req.reason)
 
 
 async def _thread_launch(s: ToolServices, caller: Caller, req: c.ThreadLaunch) -> c.Wire:
@@ -127,6 +148,9 @@ TOOLS: dict[str, Tool] = {
     "delegate_task": _delegate_task,
     "task_status": _task_status,
     "task_cancel": _task_cancel,
+    "wait_for_github": _wait_for_github,
+    "list_waits": _list_waits,
+    "cancel_wait": _cancel_wait,
     "thread_launch": _thread_launch,
     "thread_read": _thread_read,
     "thread_wait": _thread_wait,
@@ -214,6 +238,7 @@ _TOOL_ERRORS = (
     "run_not_found",
     "item_not_found",
     "task_not_found",
+    "wait_not_found",
     "provider_unavailable",
     "idempotency_key_reused",
     "branch_taken",

@@ -95,6 +95,9 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "task": Lazy("peerd.cli.tasks:task", "Delegated tasks (agents create them with the delegate_task tool)."),
     "thread": Lazy("peerd.cli.threads:thread", "Threads: agent conversations, each in its own git worktree."),
+    "wait": Lazy(
+        "peerd.cli.waits:wait", "Waits on pull requests (agents record them with the wait_for_github tool)."
+    ),
 }
 
 
@@ -287,8 +290,9 @@ def log_as_json(log_format: str) -> bool:
 def mcp(ctx: click.Context, log_level: str) -> None:
     """Serve peerd's agent tools over MCP on stdin/stdout (an agent CLI starts this).
 
-    Tools: delegate_task, task_status, task_cancel, thread_launch, thread_read, thread_wait,
-    thread_send, thread_interrupt, project_list, environment_list. Started by peerd for a run, the
+    Tools: delegate_task, task_status, task_cancel, wait_for_github, list_waits, cancel_wait,
+    thread_launch, thread_read, thread_wait, thread_send, thread_interrupt, project_list,
+    environment_list. Started by peerd for a run, the
     tools act as that run; otherwise as this user. Logs go to stderr.
     """
     # The bridge is synchronous and standard-library only: no asyncio or logging set-up here,

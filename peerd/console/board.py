@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 from peerd import contracts as c
@@ -54,7 +55,7 @@ _COLUMN_OF_STATUS = {
 class Need:
     """One thing that waits for the person, about one thread."""
 
-    kind: str  # approval | budget | task
+    kind: str  # approval | budget | task | review
     text: str
     approval_id: str | None = None
     task_id: str | None = None
@@ -157,14 +158,32 @@ def task_waits(task: c.TaskInfo, parent: c.Thread | None) -> bool:
     return run.created_at <= task.ended_at and run.status not in ("queued", "starting", "running")
 
 
+def review_waits(wait: dict[str, Any], thread: c.Thread) -> bool:
+    """A wait on a pull request that ended with a review asking for changes waits for the person
+    while its thread has not run since the wake that told its agent (peerd/waits/): the person
+    reads the review and what the agent made of it, and anything they send makes it leave."""
+    if wait.get("outcome") != "changes_requested" or thread.status != "active":
+        return False
+    run, ended = thread.latest_run, wait.get("endedAt")
+    if run is None or not isinstance(ended, int | float):
+        return True
+    woken = wait.get("wokenRunId")
+    return (run.id == woken or run.created_at <= ended) and run.status not in (
+        "queued",
+        "starting",
+        "running",
+    )
+
+
 def needs_of(
     thread: c.Thread,
     *,
     approvals: Iterable[tuple[str, str]] = (),
     failed_tasks: Iterable[c.TaskInfo] = (),
+    reviews: Iterable[dict[str, Any]] = (),
 ) -> tuple[Need, ...]:
     """What about `thread` waits for the person: its pending approvals (id, summary), a budget stop,
-    the failed tasks it delegated that wait."""
+    the failed tasks it delegated that wait, a review that asked for changes on its pull request."""
     found = [Need("approval", summary, approval_id=aid) for aid, summary in approvals]
     if budget_stopped(thread):
         assert thread.latest_run is not None  # noqa: S101  # budget_stopped says so
@@ -172,6 +191,11 @@ def needs_of(
     for task in failed_tasks:
         if task_waits(task, thread):
             found.append(Need("task", f"its task {task.title!r} failed", task_id=task.task_id))
+    for wait in reviews:
+        if review_waits(wait, thread):
+            found.append(
+                Need("review", f"a review asked for changes on {wait.get('prUrl') or wait.get('pr')}")
+            )
     return tuple(found)
 
 

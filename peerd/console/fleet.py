@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -80,6 +81,16 @@ async def read_fleet(api: Owner) -> Fleet:
         asked.setdefault((where, str(view.get("threadId"))), []).append(
             (str(view.get("id")), str(view.get("summary") or view.get("tool") or ""))
         )
+    try:  # waits on pull requests a review asked changes of (peerd/waits/)
+        ended = (await api.call("GET", "/v1/waits", params={"status": "delivered", "limit": c.PAGE_LIMIT}))[
+            "items"
+        ]
+    except PeerdError:
+        ended = []
+    reviews: dict[str, list[dict[str, Any]]] = {}
+    for wait in ended:
+        if wait.get("outcome") == "changes_requested":
+            reviews.setdefault(str(wait.get("threadId")), []).append(wait)
     by_parent: dict[str, list[c.TaskInfo]] = {}
     for task in failed:
         by_parent.setdefault(task.parent_thread_id, []).append(task)
@@ -107,6 +118,7 @@ async def read_fleet(api: Owner) -> Fleet:
                 thread,
                 approvals=asked.get((env.env_id, thread.id), ()),
                 failed_tasks=by_parent.get(thread.id, ()) if env.local else (),
+                reviews=reviews.get(thread.id, ()) if env.local else (),
             )
             cards.append(
                 Card(

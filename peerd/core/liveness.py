@@ -51,7 +51,9 @@ ORPHAN_QUESTION = (
     "withdrawn. If the work goes on, it asks again."
 )
 
-Action = Literal["cut_run", "start_queue", "withdraw_approval", "settle_task", "end_task", "resume_move"]
+Action = Literal[
+    "cut_run", "start_queue", "withdraw_approval", "settle_task", "end_task", "resume_move", "resume_wait"
+]
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,18 @@ class OpenMove:
 
 
 @dataclass(frozen=True)
+class OpenWait:
+    id: str  # a wait on a pull request still `watching` (peerd/waits/)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     now: float
     runs: Sequence[OpenRun] = ()
     approvals: Sequence[OpenApproval] = ()
     tasks: Sequence[OpenTask] = ()
     moves: Sequence[OpenMove] = ()
+    waits: Sequence[OpenWait] = ()
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,7 @@ class Owners:
     runs: frozenset[str] = field(default_factory=frozenset)  # runs its run manager executes
     questions: frozenset[str] = field(default_factory=frozenset)  # approvals a gate waits on
     moves: frozenset[str] = field(default_factory=frozenset)  # moves its driver runs
+    waits: frozenset[str] = field(default_factory=frozenset)  # waits a watcher of it drives
 
 
 @dataclass(frozen=True)
@@ -158,4 +167,7 @@ def sweep(snapshot: Snapshot, owners: Owners, *, grace_s: float = STARTING_GRACE
     for move in snapshot.moves:
         if move.state in OPEN_MOVE and move.id not in owners.moves:
             fixes.append(Fix("resume_move", move.id, "an unfinished move nobody was driving"))
+    for wait in snapshot.waits:
+        if wait.id not in owners.waits:
+            fixes.append(Fix("resume_wait", wait.id, "a wait on a pull request nobody was watching"))
     return fixes

@@ -16,28 +16,16 @@ in, the push refused) is said in the `delivery` receipt, with the command to run
 
 from __future__ import annotations
 
-import asyncio
-import os
 import shlex
-import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from peerd.errors import GitError, InvalidRequest
 from peerd.orchestrate.models import DeliveryReceipt
 from peerd.runtime import git
+from peerd.runtime.gh import gh_path, run_gh
 
-GH_TIMEOUT_S = 120.0
 PR_BODY_MAX_CHARS = 60_000  # GitHub refuses bodies past 65,536 characters
-_GH_ENV = {"GH_PROMPT_DISABLED": "1", "GH_NO_UPDATE_NOTIFIER": "1", "NO_COLOR": "1", "GH_PAGER": "cat"}
-
-
-@dataclass(frozen=True)
-class GhResult:
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 async def check_remote(repo: Path, remote: str) -> str:
@@ -47,34 +35,6 @@ async def check_remote(repo: Path, remote: str) -> str:
         listed = ", ".join(sorted(known)) or "none (`git remote add NAME URL`)"
         raise InvalidRequest(f"--push {remote}: {repo} has no remote named so (its remotes: {listed}).")
     return known[remote]
-
-
-def gh_path() -> str | None:
-    return shutil.which("gh")
-
-
-def _gh_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in git.REPO_LOCATION_VARS}
-    env.update(_GH_ENV)
-    return env
-
-
-async def run_gh(repo: Path, *args: str) -> GhResult:
-    """`gh ARGS` in the checkout, argument list, stdin closed, bounded."""
-    binary = gh_path()
-    if binary is None:
-        return GhResult(127, "", "gh is not installed")
-    proc = await asyncio.create_subprocess_exec(
-        binary, *args, cwd=repo, env=_gh_env(), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), GH_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return GhResult(124, "", f"gh {args[0]} did not answer within {GH_TIMEOUT_S:g} s")
-    return GhResult(proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
 async def gh_problem(repo: Path) -> str | None:

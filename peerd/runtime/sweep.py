@@ -38,6 +38,7 @@ class SweepHooks:
     settle: Callable[[str], Awaitable[None]]  # a local task's child thread id
     end_task: Callable[[str, str], Awaitable[None]]  # (task id, reason): failed
     resume_moves: Callable[[], Awaitable[None]]
+    resume_waits: Callable[[], Awaitable[None]] | None = None  # every open wait nobody watches
 
 
 class Sweeper:
@@ -75,12 +76,12 @@ class Sweeper:
         snap = await sweep_store.snapshot(self.db, now=self.clock())
         # What this daemon runs is read after the rows: a run started meanwhile is in it.
         fixes = sweep(snap, self.hooks.owners())
-        moves_resumed = False
+        resumed: set[str] = set()
         for fix in fixes:
-            if fix.action == "resume_move":
-                if moves_resumed:
-                    continue
-                moves_resumed = True
+            if fix.action in ("resume_move", "resume_wait"):
+                if fix.action in resumed:
+                    continue  # one call resumes them all
+                resumed.add(fix.action)
             try:
                 await self._apply(fix)
             except Exception:
@@ -106,3 +107,5 @@ class Sweeper:
             await hooks.end_task(fix.id, fix.reason)
         elif fix.action == "resume_move":
             await hooks.resume_moves()
+        elif fix.action == "resume_wait" and hooks.resume_waits is not None:
+            await hooks.resume_waits()

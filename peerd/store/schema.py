@@ -558,4 +558,41 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX a2a_remote_listed ON a2a_remote_tasks(created_at, task_id)",
         "CREATE INDEX a2a_remote_thread ON a2a_remote_tasks(thread_id)",
     ],
+    # 23: waits on a pull request (peerd/waits/): recorded before the asking run's turn ends,
+    # watched through `gh` with its backoff stored as a delay (a restart waits at most that), ended
+    # once (`delivered` with its outcome and the wake run made in the same transaction, or
+    # `cancelled`). `claim` is the fencing token of the watcher that may deliver it.
+    [
+        """CREATE TABLE waits (
+            id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL,
+            run_id TEXT,
+            project_id TEXT NOT NULL,
+            namespace TEXT NOT NULL,
+            request_key TEXT,
+            request_hash TEXT NOT NULL,
+            pr TEXT NOT NULL,
+            until TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'watching',
+            outcome TEXT,
+            detail TEXT,
+            seen TEXT,
+            polls INTEGER NOT NULL DEFAULT 0,
+            failures INTEGER NOT NULL DEFAULT 0,
+            rate_limited INTEGER NOT NULL DEFAULT 0,
+            baseline TEXT,
+            next_at REAL,
+            delay_s REAL,
+            last_error TEXT,
+            claim TEXT,
+            woken_run_id TEXT,
+            deadline_at REAL NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            ended_at REAL
+        )""",
+        "CREATE UNIQUE INDEX waits_request ON waits(namespace, request_key) WHERE request_key IS NOT NULL",
+        "CREATE INDEX waits_open ON waits(created_at) WHERE status = 'watching'",
+        "CREATE INDEX waits_thread ON waits(thread_id, created_at)",
+    ],
 ]

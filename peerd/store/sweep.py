@@ -13,6 +13,7 @@ from peerd.core.liveness import (
     OpenMove,
     OpenRun,
     OpenTask,
+    OpenWait,
     Snapshot,
 )
 from peerd.core.moves import UNFINISHED
@@ -33,7 +34,8 @@ _TASKS = (
     " EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = k.child_thread_id"
     "         AND r.status IN ('queued', 'starting', 'running'))"
     " OR EXISTS (SELECT 1 FROM tasks g WHERE g.parent_thread_id = k.child_thread_id"
-    "            AND g.status IN ('pending', 'running')) AS busy,"
+    "            AND g.status IN ('pending', 'running'))"
+    " OR EXISTS (SELECT 1 FROM waits w WHERE w.thread_id = k.child_thread_id AND w.status = 'watching') AS busy,"
     " k.target_env IS NULL OR EXISTS (SELECT 1 FROM links l WHERE l.env_id = k.target_env) AS linked"
     " FROM tasks k WHERE k.status IN ('pending', 'running')"
 )
@@ -44,12 +46,15 @@ _ORPHANED = (
 _MOVES = f"SELECT id, state FROM moves WHERE state IN {sql_list(UNFINISHED)}"  # noqa: S608  # moves_unfinished
 
 
-QUERIES = (_RUNS, _APPROVALS, _TASKS, _MOVES)
+_WAITS = "SELECT id FROM waits WHERE status = 'watching'"  # waits_open
+
+
+QUERIES = (_RUNS, _APPROVALS, _TASKS, _WAITS, _MOVES)
 
 
 def build(now: float, rows: Sequence[Sequence[Any]]) -> Snapshot:
     """The snapshot from the rows of `QUERIES`, in that order (any mapping-like rows)."""
-    run_rows, approval_rows, task_rows, move_rows = rows
+    run_rows, approval_rows, task_rows, wait_rows, move_rows = rows
     runs = [
         OpenRun(
             id=r["id"],
@@ -76,7 +81,8 @@ def build(now: float, rows: Sequence[Sequence[Any]]) -> Snapshot:
         for r in task_rows
     ]
     moves = [OpenMove(id=r["id"], state=r["state"]) for r in move_rows]
-    return Snapshot(now=now, runs=runs, approvals=approvals, tasks=tasks, moves=moves)
+    waits = [OpenWait(id=r["id"]) for r in wait_rows]
+    return Snapshot(now=now, runs=runs, approvals=approvals, tasks=tasks, moves=moves, waits=waits)
 
 
 async def snapshot(db: Database, *, now: float) -> Snapshot:

@@ -37,7 +37,8 @@ _RESOLVE = (
 )
 _FACTS = (
     "SELECT threads.id AS thread_id, threads.queue_held AS queue_held, EXISTS (SELECT 1 FROM tasks"
-    " WHERE tasks.parent_thread_id = threads.id AND tasks.status IN ('pending', 'running')) AS busy,"
+    " WHERE tasks.parent_thread_id = threads.id AND tasks.status IN ('pending', 'running'))"
+    " OR EXISTS (SELECT 1 FROM waits WHERE waits.thread_id = threads.id AND waits.status = 'watching') AS busy,"
     " runs.id AS id, runs.number AS number, runs.status AS status, runs.origin AS origin,"
     " runs.reason AS reason FROM threads JOIN runs ON runs.thread_id = threads.id WHERE "
 )

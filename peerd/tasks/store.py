@@ -400,10 +400,12 @@ async def delegated_by(db: Database, thread_id: str) -> tuple[str, str] | None:
 
 
 async def has_open_children(db: Database, thread_id: str) -> bool:
-    """Does this thread still wait on tasks it delegated? Its own result is not final until not."""
+    """Does this thread still wait on tasks it delegated, or on a pull request (a wait it recorded,
+    peerd/waits/)? Its own result is not final until not: the wake that ends it carries it on."""
     row = await db.fetchone(
-        "SELECT 1 FROM tasks WHERE parent_thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
-        (thread_id,),
+        "SELECT 1 FROM tasks WHERE parent_thread_id = ? AND status IN ('pending', 'running')"
+        " UNION ALL SELECT 1 FROM waits WHERE thread_id = ? AND status = 'watching' LIMIT 1",
+        (thread_id, thread_id),
     )
     return row is not None
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from peerd.api.localclient import LocalClient
+from peerd.config import Config
 from tests.helpers import Pair, git, make_repo, two_daemons, wait_terminal
 
 
@@ -76,12 +77,14 @@ async def linked(tmp_path: Path) -> AsyncIterator[tuple[Pair, dict[str, Any]]]:
 
 
 @asynccontextmanager
-async def linked_pair(tmp_path: Path, *, watch_chunk_s: float) -> AsyncIterator[tuple[Pair, dict[str, Any]]]:
+async def linked_pair(
+    tmp_path: Path, *, watch_chunk_s: float, settings: Config | None = None
+) -> AsyncIterator[tuple[Pair, dict[str, Any]]]:
     """A laptop linked to a box with `auto` access; both have a clone of one origin."""
     origin = tmp_path / "origin.git"
     make_repo(tmp_path / "seed", origin=None)
     git(tmp_path, "clone", "-q", "--bare", str(tmp_path / "seed"), str(origin))
-    async with two_daemons(tmp_path, laptop_watch_chunk_s=watch_chunk_s) as pair:
+    async with two_daemons(tmp_path, laptop_watch_chunk_s=watch_chunk_s, settings=settings) as pair:
         lc, bc = pair.lc, pair.bc
         for side, client in (("laptop", lc), ("box", bc)):
             git(tmp_path, "clone", "-q", str(origin), str(tmp_path / f"{side}-repo"))

@@ -9,6 +9,7 @@ from peerd.core.liveness import (
     OpenMove,
     OpenRun,
     OpenTask,
+    OpenWait,
     Owners,
     Snapshot,
     sweep,
@@ -74,6 +75,11 @@ def test_a_local_task_with_nothing_left_to_do_is_settled() -> None:
 def test_a_move_nobody_drives_is_resumed() -> None:
     moves = [OpenMove("m1", "moving"), OpenMove("m2", "waiting"), OpenMove("m3", "moved")]
     assert actions(Snapshot(NOW, moves=moves), Owners(moves=frozenset({"m2"}))) == [("resume_move", "m1")]
+
+
+def test_a_wait_nobody_watches_is_resumed() -> None:
+    waits = [OpenWait("w1"), OpenWait("w2")]
+    assert actions(Snapshot(NOW, waits=waits), Owners(waits=frozenset({"w2"}))) == [("resume_wait", "w1")]
 
 
 def test_a_quiet_store_breaks_nothing() -> None:

@@ -187,6 +187,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         runs=part(kick="kick"),
         followers=part(task_changed="follow task", link_forgotten="fail link", peer_answered="end backoff"),
         placement=part(link_answered="keep link report", keep_from_feed="keep feed report"),
+        waits=part(cancel_for_thread="end waits"),
         mcp=part(warm="load the MCP SDK"),
     )
     Daemon._subscribe(parts)  # type: ignore[arg-type]  # the parts it subscribes, as fakes
@@ -202,6 +203,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         events.LinkChecked("box", {"capacity": None}),
         events.CapacityReported("box", capacity),
         events.RunStarting("thr_4"),
+        events.ThreadArchived("thr_5"),
     ]
     kinds = {kind for kind in vars(events).values() if isinstance(kind, type) and issubclass(kind, Event)}
     assert {type(event) for event in published} == kinds - {Event}, "a new event: publish it here too"
@@ -212,6 +214,7 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         ("settle", ("thr_1",)),
         ("kick", ("thr_2",)),
         ("stop children", ("thr_3", "why")),
+        ("end waits", ("thr_3", "why")),
         ("follow task", (published[3],)),
         ("fail link", (published[4],)),
         ("end the client's polls", (published[5],)),
@@ -219,4 +222,5 @@ async def test_the_daemon_subscribes_each_event_to_the_part_that_acts_on_it() ->
         ("keep link report", ("box", {"capacity": None})),
         ("keep feed report", ("box", capacity)),
         ("load the MCP SDK", ()),
+        ("end waits", ("thr_5", "it was archived")),
     ]
