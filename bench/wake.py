@@ -115,6 +115,8 @@ class Counter:
 
 
 BOX = Counter()
+# The listeners counted, by the daemon's label: the box here; bench/fleet.py adds one per box.
+COUNTERS: dict[str, Counter] = {"box": BOX}
 _network_app = remote.network_app
 
 
@@ -129,15 +131,16 @@ def counting_network_app(ops: Any, desc: Any, **kw: Any) -> web.Application:
     @web.middleware
     async def count(request: web.Request, handler: Any) -> web.StreamResponse:
         kind = kind_of(request.path)
-        if desc.label == "box":
-            await BOX.arrived(kind)
+        counter = COUNTERS.get(desc.label)
+        if counter is not None:
+            await counter.arrived(kind)
         response: web.StreamResponse = await handler(request)
-        if desc.label == "box":
+        if counter is not None:
             body = response.body if isinstance(response, web.Response) else b""
             size_in = len(request.method) + len(request.path_qs) + 12 + _header_bytes(request.headers)
             size_in += request.content_length or 0
             size_out = 17 + _header_bytes(response.headers) + len(body if isinstance(body, bytes) else b"")
-            BOX.bytes[kind] += size_in + size_out
+            counter.bytes[kind] += size_in + size_out
         return response
 
     app.middlewares.insert(0, count)
@@ -333,22 +336,24 @@ class Idle:
         return self.bytes * 60 / self.seconds if self.seconds else 0.0
 
 
-async def window(kind: str, seconds: float, *, aligned: bool = True) -> Idle:
+async def window(kind: str, seconds: float, *, aligned: bool = True, counter: Counter = BOX) -> Idle:
     """What reached the box from one `kind` arrival to the first one at least `seconds` later (a
-    whole number of cycles); unaligned: a plain window (nothing may arrive at all)."""
+    whole number of cycles); unaligned: a plain window (nothing may arrive at all). At the box
+    unless `counter` says which listener."""
+    box = counter
     if aligned:
-        await BOX.until(kind, BOX.counts[kind] + 1)
-    t0 = BOX.arrivals[kind][-1] if aligned else time.monotonic()
-    before, bytes0, cpu0 = sum(BOX.counts.values()), BOX.bytes[kind], time.process_time()
-    start = BOX.counts[kind]
+        await box.until(kind, box.counts[kind] + 1)
+    t0 = box.arrivals[kind][-1] if aligned else time.monotonic()
+    before, bytes0, cpu0 = sum(box.counts.values()), box.bytes[kind], time.process_time()
+    start = box.counts[kind]
     await asyncio.sleep(seconds)
     if aligned:
-        await BOX.until(kind, BOX.counts[kind] + 1)
-    t1 = BOX.arrivals[kind][-1] if aligned else time.monotonic()
-    n = BOX.counts[kind] - start - (1 if aligned else 0)
-    others = sum(BOX.counts.values()) - before - (BOX.counts[kind] - start)
+        await box.until(kind, box.counts[kind] + 1)
+    t1 = box.arrivals[kind][-1] if aligned else time.monotonic()
+    n = box.counts[kind] - start - (1 if aligned else 0)
+    others = sum(box.counts.values()) - before - (box.counts[kind] - start)
     # Bytes of the requests answered in the window: the last arrival's are counted at its answer.
-    return Idle(n, t1 - t0, BOX.bytes[kind] - bytes0, others, time.process_time() - cpu0)
+    return Idle(n, t1 - t0, box.bytes[kind] - bytes0, others, time.process_time() - cpu0)
 
 
 class UnpooledPeerClient(PeerClient):
