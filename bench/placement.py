@@ -271,10 +271,10 @@ async def run(reps: int) -> dict[str, Any]:
             hub = box.followers.delegation.ender.watcher.hub
             capacity = hub.capacity
             box_id = box.identity.env_id
-            laptop_db = laptop.db
+            laptop_db, peers = laptop.db, laptop.peers
 
             async def poll() -> Any:
-                return await laptop.peers.call(box_id, "POST", CHANGES_PATH, body={"timeout": 0})
+                return await peers.call(box_id, "POST", CHANGES_PATH, body={"timeout": 0})
 
             n = 0
 
