@@ -211,6 +211,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # Each box's open tasks are queued runs there, and count against its max_runs: the boxes get
         # room for them plus --max-runs, so the burst finds --max-runs free on each.
         held = -(-args.tasks // args.boxes)
+        figures["box_max_runs"] = held + args.max_runs
         async with fleet_daemons(root, weights, args.max_runs, laptop_config=config, held=held) as f:
             say(f"{args.boxes} boxes linked in {time.monotonic() - t0:.1f} s")
 
