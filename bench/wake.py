@@ -63,6 +63,7 @@ from peerd.store.db import Database
 from peerd.store.ids import new_id
 from peerd.tasks import store as tasks
 from peerd.tasks.feedwire import CHANGES_PATH
+from peerd.tasks.machine import watch_margin
 
 PRODUCTION_CHUNK_S = 50.0
 # Issue 33: against the stdlib round trip, <= 5x on an idle link and <= 8x at 10,000 open tasks.
@@ -350,8 +351,9 @@ async def window(kind: str, seconds: float, *, aligned: bool = True, counter: Co
     if aligned:
         await box.until(kind, box.counts[kind] + 1)
     t1 = box.arrivals[kind][-1] if aligned else time.monotonic()
-    n = box.counts[kind] - start - (1 if aligned else 0)
-    others = sum(box.counts.values()) - before - (box.counts[kind] - start)
+    # One arrival per cycle after t0, t1's included (t0's is the cycle before): n cycles in t1 - t0.
+    n = box.counts[kind] - start
+    others = sum(box.counts.values()) - before - n
     # Bytes of the requests answered in the window: the last arrival's are counted at its answer.
     return Idle(n, t1 - t0, box.bytes[kind] - bytes0, others, time.process_time() - cpu0)
 
@@ -604,7 +606,9 @@ async def run(args: argparse.Namespace) -> Results:
 
 def report(r: Results) -> dict[str, Any]:
     a = r.args
-    scale = a.chunk / PRODUCTION_CHUNK_S  # requests per minute at the production chunk
+    # Requests per minute at the production chunk: a poll waits the chunk less its margin (4 s at
+    # 5 s, 45 s at 50 s), so the rate scales with that wait, not with the chunk.
+    scale = (a.chunk - watch_margin(a.chunk)) / (PRODUCTION_CHUNK_S - watch_margin(PRODUCTION_CHUNK_S))
     base = r.baseline
     base_tasks = next((s.baseline_tasks for s in r.stages if s.baseline_tasks), 0)
     per_task_min = base.per_min / base_tasks if base and base_tasks else None
