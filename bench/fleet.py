@@ -233,7 +233,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 f"{args.tasks} tasks inserted and followed in {time.monotonic() - t0:.1f} s (sync {took:.1f} s)"
             )
 
-            # 1. Idle cost per link, at every box at once.
+            # 1. Idle cost per link, at every box at once, a chunk after the sync (the poll that
+            # follows a subscription's change is answered at once and sent again).
+            await asyncio.sleep(args.chunk)
             gathered = await bounded(
                 asyncio.gather(*(window("poll", args.window, counter=COUNTERS[label]) for label in labels)),
                 args.window + 3 * args.chunk + args.stall,
