@@ -185,9 +185,6 @@ def idle_figures(idles: dict[str, Idle], chunk: float) -> dict[str, Any]:
         "requests_per_min_per_link_at_50s_chunk": round(statistics.mean(rates) * scale, 3),
         "worst_at_50s_chunk": round(max(rates) * scale, 3),
         "bytes_per_min_per_link": round(statistics.mean(i.bytes_per_min for i in idles.values())),
-        "bytes_per_min_per_link_at_50s_chunk": round(
-            statistics.mean(i.bytes_per_min for i in idles.values()) * scale
-        ),
         "bytes_per_poll": round(sum(i.bytes for i in idles.values()) / max(polls, 1)),
         "other_requests": sum(i.other_requests for i in idles.values()),
         "goal_requests_per_min": GOALS["requests_per_min"],
@@ -320,10 +317,11 @@ def table(f: dict[str, Any]) -> str:
         f"1. idle, counted at each box over {idle['window_s']:g} s at the {idle['chunk_s']:g} s chunk:"
         f" {idle['requests_per_min_per_link']} requests/min per link (min-max"
         f" {idle['requests_per_min_per_link_min_max'][0]}-{idle['requests_per_min_per_link_min_max'][1]}),"
-        f" {idle['bytes_per_min_per_link']} B/min, {idle['bytes_per_poll']} B/poll",
+        f" {idle['bytes_per_min_per_link']} B/min, {idle['bytes_per_poll']} B/poll (the box's capacity report,"
+        " at most every 10 s, rides on some of these polls; at the production chunk on each)",
         f"   at the production chunk (50 s; a poll waits {poll_wait_s(PRODUCTION_CHUNK_S):g} s there,"
         f" {idle['poll_wait_s']:g} s here): {idle['requests_per_min_per_link_at_50s_chunk']} per link,"
-        f" {idle['bytes_per_min_per_link_at_50s_chunk']} B/min, worst {idle['worst_at_50s_chunk']}"
+        f" worst {idle['worst_at_50s_chunk']}"
         f" (goal <= {idle['goal_requests_per_min']:g}: {'met' if idle['met'] else 'NOT met'})",
         f"2. wakes: {wake['wakes']} round robin over the boxes, p50 {wake['p50_ms']} ms (max {wake['max_ms']});"
         f" stdlib round trip {wake['round_trip_stdlib_ms']} ms -> x {wake['x_round_trip']}"
