@@ -127,6 +127,7 @@ bench: $(STAMP)
 	$(PY) bench/store_hops.py
 	$(PY) bench/launch.py && $(PY) bench/start.py && $(PY) bench/resume.py
 	$(PY) bench/placement.py
+	$(PY) bench/fleet.py
 
 # DEMO_PROVIDER=claude or codex runs the demo's agents as that real CLI against a scripted model.
 demo: $(STAMP) sandbox $(if $(filter claude codex,$(DEMO_PROVIDER)),$(CLIS_STAMP))

@@ -39,6 +39,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,39 +93,79 @@ async def linked(root: Path) -> AsyncIterator[tuple[Daemon, Daemon, LocalClient,
         yield laptop, box, lc, {"here": here["id"], "there": there["id"]}
 
 
+@dataclass
+class Fleet:
+    """A manual-only laptop linked to boxes: the daemons (`laptop` may be replaced, as a restart
+    does; the one there at the end is shut down), their clients by label, and each side's project."""
+
+    laptop: Daemon
+    boxes: dict[str, Daemon]
+    lc: LocalClient
+    clients: dict[str, LocalClient]
+    project: str
+    box_projects: dict[str, str]
+
+
 @contextlib.asynccontextmanager
-async def fleet(
-    root: Path, weights: list[int], unit: int
-) -> AsyncIterator[tuple[LocalClient, dict[str, LocalClient], str]]:
-    """A manual-only laptop linked to one box per weight (max_runs = weight x unit), each with a
-    checkout of one origin: the laptop's client, each box's client by label, the laptop's project."""
+async def fleet_daemons(
+    root: Path,
+    weights: list[int],
+    unit: int,
+    *,
+    laptop_config: DaemonConfig | None = None,
+    held: int = 0,
+) -> AsyncIterator[Fleet]:
+    """A manual-only laptop (or `laptop_config`, on `root / "laptop"`) linked to one box per weight
+    (max_runs = weight x unit, plus `held` for runs the caller keeps queued there; labels box00,
+    box01, ...), each with a checkout of one origin."""
     quiet = ConsoleConfig(enabled=False)  # several daemons in one process: no console port each
     manual = Config(placement=PlacementConfig(max_runs=unit, preference="manual-only"), console=quiet)
-    laptop = Daemon(DaemonConfig(home=root / "laptop", label="laptop", listen="127.0.0.1:0", settings=manual))
+    laptop = Daemon(
+        laptop_config
+        or DaemonConfig(home=root / "laptop", label="laptop", listen="127.0.0.1:0", settings=manual)
+    )
     boxes = {
         f"box{i:02}": Daemon(
             DaemonConfig(
                 home=root / f"box{i:02}",
                 label=f"box{i:02}",
                 listen="127.0.0.1:0",
-                settings=Config(placement=PlacementConfig(max_runs=weight * unit), console=quiet),
+                settings=Config(placement=PlacementConfig(max_runs=weight * unit + held), console=quiet),
             )
         )
         for i, weight in enumerate(weights)
     }
     async with contextlib.AsyncExitStack() as stack:
-        for daemon in (*boxes.values(), laptop):
-            await daemon.start()
-            stack.push_async_callback(daemon.shutdown)
+        for box in boxes.values():
+            await box.start()
+            stack.push_async_callback(box.shutdown)
+        await laptop.start()
+        holder: list[Fleet] = []
+        stack.push_async_callback(lambda: holder[0].laptop.shutdown() if holder else laptop.shutdown())
         lc = await stack.enter_async_context(LocalClient(laptop.paths.socket))
         here = await lc.call("POST", "/v1/projects", body={"path": str(make_repo(root / "laptop-repo"))})
         clients: dict[str, LocalClient] = {}
+        projects: dict[str, str] = {}
         for label, box in boxes.items():
             bc = clients[label] = await stack.enter_async_context(LocalClient(box.paths.socket))
-            await bc.call("POST", "/v1/projects", body={"path": str(make_repo(root / f"{label}-repo"))})
+            there = await bc.call(
+                "POST", "/v1/projects", body={"path": str(make_repo(root / f"{label}-repo"))}
+            )
+            projects[label] = there["id"]
             code = (await bc.call("POST", "/v1/pair", body={"access": "auto"}))["code"]
             await lc.call("POST", "/v1/links", body={"code": code, "access": "auto"})
-        yield lc, clients, here["id"]
+        holder.append(Fleet(laptop, boxes, lc, clients, here["id"], projects))
+        yield holder[0]
+
+
+@contextlib.asynccontextmanager
+async def fleet(
+    root: Path, weights: list[int], unit: int
+) -> AsyncIterator[tuple[LocalClient, dict[str, LocalClient], str]]:
+    """A manual-only laptop linked to one box per weight (max_runs = weight x unit), each with a
+    checkout of one origin: the laptop's client, each box's client by label, the laptop's project."""
+    async with fleet_daemons(root, weights, unit) as f:
+        yield f.lc, f.clients, f.project
 
 
 async def drain(
@@ -154,19 +195,30 @@ async def split(burst: int, weights: list[int], unit: int, stall_s: float) -> di
     where each went, and the drain."""
     with tempfile.TemporaryDirectory(prefix="peerd-bench-split-") as tmp:
         async with fleet(Path(tmp), weights, unit) as (lc, clients, project):
-            await lc.call("GET", "/v1/environments")  # every box's report read once, before the burst
-            load_before = overloaded()
-            body = {"projectId": project, "prompt": REPLY, "environmentId": "auto"}
-            start = time.perf_counter()
-            launched = await asyncio.gather(
-                *(
-                    lc.call("POST", "/v1/threads", body={**body, "clientRequestId": f"s{i}"})
-                    for i in range(burst)
-                )
-            )
-            burst_s = time.perf_counter() - start
-            drain_s, ended = await drain(clients, launched, stall_s)
-            load_after = overloaded()
+            return await split_on(lc, clients, project, burst, weights, unit, stall_s)
+
+
+async def split_on(
+    lc: LocalClient,
+    clients: dict[str, LocalClient],
+    project: str,
+    burst: int,
+    weights: list[int],
+    unit: int,
+    stall_s: float,
+) -> dict[str, Any]:
+    """The burst over a fleet already linked (box labels box00, box01, ... in the order of
+    `weights`): where each launch went against each box's share, and the drain."""
+    await lc.call("GET", "/v1/environments")  # every box's report read once, before the burst
+    load_before = overloaded()
+    body = {"projectId": project, "prompt": REPLY, "environmentId": "auto"}
+    start = time.perf_counter()
+    launched = await asyncio.gather(
+        *(lc.call("POST", "/v1/threads", body={**body, "clientRequestId": f"s{i}"}) for i in range(burst))
+    )
+    burst_s = time.perf_counter() - start
+    drain_s, ended = await drain(clients, launched, stall_s)
+    load_after = overloaded()
     got = Counter(a["placement"]["label"] for a in launched)
     total = sum(weights)
     boxes = {}
@@ -219,10 +271,10 @@ async def run(reps: int) -> dict[str, Any]:
             hub = box.followers.delegation.ender.watcher.hub
             capacity = hub.capacity
             box_id = box.identity.env_id
-            laptop_db = laptop.db
+            laptop_db, peers = laptop.db, laptop.peers
 
             async def poll() -> Any:
-                return await laptop.peers.call(box_id, "POST", CHANGES_PATH, body={"timeout": 0})
+                return await peers.call(box_id, "POST", CHANGES_PATH, body={"timeout": 0})
 
             n = 0
 

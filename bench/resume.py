@@ -103,11 +103,12 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def idle_rss(pair: Pair, root: Path, settle_s: float) -> int:
+async def idle_rss(pair: Pair, root: Path, settle_s: float, *, config: DaemonConfig | None = None) -> int:
     """The laptop as its own `peerd serve` process, idle: its RSS (KiB). The in-process laptop is
-    stopped first and started again afterwards."""
+    stopped first and started again afterwards (with `config`, whose home it serves, if given)."""
+    config = config or laptop_config(root)
     await pair.laptop.shutdown()
-    home = root / "laptop"
+    home = config.home
     argv = [*peerd_argv(), "--home", str(home), "serve", "--listen", "127.0.0.1:0", "--log-level", "warning"]
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -128,7 +129,7 @@ async def idle_rss(pair: Pair, root: Path, settle_s: float) -> int:
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 30)
-        pair.laptop = Daemon(laptop_config(root))
+        pair.laptop = Daemon(config)
         await pair.laptop.start()
 
 

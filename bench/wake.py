@@ -63,6 +63,7 @@ from peerd.store.db import Database
 from peerd.store.ids import new_id
 from peerd.tasks import store as tasks
 from peerd.tasks.feedwire import CHANGES_PATH
+from peerd.tasks.machine import watch_margin
 
 PRODUCTION_CHUNK_S = 50.0
 # Issue 33: against the stdlib round trip, <= 5x on an idle link and <= 8x at 10,000 open tasks.
@@ -115,6 +116,8 @@ class Counter:
 
 
 BOX = Counter()
+# The listeners counted, by the daemon's label: the box here; bench/fleet.py adds one per box.
+COUNTERS: dict[str, Counter] = {"box": BOX}
 _network_app = remote.network_app
 
 
@@ -129,15 +132,16 @@ def counting_network_app(ops: Any, desc: Any, **kw: Any) -> web.Application:
     @web.middleware
     async def count(request: web.Request, handler: Any) -> web.StreamResponse:
         kind = kind_of(request.path)
-        if desc.label == "box":
-            await BOX.arrived(kind)
+        counter = COUNTERS.get(desc.label)
+        if counter is not None:
+            await counter.arrived(kind)
         response: web.StreamResponse = await handler(request)
-        if desc.label == "box":
+        if counter is not None:
             body = response.body if isinstance(response, web.Response) else b""
             size_in = len(request.method) + len(request.path_qs) + 12 + _header_bytes(request.headers)
             size_in += request.content_length or 0
             size_out = 17 + _header_bytes(response.headers) + len(body if isinstance(body, bytes) else b"")
-            BOX.bytes[kind] += size_in + size_out
+            counter.bytes[kind] += size_in + size_out
         return response
 
     app.middlewares.insert(0, count)
@@ -333,22 +337,25 @@ class Idle:
         return self.bytes * 60 / self.seconds if self.seconds else 0.0
 
 
-async def window(kind: str, seconds: float, *, aligned: bool = True) -> Idle:
+async def window(kind: str, seconds: float, *, aligned: bool = True, counter: Counter = BOX) -> Idle:
     """What reached the box from one `kind` arrival to the first one at least `seconds` later (a
-    whole number of cycles); unaligned: a plain window (nothing may arrive at all)."""
+    whole number of cycles); unaligned: a plain window (nothing may arrive at all). At the box
+    unless `counter` says which listener."""
+    box = counter
     if aligned:
-        await BOX.until(kind, BOX.counts[kind] + 1)
-    t0 = BOX.arrivals[kind][-1] if aligned else time.monotonic()
-    before, bytes0, cpu0 = sum(BOX.counts.values()), BOX.bytes[kind], time.process_time()
-    start = BOX.counts[kind]
+        await box.until(kind, box.counts[kind] + 1)
+    t0 = box.arrivals[kind][-1] if aligned else time.monotonic()
+    before, bytes0, cpu0 = sum(box.counts.values()), box.bytes[kind], time.process_time()
+    start = box.counts[kind]
     await asyncio.sleep(seconds)
     if aligned:
-        await BOX.until(kind, BOX.counts[kind] + 1)
-    t1 = BOX.arrivals[kind][-1] if aligned else time.monotonic()
-    n = BOX.counts[kind] - start - (1 if aligned else 0)
-    others = sum(BOX.counts.values()) - before - (BOX.counts[kind] - start)
+        await box.until(kind, box.counts[kind] + 1)
+    t1 = box.arrivals[kind][-1] if aligned else time.monotonic()
+    # One arrival per cycle after t0, t1's included (t0's is the cycle before): n cycles in t1 - t0.
+    n = box.counts[kind] - start
+    others = sum(box.counts.values()) - before - n
     # Bytes of the requests answered in the window: the last arrival's are counted at its answer.
-    return Idle(n, t1 - t0, BOX.bytes[kind] - bytes0, others, time.process_time() - cpu0)
+    return Idle(n, t1 - t0, box.bytes[kind] - bytes0, others, time.process_time() - cpu0)
 
 
 class UnpooledPeerClient(PeerClient):
@@ -599,7 +606,9 @@ async def run(args: argparse.Namespace) -> Results:
 
 def report(r: Results) -> dict[str, Any]:
     a = r.args
-    scale = a.chunk / PRODUCTION_CHUNK_S  # requests per minute at the production chunk
+    # Requests per minute at the production chunk: a poll waits the chunk less its margin (4 s at
+    # 5 s, 45 s at 50 s), so the rate scales with that wait, not with the chunk.
+    scale = (a.chunk - watch_margin(a.chunk)) / (PRODUCTION_CHUNK_S - watch_margin(PRODUCTION_CHUNK_S))
     base = r.baseline
     base_tasks = next((s.baseline_tasks for s in r.stages if s.baseline_tasks), 0)
     per_task_min = base.per_min / base_tasks if base and base_tasks else None
