@@ -759,16 +759,19 @@ class BadResponse(PeerdError):
 
 # A run's items carry a code in `data.code` where peerd decides on it later (never on the text):
 # an error item the code of the error that ended the run (a registry code above), or one of these.
-ItemCode = Literal["daemon_stopped", "confined", "budget_exceeded"]
+ItemCode = Literal["daemon_stopped", "confined", "budget_exceeded", "run_interrupted"]
 DAEMON_STOPPED: ItemCode = "daemon_stopped"
 CONFINED: ItemCode = "confined"
 BUDGET_EXCEEDED: ItemCode = "budget_exceeded"
+RUN_INTERRUPTED: ItemCode = "run_interrupted"
 ITEM_CODES: dict[ItemCode, str] = {
     DAEMON_STOPPED: "The error item of a run a stop or crash of its daemon cut: the run was interrupted "
     "(and is continued where the run rules say so).",
     CONFINED: "The notice item of a run peerd confined (bubblewrap): it could write only its worktree.",
     BUDGET_EXCEEDED: "The error item of a run that failed because its work passed its budget: it is never "
     "continued.",
+    RUN_INTERRUPTED: "The notice item an interrupt or Stop leaves as the run's last item, its text the reason "
+    "(a person's, or a parent's when it stopped): the conversation shows where the run stopped.",
 }
 
 

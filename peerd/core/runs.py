@@ -44,6 +44,17 @@ _ALLOWED: dict[RunStatus, frozenset[RunStatus]] = {
 DAEMON_STOPPED = errors.DAEMON_STOPPED
 CONFINED = errors.CONFINED
 BUDGET_EXCEEDED = errors.BUDGET_EXCEEDED
+RUN_INTERRUPTED = errors.RUN_INTERRUPTED
+INTERRUPT_REASONS = ("Interrupted.", "Stopped.")  # an interrupt's reason when its caller gave none
+
+
+def interrupted_notice(reason: str | None) -> str:
+    """The text of the item an interrupt leaves (`RUN_INTERRUPTED`): its reason as a sentence."""
+    if not reason or reason in INTERRUPT_REASONS:
+        return reason or INTERRUPT_REASONS[0]
+    return f"Interrupted: {reason}"
+
+
 RECOVERY_REASON = "The daemon stopped while this run was live; it was interrupted."
 SHUTDOWN_REASON = "The daemon shut down while this run was live; it was interrupted."
 CONTINUE_NOTE = "Your previous turn was cut off by a restart of peerd; continue."

@@ -31,7 +31,15 @@ from peerd.contracts import Thread
 from peerd.core.access import runtime_rank
 from peerd.core.backoff import Backoff
 from peerd.core.clock import SYSTEM_CLOCK, Clock
-from peerd.core.runs import CONFINED, SHUTDOWN_REASON, is_live, plan_interrupt
+from peerd.core.runs import (
+    CONFINED,
+    INTERRUPT_REASONS,
+    RUN_INTERRUPTED,
+    SHUTDOWN_REASON,
+    interrupted_notice,
+    is_live,
+    plan_interrupt,
+)
 from peerd.core.tool_items import task_reference
 from peerd.errors import (
     CapabilityDenied,
@@ -523,6 +531,10 @@ class RunManager:
                 reason=reason,
                 exit_code=exit_code,
                 error_item=reason if status == "failed" and reason and not reported else None,
+                # An interrupt leaves an item where the run stopped: the conversation shows it.
+                notice_item=(RUN_INTERRUPTED, interrupted_notice(reason))
+                if status == "interrupted"
+                else None,
             )
         )
         log.info("run.end", run_id=run_id, status=status)
@@ -585,7 +597,7 @@ class RunManager:
                 )
                 log.info("run.end", run_id=plan.cancel_run, status="cancelled")
             if plan.target_run is not None:
-                why = reason or ("Stopped." if stop else "Interrupted.")
+                why = reason or INTERRUPT_REASONS[1 if stop else 0]
                 self._interrupts.setdefault(plan.target_run, why)
                 live = self._live.get(plan.target_run)
                 if live is not None:

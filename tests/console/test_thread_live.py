@@ -114,5 +114,8 @@ async def test_an_interrupt_shows_in_the_conversation_with_its_reason(browser: A
             mark = page.locator("#items li.run-boundary").first
             await mark.filter(has_text="interrupted").wait_for()
             assert "from the console" in await mark.inner_text()
+            stopped = page.locator("#items li.item.kind-notice").last  # the item the interrupt left
+            await stopped.locator(".interrupted").wait_for()
+            assert "from the console" in await stopped.inner_text()
             assert "from the console" in await page.inner_text("#usage-runs")
             assert await page.locator("#run-controls button").count() == 0

@@ -259,6 +259,12 @@ async def test_interrupt_kills_the_whole_process_group(
         os.killpg(pgid, 0)
     items = await client.call("GET", f"/v1/threads/{thread_id}/items")
     assert "never" not in [i["text"] for i in items["items"]]
+    last = items["items"][-1]  # the interrupt leaves an item where the run stopped
+    assert (last["kind"], last["text"], last["data"]) == (
+        "notice",
+        "Interrupted.",
+        {"code": "run_interrupted"},
+    )
 
 
 # --- 3. the queue -------------------------------------------------------------------------------

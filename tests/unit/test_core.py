@@ -23,6 +23,7 @@ from peerd.core.runs import (
     check_transition,
     continuation_prompt,
     cut_chain,
+    interrupted_notice,
     is_live,
     is_terminal,
     next_to_start,
@@ -363,3 +364,9 @@ def test_slice_text_negative_offset_starts_at_zero() -> None:
 def test_slice_text_of_empty_text() -> None:
     part = slice_text("", offset=0, max_chars=5)
     assert (part.text, part.offset, part.truncated, part.next_offset) == ("", 0, False, None)
+
+
+def test_an_interrupts_item_says_why_as_a_sentence() -> None:
+    assert interrupted_notice(None) == "Interrupted."
+    assert interrupted_notice("Stopped.") == "Stopped."
+    assert interrupted_notice("from the console") == "Interrupted: from the console"

@@ -277,8 +277,10 @@ async def transition_run(
     pgid: int | None = None,
     token_hash: str | None = None,
     error_item: str | None = None,
+    notice_item: tuple[str, str] | None = None,
 ) -> Run:
-    """Move a run to `new` (checked by the core rules); optionally record an error item with it."""
+    """Move a run to `new` (checked by the core rules); optionally record with it an error item, or
+    a notice item (`(code, text)`: an interrupt's, so the conversation shows where the run stopped)."""
     async with db.write() as tx:
         updated = await _transition(
             tx,
@@ -290,6 +292,7 @@ async def transition_run(
             pgid=pgid,
             token_hash=token_hash,
             error_item=error_item,
+            notice_item=notice_item,
         )
     return run_from_row(updated)
 
@@ -325,6 +328,7 @@ async def _transition(
     pgid: int | None = None,
     token_hash: str | None = None,
     error_item: str | None = None,
+    notice_item: tuple[str, str] | None = None,
 ) -> aiosqlite.Row:
     row = await fetch_one(tx, "SELECT * FROM runs WHERE id = ?", (run_id,))
     if row is None:
@@ -341,6 +345,9 @@ async def _transition(
     )
     if error_item:
         await insert_item(tx, row["thread_id"], run_id, "error", error_item, {}, now)
+    if notice_item is not None:
+        code, text = notice_item
+        await insert_item(tx, row["thread_id"], run_id, "notice", text, {"code": code}, now)
     await add_event(
         tx, row["thread_id"], "run.updated", {"runId": run_id, "status": new, "reason": reason}, now
     )
