@@ -351,7 +351,7 @@ def client_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> 
         emit_json(items, as_json)
         return
     table(
-        ["id", "label", "access", "status", "kind", "linked", "last seen", "from"],
+        ["id", "label", "access", "status", "kind", "linked", "last seen", "lapses", "from"],
         [
             [
                 x["id"],
@@ -361,11 +361,20 @@ def client_list(ctx: click.Context, as_json: JsonOutput | None, quiet: bool) -> 
                 x.get("kind", "link"),  # a link, or an outside agent signed in over OAuth
                 ago(x["createdAt"]),
                 ago(x["lastSeenAt"]),
+                _lapses(x),
                 x["lastAddress"],
             ]
             for x in items
         ],
     )
+
+
+def _lapses(client: dict[str, Any]) -> str:
+    """When a live client lapses unless it is used again: the same moment its machine's link shows
+    as `expires if unused` (`lapsesAt`); nothing for a revoked or expired one."""
+    if client["status"] != "active":
+        return ""
+    return ago(client.get("lapsesAt")) or "never"
 
 
 @client.command("revoke")

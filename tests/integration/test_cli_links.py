@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,11 @@ async def test_pair_link_list_revoke_unlink_through_the_cli(
     client_id = clients[0]["id"]
     (row,) = rows(ok(clients_text))
     assert row[:4] == [client_id, "laptop", "auto", "active"] and row[-1] == "127.0.0.1", clients_text.stdout
+    # One expiry truth: the box's LAPSES is the moment the laptop shows as "expires if unused".
+    assert ok(clients_text).splitlines()[0].split()[-2] == "LAPSES"
+    lapses = datetime.fromisoformat(clients[0]["lapsesAt"]).timestamp()
+    assert abs(lapses - datetime.fromisoformat(envs[0]["expiresAt"]).timestamp()) < 60, (clients, envs)
+    assert " in " in clients_text.stdout.splitlines()[1], clients_text.stdout
 
     # --- the box revokes; the laptop's next call fails and the list says so -----------------------
     assert ok(await peerd(box, "client", "revoke", client_id)).strip() == f"revoked {client_id} (laptop)"
