@@ -7,9 +7,11 @@ when it fails. This script times, on this machine, the same command:
 
   by hand        `/bin/sh -c CMD` in the project's own checkout (its caches warm), subprocess.run
   run_check      `checks.run_check` in the same checkout (peerd's way of running it, same caches)
-  fresh tree     `checks.run_check` in a fresh detached worktree, as `verifying` makes it (cold:
-                 no __pycache__, .pytest_cache, .mypy_cache, .ruff_cache, no build output)
-  fresh, again   the same fresh worktree once more (peerd's re-run: the first run warmed it)
+  fresh, cold    `checks.run_check` in a fresh detached worktree, as `verifying` made it before
+                 issue 32 (cold: no .mypy_cache, .ruff_cache, .pytest_cache, __pycache__)
+  fresh, seeded  the same in a fresh worktree seeded by `checks.seed_caches`, as `verifying` makes
+                 it now (the checkout's CACHEDIR.TAG directories copied in; the copy counted)
+  fresh, again   the cold worktree once more (peerd's re-run: the first run warmed it)
   worktree add   making that worktree (`git worktree add --detach`), which the check waits for
 
 and prints the nice level a check runs at. Each row is the median of --reps runs, interleaved.
@@ -34,12 +36,14 @@ from pathlib import Path
 from peerd.orchestrate import checks
 from peerd.runtime import git
 
-DEFAULT = f"{sys.executable} -m pytest -q -p no:randomly -p no:cacheprovider tests/unit/test_orchestrate_steps.py"
+DEFAULT = (
+    f"{sys.executable} -m pytest -q -p no:randomly -p no:cacheprovider tests/unit/test_orchestrate_steps.py"
+)
 
 
 def by_hand(repo: Path, command: str) -> float:
     started = time.monotonic()
-    subprocess.run(["/bin/sh", "-c", command], cwd=repo, capture_output=True, check=False)  # noqa: S603
+    subprocess.run(["/bin/sh", "-c", command], cwd=repo, capture_output=True, check=False)
     return time.monotonic() - started
 
 
@@ -55,14 +59,28 @@ async def fresh(repo: Path, command: str, where: Path) -> tuple[float, float, fl
     return made, first.seconds, again.seconds, first.exit_code
 
 
+async def seeded(repo: Path, command: str, where: Path) -> float:
+    await git.add_detached(repo, where, await git.head(repo))
+    try:
+        started = time.monotonic()
+        await checks.seed_caches(repo, where)
+        seeded = time.monotonic() - started
+        return seeded + (await checks.run_check(where, command)).seconds
+    finally:
+        await git.remove_worktree(repo, where, delete_branch=None)
+
+
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repo", type=Path, default=Path.cwd())
     parser.add_argument("--command", default=DEFAULT)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     repo = args.repo.resolve()
-    rows: dict[str, list[float]] = {k: [] for k in ("by hand", "run_check", "fresh tree", "fresh, again", "worktree add")}
+    names = ("by hand", "run_check", "fresh, cold", "fresh, seeded", "fresh, again", "worktree add")
+    rows: dict[str, list[float]] = {k: [] for k in names}
     codes = set()
     with tempfile.TemporaryDirectory(prefix="peerd-checks-") as tmp:
         by_hand(repo, args.command)  # warm the checkout's caches, as a person's would be
@@ -71,16 +89,20 @@ async def main() -> None:
             rows["run_check"].append((await checks.run_check(repo, args.command)).seconds)
             made, first, again, code = await fresh(repo, args.command, Path(tmp) / f"verify-{n}")
             codes.add(code)
-            rows["fresh tree"].append(first)
+            rows["fresh, cold"].append(first)
+            rows["fresh, seeded"].append(await seeded(repo, args.command, Path(tmp) / f"seeded-{n}"))
             rows["fresh, again"].append(again)
             rows["worktree add"].append(made)
     nice = (await checks.run_check(repo, "python3 -c 'import os; print(os.nice(0))'")).output.strip()
     print(f"command: {args.command}\nrepo: {repo}\nexit codes in fresh trees: {sorted(codes, key=str)}")
+    print(f"caches seeded: {', '.join(checks.cache_dirs(repo)) or 'none'}")
     print(f"nice level of a check: {nice} (this process: {os.nice(0)}); load: {os.getloadavg()[0]:.2f}")
     base = statistics.median(rows["by hand"])
     for name, values in rows.items():
         median = statistics.median(values)
-        print(f"{name:<14} {median:7.2f} s  x{median / base:5.2f}   ({', '.join(f'{v:.2f}' for v in values)})")
+        print(
+            f"{name:<14} {median:7.2f} s  x{median / base:5.2f}   ({', '.join(f'{v:.2f}' for v in values)})"
+        )
 
 
 if __name__ == "__main__":

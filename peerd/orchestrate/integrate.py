@@ -84,6 +84,7 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
                 )
         verification = None
         if settings.verify and merged:
+            await checks.seed_caches(repo, worktree)  # the checkout's tool caches, warm (checks.py)
             check = await checks.run_check(worktree, settings.verify)
             verification = verification_of(
                 settings.verify, check, evidence="the full check, run once by peerd on the integrated result"
