@@ -141,7 +141,7 @@ def _unquoted(text: str, problems: Sequence[str]) -> str:
 
 def _shown_in(failure: str, printed: Sequence[tuple[int, str]]) -> str:
     """A park's reason with the outputs the attempts above printed said by reference, not again."""
-    for attempt, output in sorted(printed, key=lambda p: -len(p[1])):
+    for attempt, output in sorted(printed, key=lambda p: (-len(p[1]), -p[0])):  # the latest first
         block = output.lstrip("…").strip()
         if block and block in failure:
             failure = failure.replace(block, f"as attempt {attempt} above")
@@ -189,11 +189,14 @@ def _attempt(
     # A line an earlier attempt of this packet reported is not repeated; a notice (the sandbox's)
     # is said once, at the top of the report.
     reported = [line for line in problems if line not in shown and not line.startswith(NOTICE)]
+    again = [line for line in problems if line in shown and not line.startswith(NOTICE)]
     shown.update(reported)
     if reported:
         lines.append(f"{inner}the coder's run reported:")
         for line in reported:
             lines += _bullet(line, inner + "  ")
+    if again:
+        lines.append(f"{inner}the coder's run reported again {len(again)} problem(s) shown above")
     verification = r.get("verification") or {}
     attempt = int(r.get("attempt") or 1)
     if verification.get("classification") in (
@@ -206,10 +209,10 @@ def _attempt(
         raw = str(verification.get("outputTail") or "")
         first, _, rest = _unquoted(raw, problems).partition("\n")
         lines.append(f"{inner}outcome {verification['classification']}: {first}")
-        if rest.strip():
-            lines += _indent(rest, inner + "  ")
         if verification.get("evidence") and verification["classification"] != "timeout":
             lines.append(f"{inner}  evidence: {verification['evidence']}")
+        if rest.strip():
+            lines += _indent(rest, inner + "  ")
         if printed is not None:
             printed.append((attempt, raw))
     elif verification:
