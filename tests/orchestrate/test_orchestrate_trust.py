@@ -31,6 +31,8 @@ from tests.support.orchestrate import (
     receipts_of,
     settings,
     start,
+)
+from tests.support.orchestrate import (
     steps as script_steps,
 )
 from tests.unit.test_orchestrate_steps import packet as a_packet
@@ -54,7 +56,9 @@ def test_a_hop_placed_by_auto_is_shown_where_it_ran_never_on_auto() -> None:
     seen: dict[str, Any] = {}
     base = {"id": "p1", "state": "reviewing", "hop": "review", "attempt": 1, "coder": placed, "retries": {}}
     lines = progress({"status": "running", "updatedAt": 1.0, "packets": [{**base, "reviewer": auto}]}, seen)
-    lines += progress({"status": "running", "updatedAt": 2.0, "packets": [{**base, "reviewer": placed}]}, seen)
+    lines += progress(
+        {"status": "running", "updatedAt": 2.0, "packets": [{**base, "reviewer": placed}]}, seen
+    )
     assert not any("on auto" in line for line in lines), lines
     assert lines[-1].endswith("reviewer box/script (its default model, on box)"), lines
 
@@ -85,7 +89,7 @@ async def test_a_run_that_integrates_nothing_ends_not_integrated_everywhere(tmp_
         plan = tmp_path / "plan"
         plan.mkdir()
         (plan / "fix.md").write_text(
-            f"+++\nid = \"fix\"\nfiles = [\"calc.py\"]\nverify = \"{CHECK_ADD}\"\n+++\nFix add().\n\n"
+            f'+++\nid = "fix"\nfiles = ["calc.py"]\nverify = "{CHECK_ADD}"\n+++\nFix add().\n\n'
             + script_steps(FIX_ADD)
         )
         done = await peerd_in(
@@ -126,7 +130,7 @@ async def test_a_run_whose_full_check_fails_ends_check_failed(tmp_path: Path) ->
 
 def _item(kind: str, text: str, **data: Any) -> c.Item:
     return c.Item(
-        id="itm_1", thread_id="thr_1", run_id="run_1", position=1, kind=kind, text=text,  # type: ignore[arg-type]
+        id="itm_1", thread_id="thr_1", run_id="run_1", position=1, kind=kind, text=text,
         text_length=len(text), data=data, created_at=1.0,
     )  # fmt: skip
 
@@ -135,7 +139,9 @@ def test_a_command_that_exited_non_zero_is_reported_with_its_exit_code_and_outpu
     output = "x" * 2000 + "\nE   AssertionError: add(2, 3) == -1"
     line, denied = _problem(_item("command", "pytest -q", exit_code=1, output=output))
     assert line is not None and not denied
-    assert line.startswith("command pytest -q failed (exit 1): ") and line.endswith("AssertionError: add(2, 3) == -1")
+    assert line.startswith("command pytest -q failed (exit 1): ") and line.endswith(
+        "AssertionError: add(2, 3) == -1"
+    )
     assert len(line) < 400
     assert _problem(_item("command", "ls", exit_code=0, output="ok")) == (None, False)
     assert _problem(_item("command", "ls", exit_code=True, output="ok")) == (None, False)
@@ -160,7 +166,9 @@ def _attempt(attempt: int, problems: list[str], detail: str) -> dict[str, Any]:
 
 def test_the_report_says_the_sandbox_notice_once_and_each_failure_output_once() -> None:
     problems = [NOTICE, FAILED]
-    detail = "The coder changed nothing." + steps.quoted(RunOutcome("I could not make the test pass.", problems, []))
+    detail = "The coder changed nothing." + steps.quoted(
+        RunOutcome("I could not make the test pass.", problems, [])
+    )
     info = {
         "id": "orc_1", "status": "not_integrated", "reason": "0 packet(s) integrated", "task": "t",
         "baseCommit": "abc",
@@ -178,7 +186,9 @@ def test_the_report_says_the_sandbox_notice_once_and_each_failure_output_once() 
 
 
 @pytest.mark.slow
-async def test_a_packet_that_changed_nothing_is_parked_with_the_coders_failed_commands(tmp_path: Path) -> None:
+async def test_a_packet_that_changed_nothing_is_parked_with_the_coders_failed_commands(
+    tmp_path: Path,
+) -> None:
     repo = project_repo(tmp_path / "repo")
     failing = "python3 -c \"import sys; print('add(2, 3) gave -1'); sys.exit(3)\""
     async with (
