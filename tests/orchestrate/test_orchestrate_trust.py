@@ -272,3 +272,25 @@ async def test_a_fresh_checkout_for_a_check_starts_with_the_checkouts_tool_cache
     assert not (fresh / "target").exists() and not (fresh / "build").exists()
     seen = await checks.run_check(fresh, "cat .mypy_cache/data")
     assert seen.passed and seen.output == "x" * 10
+
+
+@pytest.mark.slow
+async def test_a_packets_check_and_the_full_check_start_with_the_checkouts_caches(tmp_path: Path) -> None:
+    repo = project_repo(tmp_path / "repo")
+    _cache(repo, ".tool_cache")  # a tool's cache in the person's checkout, not in git
+    warm = "test -f .tool_cache/data"
+    async with (
+        running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon,
+        client_for(daemon.paths.home) as client,
+    ):
+        project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+        plan = [
+            packet("fix", "Fix add().\n\n" + script_steps(FIX_ADD), ["calc.py"], f"{CHECK_ADD} && {warm}")
+        ]
+        done = await finished(
+            client, (await start(client, project, plan=plan, coders=["script"], verify=warm))["id"]
+        )
+    assert done["status"] == "completed", render(done)
+    (impl,) = receipts_of(done, "implementation", "fix")
+    assert impl["verification"]["passed"] and impl["verification"]["exitCode"] == 0
+    assert receipts_of(done, "integration")[-1]["verification"]["passed"]
