@@ -97,13 +97,20 @@ async def test_a_run_that_integrates_nothing_ends_not_integrated_everywhere(tmp_
             "--verify", CHECK_ADD, "--non-interactive",
         )  # fmt: skip
         listed = await peerd_in(home, repo, "orchestrate", "list", "--json")
+        run_id = json.loads(listed.stdout)[0]["id"]
+        status = await peerd_in(home, repo, "orchestrate", "status", run_id)
+        table = await peerd_in(home, repo, "orchestrate", "list")
         async with client_for(home) as client:
-            run_id = json.loads(listed.stdout)[0]["id"]
             info = await client.call("GET", f"/v1/orchestrations/{run_id}")
     assert done.returncode == EXIT_RUN_FAILED, done.stdout + done.stderr
     assert re.search(r"^\d\d:\d\d:\d\d  run not_integrated$", done.stdout, re.MULTILINE), done.stdout
     assert f"Orchestration {run_id}: not_integrated (nothing was integrated) - 0 packet(s)" in done.stdout
     assert json.loads(listed.stdout)[0]["status"] == info["status"] == "not_integrated"
+    assert re.search(rf"^{run_id} +not_integrated ", table.stdout, re.MULTILINE), table.stdout
+    assert (
+        "fix                  parked       script (its default model, here); reviewer reviewer (its default"
+        in (status.stdout)
+    ), status.stdout
     assert info["endedAt"] is not None
 
 
