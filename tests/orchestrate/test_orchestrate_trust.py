@@ -16,10 +16,12 @@ from peerd import contracts as c
 from peerd.cli.common import EXIT_RUN_FAILED
 from peerd.core.usage import Budget, Usage, exceeded_by
 from peerd.errors import InvalidRequest
-from peerd.orchestrate import checks, deliver, steps
+from peerd.orchestrate import checks, deliver, steps, views
+from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import RunOutcome, _problem
 from peerd.orchestrate.report import progress, render, succeeded, who
 from peerd.orchestrate.states import TERMINAL_RUN, end_state
+from peerd.store.db import Database
 from tests.helpers import client_for, git, make_repo, running_daemon
 from tests.support.orchestrate import (
     CHECK_ADD,
@@ -77,6 +79,37 @@ def test_a_run_that_merged_nothing_or_failed_its_full_check_has_its_own_end_stat
         "Orchestration orc_1: check_failed (the full check failed on the integrated result) - 1 packet"
     )
     assert not succeeded(info)
+
+
+async def test_a_run_an_older_peerd_ended_completed_with_nothing_merged_reads_as_written(
+    tmp_path: Path,
+) -> None:
+    """Old stores: before these end states, such a run was recorded `completed`; it still reads,
+    shows and reports, and its exit code was and stays 5 (not everything was integrated)."""
+    db = await Database.open(tmp_path / "peerd.db")
+    try:
+        async with db.write() as tx:
+            await tx.execute(
+                "INSERT INTO projects (id, name, path, created_at) VALUES ('prj_1', 'p', '/p', 0)"
+            )
+        run = await ostore.create(db, project_id="prj_1", task="t", request={}, base_commit="c" * 40, now=1.0)
+        await ostore.add_packets(db, run.id, [{"id": "a"}], now=1.0)
+        await ostore.update_packet(
+            db, run.id, "a", now=2.0, state="parked", failure="The coder changed nothing."
+        )
+        integration = {"branch": run.branch, "merged": [], "conflicts": {}, "verification": None}
+        await ostore.add_receipt(db, run.id, None, "integration", integration, now=3.0)
+        async with db.write() as tx:  # as the release before wrote it
+            await tx.execute(
+                "UPDATE orchestrations SET status = 'completed', reason = ?, ended_at = 4 WHERE id = ?",
+                ("0 packet(s) integrated (no full check); parked: a", run.id),
+            )
+        info = await views.describe(db, run.id)
+        assert (await ostore.get(db, run.id)).terminal
+    finally:
+        await db.close()
+    assert info["status"] == "completed" and not succeeded(info)
+    assert render(info).startswith(f"Orchestration {run.id}: completed - 0 packet(s) integrated")
 
 
 @pytest.mark.slow
