@@ -97,7 +97,12 @@ async def test_a_run_an_older_peerd_ended_completed_with_nothing_merged_reads_as
         await ostore.update_packet(
             db, run.id, "a", now=2.0, state="parked", failure="The coder changed nothing."
         )
-        integration = {"branch": run.branch, "merged": [], "conflicts": {}, "verification": None}
+        integration: dict[str, Any] = {
+            "branch": run.branch,
+            "merged": [],
+            "conflicts": {},
+            "verification": None,
+        }
         await ostore.add_receipt(db, run.id, None, "integration", integration, now=3.0)
         async with db.write() as tx:  # as the release before wrote it
             await tx.execute(
