@@ -139,17 +139,19 @@ def _unquoted(text: str, problems: Sequence[str]) -> str:
     return re.sub(r"(^|\n)Its run reported:(?=\n[^-]|$)", "", text).strip("\n")
 
 
-def _shown_in(failure: str, printed: Sequence[tuple[int, str]]) -> str:
-    """A park's reason with the outputs the attempts above printed said by reference, not again."""
-    for attempt, output in sorted(printed, key=lambda p: (-len(p[1]), -p[0])):  # the latest first
+def _shown_in(failure: str, printed: Sequence[tuple[str, str]]) -> str:
+    """A park's reason with the outputs the attempts above printed said by reference, not again
+    (`printed`: each attempt's name and output, in order; the latest of equal ones is named)."""
+    order = {id(p): n for n, p in enumerate(printed)}
+    for name, output in sorted(printed, key=lambda p: (-len(p[1]), -order[id(p)])):
         block = output.lstrip("…").strip()
         if block and block in failure:
-            failure = failure.replace(block, f"as attempt {attempt} above")
+            failure = failure.replace(block, f"as {name} above")
     return failure
 
 
 def _attempt(
-    r: Mapping[str, Any], pad: str, shown: set[str], printed: list[tuple[int, str]] | None = None
+    r: Mapping[str, Any], pad: str, shown: set[str], printed: list[tuple[str, str]] | None = None
 ) -> list[str]:
     hop = f" ({r['hop']})" if r.get("hop") and r.get("hop") != "implement" else ""
     times = span(r.get("startedAt"), r.get("endedAt"))
@@ -198,7 +200,7 @@ def _attempt(
     if again:
         lines.append(f"{inner}the coder's run reported again {len(again)} problem(s) shown above")
     verification = r.get("verification") or {}
-    attempt = int(r.get("attempt") or 1)
+    attempt = f"attempt {r.get('attempt') or 1}{hop}"
     if verification.get("classification") in (
         "empty_diff",
         "coder_error",
@@ -260,7 +262,7 @@ def _packet(info: Info, packet: Mapping[str, Any]) -> list[str]:
     ]
     events.sort(key=lambda e: e[0].get("endedAt") or 0)
     shown: set[str] = set()
-    printed: list[tuple[int, str]] = []  # the outputs the attempts printed: a park's reason refers to them
+    printed: list[tuple[str, str]] = []  # the outputs the attempts printed: a park's reason refers to them
     problems: list[str] = []
     for body, kind in events:
         if kind == "impl":
