@@ -38,6 +38,10 @@ _CHECK_EOF_GRACE_S = 2.0
 # `target/` is tagged too; copying it would cost more than it saves).
 SEED_MAX_BYTES = 256 * 2**20
 CACHE_TAG = "CACHEDIR.TAG"
+# A Python virtual environment says it is one with this file. uv tags its `.venv` as a cache too,
+# but an editable install in it points at the person's checkout: a check run with a copy would
+# import their code, not the commit's. Never copied.
+VENV_MARK = "pyvenv.cfg"
 _TAG_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 
 # --- verification commands ----------------------------------------------------------------------
@@ -175,7 +179,7 @@ def _size(path: Path, limit: int) -> int:
 
 def cache_dirs(checkout: Path, *, limit: int = SEED_MAX_BYTES) -> list[str]:
     """The names of `checkout`'s top-level cache directories (a `CACHEDIR.TAG` in each, not symbolic
-    links), in name order, as many as fit in `limit` bytes together."""
+    links, not virtual environments), in name order, as many as fit in `limit` bytes together."""
     try:
         entries = sorted(os.scandir(checkout), key=lambda e: e.name)
     except OSError:
@@ -185,6 +189,9 @@ def cache_dirs(checkout: Path, *, limit: int = SEED_MAX_BYTES) -> list[str]:
     for entry in entries:
         if entry.name == ".git" or not entry.is_dir(follow_symlinks=False) or not _tagged(Path(entry.path)):
             continue
+        if (Path(entry.path) / VENV_MARK).exists():
+            continue  # a virtual environment (uv tags its .venv): a copy would run the checkout's code
+
         size = _size(Path(entry.path), left)
         if size <= left:
             chosen.append(entry.name)

@@ -308,13 +308,16 @@ async def test_a_fresh_checkout_for_a_check_starts_with_the_checkouts_tool_cache
     _cache(checkout, ".ruff_cache")
     _cache(checkout, "target", size=checks.SEED_MAX_BYTES + 1)  # a build tree, tagged too: too big
     _cache(checkout, "build", tagged=False)  # not a cache by its own word
+    (_cache(checkout, ".venv") / "pyvenv.cfg").write_text("home = /usr/bin\n")  # uv tags its venv: not copied
     (checkout / "notes.txt").write_text("a file")
     _cache(fresh, ".ruff_cache", size=3)  # the commit's own: kept as it is
     assert checks.cache_dirs(checkout) == [".mypy_cache", ".ruff_cache"]
     assert await checks.seed_caches(checkout, fresh) == [".mypy_cache"]
     assert (fresh / ".mypy_cache" / "data").read_bytes() == b"x" * 10
     assert (fresh / ".ruff_cache" / "data").read_bytes() == b"xxx"
-    assert not (fresh / "target").exists() and not (fresh / "build").exists()
+    assert (
+        not (fresh / "target").exists() and not (fresh / "build").exists() and not (fresh / ".venv").exists()
+    )
     seen = await checks.run_check(fresh, "cat .mypy_cache/data")
     assert seen.passed and seen.output == "x" * 10
 
