@@ -235,7 +235,7 @@ async def test_a_packet_that_changed_nothing_is_parked_with_the_coders_failed_co
     tmp_path: Path,
 ) -> None:
     repo = project_repo(tmp_path / "repo")
-    failing = "python3 -c \"import sys; print('add(2, 3) gave -1'); sys.exit(3)\""
+    failing = "python3 -c \"import sys; print('add(2, 3) gave', 2 - 3); sys.exit(3)\""  # says -1 when run
     async with (
         running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon,
         client_for(daemon.paths.home) as client,
