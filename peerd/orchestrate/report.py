@@ -29,6 +29,8 @@ END_WORDS = {
 # A coder whose environment is `auto` is placed when its hop starts (placing.py): until then it
 # runs nowhere, and the report says so rather than "on auto".
 AUTO = "auto"
+# The progress's key for the planner (a packet id never starts with a space).
+PLANNER = " planner"
 # How `OrchestrationContext.outcome` quotes a run's notice item among its problems.
 NOTICE = "notice: "
 
@@ -421,6 +423,17 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
     if seen.get("") != info["status"]:
         seen[""] = info["status"]
         lines.append(f"{clock(info.get('updatedAt'))}  run {info['status']}")
+    planner = next(
+        (
+            r["body"]["coder"]
+            for r in info.get("receipts") or []
+            if r["kind"] == "thread" and r["body"].get("role") == "planner" and r["body"].get("coder")
+        ),
+        None,
+    )
+    if planner is not None and seen.get(PLANNER) != planner.get("spec"):
+        seen[PLANNER] = planner.get("spec")  # where the planner ran (placed, with --on auto)
+        lines.append(f"{clock(info.get('updatedAt'))}  planner {who(planner)}")
     for packet in info["packets"]:
         coder = packet.get("coder") or {}
         reviewer = packet.get("reviewer") or {}

@@ -63,6 +63,9 @@ def test_a_hop_placed_by_auto_is_shown_where_it_ran_never_on_auto() -> None:
     )
     assert not any("on auto" in line for line in lines), lines
     assert lines[-1].endswith("reviewer box/script (its default model, on box)"), lines
+    planner = {"kind": "thread", "packetId": None, "body": {"role": "planner", "coder": placed}}
+    planned = {"status": "planning", "updatedAt": 0.5, "packets": [], "receipts": [planner]}
+    assert progress(planned, {})[-1].endswith("planner box/script (its default model, on box)")
 
 
 # --- an end state of its own --------------------------------------------------------------------
