@@ -261,7 +261,8 @@ def orchestrate_run(
         emit_json(final)
     else:
         render_report(final)
-    # 0 only when everything was integrated and verified; 6 cancelled; 5 any other end.
+    # 0 only when everything was integrated and verified; 6 cancelled; 5 any other end (failed,
+    # not_integrated, check_failed, or completed with packets parked).
     ctx.exit(
         0
         if succeeded(final)
@@ -332,10 +333,12 @@ def orchestrate_status(ctx: click.Context, run_id: str, follow: bool, as_json: b
         emit_json(info)
         return
     if not follow:
+        from peerd.orchestrate.report import who  # noqa: PLC0415  # stdlib only, lazily
+
         for packet in info["packets"]:
-            click.echo(
-                f"  {packet['id']:<20} {packet['state']:<12} {(packet.get('coder') or {}).get('spec', '')}"
-            )
+            # where each hop ran: the implementer, and the reviewer once it has one
+            reviewer = f"; reviewer {who(packet['reviewer'])}" if packet.get("reviewer") else ""
+            click.echo(f"  {packet['id']:<20} {packet['state']:<12} {who(packet.get('coder'))}{reviewer}")
             if waiting := packet.get("awaitingApproval"):
                 click.echo(
                     f"    waiting for your approval: {waiting['summary']} (peerd approval show {waiting['approvalId']})"

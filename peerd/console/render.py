@@ -44,6 +44,8 @@ SYMBOLS = {
     "failed": "✗",
     "fail": "✗",
     "parked": "✗",
+    "not_integrated": "✗",  # an orchestration that integrated nothing
+    "check_failed": "✗",  # an orchestration whose full check failed
     "unreachable": "✗",
     "version_skew": "⚠",
     "revoked": "✗",

@@ -16,10 +16,12 @@ from peerd.console.render import fragment, notice, page, shown_error
 from peerd.console.threads import thread_href
 from peerd.core.text import path_segment
 from peerd.errors import PeerdError
+from peerd.orchestrate.report import END_WORDS
+from peerd.orchestrate.states import TERMINAL_RUN
 
 TASK_STATES = ("pending", "running", "completed", "failed", "cancelled", "interrupted")
 TASK_PAGE = 50
-ORC_TERMINAL = ("completed", "failed", "cancelled")
+ORC_TERMINAL = tuple(sorted(TERMINAL_RUN))  # an orchestration's final states (states.py)
 LIVE_WAIT_S = 25.0
 USAGE_READS = 8  # task shows in flight at once, for the Usage column
 
@@ -177,6 +179,8 @@ async def _context(request: web.Request, info: dict[str, Any]) -> dict[str, Any]
         "resolution": last_receipt(info, "resolution"),
         "integration": last_receipt(info, "integration"),
         "terminal": info.get("status") in ORC_TERMINAL,
+        # not_integrated, check_failed: said in words beside the state, as the report says them
+        "end_words": END_WORDS.get(str(info.get("status"))),
     }
 
 

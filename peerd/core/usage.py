@@ -34,7 +34,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
+
+Measure = Literal["tokens", "usd", "seconds"]  # what a budget limits
 
 
 @dataclass(frozen=True)
@@ -195,14 +197,29 @@ def exceeded(budget: Budget, usage: Usage | None, wall_s: float) -> str | None:
     """Why the run is past its budget ("budget exceeded: 51,200 of 50,000 tokens"), else None.
 
     Passing means more than the limit: a run that lands exactly on it is within it."""
-    if budget.tokens is not None and usage is not None and usage.total_tokens > budget.tokens:
+    by = exceeded_by(budget, usage, wall_s)
+    if by == "tokens" and usage is not None and budget.tokens is not None:
         return f"budget exceeded: {usage.total_tokens:,} of {budget.tokens:,} tokens"
-    priced = None if usage is None else estimate(usage, budget.price)
-    if budget.usd is not None and priced is not None and (priced.cost_usd or 0.0) > budget.usd:
+    if by == "usd" and usage is not None and budget.usd is not None:
+        priced = estimate(usage, budget.price)
         about = "~" if priced.cost_estimated else ""
         return f"budget exceeded: {about}${priced.cost_usd or 0.0:,.4f} of ${budget.usd:,.4f}"
-    if budget.seconds is not None and wall_s > budget.seconds:
+    if by == "seconds" and budget.seconds is not None:
         return f"budget exceeded: {wall_s:,.1f} of {budget.seconds:,g} seconds"
+    return None
+
+
+def exceeded_by(budget: Budget, usage: Usage | None, wall_s: float) -> Measure | None:
+    """Which limit of `budget` the run passed (`exceeded` says it), the first in the order tokens,
+    dollars, seconds; None within it. Seconds are the runs' elapsed time, which peerd measures
+    whether or not the coder reports usage."""
+    if budget.tokens is not None and usage is not None and usage.total_tokens > budget.tokens:
+        return "tokens"
+    priced = None if usage is None else estimate(usage, budget.price)
+    if budget.usd is not None and priced is not None and (priced.cost_usd or 0.0) > budget.usd:
+        return "usd"
+    if budget.seconds is not None and wall_s > budget.seconds:
+        return "seconds"
     return None
 
 

@@ -107,6 +107,7 @@ class RunOutcome:
 
 MAX_PROBLEMS = 20
 PROBLEM_CHARS = 600
+FAILED_OUTPUT_CHARS = 300  # the tail of a failed command's output quoted in its problem line
 _READ_PAGES = 50
 
 
@@ -119,13 +120,19 @@ def _problem(item: c.Item) -> tuple[str | None, bool]:
         return f"error: {text}"[:PROBLEM_CHARS], False
     if item.kind == "notice":
         return f"notice: {text}"[:PROBLEM_CHARS], False
+    exit_code = data.get("exit_code")
+    exited = isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0
     if item.kind in ("command", "file_change", "tool_call") and (
-        status in ("failed", "declined") or data.get("error")
+        status in ("failed", "declined") or data.get("error") or (item.kind == "command" and exited)
     ):
+        # A command that exited non-zero failed, whatever status its CLI gave it (the scripted
+        # coder gives none): quoted with its exit code and the tail of its output.
         detail = data.get("error") or data.get("output") or ""
-        line = f"{item.kind.replace('_', ' ')} {text} {status or 'failed'}"
+        line = f"{item.kind.replace('_', ' ')} {text} {status if status == 'declined' else 'failed'}"
+        if exited:
+            line += f" (exit {exit_code})"
         if isinstance(detail, str) and detail.strip():
-            line += ": " + detail.strip()[-300:]
+            line += ": " + detail.strip()[-FAILED_OUTPUT_CHARS:]
         return line[:PROBLEM_CHARS], status == "declined"
     return None, False
 
@@ -205,7 +212,7 @@ class OrchestrationContext:
             budget=budget,
         )
         launched = await self.ops.thread_launch(self.caller(run.id), req)
-        await self.remember_thread(run.id, packet_id, launched.thread_id, coder.environment, role)
+        await self.remember_thread(run.id, packet_id, launched.thread_id, coder.environment, role, coder)
         return launched
 
     async def remote_project(self, env: str, project: c.Project) -> str:
@@ -328,12 +335,21 @@ class OrchestrationContext:
         return (await self.outcome(run_id, thread_id, run_ref, env)).reply
 
     async def remember_thread(
-        self, run_id: str, packet_id: str | None, thread_id: str, env: str | None, role: str
+        self,
+        run_id: str,
+        packet_id: str | None,
+        thread_id: str,
+        env: str | None,
+        role: str,
+        coder: CoderChoice | None = None,
     ) -> None:
         """Every thread a run starts is recorded (a `thread` receipt) the moment its launch
         returns, so the clean-up finds it, here or on a box, whatever happens next. A replayed
-        launch (same key, same thread) records it again; readers keep the first."""
-        body = {"threadId": thread_id, "environment": env, "role": role}
+        launch (same key, same thread) records it again; readers keep the first. `coder` is the
+        coder as it was placed (`--on auto`: where it runs), which the run's view shows."""
+        body: dict[str, Any] = {"threadId": thread_id, "environment": env, "role": role}
+        if coder is not None:
+            body["coder"] = coder.model_dump(mode="json")
         await ostore.add_receipt(self.db, run_id, packet_id, "thread", body, now=self.clock())
 
     async def threads_of(self, run_id: str) -> list[tuple[str, str | None, str]]:

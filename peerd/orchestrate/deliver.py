@@ -31,9 +31,15 @@ PR_BODY_MAX_CHARS = 60_000  # GitHub refuses bodies past 65,536 characters
 async def check_remote(repo: Path, remote: str) -> str:
     """The push URL of `remote`, or InvalidRequest naming the remotes there are."""
     known = await git.remotes(repo)
+    if remote not in known and known:
+        raise InvalidRequest(
+            f"--push {remote}: the checkout {repo} has no remote called {remote}. Its remotes are "
+            f"{', '.join(sorted(known))}: name one of them, or add it with `git remote add {remote} URL`."
+        )
     if remote not in known:
-        listed = ", ".join(sorted(known)) or "none (`git remote add NAME URL`)"
-        raise InvalidRequest(f"--push {remote}: {repo} has no remote named so (its remotes: {listed}).")
+        raise InvalidRequest(
+            f"--push {remote}: the checkout {repo} has no remotes. Add one with `git remote add {remote} URL`."
+        )
     return known[remote]
 
 

@@ -38,7 +38,7 @@ from peerd.orchestrate import cleanup, runsteps, spend, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
-from peerd.orchestrate.integrate import deliver_run, integrate
+from peerd.orchestrate.integrate import deliver_run, ending, integrate
 from peerd.orchestrate.models import PacketSpec, PlanReceipt
 from peerd.orchestrate.overlaps import overlap_warnings, serialize_overlaps, shared_files
 from peerd.orchestrate.placing import place_coder
@@ -158,7 +158,8 @@ class Engine:
             summary = await integrate(self.ctx, run_id)
             await deliver_run(self.ctx, run_id, summary)
             await cleanup.clean_up(self.ctx, run_id)
-            await ostore.set_status(self.ctx.db, run_id, "completed", now=self.ctx.clock(), reason=summary)
+            ended = await ending(self.ctx, run_id)  # completed, not_integrated or check_failed
+            await ostore.set_status(self.ctx.db, run_id, ended, now=self.ctx.clock(), reason=summary)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

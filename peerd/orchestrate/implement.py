@@ -114,7 +114,11 @@ async def implementing(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
     thread_id, run_ref, env = packet.thread_id, packet.run_id, coder.environment
     status = await ctx.wait(run.id, thread_id, run_ref, env, deadline=turn.deadline)
     await spend.record_run(ctx, run.id, packet.packet_id, thread_id, run_ref, env, "implementer")
-    ended = steps.TurnEnded(status, await spend.check(ctx, run, packet.packet_id))
+    ended = steps.TurnEnded(
+        status,
+        await spend.check(ctx, run, packet.packet_id),
+        await spend.check_by(ctx, run, packet.packet_id),
+    )
     while True:
         effects = steps.decide_implement(view(run, packet, settings), ended)
         need = effects[0]

@@ -15,6 +15,7 @@ from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.models import IntegrationReceipt
 from peerd.orchestrate.review import verification_of
+from peerd.orchestrate.states import RunState, end_state
 from peerd.runtime import git
 from peerd.store import ownership, projects
 
@@ -83,6 +84,7 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
                 )
         verification = None
         if settings.verify and merged:
+            await checks.seed_caches(repo, worktree)  # the checkout's tool caches, warm (checks.py)
             check = await checks.run_check(worktree, settings.verify)
             verification = verification_of(
                 settings.verify, check, evidence="the full check, run once by peerd on the integrated result"
@@ -109,6 +111,15 @@ async def integrate(ctx: OrchestrationContext, run_id: str) -> str:
     return summary + (f"; parked: {', '.join(parked)}" if parked else "")
 
 
+async def ending(ctx: OrchestrationContext, run_id: str) -> RunState:
+    """The state a run that reached its integration ends in, from its integration receipt
+    (`states.end_state`): `completed`, `not_integrated` or `check_failed`."""
+    integration = await ostore.latest_receipt(ctx.db, run_id, None, "integration") or {}
+    verification = integration.get("verification")
+    passed = None if not isinstance(verification, dict) else bool(verification.get("passed"))
+    return end_state(len(integration.get("merged") or []), passed)
+
+
 async def deliver_run(ctx: OrchestrationContext, run_id: str, summary: str) -> None:
     """`--push REMOTE` / `--pr`, once: the `delivery` receipt is written when it is done."""
     run = await ostore.get(ctx.db, run_id)
@@ -120,7 +131,7 @@ async def deliver_run(ctx: OrchestrationContext, run_id: str, summary: str) -> N
     integration = await ostore.latest_receipt(ctx.db, run_id, None, "integration") or {}
     project = await projects.get(ctx.db, run.project_id)
     # The body is the report as it will read once the run completes (the next step).
-    info = {**await views.describe(ctx.db, run_id), "status": "completed", "reason": summary}
+    info = {**await views.describe(ctx.db, run_id), "status": await ending(ctx, run_id), "reason": summary}
     receipt = await deliver.deliver(
         Path(project.path),
         branch=run.branch,

@@ -17,9 +17,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from peerd.core.usage import Usage, describe
+from peerd.orchestrate.states import TERMINAL_RUN
 
-TERMINAL = ("completed", "failed", "cancelled")
+TERMINAL = tuple(sorted(TERMINAL_RUN))
 Info = Mapping[str, Any]
+# The end states a person may not guess from their name, said beside it in the report's header.
+END_WORDS = {
+    "not_integrated": "nothing was integrated",
+    "check_failed": "the full check failed on the integrated result",
+}
+# A coder whose environment is `auto` is placed when its hop starts (placing.py): until then it
+# runs nowhere, and the report says so rather than "on auto".
+AUTO = "auto"
+# The progress's key for the planner (a packet id never starts with a space).
+PLANNER = " planner"
+# How `OrchestrationContext.outcome` quotes a run's notice item among its problems.
+NOTICE = "notice: "
 
 
 def clock(ts: Any) -> str:
@@ -33,12 +46,16 @@ def span(start: Any, end: Any) -> str:
 
 
 def who(choice: Mapping[str, Any] | None) -> str:
-    """`spec (model M|default model, here|on ENV)`."""
+    """`spec (model M|default model, here|on ENV)`: where the hop ran (`auto` is no place: a coder
+    not placed yet is `placed by auto when its hop starts`)."""
     if not choice:
         return "-"
     model = f"model {choice['model']}" if choice.get("model") else "its default model"
+    spec = str(choice.get("spec") or choice.get("backend"))
+    if choice.get("environment") == AUTO:
+        return f"{spec.removeprefix(AUTO + '/')} ({model}, placed by auto when its hop starts)"
     where = f"on {choice['environment']}" if choice.get("environment") else "here"
-    return f"{choice.get('spec') or choice.get('backend')} ({model}, {where})"
+    return f"{spec} ({model}, {where})"
 
 
 def receipts(info: Info, kind: str, packet: str | None = None) -> list[dict[str, Any]]:
@@ -110,7 +127,34 @@ def _verification(v: Mapping[str, Any], pad: str) -> list[str]:
     return lines
 
 
-def _attempt(r: Mapping[str, Any], pad: str, shown: set[str]) -> list[str]:
+def _bullet(line: str, pad: str) -> list[str]:
+    """`- line`, a line of several lines indented under its first."""
+    first, *rest = line.rstrip("\n").split("\n") or [""]
+    return [f"{pad}- {first}", *(f"{pad}  {more}" if more else "" for more in rest)]
+
+
+def _unquoted(text: str, problems: Sequence[str]) -> str:
+    """`text` (a hop's outcome, a park's reason: `steps.quoted`) without the problem lines the
+    report shows elsewhere: each said once."""
+    for problem in problems:
+        text = text.replace(f"- {problem}\n", "").replace(f"\n- {problem}", "")
+    return re.sub(r"(^|\n)Its run reported:(?=\n[^-]|$)", "", text).strip("\n")
+
+
+def _shown_in(failure: str, printed: Sequence[tuple[str, str]]) -> str:
+    """A park's reason with the outputs the attempts above printed said by reference, not again
+    (`printed`: each attempt's name and output, in order; the latest of equal ones is named)."""
+    order = {id(p): n for n, p in enumerate(printed)}
+    for name, output in sorted(printed, key=lambda p: (-len(p[1]), -order[id(p)])):
+        block = output.lstrip("…").strip()
+        if block and block in failure:
+            failure = failure.replace(block, f"as {name} above")
+    return failure
+
+
+def _attempt(
+    r: Mapping[str, Any], pad: str, shown: set[str], printed: list[tuple[str, str]] | None = None
+) -> list[str]:
     hop = f" ({r['hop']})" if r.get("hop") and r.get("hop") != "implement" else ""
     times = span(r.get("startedAt"), r.get("endedAt"))
     lines = [f"{pad}attempt {r['attempt']}{hop} by {who(r.get('coder'))}" + (f", {times}" if times else "")]
@@ -145,25 +189,40 @@ def _attempt(r: Mapping[str, Any], pad: str, shown: set[str]) -> list[str]:
         lines.append(
             f"{inner}your own files here, changed during the run, never taken: {', '.join(r['userPaths'])}"
         )
-    reported = [line for line in r.get("coderErrors") or [] if line not in shown]
-    shown.update(reported)  # a line an earlier attempt of this packet reported is not repeated
+    problems = list(r.get("coderErrors") or [])
+    # A line an earlier attempt of this packet reported is not repeated; a notice (the sandbox's)
+    # is said once, at the top of the report.
+    reported = [line for line in problems if line not in shown and not line.startswith(NOTICE)]
+    again = [line for line in problems if line in shown and not line.startswith(NOTICE)]
+    shown.update(reported)
     if reported:
         lines.append(f"{inner}the coder's run reported:")
-        lines += [f"{inner}  - {line}" for line in reported]
+        for line in reported:
+            lines += _bullet(line, inner + "  ")
+    if again:
+        lines.append(f"{inner}the coder's run reported again {len(again)} problem(s) shown above")
     verification = r.get("verification") or {}
+    attempt = f"attempt {r.get('attempt') or 1}{hop}"
     if verification.get("classification") in (
         "empty_diff",
         "coder_error",
         "environmental",
         "budget",
+        "timeout",
     ) and not r.get("commit"):
-        lines.append(f"{inner}outcome {verification['classification']}: {verification.get('outputTail', '')}")
-        if verification.get("evidence"):
+        raw = str(verification.get("outputTail") or "")
+        first, _, rest = _unquoted(raw, problems).partition("\n")
+        lines.append(f"{inner}outcome {verification['classification']}: {first}")
+        if verification.get("evidence") and verification["classification"] != "timeout":
             lines.append(f"{inner}  evidence: {verification['evidence']}")
-    elif verification.get("classification") == "timeout" and not r.get("commit"):
-        lines.append(f"{inner}outcome timeout: {verification.get('outputTail', '')}")
+        if rest.strip():
+            lines += _indent(rest, inner + "  ")
+        if printed is not None:
+            printed.append((attempt, raw))
     elif verification:
         lines += _verification(verification, inner)
+        if printed is not None and not verification.get("passed"):
+            printed.append((attempt, str(verification.get("outputTail") or "")))
     return lines
 
 
@@ -205,12 +264,41 @@ def _packet(info: Info, packet: Mapping[str, Any]) -> list[str]:
     ]
     events.sort(key=lambda e: e[0].get("endedAt") or 0)
     shown: set[str] = set()
+    printed: list[tuple[str, str]] = []  # the outputs the attempts printed: a park's reason refers to them
+    problems: list[str] = []
     for body, kind in events:
-        lines += _attempt(body, "  ", shown) if kind == "impl" else _review(body, "  ")
+        if kind == "impl":
+            lines += _attempt(body, "  ", shown, printed)
+            problems += body.get("coderErrors") or []
+        else:
+            lines += _review(body, "  ")
     if packet["state"] in ("parked", "failed", "cancelled") and packet.get("failure"):
-        lines.append(f"  {packet['state']}:")
-        lines += _indent(packet["failure"], "    ")
+        failure = _unquoted(_shown_in(str(packet["failure"]), printed), problems)
+        if "\n" in failure:
+            lines.append(f"  {packet['state']}:")
+            lines += _indent(failure, "    ")
+        else:
+            lines.append(f"  {packet['state']}: {failure}")
     return lines
+
+
+def _notices(info: Info) -> list[str]:
+    """The notices of the coders' runs (peerd's sandbox says what a confined run sees, at every
+    run): each one once for the whole run, in the order first met."""
+    found: dict[str, None] = {}
+    for body in receipts_all(info, "implementation"):
+        for line in body.get("coderErrors") or []:
+            if line.startswith(NOTICE):
+                found.setdefault(line.removeprefix(NOTICE), None)
+    if not found:
+        return []
+    return ["notices of the coders' runs (each said once, not at every attempt):"] + [
+        line for notice in found for line in _bullet(notice, "  ")
+    ]
+
+
+def receipts_all(info: Info, kind: str) -> list[dict[str, Any]]:
+    return [r["body"] for r in info["receipts"] if r["kind"] == kind]
 
 
 def _full_check(integration: Mapping[str, Any], verify_given: bool) -> list[str]:
@@ -245,8 +333,9 @@ def _delivery(d: Mapping[str, Any]) -> list[str]:
 
 def render(info: Info) -> str:
     """The whole report, as text (also valid as the body of a pull request, in a fence)."""
+    words = f" ({END_WORDS[info['status']]})" if info["status"] in END_WORDS else ""
     out = [
-        f"Orchestration {info['id']}: {info['status']}"
+        f"Orchestration {info['id']}: {info['status']}{words}"
         + (f" - {info['reason']}" if info.get("reason") else "")
     ]
     out.append(f"task: {(info.get('task') or '(from a plan directory)').strip()}")
@@ -258,11 +347,13 @@ def render(info: Info) -> str:
         out.append("changes outside a packet's files: allowed (--allow-out-of-scope)")
     out.append(f"usage: {spent(info.get('usage'))} (every run: the planner's and each packet's)")
     if (plan := last(info, "plan")) and plan.get("source") == "planner":
-        out.append(f"  planner: {spent(plan.get('usage') or info.get('plannerUsage'))}")
+        usage = spent(plan.get("usage") or info.get("plannerUsage"))
+        out.append(f"  planner: {who(plan.get('planner'))}, usage {usage}")
     if info.get("budget") or info.get("packetBudget"):
         out.append(
             f"budget: {limits(info.get('budget'))} for the run, {limits(info.get('packetBudget'))} per packet"
         )
+    out += _notices(info)
     for line in (last(info, "resolution") or {}).get("log", []):
         out.append(f"  choice: {line}")
     for line in (last(info, "resolution") or {}).get("warnings", []):
@@ -332,6 +423,17 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
     if seen.get("") != info["status"]:
         seen[""] = info["status"]
         lines.append(f"{clock(info.get('updatedAt'))}  run {info['status']}")
+    planner = next(
+        (
+            r["body"]["coder"]
+            for r in info.get("receipts") or []
+            if r["kind"] == "thread" and r["body"].get("role") == "planner" and r["body"].get("coder")
+        ),
+        None,
+    )
+    if planner is not None and seen.get(PLANNER) != planner.get("spec"):
+        seen[PLANNER] = planner.get("spec")  # where the planner ran (placed, with --on auto)
+        lines.append(f"{clock(info.get('updatedAt'))}  planner {who(planner)}")
     for packet in info["packets"]:
         coder = packet.get("coder") or {}
         reviewer = packet.get("reviewer") or {}
@@ -346,6 +448,7 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
             packet.get("attempt"),
             coder.get("spec"),
             tuple(sorted(retries.items())),
+            (reviewer.get("spec"), reviewer.get("environment")),  # placed (--on auto) as it starts
             (packet.get("awaitingApproval") or {}).get("approvalId"),
         )
         if seen.get(packet["id"]) == key:

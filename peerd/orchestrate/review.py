@@ -29,6 +29,7 @@ async def verifying(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostor
     worktree = ctx.worktrees_dir / "orchestrate" / run.id / f"verify-{packet.packet_id}"
     await git.remove_worktree(repo, worktree, delete_branch=None)
     await detached_worktree(repo, worktree, packet.commit_sha)
+    await checks.seed_caches(repo, worktree)  # the checkout's tool caches, warm (checks.py)
     where = f"peerd's own checkout of {packet.commit_sha[:12]}, outside any coder sandbox"
     try:
         check = await checks.run_check(worktree, spec.verify)

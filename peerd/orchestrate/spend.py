@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from peerd import contracts as c
-from peerd.core.usage import Budget, Usage, exceeded, remaining, tightest, total
+from peerd.core.usage import Budget, Measure, Usage, exceeded, exceeded_by, remaining, tightest, total
 from peerd.errors import PeerdError
 from peerd.orchestrate import cleanup
 from peerd.orchestrate import store as ostore
@@ -116,6 +116,22 @@ def past(settings: Settings, receipts: Sequence[Mapping[str, Any]], packet_id: s
     return None
 
 
+def past_by(
+    settings: Settings, receipts: Sequence[Mapping[str, Any]], packet_id: str | None
+) -> Measure | None:
+    """Which limit `past` finds passed (tokens, usd or seconds; the same order), else None: what
+    a stopped hop's evidence says peerd measured."""
+    given: list[tuple[Budget, Spend]] = []
+    if packet_id is not None and settings.packet_budget is not None:
+        given.append((settings.packet_budget, packet_spend(receipts, packet_id)))
+    if settings.budget is not None:
+        given.append((settings.budget, whole_spend(receipts)))
+    for limit, spend in given:
+        if (by := exceeded_by(limit, spend.usage, spend.seconds)) is not None:
+            return by
+    return None
+
+
 def hop_budget(
     settings: Settings, receipts: Sequence[Mapping[str, Any]], packet_id: str | None
 ) -> c.Budget | None:
@@ -175,6 +191,14 @@ async def check(ctx: OrchestrationContext, run: ostore.RunRow, packet_id: str | 
     if settings.budget is None and settings.packet_budget is None:
         return None
     return past(settings, await ostore.receipts(ctx.db, run.id), packet_id)
+
+
+async def check_by(ctx: OrchestrationContext, run: ostore.RunRow, packet_id: str | None) -> Measure | None:
+    """`past_by` for this run as recorded now."""
+    settings = Settings.from_request(run.request)
+    if settings.budget is None and settings.packet_budget is None:
+        return None
+    return past_by(settings, await ostore.receipts(ctx.db, run.id), packet_id)
 
 
 async def budget_for(

@@ -15,11 +15,15 @@ with its failure output verbatim" (a dependency that did not make it parks its d
 
 An orchestration:
 
-    planning ──> running ──> integrating ──> completed
+    planning ──> running ──> integrating ──> completed | not_integrated | check_failed
        └────────────┴────────────┴──> failed | cancelling ──> cancelled
 
-`completed`, `failed` and `cancelled` are final. Standard library only: the API models
-(`orchestrate/models.py`) and the store both take the states from here.
+`completed`, `not_integrated`, `check_failed`, `failed` and `cancelled` are final. A run that
+reached its integration ends by what the integration found (`end_state`): `not_integrated` when it
+merged no packet, `check_failed` when the full check failed on what it merged, else `completed`
+(some packets may still be parked: the reason names them). A store written by a release before
+these two states holds `completed` for such runs, and reads as it was written. Standard library
+only: the API models (`orchestrate/models.py`) and the store both take the states from here.
 """
 
 from __future__ import annotations
@@ -59,11 +63,34 @@ TRANSITIONS: dict[PacketState, frozenset[PacketState]] = {
     "cancelled": frozenset(),
 }
 
-RunState = Literal["planning", "running", "integrating", "cancelling", "completed", "failed", "cancelled"]
+RunState = Literal[
+    "planning",
+    "running",
+    "integrating",
+    "cancelling",
+    "completed",
+    "not_integrated",
+    "check_failed",
+    "failed",
+    "cancelled",
+]
 FIRST_RUN: RunState = "planning"
-TERMINAL_RUN: frozenset[RunState] = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_RUN: frozenset[RunState] = frozenset(
+    {"completed", "not_integrated", "check_failed", "failed", "cancelled"}
+)
 # The open ones, in the order the engine goes through them (`recover` resumes each).
 OPEN_RUN: tuple[RunState, ...] = ("planning", "running", "integrating", "cancelling")
+
+
+def end_state(merged: int, check_passed: bool | None) -> RunState:
+    """How a run that reached its integration ends: `not_integrated` when it merged no packet,
+    `check_failed` when the full check failed on what it merged (`check_passed` is None when no
+    full check ran), else `completed`."""
+    if merged == 0:
+        return "not_integrated"
+    if check_passed is False:
+        return "check_failed"
+    return "completed"
 
 
 def can_transition(current: PacketState, new: PacketState) -> bool:

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from peerd.core.usage import Measure
 from peerd.orchestrate import scope
 from peerd.orchestrate.context import OUTPUT_TAIL, RETRY_LIMIT, TIMED_OUT, RunOutcome
 from peerd.orchestrate.escapes import Collected
@@ -263,6 +264,7 @@ class TurnEnded:
 
     status: str  # the run's status, or TIMED_OUT
     over_budget: str | None  # why, when the run's usage passed a budget
+    over_budget_by: Measure | None = None  # which limit it passed: what the evidence says was measured
     cut: bool | None = None  # None: not asked
     outcome: RunOutcome | None = None  # None: not read
     collected: Collected | None = None  # None: not collected
@@ -353,12 +355,7 @@ def decide_implement(packet: Packet, event: ImplementEvent) -> list[Effect]:
 def _turn_ended(packet: Packet, ended: TurnEnded) -> list[Effect]:
     memo = packet.memo
     if ended.over_budget is not None:
-        stopped = _failure(
-            packet,
-            "budget",
-            ended.over_budget,
-            "the usage its runs reported, summed by peerd, passed the budget",
-        )
+        stopped = _failure(packet, "budget", ended.over_budget, budget_evidence(ended.over_budget_by))
         return [RecordImpl(memo, None, stopped), StopOverBudget(ended.over_budget)]
     if ended.status == TIMED_OUT:
         limit = packet.packet_timeout_s or 0
@@ -391,6 +388,17 @@ def _turn_ended(packet: Packet, ended: TurnEnded) -> list[Effect]:
         detail = "The coder changed nothing." + quoted(outcome)
         return redispatch_or_park(packet, memo, denial[0] if denial else "empty_diff", detail, denial)
     return [Record(memo, {"state": "verifying", "commit_sha": found.tip})]
+
+
+def budget_evidence(by: Measure | None) -> str:
+    """What peerd measured against the budget a hop passed: the usage its runs reported, or, for a
+    time limit, their elapsed time (measured whether or not the coder reports usage)."""
+    if by == "seconds":
+        return (
+            "the elapsed time of its runs, measured by peerd from each run's start to its end "
+            "(whether or not the coder reports usage), passed the budget's seconds"
+        )
+    return "the usage its runs reported, summed by peerd, passed the budget"
 
 
 def _failure(packet: Packet, kind: Classification, tail_text: str, evidence: str) -> VerificationResult:

@@ -11,7 +11,18 @@ from peerd.orchestrate.states import TERMINAL_PACKET
 from peerd.store.db import Database
 
 
-def _reviewer(run: ostore.RunRow, packet: ostore.PacketRow) -> Any:
+def _reviewer(run: ostore.RunRow, packet: ostore.PacketRow, receipts: list[dict[str, Any]]) -> Any:
+    """The packet's reviewer where it ran: as its latest reviewer thread was placed (the `thread`
+    receipt's coder), or its latest review's; before any, the request's (an `auto` one is placed
+    when its review starts: never shown as where it ran)."""
+    for receipt in reversed(receipts):
+        body = receipt["body"]
+        if receipt["packetId"] != packet.packet_id:
+            continue
+        if receipt["kind"] == "thread" and body.get("role") == "reviewer" and body.get("coder"):
+            return body["coder"]
+        if receipt["kind"] == "review" and body.get("reviewer"):
+            return body["reviewer"]
     reviewers = run.request.get("reviewers") or {}
     return reviewers.get(packet.packet_id)
 
@@ -84,7 +95,7 @@ async def describe(db: Database, run_id: str) -> dict[str, Any]:
                 "hop": p.hop,
                 "attempt": p.attempt,
                 "coder": p.coder,
-                "reviewer": _reviewer(run, p),
+                "reviewer": _reviewer(run, p, receipts),
                 "environment": p.environment,
                 "threadId": p.thread_id,
                 "branch": p.branch,

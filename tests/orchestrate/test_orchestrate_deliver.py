@@ -135,7 +135,7 @@ async def test_push_to_an_unknown_remote_is_refused_at_start(
     with pytest.raises(PeerdError) as refused:
         await start(client, project, plan=PLAN, coders=["script"], push="upstream")
     assert refused.value.code == "invalid_request"
-    assert "no remote named so" in refused.value.message and "origin" in refused.value.message
+    assert "has no remote called upstream. Its remotes are origin: name one of them" in refused.value.message
 
 
 SHARED = [

@@ -17,6 +17,7 @@ from peerd.errors import PeerdError, ReceiptMissing
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.implement import start_packet
 from peerd.orchestrate.integrate import integrate
+from peerd.orchestrate.states import TERMINAL_RUN
 from tests.helpers import DaemonProcess, client_for, git, running_daemon, two_daemons
 from tests.support.eventually import eventually
 from tests.support.orchestrate import (
@@ -51,7 +52,7 @@ def config_file(tmp_path: Path) -> Path:
 async def wait_for(client: LocalClient, run_id: str, check: Any) -> dict[str, Any]:
     info: dict[str, Any] = await client.call("GET", f"/v1/orchestrations/{run_id}")
     while not check(info):
-        assert info["status"] not in ("completed", "failed", "cancelled"), info
+        assert info["status"] not in TERMINAL_RUN, info
         info = await client.call(
             "GET", f"/v1/orchestrations/{run_id}", params={"after": info["updatedAt"], "timeout": 10}
         )

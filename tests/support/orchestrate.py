@@ -12,6 +12,7 @@ from typing import Any
 
 from peerd.api.localclient import LocalClient
 from peerd.config import LINK_PROVIDERS_DEFAULT, Config, LinksConfig, ProviderConfig
+from peerd.orchestrate.states import TERMINAL_RUN
 from tests.helpers import git, make_repo, script
 from tests.support.delegation import runs_script
 from tests.support.eventually import eventually
@@ -78,7 +79,7 @@ async def finished(client: LocalClient, run_id: str, total: float = 120.0) -> di
         info: dict[str, Any] = await client.call(
             "GET", f"/v1/orchestrations/{run_id}", params={"after": after, "timeout": 10}
         )
-        if info["status"] in ("completed", "failed", "cancelled"):
+        if info["status"] in TERMINAL_RUN:
             return info
         assert loop.time() < deadline, json.dumps(info, indent=1)[:4000]
         after = info["updatedAt"]
