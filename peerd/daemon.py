@@ -34,7 +34,6 @@ from peerd import contracts as c
 from peerd.a2a.lazy import LazyA2A
 from peerd.api import peercred
 from peerd.api.a2a_routes import add_a2a_routes
-from peerd.api.agent_signin_routes import AGENT_SIGNIN
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE
@@ -45,7 +44,6 @@ from peerd.api.mcp_http import Loopback, McpService, add_mcp_route, bind_loopbac
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.owner_routes import local_app
 from peerd.api.placement import add_placement_routes
-from peerd.api.remote import network_app
 from peerd.api.signin_requests import add_signin_request_routes
 from peerd.api.tools import ToolServices, agent_app
 from peerd.api.waits import add_wait_routes
@@ -103,6 +101,7 @@ from peerd.placement.capacity import readers_for
 from peerd.placement.service import Placement
 from peerd.providers import registry
 from peerd.providers.registry import LazyProvider
+from peerd.runtime.background import import_in_thread
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
@@ -132,6 +131,7 @@ log = structlog.get_logger(__name__)
 CAPABILITIES = ["threads", "projects", "long-poll", "events", "links", "mode-limit-header", "link-fence"]
 HTTP_SHUTDOWN_TIMEOUT_S = 5.0
 PRUNE_EVERY_S = 3600.0
+NETWORK_MODULE = "peerd.api.remote"  # the network listener's app; imports agent_signin_routes too
 
 
 @dataclass(frozen=True)
@@ -507,6 +507,12 @@ class Daemon:
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
             assert self.identity is not None  # noqa: S101  # opened before the parts
+            # The network app (OAuth, link tokens: authlib, joserfc) only with a network listener,
+            # imported off the event loop (`status` answers meanwhile); issue 33.
+            await import_in_thread(NETWORK_MODULE)
+            from peerd.api.agent_signin_routes import AGENT_SIGNIN  # noqa: PLC0415  # loaded just above
+            from peerd.api.remote import network_app  # noqa: PLC0415  # loaded just above
+
             network = network_app(
                 p.ops,
                 p.desc,
