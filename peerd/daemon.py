@@ -285,7 +285,9 @@ class Daemon:
         # [prices]: what a run whose CLI reports no cost is estimated to cost (store/threads/usage.py)
         usage_store.use_prices(db, self.config.settings.price_table(), self.config.settings.default_models())
         try:
-            identity = load_or_create_identity(self.paths.home)
+            # Without a network listener nothing signs at start: the identity is read without
+            # `cryptography` when its files are peerd's own (peer/identity.py; issue 33).
+            identity = load_or_create_identity(self.paths.home, light=not self.config.listen)
         except OSError as exc:
             raise home_unusable(self.paths.home, exc) from None
         if early is not None and early.identity not in (None, (identity.env_id, identity.fingerprint_text)):
