@@ -48,7 +48,6 @@ async def test_nothing_owed_in_an_empty_store_nor_for_ended_orchestrations(db: D
 
 @pytest.mark.parametrize("status", sorted(set(get_args(RunState)) - TERMINAL_RUN))
 async def test_an_orchestration_not_ended_is_owed(db: Database, status: str) -> None:
-    await orchestration(db, "completed")
     await orchestration(db, status)
     assert await owes_work(db)
 
