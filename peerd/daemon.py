@@ -101,7 +101,7 @@ from peerd.placement.capacity import readers_for
 from peerd.placement.service import Placement
 from peerd.providers import registry
 from peerd.providers.registry import LazyProvider
-from peerd.runtime.background import import_in_thread
+from peerd.runtime.background import import_in_thread, in_daemon_thread
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
 from peerd.runtime.runner import RunManager
@@ -286,8 +286,12 @@ class Daemon:
         usage_store.use_prices(db, self.config.settings.price_table(), self.config.settings.default_models())
         try:
             # Without a network listener nothing signs at start: the identity is read without
-            # `cryptography` when its files are peerd's own (peer/identity.py; issue 33).
-            identity = load_or_create_identity(self.paths.home, light=not self.config.listen)
+            # `cryptography` when its files are peerd's own (peer/identity.py; issue 33). Read in
+            # a thread: `cryptography`'s import, when it is needed, does not hold the early `status`.
+            identity = await in_daemon_thread(
+                partial(load_or_create_identity, self.paths.home, light=not self.config.listen),
+                name="peerd-identity",
+            )
         except OSError as exc:
             raise home_unusable(self.paths.home, exc) from None
         if early is not None and early.identity not in (None, (identity.env_id, identity.fingerprint_text)):
@@ -498,6 +502,11 @@ class Daemon:
 
     async def _serve_listeners(self, p: Parts) -> None:
         """The MCP loopback port, the owner socket, the agent socket, then the network listener."""
+        if self.config.listen:
+            # The network app (OAuth, link tokens: authlib, joserfc) only with a network listener,
+            # imported off the event loop, before the owner socket is handed over (the early
+            # `status` answers meanwhile; the full one lists every listener); issue 33.
+            await import_in_thread(NETWORK_MODULE)
         self._runners.append(
             await start_tcp_listener(
                 p.mcp, self.gate, self.config.listener_limits, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S
@@ -509,11 +518,8 @@ class Daemon:
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
             assert self.identity is not None  # noqa: S101  # opened before the parts
-            # The network app (OAuth, link tokens: authlib, joserfc) only with a network listener,
-            # imported off the event loop (`status` answers meanwhile); issue 33.
-            await import_in_thread(NETWORK_MODULE)
-            from peerd.api.agent_signin_routes import AGENT_SIGNIN  # noqa: PLC0415  # loaded just above
-            from peerd.api.remote import network_app  # noqa: PLC0415  # loaded just above
+            from peerd.api.agent_signin_routes import AGENT_SIGNIN  # noqa: PLC0415  # loaded above
+            from peerd.api.remote import network_app  # noqa: PLC0415  # loaded above
 
             network = network_app(
                 p.ops,
