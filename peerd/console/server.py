@@ -145,8 +145,13 @@ class Console(ConsoleState):
         )
         await runner.setup()
         self._runner = runner
-        for sock in self.sockets:
-            await web.SockSite(runner, sock, ssl_context=self.ssl_context, backlog=BACKLOG).start()
+        try:
+            for sock in self.sockets:
+                await web.SockSite(runner, sock, ssl_context=self.ssl_context, backlog=BACKLOG).start()
+        except OSError:
+            log.exception("console.serve_failed")
+            self.problem = "The console could not serve on its socket; peerd's log says why."
+            return
         log.info("console.loaded")
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -168,7 +173,7 @@ class Console(ConsoleState):
         self.drop_streams()
         if self.loading is not None and not self.loading.done():
             self.loading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # logged by `_load`
                 await self.loading
         if self._runner is not None:
             await self._runner.cleanup()
