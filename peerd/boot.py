@@ -27,7 +27,6 @@ over the same lock, store and socket. The answer of a started daemon's `status` 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
 import hashlib
@@ -47,8 +46,8 @@ from typing import IO, TYPE_CHECKING, Any
 from peerd import __version__
 from peerd.api.listener_rules import ListenerLimits
 from peerd.core.console_bind import is_loopback
-from peerd.core.ed25519 import public_key
 from peerd.core.envid import env_id_from_public_key
+from peerd.core.identityfiles import read_identity_files
 from peerd.errors import AlreadyRunning, HomeUnusable, InvalidRequest, PeerdError, ShuttingDown, Unavailable
 from peerd.homeformat import check_home_format, record_home_format
 from peerd.paths import Paths, config_file
@@ -63,8 +62,6 @@ WIRE_PROTOCOL = (
     2  # contracts.WIRE_PROTOCOL (tests/compat/test_protocol.py compares): the early answers say it too
 )
 MAX_EARLY_HEAD = 16 * 1024  # a request head the early server reads before it gives up on it
-_SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # SubjectPublicKeyInfo prefix of a raw key
-_PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")  # PKCS8 prefix of a 32-byte seed
 
 
 def light_label(path: Path | None, *, home: Path | None) -> str | None:
@@ -176,32 +173,17 @@ def _checked_store(db: Path, identity_exists: bool, new_store: bool) -> type[Dat
 # --- the identity, read lightly ------------------------------------------------------------------
 
 
-def _pem_der(text: str, label: str) -> bytes | None:
-    begin, end = f"-----BEGIN {label}-----", f"-----END {label}-----"
-    if text.count(begin) != 1 or end not in text:
-        return None
-    body = text.split(begin, 1)[1].split(end, 1)[0]
-    try:
-        return base64.b64decode("".join(body.split()), validate=True)
-    except ValueError:
-        return None
-
-
 def light_identity(home: Path) -> tuple[str, str] | None:
     """(environment id, fingerprint text) from `home/identity`, or None when the files are missing
     or not exactly what `load_or_create_identity` writes (an unencrypted PKCS8 Ed25519 key and a
-    certificate over that key): the full start then handles them."""
-    try:
-        key_der = _pem_der((home / "identity" / "key.pem").read_text(encoding="ascii"), "PRIVATE KEY")
-        cert_der = _pem_der((home / "identity" / "cert.pem").read_text(encoding="ascii"), "CERTIFICATE")
-    except (OSError, UnicodeDecodeError):
+    certificate over that key): the full start then handles them. The standard library's:
+    `cryptography` is not imported yet (`core/identityfiles.py`)."""
+    found = read_identity_files(home / "identity" / "key.pem", home / "identity" / "cert.pem")
+    if found is None:
         return None
-    if key_der is None or cert_der is None or len(key_der) != 48 or not key_der.startswith(_PKCS8_ED25519):
-        return None
-    raw = public_key(key_der[16:])  # the standard library's: `cryptography` is not imported yet
-    if cert_der.count(_SPKI_ED25519 + raw) != 1:
-        return None  # a certificate for another key: rebuilt by the full start
-    return env_id_from_public_key(raw), "sha256:" + hashlib.sha256(cert_der).hexdigest()
+    return env_id_from_public_key(found.public_key_raw), "sha256:" + hashlib.sha256(
+        found.cert_der
+    ).hexdigest()
 
 
 # --- the early owner socket ---------------------------------------------------------------------

@@ -34,7 +34,6 @@ from peerd import contracts as c
 from peerd.a2a.lazy import LazyA2A
 from peerd.api import peercred
 from peerd.api.a2a_routes import add_a2a_routes
-from peerd.api.agent_signin_routes import AGENT_SIGNIN
 from peerd.api.app import SHUTDOWN_GATE, ShutdownGate
 from peerd.api.approvals import add_approval_routes
 from peerd.api.console_login import CONSOLE
@@ -45,7 +44,6 @@ from peerd.api.mcp_http import Loopback, McpService, add_mcp_route, bind_loopbac
 from peerd.api.orchestrate import add_orchestration_routes
 from peerd.api.owner_routes import local_app
 from peerd.api.placement import add_placement_routes
-from peerd.api.remote import network_app
 from peerd.api.signin_requests import add_signin_request_routes
 from peerd.api.tools import ToolServices, agent_app
 from peerd.api.waits import add_wait_routes
@@ -91,8 +89,8 @@ from peerd.events import (
 )
 from peerd.handoff.service import HandoffService, MoveGuard
 from peerd.operations import Operations
-from peerd.orchestrate.engine import Engine
-from peerd.orchestrate.service import Assigner, Orchestrations
+from peerd.orchestrate.front import FrontParts
+from peerd.orchestrate.lazy import LazyOrchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
 from peerd.peer.forwarding import Forwarder
@@ -102,10 +100,10 @@ from peerd.peer.webcert import WebCertificate, load_web_certificate, server_tls
 from peerd.placement.capacity import readers_for
 from peerd.placement.service import Placement
 from peerd.providers import registry
-from peerd.providers.command import CommandProvider
+from peerd.providers.registry import LazyProvider
+from peerd.runtime.background import import_in_thread, in_daemon_thread
 from peerd.runtime.feed import ChangeFeed
 from peerd.runtime.orphans import kill_orphaned_group
-from peerd.runtime.provider import Provider
 from peerd.runtime.runner import RunManager
 from peerd.runtime.sweep import Sweeper, SweepHooks
 from peerd.store import projects, provider_approvals, receipts, threads
@@ -133,6 +131,7 @@ log = structlog.get_logger(__name__)
 CAPABILITIES = ["threads", "projects", "long-poll", "events", "links", "mode-limit-header", "link-fence"]
 HTTP_SHUTDOWN_TIMEOUT_S = 5.0
 PRUNE_EVERY_S = 3600.0
+NETWORK_MODULE = "peerd.api.remote"  # the network listener's app; imports agent_signin_routes too
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ class Parts:
 
     events: Events
     desc: c.Descriptor
-    providers: dict[str, Provider]
+    providers: dict[str, LazyProvider]  # each driver loads when a run of it starts
     runs: RunManager
     peers: PeerClient
     forwarder: Forwarder
@@ -155,8 +154,7 @@ class Parts:
     approvals: ApprovalService
     desk: ApprovalDesk
     handoff: HandoffService
-    engine: Engine
-    orchestrations: Orchestrations
+    orchestrations: LazyOrchestrations
     tools: ToolServices
     mcp: McpService
     a2a: LazyA2A
@@ -204,7 +202,7 @@ class Daemon:
     # The parts by name, once built (tests and `shutdown` read them; None before).
 
     @property
-    def providers(self) -> dict[str, Provider]:
+    def providers(self) -> dict[str, LazyProvider]:
         return {} if self.parts is None else self.parts.providers
 
     @property
@@ -228,7 +226,7 @@ class Daemon:
         return None if self.parts is None else self.parts.handoff
 
     @property
-    def orchestrations(self) -> Orchestrations | None:
+    def orchestrations(self) -> LazyOrchestrations | None:  # the engine loads on first need
         return None if self.parts is None else self.parts.orchestrations
 
     @property
@@ -287,7 +285,13 @@ class Daemon:
         # [prices]: what a run whose CLI reports no cost is estimated to cost (store/threads/usage.py)
         usage_store.use_prices(db, self.config.settings.price_table(), self.config.settings.default_models())
         try:
-            identity = load_or_create_identity(self.paths.home)
+            # Without a network listener nothing signs at start: the identity is read without
+            # `cryptography` when its files are peerd's own (peer/identity.py; issue 33). Read in
+            # a thread: `cryptography`'s import, when it is needed, does not hold the early `status`.
+            identity = await in_daemon_thread(
+                partial(load_or_create_identity, self.paths.home, light=not self.config.listen),
+                name="peerd-identity",
+            )
         except OSError as exc:
             raise home_unusable(self.paths.home, exc) from None
         if early is not None and early.identity not in (None, (identity.env_id, identity.fingerprint_text)):
@@ -413,28 +417,19 @@ class Daemon:
             db, identity, peers, label=label, advertised_urls=self.advertised_urls, clock=clock, events=events
         )
         handoff = HandoffService(ops, links, env_id=env_id, label=label)
-        assigner = Assigner(
-            available=self._available_providers,
-            models={n: p.model for n, p in settings.providers.items() if p.command is None},
-        )
-        engine = Engine(
-            db,
-            self.feed,
-            ops,
-            worktrees_dir=self.paths.worktrees,
-            assign_more=assigner.assign_more,
-            clock=clock,
-        )
-        orchestrations = Orchestrations(
-            db,
-            self.feed,
-            engine,
-            assigner=assigner,
-            approved=self.command_approved,
-            custom_commands={
-                name: p.command for name, p in providers.items() if isinstance(p, CommandProvider)
-            },
-            clock=clock,
+        # Orchestration (peerd/orchestrate/): the engine and the service load on first need.
+        orchestrations = LazyOrchestrations(
+            FrontParts(
+                db,
+                self.feed,
+                ops,
+                worktrees_dir=self.paths.worktrees,
+                available=self._available_providers,
+                approved=self.command_approved,
+                models={n: p.model for n, p in settings.providers.items() if p.command is None},
+                custom_commands={name: p.command for name, p in providers.items() if p.command is not None},
+                clock=clock,
+            )
         )
         desk = ApprovalDesk(approvals, db, forwarder)
         # Waits on a pull request (peerd/waits/): watched through gh, delivered as a wake run.
@@ -463,7 +458,6 @@ class Daemon:
             approvals=approvals,
             desk=desk,
             handoff=handoff,
-            engine=engine,
             orchestrations=orchestrations,
             tools=tools,
             mcp=McpService(tools, loopback=loopback),
@@ -500,7 +494,7 @@ class Daemon:
         await p.runs.kick_all()  # queued runs, continuations first
         await p.delegation.recover()  # local tasks whose child ended while the daemon was down
         await p.followers.start()  # every open remote task and owed stop is followed again
-        await p.engine.recover()  # every open orchestration continues where it was
+        await p.orchestrations.start()  # owed work: the engine loads, every open orchestration continues
         await p.handoff.start()  # every unfinished move resumes (to one live copy)
         await p.waits.start()  # every open wait on a pull request is watched again
         p.sweeper.start()
@@ -508,6 +502,11 @@ class Daemon:
 
     async def _serve_listeners(self, p: Parts) -> None:
         """The MCP loopback port, the owner socket, the agent socket, then the network listener."""
+        if self.config.listen:
+            # The network app (OAuth, link tokens: authlib, joserfc) only with a network listener,
+            # imported off the event loop, before the owner socket is handed over (the early
+            # `status` answers meanwhile; the full one lists every listener); issue 33.
+            await import_in_thread(NETWORK_MODULE)
         self._runners.append(
             await start_tcp_listener(
                 p.mcp, self.gate, self.config.listener_limits, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S
@@ -519,6 +518,9 @@ class Daemon:
         await self._serve_unix(agent, self.paths.agent_socket, listed=False)
         if self.config.listen:
             assert self.identity is not None  # noqa: S101  # opened before the parts
+            from peerd.api.agent_signin_routes import AGENT_SIGNIN  # noqa: PLC0415  # loaded above
+            from peerd.api.remote import network_app  # noqa: PLC0415  # loaded above
+
             network = network_app(
                 p.ops,
                 p.desc,
@@ -668,7 +670,7 @@ class Daemon:
 
     async def provider_approve(self, name: str, req: c.ProviderApprove) -> c.ProviderApproveResult:
         provider = self.providers.get(name)
-        command = getattr(provider, "command", None)
+        command = None if provider is None else provider.command
         if provider is None or not isinstance(command, str):
             raise NotFound(
                 f"No custom provider {name!r} in the config file; only custom commands need approval."
@@ -685,7 +687,7 @@ class Daemon:
 
     async def provider_revoke(self, name: str) -> c.ProviderApproveResult:
         provider = self.providers.get(name)
-        command = getattr(provider, "command", None)
+        command = None if provider is None else provider.command
         if self.db is None or not isinstance(command, str):
             raise NotFound(f"No custom provider {name!r} in the config file.")
         await provider_approvals.revoke(self.db, name)
@@ -765,7 +767,7 @@ class Daemon:
             await p.a2a.close()
             await p.waits.stop()  # open waits stay recorded: the next start watches them again
             await p.followers.close()
-            await p.engine.close()  # recorded state is resumed at the next start
+            await p.orchestrations.close()  # recorded state is resumed at the next start
             await p.handoff.close()  # recorded steps resume at the next start
             await p.approvals.stop()  # pending approvals stay pending: the restart finds them
             await p.runs.shutdown()

@@ -4,6 +4,9 @@ POST /v1/orchestrations                 start one (or `dryRun`: how coders would
 GET  /v1/orchestrations                 list them
 GET  /v1/orchestrations/{id}?after=&timeout=   one, with packets and receipts (long-poll)
 POST /v1/orchestrations/{id}/cancel {reason?}
+
+The engine behind them loads on the first call (`orchestrate/lazy.py`): these routes and their
+request model import none of it.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from peerd import contracts as c
 from peerd.api import examples as ex
 from peerd.api.app import json_body, json_object, ok, query_model
 from peerd.api.routes import Example, Route, add_routes
-from peerd.orchestrate.service import OrchestrateRequest, Orchestrations
+from peerd.orchestrate.front import OrchestrateRequest
+from peerd.orchestrate.lazy import LazyOrchestrations
 
-ORCHESTRATIONS: web.AppKey[Orchestrations] = web.AppKey("orchestrations")
+ORCHESTRATIONS: web.AppKey[LazyOrchestrations] = web.AppKey("orchestrations")
 
 
 class WaitQuery(c.Input):
@@ -31,7 +35,7 @@ class CancelBody(c.Input):
 
 async def orchestration_start(request: web.Request) -> web.Response:
     req = await json_body(request, OrchestrateRequest)
-    return ok(await request.app[ORCHESTRATIONS].start(req), status=200 if req.dry_run else 201)
+    return ok(await request.app[ORCHESTRATIONS].start_run(req), status=200 if req.dry_run else 201)
 
 
 async def orchestration_list(request: web.Request) -> web.Response:
@@ -73,6 +77,6 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 
-def add_orchestration_routes(app: web.Application, service: Orchestrations) -> None:
+def add_orchestration_routes(app: web.Application, service: LazyOrchestrations) -> None:
     app[ORCHESTRATIONS] = service
     add_routes(app, ROUTES)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -57,6 +59,9 @@ class ConsoleState:
         self.cookie_name = "peerd_console_" + re.sub(r"[^A-Za-z0-9]", "", env_id)[:12]
         self.client: LocalClient | None = None
         self._runner: web.AppRunner | None = None
+        self.sockets: list[socket.socket] = []  # bound at start (`console/server.py`)
+        self.ssl_context: ssl.SSLContext | None = None
+        self.loading: asyncio.Task[None] | None = None  # the pages' load, from the first connection
         self._streams: set[asyncio.Task[object]] = set()
         self.closed = False
 

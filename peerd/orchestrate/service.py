@@ -1,5 +1,6 @@
 """The orchestration front: validate and resolve a request, record it, hand it to the engine; read
-and wait on runs; cancel. The CLI talks to this through `/v1/orchestrations` on the local socket."""
+and wait on runs; cancel. The CLI talks to this through `/v1/orchestrations` on the local socket.
+Loaded on first need with the engine (`orchestrate/lazy.py`), built by `build`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from peerd import contracts as c
 from peerd.errors import CapabilityDenied, InvalidRequest
@@ -17,44 +16,12 @@ from peerd.orchestrate import deliver, userwork, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
 from peerd.orchestrate.engine import Engine, feed_key, plan_checks
+from peerd.orchestrate.front import FrontParts, OrchestrateRequest
 from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import links, projects, provider_approvals
 from peerd.store.db import Database
-
-
-class OrchestrateRequest(c.Input):
-    task: str = Field(default="", max_length=c.MAX_PROMPT_CHARS)
-    project_id: str = Field(min_length=1)
-    coders: list[str] = Field(default_factory=list, max_length=20)
-    concurrency: int = Field(default=3, ge=1, le=16)
-    packet_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600)
-    plan: list[PacketSpec] | None = Field(default=None, max_length=100)
-    verify: str | None = Field(default=None, max_length=4000)
-    reviewer: str | None = None
-    on: list[str] = Field(default_factory=list, max_length=10)
-    non_interactive: bool = False
-    allow_commands: list[str] = Field(default_factory=list)
-    dry_run: bool = False
-    # The user's work: a packet whose files are dirty in the checkout is refused, unless the run
-    # starts from the working state (`include_dirty`).
-    include_dirty: bool = False
-    # Changes a packet's commit makes outside its files may be integrated (else it is held).
-    allow_out_of_scope: bool = False
-    serialize_overlaps: bool = False  # packets sharing files run one after the other
-    keep: bool = False  # leave the worktrees and thread branches for a look
-    push: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
-    )
-    pr: bool = False  # open a pull request (pushes to `push`, default origin)
-    ready: bool = False  # the pull request is not a draft
-    # Stop rules: the whole orchestration's (every run, the planner's too) and each packet's.
-    budget: c.Budget | None = None
-    packet_budget: c.Budget | None = None
-    # The implementers' access level (reviewers and the planner stay read-only): approval-required
-    # makes a person approve each of their commands and edits (peerd/approvals/).
-    access: Literal["approval-required", "auto-accept-edits", "auto", "full-access"] = "auto"
 
 
 async def _branch_of(repo: Path) -> str | None:
@@ -283,3 +250,26 @@ class Orchestrations:
     async def cancel(self, run_id: str, reason: str | None) -> dict[str, Any]:
         await self.engine.cancel(run_id, reason)
         return await self.info(run_id)
+
+
+def build(parts: FrontParts) -> Orchestrations:
+    """The assigner, the engine and the service, from what the daemon gave (`orchestrate/lazy.py`
+    calls this once the modules are loaded)."""
+    assigner = Assigner(available=parts.available, models=parts.models)
+    engine = Engine(
+        parts.db,
+        parts.feed,
+        parts.ops,
+        worktrees_dir=parts.worktrees_dir,
+        assign_more=assigner.assign_more,
+        clock=parts.clock,
+    )
+    return Orchestrations(
+        parts.db,
+        parts.feed,
+        engine,
+        assigner=assigner,
+        approved=parts.approved,
+        custom_commands=parts.custom_commands,
+        clock=parts.clock,
+    )

@@ -26,17 +26,22 @@ import stat
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.x509.oid import NameOID
 
 from peerd.core.envid import env_id_from_public_key, normalize_env_id
 from peerd.core.fingerprint import format_fingerprint
+from peerd.core.identityfiles import read_identity_files
 from peerd.errors import IdentityError, InvalidRequest
 from peerd.logs import get_logger
+
+# `cryptography` (some 7 MiB) is imported where a key or a certificate is made, parsed or used to
+# sign, not with this module: a daemon without a network listener reads its identity without it
+# (`load_or_create_identity(light=True)`, issue 33).
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "Identity",
@@ -58,13 +63,21 @@ _CERT_VALIDITY = timedelta(days=20 * 365 + 5)  # 20 years, leap days included
 class Identity:
     """This machine's identity. ``fingerprint`` is what peers pin (see ``pinned_fingerprint``)."""
 
-    private_key: Ed25519PrivateKey = field(repr=False, compare=False)
     public_key_raw: bytes
     env_id: str
     cert_pem: bytes = field(repr=False)
     cert_der: bytes = field(repr=False)
     key_path: Path
     cert_path: Path
+    # The signing key once read: by the full reading, or on first use (`private_key`).
+    _key: list[Ed25519PrivateKey] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def private_key(self) -> Ed25519PrivateKey:
+        """The signing key (link tokens, the web certificate), read on first use."""
+        if not self._key:
+            self._key.append(_read_key(self.key_path))
+        return self._key[0]
 
     @property
     def fingerprint(self) -> bytes:
@@ -87,6 +100,10 @@ def env_id_from_certificate(cert_der: bytes, pin: bytes) -> str:
     and shown under. ``ValueError`` when the DER is not ``pin``'s certificate or holds another
     kind of key.
     """
+    from cryptography import x509  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey  # noqa: PLC0415
+
     if not hmac.compare_digest(hashlib.sha256(cert_der).digest(), pin):
         raise ValueError("the certificate does not match its pin")
     try:
@@ -171,6 +188,9 @@ def _tighten(path: Path, wanted: int) -> None:
 
 def _load_or_create_key(key_path: Path) -> tuple[Ed25519PrivateKey, bool]:
     """The key and whether it was just created."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
     if not key_path.exists():
         key = Ed25519PrivateKey.generate()
         pem = key.private_bytes(
@@ -179,9 +199,17 @@ def _load_or_create_key(key_path: Path) -> tuple[Ed25519PrivateKey, bool]:
         write_atomic(key_path, pem, 0o600)
         return key, True
     _tighten(key_path, 0o600)
+    return _read_key(key_path), False
+
+
+def _read_key(key_path: Path) -> Ed25519PrivateKey:
+    """The stored key; never a new one (a new key would be a new environment)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
     try:
         loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-    except (ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         # Refuse rather than regenerate: a new key would silently become a new environment.
         raise IdentityError(
             f"identity key {key_path} is not a readable unencrypted PEM key ({exc}); "
@@ -192,10 +220,13 @@ def _load_or_create_key(key_path: Path) -> tuple[Ed25519PrivateKey, bool]:
             f"identity key {key_path} is a {type(loaded).__name__}, not Ed25519; "
             "move it away to create a new identity"
         )
-    return loaded, False
+    return loaded
 
 
 def _build_cert(key: Ed25519PrivateKey, env_id: str) -> x509.Certificate:
+    from cryptography import x509  # noqa: PLC0415  # see the note at the imports
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, env_id)])
     now = datetime.now(UTC)
     san = x509.SubjectAlternativeName(
@@ -221,6 +252,9 @@ def _build_cert(key: Ed25519PrivateKey, env_id: str) -> x509.Certificate:
 
 def _load_cert(cert_path: Path, public_key_raw: bytes) -> x509.Certificate | None:
     """The stored cert if it parses and is for this key, else None (caller rebuilds it)."""
+    from cryptography import x509  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
         cert_pub = cert.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -229,16 +263,34 @@ def _load_cert(cert_path: Path, public_key_raw: bytes) -> x509.Certificate | Non
     return cert if hmac.compare_digest(cert_pub, public_key_raw) else None
 
 
-def load_or_create_identity(home: Path) -> Identity:
+def load_or_create_identity(home: Path, *, light: bool = False) -> Identity:
     """Load this machine's identity from ``home/identity``, creating what is missing.
 
     The key is never replaced once written, so the env id is stable across restarts; the cert is
     rebuilt if it is missing, unparsable or belongs to another key.
+
+    ``light`` (a daemon without a network listener): when both files are exactly what this
+    function writes, they are read with the standard library (`core/identityfiles.py`) and the
+    key is parsed only when something signs with it; anything else takes the full reading.
     """
     id_dir = home / "identity"
     id_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _tighten(id_dir, 0o700)
     key_path, cert_path = id_dir / "key.pem", id_dir / "cert.pem"
+    if light and key_path.exists():
+        _tighten(key_path, 0o600)
+        found = read_identity_files(key_path, cert_path)
+        if found is not None:
+            return Identity(
+                public_key_raw=found.public_key_raw,
+                env_id=env_id_from_public_key(found.public_key_raw),
+                cert_pem=ssl.DER_cert_to_PEM_cert(found.cert_der).encode("ascii"),
+                cert_der=found.cert_der,
+                key_path=key_path,
+                cert_path=cert_path,
+            )
+
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415  # see the note at the imports
 
     key, created = _load_or_create_key(key_path)
     public_key_raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -253,11 +305,11 @@ def load_or_create_identity(home: Path) -> Identity:
         log.info("identity_cert_written", env_id=env_id, path=str(cert_path))
 
     return Identity(
-        private_key=key,
         public_key_raw=public_key_raw,
         env_id=env_id,
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
         cert_der=cert.public_bytes(serialization.Encoding.DER),
         key_path=key_path,
         cert_path=cert_path,
+        _key=[key],
     )

@@ -26,17 +26,19 @@ import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING
 
 from peerd.core.fingerprint import format_fingerprint
 from peerd.core.tls_hello import Cert
 from peerd.errors import ConfigInvalid
 from peerd.logs import get_logger
 from peerd.peer.identity import Identity, server_ssl_context, write_atomic
+
+# `cryptography` is imported where a certificate is read or made (a TLS listener), not with this
+# module (`ServerTls` is the listener's type): see peer/identity.py.
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 __all__ = ["ServerTls", "WebCertificate", "load_web_certificate", "server_tls"]
 
@@ -87,6 +89,10 @@ def load_web_certificate(
     home: Path, env_id: str, *, cert: str | None = None, key: str | None = None
 ) -> WebCertificate:
     """The owner's web certificate when `cert` and `key` are given, else peerd's own (made once)."""
+    from cryptography import x509  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
     if cert is not None and key is not None:
         cert_path = Path(cert).expanduser()
         try:
@@ -121,12 +127,18 @@ def load_web_certificate(
 
 
 def _fingerprint(leaf: x509.Certificate) -> str:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415  # see the note at the imports
+
     return format_fingerprint(hashlib.sha256(leaf.public_bytes(serialization.Encoding.DER)).digest())
 
 
 def _usable(cert_path: Path, key_path: Path, now: datetime) -> x509.Certificate | None:
     """peerd's own web certificate when it can still serve: readable, over its own ECDSA key, and
     not within `RENEW_BEFORE` of its end."""
+    from cryptography import x509  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
     try:
         leaf = x509.load_pem_x509_certificate(cert_path.read_bytes())
         private = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
@@ -142,6 +154,10 @@ def _usable(cert_path: Path, key_path: Path, now: datetime) -> x509.Certificate 
 
 
 def _build(private: ec.EllipticCurvePrivateKey, env_id: str, now: datetime) -> x509.Certificate:
+    from cryptography import x509  # noqa: PLC0415  # see the note at the imports
+    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
+
     name = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "peerd"),

@@ -160,7 +160,7 @@ async def test_integration_needs_an_approving_review_receipt(tmp_path: Path) -> 
     repo = project_repo(tmp_path / "repo")
     async with running_daemon(tmp_path / "home", settings=settings(tmp_path)) as daemon:
         assert daemon.db is not None and daemon.orchestrations is not None
-        engine = daemon.orchestrations.engine
+        engine = (await daemon.orchestrations.service()).engine
         async with client_for(daemon.paths.home) as client:
             project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
         head = git(repo, "rev-parse", "HEAD").strip()

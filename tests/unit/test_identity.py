@@ -322,3 +322,37 @@ async def test_pinned_client_accepts_right_cert_and_rejects_wrong(
                 pass
         assert info.value.expected == other_id.fingerprint
         assert info.value.got == server_id.fingerprint
+
+
+# --- the light reading (issue 33: a daemon without a network listener imports no cryptography) ---
+
+
+def test_the_light_reading_is_the_full_one_and_reads_the_key_only_when_it_signs(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    full = load_or_create_identity(home)
+    light = load_or_create_identity(home, light=True)
+    assert light == full  # env id, raw public key, the certificate's PEM and DER, the paths
+    assert light.cert_pem == full.cert_pem and light.fingerprint == full.fingerprint
+    assert light._key == []  # not parsed yet
+    message = b"signed later"
+    signature = light.private_key.sign(message)
+    full.private_key.public_key().verify(signature, message)  # the same key, read on first use
+    assert len(light._key) == 1
+
+
+def test_the_light_reading_leaves_anything_else_to_the_full_one(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = load_or_create_identity(home, light=True)  # nothing there yet: made in full
+    assert first._key, "a new identity is made by the full reading"
+    first.cert_path.write_text("not a certificate\n")
+    again = load_or_create_identity(home, light=True)  # rebuilt, as the full reading does
+    assert again.env_id == first.env_id and again.cert_pem.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert (
+        x509.load_pem_x509_certificate(again.cert_path.read_bytes())
+        .public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        == again.public_key_raw
+    )
+    first.key_path.chmod(0o644)
+    load_or_create_identity(home, light=True)
+    assert mode(first.key_path) == 0o600  # tightened on the light path too
