@@ -92,6 +92,7 @@ from peerd.events import (
 from peerd.handoff.service import HandoffService, MoveGuard
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
+from peerd.orchestrate.prwait import Poller
 from peerd.orchestrate.service import Assigner, Orchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
@@ -116,6 +117,7 @@ from peerd.tasks import store as tasks_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.follower import FollowerPool
+from peerd.waits.pace import GhPace
 from peerd.waits.service import Waits
 
 # Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
@@ -417,6 +419,9 @@ class Daemon:
             available=self._available_providers,
             models={n: p.model for n, p in settings.providers.items() if p.command is None},
         )
+        # One gh login's pace for every poller of a pull request here: the waits and the
+        # orchestrations waiting on theirs (--until).
+        gh_pace = GhPace(clock)
         engine = Engine(
             db,
             self.feed,
@@ -424,6 +429,7 @@ class Daemon:
             worktrees_dir=self.paths.worktrees,
             assign_more=assigner.assign_more,
             clock=clock,
+            poller=Poller(gh_pace, poll_s=settings.waits.poll_seconds),
         )
         orchestrations = Orchestrations(
             db,
@@ -438,7 +444,9 @@ class Daemon:
         )
         desk = ApprovalDesk(approvals, db, forwarder)
         # Waits on a pull request (peerd/waits/): watched through gh, delivered as a wake run.
-        waits = Waits(db, self.feed, kick=runs.kick, clock=clock, poll_s=settings.waits.poll_seconds)
+        waits = Waits(
+            db, self.feed, kick=runs.kick, clock=clock, poll_s=settings.waits.poll_seconds, pace=gh_pace
+        )
         tools = ToolServices(ops, links, delegation, handoff, desk, waits)
         console = Console(
             settings.console,

@@ -34,7 +34,7 @@ import structlog
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing, StateChanged
 from peerd.operations import Operations
-from peerd.orchestrate import cleanup, runsteps, spend, userwork
+from peerd.orchestrate import cleanup, prwait, runsteps, spend, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
@@ -43,6 +43,7 @@ from peerd.orchestrate.models import PacketSpec, PlanReceipt
 from peerd.orchestrate.overlaps import overlap_warnings, serialize_overlaps, shared_files
 from peerd.orchestrate.placing import place_coder
 from peerd.orchestrate.review import reviewing, verifying
+from peerd.orchestrate.states import RunState
 from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     planner_prompt,
@@ -50,6 +51,7 @@ from peerd.orchestrate.verdicts import (
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database
+from peerd.waits.pace import GhPace
 
 log = structlog.get_logger(__name__)
 
@@ -79,8 +81,11 @@ class Engine:
         worktrees_dir: Path,
         assign_more: Callable[[dict[str, Any], list[PacketSpec]], Awaitable[dict[str, Any]]],
         clock: Clock = SYSTEM_CLOCK,
+        poller: prwait.Poller | None = None,
     ) -> None:
         self.ctx = OrchestrationContext(db, feed, ops, worktrees_dir=worktrees_dir, clock=clock)
+        # --until: how a run polls its pull request (the daemon's one gh pace, shared with the waits).
+        self._poller = poller or prwait.Poller(GhPace(clock))
         # Coders for packets a planner produced: resolved like the request's own packets.
         self._assign_more = assign_more
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -132,6 +137,7 @@ class Engine:
         await self._finish_cancel(run_id, reason or "Cancelled.")
 
     async def _finish_cancel(self, run_id: str, reason: str) -> None:
+        await prwait.end_wait(self.ctx, run_id, reason)  # --until: the wait on the pull request ends
         owed = await cleanup.stop_packets(self.ctx, run_id, reason)
         self.ctx.changed(run_id)
         await cleanup.clean_up(self.ctx, run_id)
@@ -147,18 +153,32 @@ class Engine:
             run = await ostore.get(self.ctx.db, run_id)
             if not run.packets and not await self._plan(run):
                 return
-            await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
-            self.ctx.changed(run_id)
-            await self._schedule(run_id)
-            if (why := await spend.check(self.ctx, await ostore.get(self.ctx.db, run_id), None)) is not None:
-                await self._fail_run(run_id, why)  # past the whole run's budget: nothing more starts
-                return
-            await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
-            self.ctx.changed(run_id)
-            summary = await integrate(self.ctx, run_id)
-            await deliver_run(self.ctx, run_id, summary)
+            summary = ""
+            while True:
+                if run.status != ostore.WAITING:  # a run resumed while waiting goes back to its wait
+                    await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
+                    self.ctx.changed(run_id)
+                    await self._schedule(run_id)
+                    if (
+                        why := await spend.check(self.ctx, await ostore.get(self.ctx.db, run_id), None)
+                    ) is not None:
+                        await self._fail_run(run_id, why)  # past the whole run's budget: nothing more starts
+                        return
+                    await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
+                    self.ctx.changed(run_id)
+                    summary = await integrate(self.ctx, run_id)
+                    await deliver_run(self.ctx, run_id, summary)
+                # --until: wait on the pull request; a fix packet goes round again.
+                ended = await prwait.follow(self.ctx, run_id, summary, self._poller)
+                run = await ostore.get(self.ctx.db, run_id)
+                if not isinstance(ended, prwait.Fixing):
+                    break
+            if (ended is None and run.status == ostore.WAITING) or run.status in ("cancelling", "cancelled"):
+                return  # cancelled while it waited: the cancel ends it
+            status: RunState = "completed" if ended is None else ended.status
+            reason = summary if ended is None else ended.why
             await cleanup.clean_up(self.ctx, run_id)
-            await ostore.set_status(self.ctx.db, run_id, "completed", now=self.ctx.clock(), reason=summary)
+            await ostore.set_status(self.ctx.db, run_id, status, now=self.ctx.clock(), reason=reason)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

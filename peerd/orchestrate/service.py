@@ -17,7 +17,7 @@ from peerd.orchestrate import deliver, userwork, views
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.coders import assign, choose_reviewer, load_project_config, resolve_coders
 from peerd.orchestrate.engine import Engine, feed_key, plan_checks
-from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, validate_plan
+from peerd.orchestrate.models import CoderChoice, PacketSpec, PlanReceipt, Until, validate_plan
 from peerd.runtime import git
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import links, projects, provider_approvals
@@ -49,6 +49,9 @@ class OrchestrateRequest(c.Input):
     )
     pr: bool = False  # open a pull request (pushes to `push`, default origin)
     ready: bool = False  # the pull request is not a draft
+    # After the pull request: wait on it, and send a fix packet when a check fails or a review asks
+    # for changes (`until.py`, `prwait.py`). Only with `pr`.
+    until: Until | None = None
     # Stop rules: the whole orchestration's (every run, the planner's too) and each packet's.
     budget: c.Budget | None = None
     packet_budget: c.Budget | None = None
@@ -171,6 +174,10 @@ class Orchestrations:
             raise InvalidRequest("Say what to do: a task, or --plan DIR with one file per packet.")
         if req.plan is not None and (errors := validate_plan(req.plan)):
             raise InvalidRequest("The plan is not valid:\n" + "\n".join(errors))
+        if req.until is not None and not req.pr:
+            raise InvalidRequest(
+                f"--until {req.until} waits on the pull request the run opens: add --pr, or drop --until."
+            )
         config, resolution = await self._resolve(req, repo)
         remote = req.push or ("origin" if req.pr else None)
         if remote is not None:
@@ -235,6 +242,7 @@ class Orchestrations:
             "push": remote,
             "pr": req.pr,
             "ready": req.ready,
+            "until": req.until,
             "budget": None if req.budget is None else req.budget.rule().to_json(),
             "packetBudget": None if req.packet_budget is None else req.packet_budget.rule().to_json(),
             "access": req.access,

@@ -17,6 +17,7 @@ An orchestration:
 
     planning ──> running ──> integrating ──> completed
        └────────────┴────────────┴──> failed | cancelling ──> cancelled
+    integrating ──> waiting (--until: on its pull request) ──> completed | failed | running (a fix)
 
 `completed`, `failed` and `cancelled` are final. Standard library only: the API models
 (`orchestrate/models.py`) and the store both take the states from here.
@@ -59,11 +60,13 @@ TRANSITIONS: dict[PacketState, frozenset[PacketState]] = {
     "cancelled": frozenset(),
 }
 
-RunState = Literal["planning", "running", "integrating", "cancelling", "completed", "failed", "cancelled"]
+RunState = Literal[
+    "planning", "running", "integrating", "waiting", "cancelling", "completed", "failed", "cancelled"
+]
 FIRST_RUN: RunState = "planning"
 TERMINAL_RUN: frozenset[RunState] = frozenset({"completed", "failed", "cancelled"})
 # The open ones, in the order the engine goes through them (`recover` resumes each).
-OPEN_RUN: tuple[RunState, ...] = ("planning", "running", "integrating", "cancelling")
+OPEN_RUN: tuple[RunState, ...] = ("planning", "running", "integrating", "waiting", "cancelling")
 
 
 def can_transition(current: PacketState, new: PacketState) -> bool:
