@@ -187,6 +187,8 @@ class StubGh:
         a pushed fix is checked and reviewed afresh (`headRefOid` says which head). `gh pr create`
         makes the pull request, which `gh pr view BRANCH --json url --jq .url` finds from then on."""
         self.play(*rounds[0], log_failed=log_failed)
+        for counter in self.dir.glob("step-*"):  # each head's states from their start again
+            counter.unlink()
         (self.dir / "rounds.json").write_text(json.dumps([list(r) for r in rounds]))
 
     def created(self) -> int:
