@@ -75,9 +75,8 @@ async def follow(
     delivery = await ostore.latest_receipt(ctx.db, run_id, None, "delivery") or {}
     url = delivery.get("prUrl")
     if not url:
-        return until.Finish(
-            "failed", "pull request: none was opened (see the delivery), so there is nothing to wait on"
-        )
+        nothing = "pull request: none was opened (see the delivery), so there is nothing to wait on"
+        return until.Finish("failed", f"{summary}; {nothing}" if summary else nothing)
     project = await projects.get(ctx.db, run.project_id)
     repo = Path(project.path)
     pr, slug = until.pr_ref(url, run.branch, project.repository_key)
