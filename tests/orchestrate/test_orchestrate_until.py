@@ -32,6 +32,7 @@ from tests.support.orchestrate import (
     steps,
 )
 from tests.support.stubgh import (
+    STALE,
     StubGh,
     comment,
     failing,
@@ -103,8 +104,9 @@ async def test_an_orchestration_with_until_checks_fixes_a_failing_check_in_one_e
     env: tuple[LocalClient, dict[str, Any], Path, Path], gh: StubGh
 ) -> None:
     client, project, _, origin = env
-    # The first head: pending, then build fails; the fix's head: pending, then everything passes.
-    gh.rounds([pending(), failing()], [pending(), passing()], log_failed=CI_LOG)
+    # The first head: pending, then build fails; the fix's head: GitHub still shows the head before
+    # (build failing: not the fix's checks), then pending, then everything passes.
+    gh.rounds([pending(), failing()], [STALE, pending(), passing()], log_failed=CI_LOG)
     info = await until_run(client, project, "checks")
     done = await finished(client, info["id"], total=180)
     assert done["status"] == "completed", render(done)

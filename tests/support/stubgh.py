@@ -33,6 +33,8 @@ import pytest
 URL = "https://github.com/o/r/pull/7"
 RATE_LIMITED: dict[str, Any] = {"rateLimited": True}
 NO_PR: dict[str, Any] = {"noPr": True}
+# In `rounds`: GitHub still shows the head before the push (its last state, its headRefOid).
+STALE: dict[str, Any] = {"stale": True}
 
 SCRIPT = r"""
 import json, subprocess, sys
@@ -87,6 +89,11 @@ if polling:
     step += 1
     counter.write_text(str(step))
 state = current()
+if state.get("stale") and (here / "rounds.json").exists():
+    # GitHub has not caught up with the push yet: the head before it, as it last was.
+    before = max(index - 1, 0)
+    state = rounds[min(before, len(rounds) - 1)][-1]
+    head = heads[before] if heads else head
 if state.get("rateLimited"):
     sys.stderr.write("HTTP 403: API rate limit exceeded for user ID 1234. (https://api.github.com/graphql)\n")
     sys.exit(1)
@@ -207,6 +214,7 @@ class StubGh:
 __all__ = [
     "NO_PR",
     "RATE_LIMITED",
+    "STALE",
     "StubGh",
     "check",
     "comment",

@@ -4,9 +4,15 @@ to the waits' machine and reads (the head a wait is about; a review's words in g
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import pytest
+
+from peerd.orchestrate import store as ostore
 from peerd.orchestrate import until, untilreport
 from peerd.orchestrate.models import PrCheck, PrWaitReceipt
+from peerd.store.db import Database
 from peerd.waits import gh as ghio
 from peerd.waits import machine
 from tests.support.stubgh import check, comment, review, view
@@ -144,3 +150,43 @@ def test_the_report_shows_the_open_wait_then_the_pull_requests_final_state() -> 
     assert any("1. checks failed: build -> packet pr-fix-1 (integrated)" in line for line in lines)
     seen: dict[str, object] = {}
     assert untilreport.progress(info, seen) and not untilreport.progress(info, seen)
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await Database.open(tmp_path / "peerd.db")
+    async with database.write() as tx:
+        await tx.execute("INSERT INTO projects (id, name, path, created_at) VALUES ('prj_1', 'p', '/p', 0)")
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def test_a_fix_is_recorded_once_with_its_packet_and_only_while_the_run_waits(db: Database) -> None:
+    run = await ostore.create(
+        db, project_id="prj_1", task="t", request={"coders": []}, base_commit="c" * 40, now=1.0
+    )
+    await ostore.add_packets(db, run.id, [{"id": "a"}], now=1.0)
+    wait = {"round": 1, "status": "watching"}
+    assert not await ostore.open_wait(db, run.id, wait, now=2.0)  # still planning: no wait opens
+    await ostore.set_status(db, run.id, "integrating", now=2.0)
+    assert await ostore.open_wait(db, run.id, wait, now=3.0)
+    assert (await ostore.get(db, run.id)).status == "waiting"
+    spec = {"id": "pr-fix-1", "goal": "g", "files": ["a"], "verify": "true"}
+    fix = dict(
+        wait={**wait, "status": "delivered"}, fix={"attempt": 1}, spec=spec, coder={"spec": "script"},
+        reviewer={"spec": "script"}, now=4.0,
+    )  # fmt: skip
+    assert await ostore.add_fix(db, run.id, **fix)  # type: ignore[arg-type]
+    assert not await ostore.add_fix(db, run.id, **fix)  # type: ignore[arg-type]  # a second one: no
+    after = await ostore.get(db, run.id)
+    assert after.status == "running" and [p.packet_id for p in after.packets] == ["a", "pr-fix-1"]
+    assert after.packets[1].state == "queued" and after.packets[1].position == 1
+    assert after.request["assignment"]["pr-fix-1"] == {"spec": "script"}
+    assert after.request["reviewers"]["pr-fix-1"] == {"spec": "script"}
+    assert len(await ostore.receipts_of_kind(db, run.id, "pr_fix")) == 1
+    assert [w["status"] for w in await ostore.receipts_of_kind(db, run.id, "pr_wait")] == [
+        "watching",
+        "delivered",
+    ]
