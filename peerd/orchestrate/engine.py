@@ -276,6 +276,8 @@ class Engine:
     async def _fail_run(self, run_id: str, reason: str) -> None:
         """The run ends failed; what it made is cleaned up first (unless --keep)."""
         with contextlib.suppress(Exception):
+            await prwait.end_wait(self.ctx, run_id, reason)  # --until: an open wait ends with it
+        with contextlib.suppress(Exception):
             await cleanup.stop_packets(self.ctx, run_id, reason)
         await cleanup.clean_up(self.ctx, run_id)
         await ostore.set_status(self.ctx.db, run_id, "failed", now=self.ctx.clock(), reason=reason)
