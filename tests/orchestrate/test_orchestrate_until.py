@@ -32,6 +32,7 @@ from tests.support.orchestrate import (
     steps,
 )
 from tests.support.stubgh import (
+    RATE_LIMITED,
     STALE,
     StubGh,
     comment,
@@ -203,6 +204,26 @@ async def test_cancel_ends_the_wait(env: tuple[LocalClient, dict[str, Any], Path
     assert "waited until checks: cancelled" in render(done)
 
 
+async def test_a_rate_limit_answer_backs_the_wait_off_and_the_run_records_the_backoff(
+    env: tuple[LocalClient, dict[str, Any], Path, Path], gh: StubGh
+) -> None:
+    client, project, _, _ = env
+    gh.rounds([RATE_LIMITED])
+    info = await until_run(client, project, "checks")
+    info = await wait_for(
+        client, info["id"], lambda i: any(w["lastError"] for w in receipts_of(i, "pr_wait"))
+    )
+    wait = receipts_of(info, "pr_wait")[-1]
+    assert wait["status"] == "watching" and "rate limit" in wait["lastError"] and wait["rateLimited"] == 1
+    assert wait["delayS"] >= 59 and wait["nextAt"] - wait["at"] >= 59  # a minute, not the 0.05 s interval
+    assert "after: GitHub's API rate limit" in render(info)
+    views = gh.views()
+    await asyncio.sleep(0.5)
+    assert gh.views() == views  # backing off: GitHub is not asked again meanwhile
+    await client.call("POST", f"/v1/orchestrations/{info['id']}/cancel", body={})
+    assert (await finished(client, info["id"]))["status"] == "cancelled"
+
+
 async def test_bad_until_flags_are_refused(
     env: tuple[LocalClient, dict[str, Any], Path, Path], tmp_path: Path
 ) -> None:
@@ -260,3 +281,36 @@ async def test_a_kill_9_while_it_waits_resumes_and_sends_one_fix_packet_only(
     assert gh.created() == 1
     assert tip(origin, done["branch"]) == receipts_of(done, "delivery")[-1]["commit"]
     assert receipts_of(done, "pr_wait")[-1]["outcome"] == "passed"
+
+
+@pytest.mark.slow
+async def test_a_kill_9_during_a_rate_limit_backoff_resumes_the_wait_and_keeps_the_backoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gh: StubGh
+) -> None:
+    repo, _ = origin_repo(tmp_path)
+    config = tmp_path / "config.toml"
+    config.write_text("[waits]\npoll_seconds = 0.1\n")
+    monkeypatch.setenv("PEERD_CONFIG", str(config))
+    gh.rounds([RATE_LIMITED])
+    daemon = DaemonProcess(tmp_path / "home", label="laptop")
+    daemon.start()
+    try:
+        await daemon.ready()
+        async with client_for(daemon.home) as client:
+            project = await client.call("POST", "/v1/projects", body={"path": str(repo)})
+            info = await until_run(client, project, "checks")
+            await wait_for(
+                client, info["id"], lambda i: any(w["lastError"] for w in receipts_of(i, "pr_wait"))
+            )
+        daemon.kill()
+        views = gh.views()
+        daemon.start()
+        await daemon.ready()
+        async with client_for(daemon.home) as client:
+            await asyncio.sleep(1.0)  # ten poll intervals: the recorded minute still holds
+            info = await client.call("GET", f"/v1/orchestrations/{info['id']}")
+            assert info["status"] == "waiting" and gh.views() == views
+            await client.call("POST", f"/v1/orchestrations/{info['id']}/cancel", body={})
+            assert receipts_of(await finished(client, info["id"]), "pr_wait")[-1]["status"] == "cancelled"
+    finally:
+        daemon.kill()
