@@ -89,7 +89,8 @@ async def follow(
             over_budget=await spend.check(ctx, run, None),
         )  # fmt: skip
         # A fix is written with its wait's end (`add_fix`): an ended round without one finished.
-        return _finish(again if isinstance(again, until.Finish) else until.Finish("failed", "?"), wait)
+        lost = until.Finish("failed", "pull request: the wait ended but its fix was never recorded")
+        return _finish(again if isinstance(again, until.Finish) else lost, wait)
     if wait is None:
         now = ctx.clock()
         answered = fixes[-1].reason if fixes else None

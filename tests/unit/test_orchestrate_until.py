@@ -3,6 +3,7 @@ to the waits' machine and reads (the head a wait is about; a review's words in g
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,8 @@ from peerd.orchestrate.models import PrCheck, PrWaitReceipt
 from peerd.store.db import Database
 from peerd.waits import gh as ghio
 from peerd.waits import machine
+from peerd.waits.pace import GhPace
+from tests.fakeclock import FakeClock
 from tests.support.stubgh import check, comment, review, view
 
 
@@ -190,3 +193,19 @@ async def test_a_fix_is_recorded_once_with_its_packet_and_only_while_the_run_wai
         "watching",
         "delivered",
     ]
+
+
+async def test_one_pace_for_every_poller_of_the_daemons_gh_login() -> None:
+    clock = FakeClock()
+    pace = GhPace(clock)
+    assert pace.interval(30.0) == 30.0
+    for n in range(100):  # waits and orchestrations together
+        pace.join(f"p{n}")
+    assert pace.interval(30.0) == 180.0  # 100 pollers x 2 calls every 180 s: 4,000 an hour
+    pace.leave("p0")
+    pace.rate_limited(60.0)
+    pace.rate_limited(10.0)  # a shorter pause never shortens the one in force
+    waiting = asyncio.create_task(pace.ready())
+    assert await clock.jump() == 60.0
+    await waiting
+    assert clock.slept == [60.0]
