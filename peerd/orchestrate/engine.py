@@ -43,7 +43,6 @@ from peerd.orchestrate.models import PacketSpec, PlanReceipt
 from peerd.orchestrate.overlaps import overlap_warnings, serialize_overlaps, shared_files
 from peerd.orchestrate.placing import place_coder
 from peerd.orchestrate.review import reviewing, verifying
-from peerd.orchestrate.states import RunState
 from peerd.orchestrate.verdicts import (
     parse_plan_reply,
     planner_prompt,
@@ -153,32 +152,23 @@ class Engine:
             run = await ostore.get(self.ctx.db, run_id)
             if not run.packets and not await self._plan(run):
                 return
-            summary = ""
-            while True:
-                if run.status != ostore.WAITING:  # a run resumed while waiting goes back to its wait
-                    await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
-                    self.ctx.changed(run_id)
-                    await self._schedule(run_id)
-                    if (
-                        why := await spend.check(self.ctx, await ostore.get(self.ctx.db, run_id), None)
-                    ) is not None:
-                        await self._fail_run(run_id, why)  # past the whole run's budget: nothing more starts
-                        return
-                    await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
-                    self.ctx.changed(run_id)
-                    summary = await integrate(self.ctx, run_id)
-                    await deliver_run(self.ctx, run_id, summary)
-                # --until: wait on the pull request; a fix packet goes round again.
-                ended = await prwait.follow(self.ctx, run_id, summary, self._poller)
-                run = await ostore.get(self.ctx.db, run_id)
-                if not isinstance(ended, prwait.Fixing):
-                    break
-            if (ended is None and run.status == ostore.WAITING) or run.status in ("cancelling", "cancelled"):
-                return  # cancelled while it waited: the cancel ends it
-            status: RunState = "completed" if ended is None else ended.status
-            reason = summary if ended is None else ended.why
+            if run.status == ostore.WAITING:  # --until: resumed while it waited on its pull request
+                await self._until(run_id, "")
+                return
+            await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
+            self.ctx.changed(run_id)
+            await self._schedule(run_id)
+            if (why := await spend.check(self.ctx, await ostore.get(self.ctx.db, run_id), None)) is not None:
+                await self._fail_run(run_id, why)  # past the whole run's budget: nothing more starts
+                return
+            await ostore.set_status(self.ctx.db, run_id, "integrating", now=self.ctx.clock())
+            self.ctx.changed(run_id)
+            summary = await integrate(self.ctx, run_id)
+            await deliver_run(self.ctx, run_id, summary)
+            if await self._until(run_id, summary):  # --until: the wait on the pull request ends the run
+                return
             await cleanup.clean_up(self.ctx, run_id)
-            await ostore.set_status(self.ctx.db, run_id, status, now=self.ctx.clock(), reason=reason)
+            await ostore.set_status(self.ctx.db, run_id, "completed", now=self.ctx.clock(), reason=summary)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -189,6 +179,24 @@ class Engine:
             await self._fail_run(run_id, message)
         finally:
             self.ctx.changed(run_id)
+
+    async def _until(self, run_id: str, summary: str) -> bool:
+        """--until: wait on the run's pull request (`prwait.follow`); False when the run has none
+        to wait on (it ends as any run). A fix packet goes round the run again (`_drive`: schedule,
+        integrate, deliver to the same branch, then back here); any other end is the run's."""
+        ended = await prwait.follow(self.ctx, run_id, summary, self._poller)
+        if ended is None:  # no --until; or cancelled while it waited, and the cancel ends it
+            return (await ostore.get(self.ctx.db, run_id)).status in (
+                ostore.WAITING,
+                "cancelling",
+                "cancelled",
+            )
+        if isinstance(ended, prwait.Fixing):
+            await self._drive(run_id)
+            return True
+        await cleanup.clean_up(self.ctx, run_id)
+        await ostore.set_status(self.ctx.db, run_id, ended.status, now=self.ctx.clock(), reason=ended.why)
+        return True
 
     # --- hop 1: plan --------------------------------------------------------------------------
 
