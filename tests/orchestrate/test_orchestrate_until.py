@@ -85,11 +85,13 @@ async def until_run(client: LocalClient, project: dict[str, Any], until: str) ->
 
 
 async def wait_for(
-    client: LocalClient, run_id: str, check: Callable[[dict[str, Any]], Any]
+    client: LocalClient, run_id: str, check: Callable[[dict[str, Any]], Any], total: float = 60.0
 ) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + total
     info: dict[str, Any] = await client.call("GET", f"/v1/orchestrations/{run_id}")
     while not check(info):
         assert info["status"] not in ("completed", "failed", "cancelled"), render(info)
+        assert asyncio.get_running_loop().time() < deadline, render(info)
         info = await client.call(
             "GET", f"/v1/orchestrations/{run_id}", params={"after": info["updatedAt"], "timeout": 10}
         )
