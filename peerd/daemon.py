@@ -92,7 +92,6 @@ from peerd.events import (
 from peerd.handoff.service import HandoffService, MoveGuard
 from peerd.operations import Operations
 from peerd.orchestrate.engine import Engine
-from peerd.orchestrate.prwait import Poller
 from peerd.orchestrate.service import Assigner, Orchestrations
 from peerd.paths import Paths
 from peerd.peer.client import PeerClient, check_url
@@ -429,7 +428,8 @@ class Daemon:
             worktrees_dir=self.paths.worktrees,
             assign_more=assigner.assign_more,
             clock=clock,
-            poller=Poller(gh_pace, poll_s=settings.waits.poll_seconds),
+            gh_pace=gh_pace,
+            pr_poll_s=settings.waits.poll_seconds,
         )
         orchestrations = Orchestrations(
             db,

@@ -80,11 +80,13 @@ class Engine:
         worktrees_dir: Path,
         assign_more: Callable[[dict[str, Any], list[PacketSpec]], Awaitable[dict[str, Any]]],
         clock: Clock = SYSTEM_CLOCK,
-        poller: prwait.Poller | None = None,
+        gh_pace: GhPace | None = None,
+        pr_poll_s: float = prwait.POLL_S,
     ) -> None:
         self.ctx = OrchestrationContext(db, feed, ops, worktrees_dir=worktrees_dir, clock=clock)
-        # --until: how a run polls its pull request (the daemon's one gh pace, shared with the waits).
-        self._poller = poller or prwait.Poller(GhPace(clock))
+        # --until: how a run polls its pull request (the daemon's one gh pace, shared with the
+        # waits; `[waits] poll_seconds`).
+        self._poller = prwait.Poller(gh_pace or GhPace(clock), poll_s=pr_poll_s)
         # Coders for packets a planner produced: resolved like the request's own packets.
         self._assign_more = assign_more
         self._tasks: dict[str, asyncio.Task[None]] = {}

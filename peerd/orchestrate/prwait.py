@@ -34,6 +34,7 @@ from peerd.waits.pace import GhPace
 
 log = structlog.get_logger(__name__)
 
+POLL_S = 30.0  # `[waits] poll_seconds` by default
 PR_WAIT = "pr_wait"
 PR_FIX = "pr_fix"
 
@@ -50,7 +51,7 @@ class Poller:
     """What the engine polls with: the daemon's one gh pace, its interval, gh, jitter."""
 
     pace: GhPace
-    poll_s: float = 30.0
+    poll_s: float = POLL_S
     gh: ghio.GhRunner = run_gh
     draw: Callable[[], float] = random.random
 
