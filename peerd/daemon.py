@@ -114,6 +114,7 @@ from peerd.tasks import store as tasks_store
 from peerd.tasks.delegation import Delegation
 from peerd.tasks.feed import FeedHub
 from peerd.tasks.follower import FollowerPool
+from peerd.waits.pace import GhPace
 from peerd.waits.service import Waits
 
 # Defined in peerd/boot.py (the light first steps of `peerd serve`), known by these names here too.
@@ -417,6 +418,9 @@ class Daemon:
             db, identity, peers, label=label, advertised_urls=self.advertised_urls, clock=clock, events=events
         )
         handoff = HandoffService(ops, links, env_id=env_id, label=label)
+        # One gh login's pace for every poller of a pull request here: the waits and the
+        # orchestrations waiting on theirs (--until).
+        gh_pace = GhPace(clock)
         # Orchestration (peerd/orchestrate/): the engine and the service load on first need.
         orchestrations = LazyOrchestrations(
             FrontParts(
@@ -429,11 +433,15 @@ class Daemon:
                 models={n: p.model for n, p in settings.providers.items() if p.command is None},
                 custom_commands={name: p.command for name, p in providers.items() if p.command is not None},
                 clock=clock,
+                gh_pace=gh_pace,
+                pr_poll_s=settings.waits.poll_seconds,
             )
         )
         desk = ApprovalDesk(approvals, db, forwarder)
         # Waits on a pull request (peerd/waits/): watched through gh, delivered as a wake run.
-        waits = Waits(db, self.feed, kick=runs.kick, clock=clock, poll_s=settings.waits.poll_seconds)
+        waits = Waits(
+            db, self.feed, kick=runs.kick, clock=clock, poll_s=settings.waits.poll_seconds, pace=gh_pace
+        )
         tools = ToolServices(ops, links, delegation, handoff, desk, waits)
         console = Console(
             settings.console,

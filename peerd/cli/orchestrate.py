@@ -3,7 +3,7 @@
     peerd orchestrate "<task>" [--coder SPEC]... [-n N] [--plan DIR] [--verify CMD]
                       [--reviewer SPEC] [--on ENV]... [--non-interactive] [--allow-command NAME]...
                       [--include-dirty] [--serialize-overlaps] [--keep] [--push REMOTE] [--pr [--ready]]
-                      [--budget LIMITS] [--packet-budget LIMITS]
+                      [--until checks|review|merged] [--budget LIMITS] [--packet-budget LIMITS]
     peerd orchestrate status RUN      peerd orchestrate cancel RUN      peerd orchestrate list
 
 The daemon runs the orchestration (it survives a restart); this command starts it and shows its
@@ -135,6 +135,13 @@ def _project_here(client: LocalClient) -> str:
 )
 @click.option("--ready", is_flag=True, help="With --pr: a ready pull request, not a draft.")
 @click.option(
+    "--until",
+    type=click.Choice(["checks", "review", "merged"]),
+    default=None,
+    help="With --pr: wait until its checks pass, its review approves or it is merged; a failing check "
+    "or a review asking for changes gets a fix packet.",
+)
+@click.option(
     "--budget",
     default=None,
     metavar="LIMITS",
@@ -178,6 +185,7 @@ def orchestrate_run(
     push: str | None,
     pr: bool,
     ready: bool,
+    until: str | None,
     budget: str | None,
     packet_budget: str | None,
     access: str,
@@ -203,12 +211,17 @@ def orchestrate_run(
         "push": push,
         "pr": pr,
         "ready": ready,
+        "until": until,
         "budget": _limits(budget, "--budget"),
         "packetBudget": _limits(packet_budget, "--packet-budget"),
         "access": access,
     }
     if ready and not pr:
         fail(UsageError("--ready is for --pr: add --pr, or drop --ready."))
+    if until and not pr:
+        fail(
+            UsageError(f"--until {until} waits on the pull request the run opens: add --pr, or drop --until.")
+        )
     if plan_dir is not None:
         from peerd.orchestrate.verdicts import load_plan_dir  # noqa: PLC0415  # pydantic: only here
 

@@ -67,6 +67,7 @@ class Settings:
     budget: Budget | None = None  # --budget: the whole orchestration's (every run, the planner's too)
     packet_budget: Budget | None = None  # --packet-budget: each packet's (its runs, every hop)
     access: c.RuntimeMode = "auto"  # --access: the implementers' runtime mode (reviewers stay read-only)
+    until: str | None = None  # --until checks|review|merged: wait on the pull request (`prwait.py`)
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> Settings:
@@ -88,6 +89,7 @@ class Settings:
             budget=_budget(request.get("budget")),
             packet_budget=_budget(request.get("packetBudget")),
             access=_access(request.get("access")),
+            until=request.get("until"),
         )
 
 

@@ -34,7 +34,7 @@ import structlog
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.errors import InvalidRequest, PeerdError, ReceiptMissing, StateChanged
 from peerd.operations import Operations
-from peerd.orchestrate import cleanup, runsteps, spend, userwork
+from peerd.orchestrate import cleanup, prwait, runsteps, spend, userwork
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings, feed_key
 from peerd.orchestrate.implement import implementing, start_packet
@@ -50,6 +50,7 @@ from peerd.orchestrate.verdicts import (
 from peerd.runtime.feed import ChangeFeed
 from peerd.store import projects
 from peerd.store.db import Database
+from peerd.waits.pace import GhPace
 
 log = structlog.get_logger(__name__)
 
@@ -79,8 +80,13 @@ class Engine:
         worktrees_dir: Path,
         assign_more: Callable[[dict[str, Any], list[PacketSpec]], Awaitable[dict[str, Any]]],
         clock: Clock = SYSTEM_CLOCK,
+        gh_pace: GhPace | None = None,
+        pr_poll_s: float = prwait.POLL_S,
     ) -> None:
         self.ctx = OrchestrationContext(db, feed, ops, worktrees_dir=worktrees_dir, clock=clock)
+        # --until: how a run polls its pull request (the daemon's one gh pace, shared with the
+        # waits; `[waits] poll_seconds`).
+        self._poller = prwait.Poller(gh_pace or GhPace(clock), poll_s=pr_poll_s)
         # Coders for packets a planner produced: resolved like the request's own packets.
         self._assign_more = assign_more
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -132,6 +138,7 @@ class Engine:
         await self._finish_cancel(run_id, reason or "Cancelled.")
 
     async def _finish_cancel(self, run_id: str, reason: str) -> None:
+        await prwait.end_wait(self.ctx, run_id, reason)  # --until: the wait on the pull request ends
         owed = await cleanup.stop_packets(self.ctx, run_id, reason)
         self.ctx.changed(run_id)
         await cleanup.clean_up(self.ctx, run_id)
@@ -147,6 +154,9 @@ class Engine:
             run = await ostore.get(self.ctx.db, run_id)
             if not run.packets and not await self._plan(run):
                 return
+            if run.status == ostore.WAITING:  # --until: resumed while it waited on its pull request
+                await self._until(run_id, "")
+                return
             await ostore.set_status(self.ctx.db, run_id, "running", now=self.ctx.clock())
             self.ctx.changed(run_id)
             await self._schedule(run_id)
@@ -157,6 +167,8 @@ class Engine:
             self.ctx.changed(run_id)
             summary = await integrate(self.ctx, run_id)
             await deliver_run(self.ctx, run_id, summary)
+            if await self._until(run_id, summary):  # --until: the wait on the pull request ends the run
+                return
             await cleanup.clean_up(self.ctx, run_id)
             ended = await ending(self.ctx, run_id)  # completed, not_integrated or check_failed
             await ostore.set_status(self.ctx.db, run_id, ended, now=self.ctx.clock(), reason=summary)
@@ -170,6 +182,27 @@ class Engine:
             await self._fail_run(run_id, message)
         finally:
             self.ctx.changed(run_id)
+
+    async def _until(self, run_id: str, summary: str) -> bool:
+        """--until: wait on the run's pull request (`prwait.follow`); False when the run has none
+        to wait on (it ends as any run). A fix packet goes round the run again (`_drive`: schedule,
+        integrate, deliver to the same branch, then back here); any other end is the run's."""
+        ended = await prwait.follow(self.ctx, run_id, summary, self._poller)
+        if ended is None:  # no --until; or cancelled while it waited, and the cancel ends it
+            return (await ostore.get(self.ctx.db, run_id)).status in (
+                ostore.WAITING,
+                "cancelling",
+                "cancelled",
+            )
+        if isinstance(ended, prwait.Fixing):
+            await self._drive(run_id)
+            return True
+        await cleanup.clean_up(self.ctx, run_id)
+        # The pull request ended well: the run still ends by what its integration found (nothing
+        # integrated, or the full check failed here, is said whatever GitHub's checks said).
+        status = await ending(self.ctx, run_id) if ended.status == "completed" else ended.status
+        await ostore.set_status(self.ctx.db, run_id, status, now=self.ctx.clock(), reason=ended.why)
+        return True
 
     # --- hop 1: plan --------------------------------------------------------------------------
 
@@ -256,6 +289,8 @@ class Engine:
 
     async def _fail_run(self, run_id: str, reason: str) -> None:
         """The run ends failed; what it made is cleaned up first (unless --keep)."""
+        with contextlib.suppress(Exception):
+            await prwait.end_wait(self.ctx, run_id, reason)  # --until: an open wait ends with it
         with contextlib.suppress(Exception):
             await cleanup.stop_packets(self.ctx, run_id, reason)
         await cleanup.clean_up(self.ctx, run_id)

@@ -15,9 +15,10 @@ from pydantic import Field
 from peerd import contracts as c
 from peerd.core.clock import SYSTEM_CLOCK, Clock
 from peerd.operations import Operations
-from peerd.orchestrate.models import PacketSpec
+from peerd.orchestrate.models import PacketSpec, Until
 from peerd.runtime.feed import ChangeFeed
 from peerd.store.db import Database
+from peerd.waits.pace import GhPace
 
 
 class OrchestrateRequest(c.Input):
@@ -45,6 +46,9 @@ class OrchestrateRequest(c.Input):
     )
     pr: bool = False  # open a pull request (pushes to `push`, default origin)
     ready: bool = False  # the pull request is not a draft
+    # After the pull request: wait on it, and send a fix packet when a check fails or a review asks
+    # for changes (`until.py`, `prwait.py`). Only with `pr`.
+    until: Until | None = None
     # Stop rules: the whole orchestration's (every run, the planner's too) and each packet's.
     budget: c.Budget | None = None
     packet_budget: c.Budget | None = None
@@ -67,3 +71,7 @@ class FrontParts:
     models: Mapping[str, str | None] = field(default_factory=dict)  # each provider's configured model
     custom_commands: Mapping[str, str] = field(default_factory=dict)  # custom provider -> its command
     clock: Clock = SYSTEM_CLOCK
+    # One gh login's pace for every poller of a pull request here (the waits and `--until`), and
+    # how often a pull request is polled.
+    gh_pace: GhPace | None = None
+    pr_poll_s: float | None = None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from peerd import contracts as c
 from peerd.errors import Conflict, PeerdError
-from peerd.orchestrate import escapes, scope, spend, steps
+from peerd.orchestrate import escapes, prwait, scope, spend, steps
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate.context import OrchestrationContext, Settings
 from peerd.orchestrate.escapes import Collected
@@ -52,7 +52,10 @@ async def start_packet(ctx: OrchestrationContext, run: ostore.RunRow, packet: os
 
 
 async def base_for(ctx: OrchestrationContext, run: ostore.RunRow, packet: ostore.PacketRow) -> str:
-    """The exact commit a packet starts from: the run's base, or its dependencies' work."""
+    """The exact commit a packet starts from: the run's base, or its dependencies' work (a fix
+    packet of --until: the commit the pull request had)."""
+    if (fixed := await prwait.fix_base(ctx, run.id, packet.packet_id)) is not None:
+        return fixed
     deps = PacketSpec.model_validate(packet.spec).depends_on
     tips = [p.commit_sha for p in run.packets if p.packet_id in deps and p.commit_sha]
     if not tips:

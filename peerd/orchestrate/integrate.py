@@ -126,9 +126,11 @@ async def deliver_run(ctx: OrchestrationContext, run_id: str, summary: str) -> N
     settings = Settings.from_request(run.request)
     if settings.push is None and not settings.pr:
         return
-    if await ostore.latest_receipt(ctx.db, run_id, None, "delivery") is not None:
-        return
     integration = await ostore.latest_receipt(ctx.db, run_id, None, "integration") or {}
+    delivered = await ostore.latest_receipt(ctx.db, run_id, None, "delivery")
+    # Once per integrated tip: with --until, a fix integrated since goes to the same branch again.
+    if delivered is not None and (not settings.until or delivered.get("commit") == integration.get("commit")):
+        return
     project = await projects.get(ctx.db, run.project_id)
     # The body is the report as it will read once the run completes (the next step).
     info = {**await views.describe(ctx.db, run_id), "status": await ending(ctx, run_id), "reason": summary}
@@ -143,5 +145,6 @@ async def deliver_run(ctx: OrchestrationContext, run_id: str, summary: str) -> N
         body=report.pr_body(info),
         merged=bool(integration.get("merged")),
     )
+    receipt = receipt.model_copy(update={"commit": integration.get("commit")})
     await ostore.add_receipt(ctx.db, run_id, None, "delivery", receipt.wire(), now=ctx.clock())
     ctx.changed(run_id)

@@ -210,6 +210,65 @@ class DeliveryReceipt(Wire):
     pr_url: str | None = None
     pr_draft: bool = True
     pr_problem: str | None = None
+    # The integration branch's tip this delivery pushed (null: nothing, or a release before it):
+    # with --until, a fix integrated since is delivered again, to the same branch and pull request.
+    commit: str | None = None
+
+
+# --- --until: the wait on the pull request, and its fix attempts (`until.py`, `prwait.py`) ---------
+
+Until = Literal["checks", "review", "merged"]
+UNTILS: tuple[Until, ...] = ("checks", "review", "merged")
+
+
+class PrCheck(Wire):
+    name: str
+    state: str
+    bucket: str  # pass | fail | pending | skipping | cancel
+    link: str | None = None
+
+
+class PrWaitReceipt(Wire):
+    """The orchestration's wait on its pull request, as one poll left it: written when the wait
+    opens (each round: after the first delivery, and after each fix is delivered), after every poll
+    that saw something new or failed (with the backoff), and when it ends."""
+
+    round: int = Field(ge=1)
+    until: Until
+    pr: str  # what gh is asked for: the number (or the branch)
+    url: str | None = None
+    head: str | None = None  # the commit delivered: checks of another head are not this round's
+    status: Literal["watching", "delivered", "cancelled"] = "watching"
+    outcome: str | None = None  # machine.Outcome once delivered
+    detail: str | None = None
+    polls: int = 0
+    failures: int = 0  # gh's transient failures in a row
+    rate_limited: int = 0  # rate-limit answers in a row
+    baseline: str | None = None  # the review decision the round's first poll saw
+    delay_s: float | None = None  # the backoff the next poll waits (a restart waits at most this)
+    next_at: float | None = None  # wall time of the next poll
+    last_error: str | None = None
+    pr_state: str | None = None  # OPEN | CLOSED | MERGED
+    review_decision: str | None = None
+    checks: list[PrCheck] = Field(default_factory=list)
+    deadline_at: float
+    summary: str = ""  # the integration's summary line, the run's reason when the wait ends well
+    at: float
+
+
+class PrFixReceipt(Wire):
+    """One fix attempt: what the pull request said, and the packet sent to fix it."""
+
+    attempt: int = Field(ge=1)
+    round: int = Field(ge=1)
+    reason: Literal["checks_failed", "changes_requested"]
+    packet_id: str
+    base: str  # the delivered commit the fix starts from
+    coder: CoderChoice
+    failing_checks: list[PrCheck] = Field(default_factory=list)
+    log_tail: str = ""
+    remarks: list[str] = Field(default_factory=list)  # the review's words and comments, one each
+    at: float
 
 
 # --- coders and the project's config (parsed and resolved in `coders`) -----------------------------

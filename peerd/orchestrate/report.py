@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from peerd.core.usage import Usage, describe
+from peerd.orchestrate import untilreport
 from peerd.orchestrate.states import TERMINAL_RUN
 
 TERMINAL = tuple(sorted(TERMINAL_RUN))
@@ -397,6 +398,7 @@ def render(info: Info) -> str:
     delivery = last(info, "delivery")
     if delivery is not None:
         out += _delivery(delivery)
+    out += untilreport.section(info)  # --until: the pull request's wait, or its final state
     return "\n".join(out) + "\n"
 
 
@@ -468,4 +470,5 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
         if waiting := packet.get("awaitingApproval"):
             line += f" - waiting for your approval: {waiting['summary']} (peerd approval show {waiting['approvalId']})"
         lines.append(line.rstrip())
+    lines += untilreport.progress(info, seen)  # --until: the wait on the pull request
     return lines

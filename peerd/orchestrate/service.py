@@ -138,6 +138,10 @@ class Orchestrations:
             raise InvalidRequest("Say what to do: a task, or --plan DIR with one file per packet.")
         if req.plan is not None and (errors := validate_plan(req.plan)):
             raise InvalidRequest("The plan is not valid:\n" + "\n".join(errors))
+        if req.until is not None and not req.pr:
+            raise InvalidRequest(
+                f"--until {req.until} waits on the pull request the run opens: add --pr, or drop --until."
+            )
         config, resolution = await self._resolve(req, repo)
         remote = req.push or ("origin" if req.pr else None)
         if remote is not None:
@@ -202,6 +206,7 @@ class Orchestrations:
             "push": remote,
             "pr": req.pr,
             "ready": req.ready,
+            "until": req.until,
             "budget": None if req.budget is None else req.budget.rule().to_json(),
             "packetBudget": None if req.packet_budget is None else req.packet_budget.rule().to_json(),
             "access": req.access,
@@ -263,6 +268,8 @@ def build(parts: FrontParts) -> Orchestrations:
         worktrees_dir=parts.worktrees_dir,
         assign_more=assigner.assign_more,
         clock=parts.clock,
+        gh_pace=parts.gh_pace,
+        **({} if parts.pr_poll_s is None else {"pr_poll_s": parts.pr_poll_s}),
     )
     return Orchestrations(
         parts.db,

@@ -17,6 +17,7 @@ An orchestration:
 
     planning ──> running ──> integrating ──> completed | not_integrated | check_failed
        └────────────┴────────────┴──> failed | cancelling ──> cancelled
+    integrating ──> waiting (--until: on its pull request) ──> completed | failed | running (a fix)
 
 `completed`, `not_integrated`, `check_failed`, `failed` and `cancelled` are final. A run that
 reached its integration ends by what the integration found (`end_state`): `not_integrated` when it
@@ -67,6 +68,7 @@ RunState = Literal[
     "planning",
     "running",
     "integrating",
+    "waiting",
     "cancelling",
     "completed",
     "not_integrated",
@@ -79,7 +81,7 @@ TERMINAL_RUN: frozenset[RunState] = frozenset(
     {"completed", "not_integrated", "check_failed", "failed", "cancelled"}
 )
 # The open ones, in the order the engine goes through them (`recover` resumes each).
-OPEN_RUN: tuple[RunState, ...] = ("planning", "running", "integrating", "cancelling")
+OPEN_RUN: tuple[RunState, ...] = ("planning", "running", "integrating", "waiting", "cancelling")
 
 
 def end_state(merged: int, check_passed: bool | None) -> RunState:

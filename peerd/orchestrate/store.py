@@ -81,6 +81,8 @@ class RunRow:
         return self.status in TERMINAL_RUN
 
 
+WAITING: RunState = "waiting"  # --until: the run waits on its pull request
+
 _DROP_LOGGED: set[tuple[str, str, str]] = set()  # said once per process, not at every read
 
 
@@ -353,3 +355,89 @@ async def latest_receipt(
         (run_id, packet_id, kind),
     )
     return None if row is None else dict(json.loads(row["body"]))
+
+
+# --- --until: the wait on the pull request (`prwait.py`) ------------------------------------------
+
+
+async def open_wait(db: Database, run_id: str, wait: dict[str, Any], *, now: float) -> bool:
+    """The run waits on its pull request: its `pr_wait` receipt and the status `waiting`, in one
+    transaction, only while the run is integrating (or waiting already); False when it is not."""
+    async with db.write() as tx:
+        cur = await tx.execute(
+            "UPDATE orchestrations SET status = ?, updated_at = ? WHERE id = ? AND status IN (?, ?)",
+            (WAITING, now, run_id, "integrating", WAITING),
+        )
+        if (cur.rowcount or 0) == 0:
+            return False
+        await tx.execute(
+            "INSERT INTO orchestration_receipts (orchestration_id, packet_id, kind, body, created_at)"
+            " VALUES (?, NULL, 'pr_wait', ?, ?)",
+            (run_id, json.dumps(wait), now),
+        )
+    return True
+
+
+async def add_fix(
+    db: Database,
+    run_id: str,
+    *,
+    wait: dict[str, Any],
+    fix: dict[str, Any],
+    spec: dict[str, Any],
+    coder: dict[str, Any],
+    reviewer: dict[str, Any] | None,
+    now: float,
+) -> bool:
+    """A fix attempt, in ONE transaction, only while the run is `waiting`: the wait's end, the
+    `pr_fix` receipt, the fix packet (queued, last, with its coder and reviewer recorded in the
+    request) and the run back to `running`. A crash leaves all of it or none, so a restart never
+    sends a second fix for the same failure; False (nothing written) when the run is not waiting."""
+    async with db.write() as tx:
+        row = await (
+            await tx.execute("SELECT status, request FROM orchestrations WHERE id = ?", (run_id,))
+        ).fetchone()
+        if row is None or row["status"] != WAITING:
+            return False
+        request = json.loads(row["request"])
+        request["assignment"] = {**(request.get("assignment") or {}), spec["id"]: coder}
+        if reviewer is not None:
+            request["reviewers"] = {**(request.get("reviewers") or {}), spec["id"]: reviewer}
+        position = await (
+            await tx.execute(
+                "SELECT COALESCE(MAX(position), -1) + 1 AS next FROM orchestration_packets"
+                " WHERE orchestration_id = ?",
+                (run_id,),
+            )
+        ).fetchone()
+        for packet_id, kind, body in ((None, "pr_wait", wait), (spec["id"], "pr_fix", fix)):
+            await tx.execute(
+                "INSERT INTO orchestration_receipts (orchestration_id, packet_id, kind, body, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (run_id, packet_id, kind, json.dumps(body), now),
+            )
+        await tx.execute(
+            "INSERT OR IGNORE INTO orchestration_packets (orchestration_id, packet_id, position, spec,"
+            " state, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                spec["id"],
+                0 if position is None else position["next"],
+                json.dumps(spec),
+                FIRST_PACKET,
+                now,
+            ),
+        )
+        await tx.execute(
+            "UPDATE orchestrations SET status = ?, request = ?, updated_at = ? WHERE id = ?",
+            ("running", json.dumps(request), now, run_id),
+        )
+    return True
+
+
+async def receipts_of_kind(db: Database, run_id: str, kind: str) -> list[dict[str, Any]]:
+    rows = await db.fetchall(
+        "SELECT body FROM orchestration_receipts WHERE orchestration_id = ? AND kind = ? ORDER BY seq",
+        (run_id, kind),
+    )
+    return [dict(json.loads(r["body"])) for r in rows]

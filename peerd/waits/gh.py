@@ -1,7 +1,7 @@
 """Asking GitHub about a pull request, through `gh` (`runtime/gh.py:run_gh`: argument list, no
 shell, its own credentials, bounded). Two reads per poll:
 
-    gh pr view PR --json number,url,state,reviewDecision,mergedAt,closedAt
+    gh pr view PR --json number,url,state,reviewDecision,mergedAt,closedAt,headRefOid
     gh pr checks PR --json name,state,bucket,link,workflow      (exit 8: some pending; 1: one failed)
 
 and, when checks failed, the failing jobs' log (`gh run view RUN --log-failed`), its tail only.
@@ -27,7 +27,7 @@ GhRunner = Callable[..., Awaitable[GhResult]]
 POLL_TIMEOUT_S = 60.0
 LOG_TAIL_LINES = 40
 LOG_TAIL_CHARS = 4000
-VIEW_FIELDS = "number,url,state,reviewDecision,mergedAt,closedAt"
+VIEW_FIELDS = "number,url,state,reviewDecision,mergedAt,closedAt,headRefOid"
 CHECK_FIELDS = "name,state,bucket,link,workflow"
 _RATE = re.compile(r"rate limit|abuse detection|was submitted too quickly", re.IGNORECASE)
 _GONE = re.compile(
@@ -75,6 +75,7 @@ def parse_view(stdout: str) -> PullRequest:
         url=str(data.get("url") or ""),
         state=str(data.get("state") or ""),
         review_decision=str(data.get("reviewDecision") or ""),
+        head=str(data.get("headRefOid") or ""),
     )
 
 
@@ -137,3 +138,49 @@ async def failing_log_tail(
         tail = "\n".join(result.stdout.rstrip().splitlines()[-LOG_TAIL_LINES:])
         return tail[-LOG_TAIL_CHARS:]
     return ""
+
+
+FEEDBACK_FIELDS = "reviews,comments"
+FEEDBACK_ITEMS = 20  # the newest reviews and comments kept
+FEEDBACK_CHARS = 2000  # of each one's body
+
+
+@dataclass(frozen=True)
+class Remark:
+    """A review (its state: CHANGES_REQUESTED, COMMENTED, APPROVED ...) or a comment ("COMMENT") on
+    the pull request, as `gh pr view --json reviews,comments` gives them."""
+
+    author: str
+    state: str
+    body: str
+    at: str
+
+
+def parse_feedback(stdout: str) -> tuple[Remark, ...]:
+    """The reviews that say something and the comments, oldest first (the newest kept)."""
+    data = json.loads(stdout)
+    found: list[Remark] = []
+    for kind, stamp in (("reviews", "submittedAt"), ("comments", "createdAt")):
+        for row in data.get(kind) or []:
+            body = str(row.get("body") or "").strip()
+            state = str(row.get("state") or "COMMENT") if kind == "reviews" else "COMMENT"
+            if not body and state != "CHANGES_REQUESTED":
+                continue
+            author = str((row.get("author") or {}).get("login") or "someone")
+            found.append(Remark(author, state, body[:FEEDBACK_CHARS], str(row.get(stamp) or "")))
+    found.sort(key=lambda r: r.at)
+    return tuple(found[-FEEDBACK_ITEMS:])
+
+
+async def feedback(
+    repo: Path, pr: str, slug: str | None = None, *, gh: GhRunner = run_gh
+) -> tuple[Remark, ...]:
+    """What the reviews and comments of the pull request say (one more call, made only when a
+    review asked for changes); empty when gh cannot say."""
+    result = await gh(repo, "pr", "view", pr, *_in(slug), "--json", FEEDBACK_FIELDS, timeout_s=POLL_TIMEOUT_S)
+    if result.returncode != 0:
+        return ()
+    try:
+        return parse_feedback(result.stdout)
+    except (ValueError, TypeError, AttributeError):
+        return ()

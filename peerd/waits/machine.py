@@ -17,6 +17,8 @@ the wake. What `until` asks:
 
     checks   every check finished (none pending): `passed`, or `failed` when one failed or was
              cancelled; no check reported yet keeps watching (CI may not have started)
+    (with `head`: only once the pull request's head is that commit, so checks and reviews of the
+    commit before a pushed fix are not taken for the fix's)
     review   the review decision is APPROVED (`approved`), or CHANGES_REQUESTED (`changes_requested`)
              when it was not so at the wait's first poll (its `baseline`: a wait recorded after
              pushing a fix waits for the next review, not the one it is answering)
@@ -66,12 +68,13 @@ class Check:
 
 @dataclass(frozen=True)
 class PullRequest:
-    """What `gh pr view --json number,url,state,reviewDecision,mergedAt,closedAt` said."""
+    """What `gh pr view --json number,url,state,reviewDecision,mergedAt,closedAt,headRefOid` said."""
 
     number: int
     url: str
     state: str  # OPEN | CLOSED | MERGED
     review_decision: str  # APPROVED | CHANGES_REQUESTED | REVIEW_REQUIRED | "" (none)
+    head: str = ""  # headRefOid: the commit its checks are about ("" when gh did not say)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,9 @@ class Watch:
     failures: int = 0  # transient failures in a row
     rate_limited: int = 0  # rate-limit answers in a row
     baseline: str | None = None  # the review decision at the first poll that answered
+    # The commit the checks must be about (an orchestration's wait after it pushed a fix): checks
+    # GitHub reports for another head are of the commit before and keep the wait watching.
+    head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,13 +139,17 @@ class Cancelled:
 Action = NextPoll | Deliver | Cancelled
 
 
-def judge(until: Until, snapshot: Snapshot, baseline: str | None = None) -> Outcome | None:
+def judge(
+    until: Until, snapshot: Snapshot, baseline: str | None = None, head: str | None = None
+) -> Outcome | None:
     """The outcome the snapshot satisfies the wait with, or None to keep watching."""
     state = snapshot.pr.state.upper()
     if state == "MERGED":
         return "merged"
     if state == "CLOSED":
         return "closed"
+    if head and snapshot.pr.head and snapshot.pr.head != head:
+        return None  # GitHub still shows the pull request as it was before the push
     if until == "checks":
         if not snapshot.checks or any(c.bucket == "pending" for c in snapshot.checks):
             return None
@@ -162,7 +172,7 @@ def step(watch: Watch, event: Event, *, poll_s: float, draw: float = 0.0) -> tup
     if isinstance(event, Polled):
         baseline = event.snapshot.pr.review_decision if watch.baseline is None else watch.baseline
         calm = replace(watch, failures=0, rate_limited=0, baseline=baseline)
-        outcome = judge(watch.until, event.snapshot, baseline)
+        outcome = judge(watch.until, event.snapshot, baseline, watch.head)
         if outcome is not None:
             return replace(calm, status="delivered"), (Deliver(outcome, ""),)
         if event.now >= watch.deadline:

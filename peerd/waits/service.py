@@ -38,12 +38,13 @@ from peerd.waits.machine import (
     Polled,
     PollFailed,
     Snapshot,
+    Watch,
     first_delay,
     scope_pr,
-    spaced,
     step,
     wake_text,
 )
+from peerd.waits.pace import GhPace
 from peerd.waits.store import WaitRow
 from peerd.waits.wire import WaitCheck, WaitFor, WaitInfo, WaitList, WaitPage
 
@@ -92,6 +93,7 @@ class Waits:
         poll_s: float = POLL_S,
         gh: ghio.GhRunner = run_gh,
         draw: Callable[[], float] = random.random,
+        pace: GhPace | None = None,
     ) -> None:
         self.db = db
         self.feed = feed
@@ -102,9 +104,9 @@ class Waits:
         self.draw = draw
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._closing = False
-        # One gh login answers every wait here: a rate limit one wait hit pauses them all until
-        # then (monotonic seconds), not only the wait that asked.
-        self._paused_until = 0.0
+        # One gh login answers every wait here (and every orchestration waiting on its pull
+        # request): a rate limit one hit pauses them all, not only the wait that asked.
+        self.pace = pace or GhPace(clock)
 
     # --- the operations (agent tools, owner API) ----------------------------------------------------
 
@@ -243,16 +245,24 @@ class Waits:
         delay = first_delay(
             delay_s=row.delay_s, next_at=row.next_at, wall_now=self.clock(), poll_s=self.poll_s
         )
+        self.pace.join(wait_id)
+        try:
+            await self._poll(wait_id, token, row, watch, delay, repo, slug)
+        finally:
+            self.pace.leave(wait_id)
+
+    async def _poll(
+        self, wait_id: str, token: str, row: WaitRow, watch: Watch, delay: float, repo: Path, slug: str | None
+    ) -> None:
         while True:
             await self.clock.sleep(delay)
-            while (pause := self._paused_until - self.clock.monotonic()) > 0:
-                await self.clock.sleep(pause)
+            await self.pace.ready()
             seen = await ghio.poll(repo, row.pr, slug, gh=self.gh)
             now = self.clock()
             event: Event = (
                 Polled(seen, now) if isinstance(seen, Snapshot) else PollFailed(seen.kind, seen.detail, now)
             )
-            interval = spaced(self.poll_s, len(self._watchers))
+            interval = self.pace.interval(self.poll_s)
             watch, actions = step(watch, event, poll_s=interval, draw=self.draw())
             snapshot = seen if isinstance(seen, Snapshot) else None
             for action in actions:
@@ -274,9 +284,7 @@ class Waits:
                             "wait.backoff", wait_id=wait_id, kind=event.kind, delay_s=round(action.delay, 1)
                         )
                         if event.kind == "rate_limited":  # the same gh login: every wait pauses
-                            self._paused_until = max(
-                                self._paused_until, self.clock.monotonic() + action.delay
-                            )
+                            self.pace.rate_limited(action.delay)
                     delay = action.delay
                 elif isinstance(action, Deliver):
                     await self._deliver(row, token, action, snapshot, repo, slug)
