@@ -268,6 +268,9 @@ class PrFixReceipt(Wire):
     failing_checks: list[PrCheck] = Field(default_factory=list)
     log_tail: str = ""
     remarks: list[str] = Field(default_factory=list)  # the review's words and comments, one each
+    # The newest review when the fix was sent (GitHub's time): a review asking for changes after
+    # it is a new request (the next round's baseline, `waits/machine.py:review_mark`).
+    answered_review_at: str = ""
     at: float
 
 

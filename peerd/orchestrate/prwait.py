@@ -29,7 +29,17 @@ from peerd.orchestrate.models import CoderChoice, PacketSpec, PrFixReceipt, PrWa
 from peerd.runtime.gh import run_gh
 from peerd.store import projects
 from peerd.waits import gh as ghio
-from peerd.waits.machine import Deliver, Event, NextPoll, Polled, PollFailed, Snapshot, first_delay, step
+from peerd.waits.machine import (
+    Deliver,
+    Event,
+    NextPoll,
+    Polled,
+    PollFailed,
+    Snapshot,
+    first_delay,
+    review_mark,
+    step,
+)
 from peerd.waits.pace import GhPace
 
 log = structlog.get_logger(__name__)
@@ -94,7 +104,7 @@ async def follow(
         return _finish(again if isinstance(again, until.Finish) else lost, wait)
     if wait is None:
         now = ctx.clock()
-        answered = fixes[-1].reason if fixes else None
+        answered = fixes[-1] if fixes else None
         wait = PrWaitReceipt(
             round=round_,
             until=settings.until,
@@ -102,7 +112,10 @@ async def follow(
             url=url,
             head=delivery.get("commit") if delivery.get("pushed") else None,
             # After a fix for a review's changes, the next review is waited for, not that one.
-            baseline="CHANGES_REQUESTED" if answered == "changes_requested" else None,
+            # (A reviewer who asks for changes again, after the fix, is a new request.)
+            baseline=review_mark("CHANGES_REQUESTED", answered.answered_review_at)
+            if answered is not None and answered.reason == "changes_requested"
+            else None,
             deadline_at=now + until.WAIT_HOURS * 3600.0,
             summary=summary,
             at=now,
@@ -231,6 +244,7 @@ async def _ended(
         failing_checks=failing,
         log_tail=log_tail,
         remarks=remarks,
+        answered_review_at=snapshot.pr.newest_review_at if snapshot is not None else "",
         at=now,
     )
     added = await ostore.add_fix(

@@ -1,7 +1,7 @@
 """Asking GitHub about a pull request, through `gh` (`runtime/gh.py:run_gh`: argument list, no
 shell, its own credentials, bounded). Two reads per poll:
 
-    gh pr view PR --json number,url,state,reviewDecision,mergedAt,closedAt,headRefOid
+    gh pr view PR --json number,url,state,reviewDecision,mergedAt,closedAt,headRefOid,latestReviews
     gh pr checks PR --json name,state,bucket,link,workflow      (exit 8: some pending; 1: one failed)
 
 and, when checks failed, the failing jobs' log (`gh run view RUN --log-failed`), its tail only.
@@ -27,7 +27,7 @@ GhRunner = Callable[..., Awaitable[GhResult]]
 POLL_TIMEOUT_S = 60.0
 LOG_TAIL_LINES = 40
 LOG_TAIL_CHARS = 4000
-VIEW_FIELDS = "number,url,state,reviewDecision,mergedAt,closedAt,headRefOid"
+VIEW_FIELDS = "number,url,state,reviewDecision,mergedAt,closedAt,headRefOid,latestReviews"
 CHECK_FIELDS = "name,state,bucket,link,workflow"
 _RATE = re.compile(r"rate limit|abuse detection|was submitted too quickly", re.IGNORECASE)
 _GONE = re.compile(
@@ -70,12 +70,20 @@ def classify(result: GhResult) -> Failure:
 
 def parse_view(stdout: str) -> PullRequest:
     data = json.loads(stdout)
+    reviews = [
+        {"submittedAt": str(r.get("submittedAt") or ""), "state": str(r.get("state") or "")}
+        for r in data.get("latestReviews") or []
+        if isinstance(r, dict)
+    ]
+    newest = max(reviews, key=lambda r: r["submittedAt"], default={})
     return PullRequest(
         number=int(data.get("number") or 0),
         url=str(data.get("url") or ""),
         state=str(data.get("state") or ""),
         review_decision=str(data.get("reviewDecision") or ""),
         head=str(data.get("headRefOid") or ""),
+        newest_review_at=newest.get("submittedAt") or "",
+        newest_review_state=newest.get("state") or "",
     )
 
 

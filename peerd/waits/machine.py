@@ -20,8 +20,10 @@ the wake. What `until` asks:
     (with `head`: only once the pull request's head is that commit, so checks and reviews of the
     commit before a pushed fix are not taken for the fix's)
     review   the review decision is APPROVED (`approved`), or CHANGES_REQUESTED (`changes_requested`)
-             when it was not so at the wait's first poll (its `baseline`: a wait recorded after
-             pushing a fix waits for the next review, not the one it is answering)
+             when it was not so at the wait's first poll, or a review asking for changes came
+             since (its `baseline`, `review_mark`: the decision and the newest review's time; a
+             wait recorded after pushing a fix waits for the next review, not the one it is
+             answering, and a reviewer who asks for changes again is heard)
     merged   the pull request was merged (`merged`)
     closed   closed or merged (`closed`, `merged`)
 
@@ -75,6 +77,29 @@ class PullRequest:
     state: str  # OPEN | CLOSED | MERGED
     review_decision: str  # APPROVED | CHANGES_REQUESTED | REVIEW_REQUIRED | "" (none)
     head: str = ""  # headRefOid: the commit its checks are about ("" when gh did not say)
+    # The newest of `latestReviews` (each reviewer's latest): when it was submitted (ISO 8601, as
+    # GitHub gives it) and its state; "" when there is none or gh did not say.
+    newest_review_at: str = ""
+    newest_review_state: str = ""
+
+
+def review_mark(decision: str, newest_review_at: str) -> str:
+    """A wait's review baseline: the decision, and the newest review's time after `@` (a decision
+    alone: no review yet, or a baseline an older peerd stored)."""
+    return f"{decision}@{newest_review_at}" if newest_review_at else decision
+
+
+def asked_again(pr: PullRequest, baseline: str | None) -> bool:
+    """The review decision asks for changes and that is news against `baseline`: it did not at
+    the baseline, or a review asking for changes was submitted after the baseline's newest."""
+    if pr.review_decision.upper() != "CHANGES_REQUESTED":
+        return False
+    decision, _, since = (baseline or "").partition("@")
+    if decision.upper() != "CHANGES_REQUESTED":
+        return True
+    return (
+        bool(since) and pr.newest_review_state.upper() == "CHANGES_REQUESTED" and pr.newest_review_at > since
+    )
 
 
 @dataclass(frozen=True)
@@ -92,7 +117,7 @@ class Watch:
     status: WaitStatus = "watching"
     failures: int = 0  # transient failures in a row
     rate_limited: int = 0  # rate-limit answers in a row
-    baseline: str | None = None  # the review decision at the first poll that answered
+    baseline: str | None = None  # the review at the first poll that answered (`review_mark`)
     # The commit the checks must be about (an orchestration's wait after it pushed a fix): checks
     # GitHub reports for another head are of the commit before and keep the wait watching.
     head: str | None = None
@@ -158,7 +183,7 @@ def judge(
         decision = snapshot.pr.review_decision.upper()
         if decision == "APPROVED":
             return "approved"
-        if decision == "CHANGES_REQUESTED" and (baseline or "").upper() != "CHANGES_REQUESTED":
+        if asked_again(snapshot.pr, baseline):
             return "changes_requested"
     return None
 
@@ -170,7 +195,10 @@ def step(watch: Watch, event: Event, *, poll_s: float, draw: float = 0.0) -> tup
     if isinstance(event, Cancel):
         return replace(watch, status="cancelled"), (Cancelled(event.reason),)
     if isinstance(event, Polled):
-        baseline = event.snapshot.pr.review_decision if watch.baseline is None else watch.baseline
+        pr = event.snapshot.pr
+        baseline = (
+            review_mark(pr.review_decision, pr.newest_review_at) if watch.baseline is None else watch.baseline
+        )
         calm = replace(watch, failures=0, rate_limited=0, baseline=baseline)
         outcome = judge(watch.until, event.snapshot, baseline, watch.head)
         if outcome is not None:

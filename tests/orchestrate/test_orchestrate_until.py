@@ -53,6 +53,9 @@ CI_LOG = "tests/test_calc.py::test_order FAILED\nE   AssertionError: operands in
 REVIEW_FIX = {
     "edit": {"path": "calc.py", "old": '"""A tiny calculator."""', "new": '"""A small calculator."""'}
 }
+REVIEW_FIX_AGAIN = {
+    "edit": {"path": "calc.py", "old": '"""A small calculator."""', "new": '"""A small, tidy calculator."""'}
+}
 
 
 def origin_repo(tmp_path: Path) -> tuple[Path, Path]:
@@ -156,17 +159,29 @@ async def test_a_review_asking_for_changes_gets_a_fix_with_its_words_then_approv
         "reviews": [review("ana", "CHANGES_REQUESTED", "Call it small.\n" + steps(REVIEW_FIX))],
         "comments": [comment("cy", "Nice otherwise.")],
     }
-    # The fix's head still shows the review it answers, then the next review approves.
-    gh.rounds([reviewed("REVIEW_REQUIRED"), asked], [reviewed("CHANGES_REQUESTED"), reviewed("APPROVED")])
-    done = await finished(client, (await until_run(client, project, "review"))["id"], total=180)
+    # The fix's head still shows the review it answers; then the reviewer asks for changes again
+    # (the decision stays CHANGES_REQUESTED: only a newer review says so), and approves the next.
+    again = review(
+        "ana", "CHANGES_REQUESTED", "Say tidy.\n" + steps(REVIEW_FIX_AGAIN), at="2026-12-03T02:00:00Z"
+    )
+    gh.rounds(
+        [reviewed("REVIEW_REQUIRED"), asked],
+        [{**asked, "comments": []}, {**asked, "reviews": [*asked["reviews"], again], "comments": []}],
+        [reviewed("APPROVED")],
+    )
+    done = await finished(client, (await until_run(client, project, "review"))["id"], total=240)
     assert done["status"] == "completed", render(done)
     assert "pull request: its review approved it" in done["reason"]
     (fix,) = receipts_of(done, "pr_fix", "pr-fix-1")
     assert fix["reason"] == "changes_requested"
     assert fix["remarks"][0].startswith("ana (changes requested): Call it small.")
     assert fix["remarks"][1] == "cy (comment): Nice otherwise."
-    assert packets_of(done)["pr-fix-1"]["state"] == "integrated"
-    assert '"""A small calculator."""' in git(origin, "show", f"{done['branch']}:calc.py")
+    assert fix["answeredReviewAt"] == "2026-12-03T01:00:00Z"
+    (second,) = receipts_of(done, "pr_fix", "pr-fix-2")  # the reviewer asked again: heard, once
+    assert second["reason"] == "changes_requested" and second["round"] == 2
+    assert any(r.startswith("ana (changes requested): Say tidy.") for r in second["remarks"])
+    assert packets_of(done)["pr-fix-1"]["state"] == packets_of(done)["pr-fix-2"]["state"] == "integrated"
+    assert '"""A small, tidy calculator."""' in git(origin, "show", f"{done['branch']}:calc.py")
     assert any(argv[-2:] == ["--json", "reviews,comments"] for argv in gh.calls())
     assert "review decision: APPROVED" in render(done)
 

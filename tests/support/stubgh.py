@@ -9,7 +9,7 @@
     gh.calls()                                              every call's argv, in order
 
 A state is `{"view": {...}, "checks": [...]}` with the fields of
-`gh pr view --json number,url,state,reviewDecision,mergedAt,closedAt,headRefOid` and of
+`gh pr view --json number,url,state,reviewDecision,mergedAt,closedAt,headRefOid,latestReviews` and of
 `gh pr checks --json name,state,bucket,link,workflow` (bucket: pass, fail, pending, skipping,
 cancel; exit 8 while one is pending, 1 when one failed, JSON on stdout either way, as gh does), or
 `RATE_LIMITED` (exit 1, "API rate limit exceeded" on stderr), or `NO_PR` (exit 1, "no pull
@@ -104,7 +104,13 @@ if args[:2] == ["pr", "view"] and not polling:  # gh pr view --json reviews,comm
     print(json.dumps({k: state.get(k, []) for k in fields}))
     sys.exit(0)
 if args[:2] == ["pr", "view"]:
-    print(json.dumps({**state["view"], **({"headRefOid": head} if head else {})}))
+    answer = {**state["view"], **({"headRefOid": head} if head else {})}
+    if "latestReviews" in fields:  # each reviewer's latest review, as gh gives them
+        latest = {}
+        for r in sorted(state.get("reviews", []), key=lambda r: r["submittedAt"]):
+            latest[r["author"]["login"]] = r
+        answer["latestReviews"] = list(latest.values())
+    print(json.dumps(answer))
     sys.exit(0)
 if args[:2] == ["pr", "checks"]:
     checks = state.get("checks", [])

@@ -24,6 +24,7 @@ from peerd.waits.machine import (
     Watch,
     first_delay,
     judge,
+    review_mark,
     scope_pr,
     spaced,
     step,
@@ -182,6 +183,10 @@ def test_gh_json_shapes_parse() -> None:
     rows = [{"name": "build", "state": "FAILURE", "bucket": "fail", "link": "l", "workflow": "CI"}]
     assert parse_checks(json.dumps(rows)) == (Check("build", "FAILURE", "fail", "l", "CI"),)
     assert parse_checks("") == ()
+    ana = {"author": {"login": "ana"}, "state": "CHANGES_REQUESTED", "submittedAt": "2026-12-03T01:00:00Z"}
+    bo = {"author": {"login": "bo"}, "state": "COMMENTED", "submittedAt": "2026-12-03T02:00:00Z"}
+    reviewed = parse_view(json.dumps({"number": 7, "url": "u", "state": "OPEN", "latestReviews": [bo, ana]}))
+    assert (reviewed.newest_review_at, reviewed.newest_review_state) == ("2026-12-03T02:00:00Z", "COMMENTED")
 
 
 def test_the_wake_text_names_the_checks_and_the_failing_tail() -> None:
@@ -205,6 +210,28 @@ def test_a_review_wait_after_changes_were_asked_waits_for_the_next_review() -> N
     )
     fresh, (asked,) = step(fresh, Polled(snap("OPEN", "CHANGES_REQUESTED"), NOW + 30), poll_s=POLL)
     assert asked == Deliver("changes_requested", "")
+
+
+def asked(at: str, state: str = "CHANGES_REQUESTED") -> Snapshot:
+    pr = PullRequest(7, "u", "OPEN", "CHANGES_REQUESTED", newest_review_at=at, newest_review_state=state)
+    return Snapshot(pr, ())
+
+
+def test_a_reviewer_who_asks_for_changes_again_is_heard() -> None:
+    """The decision stays CHANGES_REQUESTED when a reviewer asks again after a fix: a review asking
+    for changes newer than the baseline's is the news; a comment is not, nor the same review."""
+    watch = Watch(until="review", deadline=NOW + 3600)
+    watch, (first,) = step(watch, Polled(asked("2026-12-03T01:00:00Z"), NOW), poll_s=POLL)
+    assert first == NextPoll(POLL) and watch.baseline == "CHANGES_REQUESTED@2026-12-03T01:00:00Z"
+    assert watch.baseline == review_mark("CHANGES_REQUESTED", "2026-12-03T01:00:00Z")
+    watch, (same,) = step(watch, Polled(asked("2026-12-03T01:00:00Z"), NOW + 30), poll_s=POLL)
+    assert same == NextPoll(POLL)
+    watch, (comment,) = step(watch, Polled(asked("2026-12-03T02:00:00Z", "COMMENTED"), NOW + 60), poll_s=POLL)
+    assert comment == NextPoll(POLL)
+    watch, (again,) = step(watch, Polled(asked("2026-12-03T03:00:00Z"), NOW + 90), poll_s=POLL)
+    assert again == Deliver("changes_requested", "")
+    # A baseline an older peerd stored (the decision alone) keeps its meaning.
+    assert judge("review", asked("2026-12-03T03:00:00Z"), "CHANGES_REQUESTED") is None
 
 
 def test_a_wait_watches_its_own_projects_pull_requests_only() -> None:
