@@ -102,6 +102,10 @@ async def follow(
         # A fix is written with its wait's end (`add_fix`): an ended round without one finished.
         lost = until.Finish("failed", "pull request: the wait ended but its fix was never recorded")
         return _finish(again if isinstance(again, until.Finish) else lost, wait)
+    if wait is None and (unfixed := until.fix_not_made(fixes[-1] if fixes else None, run.packets)):
+        # The last fix was not integrated: nothing new reached the pull request, so waiting on it
+        # again would wait on the very state the fix was for.
+        return until.Finish("failed", f"{summary}; {unfixed}" if summary else unfixed)
     if wait is None:
         now = ctx.clock()
         answered = fixes[-1] if fixes else None

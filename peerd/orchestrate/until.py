@@ -15,10 +15,11 @@ the backoffs), records each poll in the orchestration's receipts and does what `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-from peerd.orchestrate.models import PacketSpec, PrCheck, PrWaitReceipt, Until
+from peerd.orchestrate.models import PacketSpec, PrCheck, PrFixReceipt, PrWaitReceipt, Until
 from peerd.waits import machine
 
 FIX_LIMIT = 2  # fix attempts per orchestration, checks and reviews together
@@ -195,3 +196,29 @@ __all__ = [
     "watch_of",
     "worth_recording",
 ]
+
+
+class PacketState(Protocol):
+    """What `fix_not_made` reads of a packet (`store.PacketRow`)."""
+
+    @property
+    def packet_id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def failure(self) -> str | None: ...
+
+
+def fix_not_made(fix: PrFixReceipt | None, packets: Sequence[PacketState]) -> str | None:
+    """Why the last fix packet did not reach the pull request (it was not integrated: parked,
+    failed, or cancelled), None when it did or there is none."""
+    if fix is None:
+        return None
+    packet = next((p for p in packets if p.packet_id == fix.packet_id), None)
+    if packet is None or packet.state == "integrated":
+        return None
+    failure = f": {packet.failure}" if packet.failure else ""
+    return (
+        f"pull request: fix attempt {fix.attempt} ({fix.packet_id}) was not integrated "
+        f"({packet.state}{failure}); the pull request stays as it was"
+    )

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from peerd.orchestrate import store as ostore
 from peerd.orchestrate import until, untilreport
-from peerd.orchestrate.models import PrCheck, PrWaitReceipt
+from peerd.orchestrate.models import CoderChoice, PrCheck, PrFixReceipt, PrWaitReceipt
 from peerd.store.db import Database
 from peerd.waits import gh as ghio
 from peerd.waits import machine
@@ -36,6 +37,26 @@ def test_a_wait_about_a_pushed_fix_ignores_the_checks_of_the_head_before() -> No
     assert actions == (machine.NextPoll(5.0),)
     _, actions = machine.step(watch, machine.Polled(snap("new", ("build", "pass")), 2.0), poll_s=5.0)
     assert actions == (machine.Deliver("passed", ""),)
+
+
+@dataclass(frozen=True)
+class Packet:
+    packet_id: str
+    state: str
+    failure: str | None = None
+
+
+def test_a_fix_that_was_not_integrated_ends_the_run_instead_of_waiting_again() -> None:
+    coder = CoderChoice(spec="script", backend="script", reason="the implementer")
+    fix = PrFixReceipt(
+        attempt=2, round=2, reason="changes_requested", packet_id="pr-fix-2", base="abc", coder=coder, at=1.0
+    )
+    parked = [Packet("fix-add", "integrated"), Packet("pr-fix-2", "parked", "the edit found no match")]
+    why = until.fix_not_made(fix, parked)
+    assert why is not None and "fix attempt 2 (pr-fix-2) was not integrated" in why
+    assert "parked: the edit found no match" in why
+    assert until.fix_not_made(fix, [Packet("pr-fix-2", "integrated")]) is None
+    assert until.fix_not_made(None, parked) is None
 
 
 def test_what_the_run_does_when_its_wait_ends() -> None:
