@@ -49,7 +49,6 @@ import aiohttp
 from aiohttp import web
 from benchlib import save_results
 
-import peerd.daemon
 from peerd.api import remote
 from peerd.api.listener_rules import ListenerLimits
 from peerd.api.localclient import LocalClient
@@ -95,6 +94,9 @@ def kind_of(path: str) -> str:
     return "other"
 
 
+UNTIL_S = 300.0  # the longest a bench waits for a request to arrive (a chunk is at most 50 s)
+
+
 class Counter:
     """Requests (and their bytes) that reached the box's network listener, by kind, as they arrive."""
 
@@ -110,9 +112,17 @@ class Counter:
         async with self._changed:
             self._changed.notify_all()
 
-    async def until(self, kind: str, at_least: int) -> None:
+    async def until(self, kind: str, at_least: int, within: float = UNTIL_S) -> None:
+        """Until `at_least` requests of `kind` arrived; a bench that sees none for `within` seconds
+        fails (the counting middleware not installed, or nothing polling) rather than hang."""
         async with self._changed:
-            await self._changed.wait_for(lambda: self.counts[kind] >= at_least)
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.counts[kind] >= at_least), within)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"no {kind!r} request reached the box in {within:g} s ({self.counts[kind]} of {at_least}):"
+                    " is the counting middleware installed (counting_network_app)?"
+                ) from None
 
 
 BOX = Counter()
@@ -148,7 +158,9 @@ def counting_network_app(ops: Any, desc: Any, **kw: Any) -> web.Application:
     return app
 
 
-peerd.daemon.network_app = counting_network_app  # type: ignore[attr-defined]  # the name the daemon calls
+# The daemon imports `network_app` from `peerd.api.remote` when it starts a network listener (the
+# OAuth and link-token libraries load only then, issue 33): replace it there.
+remote.network_app = counting_network_app  # type: ignore[assignment]
 
 
 # --- set-up -----------------------------------------------------------------------------------------
