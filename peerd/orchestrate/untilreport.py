@@ -1,7 +1,7 @@
 """`--until` in the report and the progress lines: the wait on the pull request while it is open,
 and at the end the pull request's final state (URL, checks, review decision, merged or not) with
 every fix attempt. Pure functions of the run as the API shows it (its `pr_wait` and `pr_fix`
-receipts), standard library only, like `report.py`, which calls them."""
+receipts), called by `report.py`; the outcomes' words are the waits' own (`waits/machine.py`)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-Info = Mapping[str, Any]
+from peerd.waits.machine import OUTCOME_WORDS
 
-_OUTCOME = {
-    "passed": "every check passed",
-    "failed": "checks failed",
-    "approved": "the review approved it",
-    "changes_requested": "a review asked for changes",
-    "merged": "it was merged",
-    "closed": "it was closed without being merged",
-    "timed_out": "the wait timed out",
-    "error": "the wait could not go on",
-}
+Info = Mapping[str, Any]
 
 
 def _bodies(info: Info, kind: str) -> list[Mapping[str, Any]]:
@@ -56,7 +47,9 @@ def section(info: Info) -> list[str]:
         lines.append(head + ")")
     else:
         ended = (
-            "cancelled" if wait.get("status") == "cancelled" else _OUTCOME.get(wait.get("outcome") or "", "?")
+            "cancelled"
+            if wait.get("status") == "cancelled"
+            else OUTCOME_WORDS.get(wait.get("outcome") or "", "?")
         )
         lines.append(f"pull request {url}: waited until {wait['until']}: {ended}")
         if wait.get("detail"):
@@ -96,7 +89,7 @@ def progress(info: Info, seen: dict[str, Any]) -> list[str]:
         else (
             "cancelled"
             if wait.get("status") == "cancelled"
-            else _OUTCOME.get(wait.get("outcome") or "", "ended")
+            else OUTCOME_WORDS.get(wait.get("outcome") or "", "ended")
         )
     )
     line = f"{_at(wait.get('at'))}  pull request {what}: checks {_checks(wait.get('checks') or [])}"

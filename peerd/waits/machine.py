@@ -238,7 +238,8 @@ def first_delay(*, delay_s: float | None, next_at: float | None, wall_now: float
     return min(max(next_at - wall_now, 0.0), max(delay_s, poll_s))
 
 
-_SAID = {
+# What each outcome means, in words (the wake's text, and `--until`'s report: orchestrate/untilreport.py).
+OUTCOME_WORDS: dict[str, str] = {
     "passed": "every check passed",
     "failed": "checks failed",
     "approved": "the review approved it",
@@ -261,7 +262,7 @@ def wake_text(
 ) -> str:
     """The message of the wake run that delivers a wait (pure)."""
     where = pr if snapshot is None or not snapshot.pr.url else f"#{snapshot.pr.number} ({snapshot.pr.url})"
-    lines = [f"Your wait {wait_id} on pull request {where} (until {until}) ended: {_SAID[outcome]}."]
+    lines = [f"Your wait {wait_id} on pull request {where} (until {until}) ended: {OUTCOME_WORDS[outcome]}."]
     if detail:
         lines.append(detail)
     if snapshot is not None:
