@@ -28,7 +28,6 @@ from peerd.cli.common import (
 from peerd.cli.output import JsonOutput, PeerdGroup, emit_ids, emit_json, fields, quiet_option, table
 from peerd.core.constants import LONG_POLL_MAX_S
 from peerd.core.text import path_segment
-from peerd.core.usage import Usage, describe
 from peerd.errors import DaemonNotRunning, PeerdError
 from peerd.present import ago, block, one_line, when
 
@@ -229,7 +228,7 @@ def task_show(ctx: click.Context, task_id: str, wait_s: float | None, as_json: J
             ("stop owed", "yes" if t["stopOwed"] else "no"),
             ("last error", t["lastError"]),
             ("placement", t.get("placement")),
-            ("usage", describe(None if t.get("usage") is None else Usage.from_json(t["usage"]))),
+            ("usage", _usage(t.get("usage"))),
             ("created", when(t["createdAt"])),
             ("ended", when(t["endedAt"])),
         ]
@@ -268,3 +267,10 @@ def task_cancel(
     else:
         owed = " (the stop is owed and will be retried)" if t["stopOwed"] else ""
         click.echo(f"{t['taskId']} {t['status']}: {one_line(t['result'])}{owed}")
+
+
+def _usage(wire: dict[str, Any] | None) -> str:
+    """A usage object of the API as one line (imported here: `task list` never shows one)."""
+    from peerd.core.usage import Usage, describe  # noqa: PLC0415  # show only: CLI start-up
+
+    return describe(None if wire is None else Usage.from_json(wire))

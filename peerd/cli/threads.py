@@ -40,7 +40,6 @@ from peerd.cli.output import (
 from peerd.cli.stream import event_summary, follow_events, follow_run, item_text, items_after
 from peerd.core.constants import INTERACTION_MODES, LONG_POLL_MAX_S, RUNTIME_MODES
 from peerd.core.text import path_segment
-from peerd.core.usage import Usage, describe
 from peerd.errors import PeerdError
 from peerd.present import ago, one_line, when
 
@@ -357,6 +356,8 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
 
 def _usage(wire: dict[str, Any] | None) -> str:
     """A usage object of the API as one line ("unknown" when the provider reported none)."""
+    from peerd.core.usage import Usage, describe  # noqa: PLC0415  # show only: CLI start-up
+
     return describe(None if wire is None else Usage.from_json(wire))
 
 
