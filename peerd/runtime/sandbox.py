@@ -285,6 +285,13 @@ def _below_any(path: Path, tops: set[Path]) -> bool:
     return path in tops or not tops.isdisjoint(path.parents)
 
 
+def _parents(path: str) -> list[str]:
+    """The directories above absolute `path`, "/" left out, the highest first: "/a/b/c" gives
+    "/a", "/a/b" (`reversed(Path(path).parents[:-1])`, without making a Path of each)."""
+    cut = [i for i, ch in enumerate(path) if ch == "/"][1:]
+    return [path[:i] for i in cut]
+
+
 def bwrap_args(conf: Confinement) -> list[str]:
     """bwrap's options for `conf` (pure: nothing is looked up or run)."""
     args = ["--dev", "/dev", "--proc", "/proc"]
@@ -295,20 +302,23 @@ def bwrap_args(conf: Confinement) -> list[str]:
         args.append("--unshare-net")
     mounts = conf.mounts()
     sources = {b.path: b.source for b in conf.binds if b.source is not None}
-    covered: set[Path] = {Path("/dev"), Path("/proc")}  # bound: what lies below exists as it is
-    made: set[Path] = set()
+    # Kept as strings: paths are absolute and normal (`real`), and a profile has ~170 mounts.
+    covered: set[str] = {"/dev", "/proc"}  # bound: what lies below exists as it is
+    made: set[str] = set()
     for kind, path in mounts:
         if conf.run_as is not None:
             # bwrap makes a mount point's missing parents 0700 root, which the run's uid cannot
             # enter: make them 0755 first
-            for parent in reversed(path.parents[:-1]):
-                if parent not in made and not _below_any(parent, covered):
-                    args += ["--perms", "0755", "--dir", str(parent)]
+            under = False  # whether the parent, or one above it, is covered ("/" never is)
+            for parent in _parents(str(path)):
+                under = under or parent in covered
+                if not under and parent not in made:
+                    args += ["--perms", "0755", "--dir", parent]
                     made.add(parent)
             if kind in ("tmp", "hide"):
-                made.add(path)  # itself; what lies below it is still to make
+                made.add(str(path))  # itself; what lies below it is still to make
             else:
-                covered.add(path)
+                covered.add(str(path))
         if kind == "tmp" and conf.run_as is not None:
             args += ["--perms", "1777", "--tmpfs", str(path)]  # made by root, written by the run
         elif kind in ("tmp", "hide"):

@@ -556,3 +556,45 @@ def test_below_any_is_is_relative_to_over_the_set(path: list[str], tops: list[li
     p = Path("/", *path)
     top_paths = {Path("/", *t) for t in tops}
     assert sandbox._below_any(p, top_paths) == any(p.is_relative_to(t) for t in top_paths)
+
+
+def _dirs_made_by_the_first_rule(conf: Confinement) -> list[str]:
+    """The `--perms 0755 --dir` arguments as bwrap_args made them when first written (the oracle):
+    each mount's parents, highest first, unless made already or at or below something bound."""
+    covered: list[Path] = [Path("/dev"), Path("/proc")]
+    made: set[Path] = set()
+    out: list[str] = []
+    for kind, path in conf.mounts():
+        for parent in reversed(path.parents[:-1]):
+            if parent not in made and not any(parent.is_relative_to(c) for c in covered):
+                out.append(str(parent))
+                made.add(parent)
+        if kind in ("tmp", "hide"):
+            made.add(path)
+        else:
+            covered.append(path)
+    return out
+
+
+_ABS = st.lists(_PART, min_size=1, max_size=4).map(lambda parts: Path("/", *parts))
+
+
+@given(
+    tmp=st.lists(_ABS, max_size=3),
+    hidden=st.lists(_ABS, max_size=3),
+    binds=st.lists(st.tuples(_ABS, st.booleans()), max_size=6),
+)
+def test_the_run_s_uid_gets_the_same_parent_dirs_as_the_first_rule(
+    tmp: list[Path], hidden: list[Path], binds: list[tuple[Path, bool]]
+) -> None:
+    """bwrap_args works on strings in O(depth) per mount; what it makes is what the first,
+    quadratic rule made."""
+    profile_ = conf(
+        tmp=tuple(tmp),
+        hidden=tuple(hidden),
+        binds=tuple(Mount(p, writable=w) for p, w in binds),
+        run_as=RunAs(65534, 65534),
+    )
+    args = bwrap_args(profile_)
+    made = [args[i + 3] for i, a in enumerate(args) if a == "--perms" and args[i + 1] == "0755"]
+    assert made == _dirs_made_by_the_first_rule(profile_)
