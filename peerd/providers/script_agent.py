@@ -72,8 +72,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -81,9 +81,12 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import http.client
+    from collections.abc import Callable
 
 from peerd.errors import BadResponse, Unavailable  # the standard library's only, as this module
 
@@ -432,20 +435,28 @@ def run_command(cmd: str, cwd: Path) -> tuple[int, str]:
     return exit_code, kept.decode("utf-8", errors="replace")
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, socket_path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = socket_path
+@functools.cache
+def _unix_connection_class() -> Callable[[str, float], http.client.HTTPConnection]:
+    """HTTP over the agent socket (http.client is imported here: 40 ms of every scripted run's
+    start-up, and most scripts call no tool)."""
+    import http.client  # noqa: PLC0415  # see above
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    class UnixHTTPConnection(http.client.HTTPConnection):
+        def __init__(self, socket_path: str, timeout: float) -> None:
+            super().__init__("localhost", timeout=timeout)
+            self.socket_path = socket_path
+
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(self.socket_path)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixHTTPConnection
 
 
 def call_tool(name: str, arguments: Any) -> tuple[Any, dict[str, str] | None]:
@@ -456,7 +467,7 @@ def call_tool(name: str, arguments: Any) -> tuple[Any, dict[str, str] | None]:
             "code": Unavailable.code,
             "message": "peerd agent tools are not configured for this run",
         }
-    conn = UnixHTTPConnection(socket_path, TOOL_TIMEOUT)
+    conn = _unix_connection_class()(socket_path, TOOL_TIMEOUT)
     try:
         conn.request(
             "POST",
@@ -518,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"No session found with id {args.resume}")
             return 1
     else:
-        session = {"session_id": uuid.uuid4().hex, "runs": 0}
+        session = {"session_id": os.urandom(16).hex(), "runs": 0}
     session["runs"] = int(session.get("runs", 0)) + 1
     emit({"type": "session", "session_id": session["session_id"]})
 
