@@ -4,8 +4,8 @@ Root without capabilities (bwrap's `--cap-drop ALL`) still owns every root-owned
 read a root-only (0600) file in a path the sandbox maps. So when peerd runs as root, a confined
 run runs as `RunAs` (default `nobody`, 65534; `PEERD_SANDBOX_RUN_AS=uid:gid` picks another):
 
-1. outside, as root, this module runs as a script (`python -I -S runas.py GRANTS -- bwrap ...`, so
-   the work happens in the child process, never on the daemon's event loop): it grants the run's
+1. outside, as root, `runas_grant.py` runs as a script (`python -I -S runas_grant.py UID GRANTS --
+   bwrap ...`, so the work happens in the child process, never on the daemon's event loop): it grants the run's
    uid access, with POSIX ACLs, to the run's own paths only (`grants`: its worktree, its coder's
    state dirs, its scratch dir, the agent socket), ignores SIGINT and SIGTERM (see `sandbox`) and
    executes bwrap as root, so bwrap can reach every path it binds;
@@ -14,34 +14,39 @@ run runs as `RunAs` (default `nobody`, 65534; `PEERD_SANDBOX_RUN_AS=uid:gid` pic
    leaving uid 0 clears every capability, and the run's own program starts as the unprivileged
    uid with none (the shim checks `CapEff` is zero, or refuses to go on).
 
-An ACL entry (`user:<uid>:rwx`) is added beside the file's owner, group and other bits, which stay
-as they were (`ls -l` shows the ACL's mask in the group bits and a `+`). Directories also get it as a
-default entry, so what root's git writes there later is reachable too. Symlinks are not followed.
-
-This file uses the standard library only (it runs under `python -I -S`).
+The ACL entries themselves are `runas_grant.py`'s (re-exported here).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
-import stat
-import struct
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from peerd.runtime import runas_grant
+from peerd.runtime.runas_grant import allows, decode, encode, from_mode, grant_one, wanted, with_user
+
+__all__ = [
+    "DROP",
+    "Grant",
+    "RunAs",
+    "allows",
+    "apply",
+    "decide",
+    "decide_here",
+    "decode",
+    "encode",
+    "from_mode",
+    "grant_one",
+    "supports_acls",
+    "wanted",
+    "with_user",
+]
+
 RUN_AS_ENV = "PEERD_SANDBOX_RUN_AS"
 NOBODY = 65534
-
-ACCESS = "system.posix_acl_access"
-DEFAULT = "system.posix_acl_default"
-_VERSION = 2
-_USER_OBJ, _USER, _GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
-_UNDEFINED = 0xFFFFFFFF
-R, W, X = 4, 2, 1
 
 
 @dataclass(frozen=True)
@@ -115,114 +120,19 @@ class Grant:
     write: bool
     recursive: bool
 
-    def wire(self) -> list[object]:
-        return [str(self.path), self.write, self.recursive]
+    def arg(self) -> str:
+        """This grant as `runas_grant.py` takes it: one argument."""
+        return runas_grant.grant_arg(str(self.path), self.write, self.recursive)
 
     @classmethod
-    def from_wire(cls, raw: Sequence[object]) -> Grant:
-        return cls(Path(str(raw[0])), bool(raw[1]), bool(raw[2]))
-
-
-# --- ACL entries: pure ----------------------------------------------------------------------------
-
-Entry = tuple[int, int, int]  # (tag, perm, id)
-
-
-def encode(entries: Iterable[Entry]) -> bytes:
-    ordered = sorted(entries, key=lambda e: (e[0], e[2]))
-    return struct.pack("<I", _VERSION) + b"".join(struct.pack("<HHI", *e) for e in ordered)
-
-
-def decode(blob: bytes) -> list[Entry]:
-    if len(blob) < 4 or struct.unpack_from("<I", blob)[0] != _VERSION or (len(blob) - 4) % 8:
-        raise ValueError("not a POSIX ACL")
-    return [struct.unpack_from("<HHI", blob, at) for at in range(4, len(blob), 8)]
-
-
-def from_mode(mode: int) -> list[Entry]:
-    """The minimal ACL a file's permission bits stand for."""
-    return [
-        (_USER_OBJ, (mode >> 6) & 7, _UNDEFINED),
-        (_GROUP_OBJ, (mode >> 3) & 7, _UNDEFINED),
-        (_OTHER, mode & 7, _UNDEFINED),
-    ]
-
-
-def with_user(entries: Iterable[Entry], uid: int, perm: int) -> list[Entry]:
-    """`entries` with `user:<uid>` given at least `perm`, and the mask widened to let it through
-    (the mask is the union of the group class: named users, the owning group, named groups)."""
-    kept = [e for e in entries if e[0] != _MASK]
-    found = [e for e in kept if e[0] == _USER and e[2] == uid]
-    kept = [e for e in kept if not (e[0] == _USER and e[2] == uid)]
-    kept.append((_USER, perm | (found[0][1] if found else 0), uid))
-    mask = 0
-    for tag, bits, _ in kept:
-        if tag in (_USER, _GROUP_OBJ, _GROUP):
-            mask |= bits
-    kept.append((_MASK, mask, _UNDEFINED))
-    return sorted(kept, key=lambda e: (e[0], e[2]))
-
-
-def allows(entries: Iterable[Entry], uid: int, perm: int) -> bool:
-    """Whether `user:<uid>` already has `perm` through the mask."""
-    listed = list(entries)
-    mask = next((e[1] for e in listed if e[0] == _MASK), 7)
-    return any(t == _USER and i == uid and (b & mask & perm) == perm for t, b, i in listed)
-
-
-def wanted(st: os.stat_result, write: bool) -> int:
-    """What the run's uid needs of a file: read (and write); search for directories and exec for
-    files that someone may execute."""
-    perm = R | (W if write else 0)
-    if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111:
-        perm |= X
-    return perm
-
-
-# --- applying them --------------------------------------------------------------------------------
-
-
-def _entries(path: str, name: str, st: os.stat_result | None) -> list[Entry] | None:
-    try:
-        return decode(os.getxattr(path, name, follow_symlinks=False))
-    except OSError:
-        return None if st is None else from_mode(st.st_mode)
-
-
-def grant_one(path: str, uid: int, write: bool) -> None:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or st.st_uid == uid:
-        return  # a symlink has no ACL of its own; what the run made is already its own
-    if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
-        return  # a file that also lives elsewhere (a hard link) is not handed out from here
-    perm = wanted(st, write)
-    current = _entries(path, ACCESS, st)
-    if current is None or not allows(current, uid, perm):
-        os.setxattr(path, ACCESS, encode(with_user(current or [], uid, perm)), follow_symlinks=False)
-    if stat.S_ISDIR(st.st_mode):
-        default = _entries(path, DEFAULT, None) or from_mode(st.st_mode)
-        if not allows(default, uid, perm):
-            os.setxattr(path, DEFAULT, encode(with_user(default, uid, perm)), follow_symlinks=False)
+    def from_arg(cls, arg: str) -> Grant:
+        path, write, recursive = runas_grant.parse_grant(arg)
+        return cls(Path(path), write, recursive)
 
 
 def apply(grants: Iterable[Grant], uid: int) -> list[str]:
-    """Grant `uid` what `grants` say; what cannot be granted is returned (said, never fatal: the
-    run then meets the file's own permissions)."""
-    failed: list[str] = []
-    for item in grants:
-        top = item.path
-        if not (top.exists() or top.is_symlink()):
-            continue
-        todo = [str(top)]
-        if item.recursive and top.is_dir() and not top.is_symlink():
-            for root, dirs, files in os.walk(top):
-                todo += [f"{root}/{name}" for name in (*dirs, *files)]
-        for path in todo:
-            try:
-                grant_one(path, uid, item.write)
-            except OSError as exc:
-                failed.append(f"{path}: {exc.strerror}")
-    return failed
+    """`runas_grant.apply` for `Grant`s: what cannot be granted is returned."""
+    return runas_grant.apply([(str(g.path), g.write, g.recursive) for g in grants], uid)
 
 
 # --- the inner drop -------------------------------------------------------------------------------
@@ -235,22 +145,3 @@ DROP = (
     "if os.getuid()!=u or [l for l in open('/proc/self/status') if l.startswith('CapEff:') and "
     "int(l.split()[1],16)]: sys.exit('peerd: the run could not drop its privileges')\n"
 )
-
-
-def main(argv: list[str]) -> None:
-    """`runas.py UID GRANTS_JSON -- BWRAP ARGS...`: grant, then execute bwrap (as root)."""
-    import signal  # noqa: PLC0415  # only the script needs it
-
-    uid, grants_json, sep, *rest = argv
-    if sep != "--" or not rest:
-        sys.exit("usage: runas.py UID GRANTS_JSON -- COMMAND...")
-    failed = apply((Grant.from_wire(g) for g in json.loads(grants_json)), int(uid))
-    for line in failed[:5]:  # the run's stderr tail: what it may then fail on
-        sys.stderr.write(f"peerd: could not give the run access to {line}\n")
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    os.execvp(rest[0], rest)  # noqa: S606  # an argument list peerd built, no shell
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

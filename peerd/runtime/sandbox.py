@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -62,7 +61,7 @@ from pathlib import Path
 from typing import Literal
 
 from peerd.errors import ConfinementUnavailable
-from peerd.runtime import runas
+from peerd.runtime import runas, runas_grant
 from peerd.runtime.runas import Grant, RunAs
 
 PROBE_TIMEOUT_S = 10.0
@@ -89,7 +88,7 @@ _SHIM = (
 _OUTER, _INNER = _SHIM.format("SIG_IGN"), _SHIM.format("SIG_DFL")
 # Inside, for a run with a uid of its own (`runas`): drop to it first, then the same.
 _INNER_AS = _INNER.replace("\n", "\n" + runas.DROP, 1)
-RUNAS_SCRIPT = Path(runas.__file__).resolve()
+RUNAS_SCRIPT = Path(runas_grant.__file__).resolve()  # lean: every confined run starts it
 
 
 # What a run finds at a path inside its sandbox (`Confinement.sees`).
@@ -309,7 +308,7 @@ def bwrap_args(conf: Confinement) -> list[str]:
         if conf.run_as is not None:
             # bwrap makes a mount point's missing parents 0700 root, which the run's uid cannot
             # enter: make them 0755 first
-            under = False  # whether the parent, or one above it, is covered ("/" never is)
+            under = "/" in covered  # whether the parent, or one above it, is covered
             for parent in _parents(str(path)):
                 under = under or parent in covered
                 if not under and parent not in made:
@@ -347,8 +346,8 @@ def command(conf: Confinement, argv: list[str], *, bwrap: str, python: str = sys
     shim = [python, "-I", "-S", "-c"]
     if conf.run_as is not None:
         who = conf.run_as
-        grants = json.dumps([g.wire() for g in conf.grants()])
-        outer = [python, "-I", "-S", str(RUNAS_SCRIPT), str(who.uid), grants, "--"]
+        grants = [g.arg() for g in conf.grants()]
+        outer = [python, "-I", "-S", str(RUNAS_SCRIPT), str(who.uid), *grants, "--"]
         inner = [*shim, _INNER_AS, str(who.uid), str(who.gid)]
         return [*outer, bwrap, *bwrap_args(conf), "--", *inner, *argv]
     return [*shim, _OUTER, bwrap, *bwrap_args(conf), "--", *shim, _INNER, *argv]

@@ -102,7 +102,7 @@ def processes_running(module: str, marker: str) -> Iterator[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if module.encode() in argv and any(marker.encode() in a for a in argv):
+        if any(module.encode() in a for a in argv) and any(marker.encode() in a for a in argv):
             yield int(proc.name)
 
 
