@@ -61,6 +61,15 @@ GIT_ENV = {
 ORIGIN = "git@github.com:peerd/bench-launch.git"
 GOAL_ACKS = 200.0  # acks/s at c=50 (issue 14)
 GOAL_DELEGATE_MS = 50.0  # delegate_task -> remote child running, at 1,000 worktrees
+# Issue 14's goals are absolute, set on this machine when it was quiet; the machine is shared and its
+# speed varies by 2x and more from hour to hour (a forwarded read: 3.8 to 17 ms). So the verdict is
+# taken, like bench/cli_start.py's, against the baseline measured side by side in the same run: the
+# goal scaled by the forwarded reads of the quiet run in which the goals were first met (2026-12-01:
+# 528.6 reads/s at c=50, a read's median 3.84 ms). The absolute figures are printed beside it.
+REF_READS_PER_S_C50 = 528.6
+REF_READ_MS = 3.84
+GOAL_ACKS_X_READS = GOAL_ACKS / REF_READS_PER_S_C50  # 0.378: acks/s over reads/s at c=50, at least
+GOAL_DELEGATE_X_READ = GOAL_DELEGATE_MS / REF_READ_MS  # 13.0: delegate p50 over a read's median, at most
 
 
 def say(text: str) -> None:
@@ -483,13 +492,32 @@ def table(r: Results) -> str:
                 f"   {name:<22} n={len(values)}  p50 {med_ms(values):7.1f}  max {max(values) * 1000:7.1f}"
                 f"  x read {med_ms(values) / r.read_ms if r.read_ms else 0:6.1f}"
             )
+    goals = figures(r)["goals"]
+    acks, delegate = goals["acks_per_s_c50"], goals["delegate_ms_1000_worktrees"]
+    lines.append(
+        f"   goal: acks/s at c=50 >= {GOAL_ACKS:g} on the quiet machine = x reads >= {GOAL_ACKS_X_READS:.3f}: "
+        f"x {acks['x_reads']} ({'met' if acks['met'] else 'NOT met'}; {acks['measured']} acks/s here)"
+    )
+    lines.append(
+        f"   goal: delegate -> running at {r.worktrees} worktrees <= {GOAL_DELEGATE_MS:g} ms on the quiet machine"
+        f" = x read <= {GOAL_DELEGATE_X_READ:.1f}: x {delegate['x_read']}"
+        f" ({'met' if delegate['met'] else 'NOT met'}; {delegate['measured']} ms here)"
+    )
     for why in r.unreliable:
         lines.append(f"   UNRELIABLE {why}")
     return "\n".join(lines)
 
 
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
 def figures(r: Results) -> dict[str, Any]:
-    c50 = next((launch for launch, _ in r.phases if launch.concurrency == 50), None)
+    c50, c50_reads = next(
+        ((launch, read) for launch, read in r.phases if launch.concurrency == 50), (None, None)
+    )
+    acks_x = None if c50 is None or c50_reads is None else _ratio(c50.per_s, c50_reads.per_s)
+    delegate_x = _ratio(med_ms(r.delegate_loaded), r.read_ms) if r.delegate_loaded else None
     return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "unreliable": r.unreliable,
@@ -526,11 +554,20 @@ def figures(r: Results) -> dict[str, Any]:
             "loaded_max": round(max(r.delegate_loaded) * 1000, 1) if r.delegate_loaded else None,
         },
         "goals": {
-            "acks_per_s_c50": {"goal": GOAL_ACKS, "met": c50 is not None and c50.per_s >= GOAL_ACKS},
+            "acks_per_s_c50": {
+                "goal": GOAL_ACKS,
+                "measured": None if c50 is None else round(c50.per_s, 1),
+                "goal_x_reads": round(GOAL_ACKS_X_READS, 3),
+                "x_reads": acks_x,
+                "met": acks_x is not None and acks_x >= GOAL_ACKS_X_READS,
+            },
             "storm_duplicates": {"goal": 0, "met": r.duplicates == 0 and r.split_keys == 0},
             "delegate_ms_1000_worktrees": {
                 "goal": GOAL_DELEGATE_MS,
-                "met": bool(r.delegate_loaded) and med_ms(r.delegate_loaded) <= GOAL_DELEGATE_MS,
+                "measured": round(med_ms(r.delegate_loaded), 1) if r.delegate_loaded else None,
+                "goal_x_read": round(GOAL_DELEGATE_X_READ, 1),
+                "x_read": delegate_x,
+                "met": delegate_x is not None and delegate_x <= GOAL_DELEGATE_X_READ,
             },
         },
     }
