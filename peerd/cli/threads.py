@@ -260,7 +260,10 @@ def thread_list(
 
     def go(client: LocalClient) -> list[Any]:
         listed = everything(client)
-        if not quiet and not as_json:  # a question waiting for you marks its thread (here or on a box)
+        # A question waiting for you marks its thread (here or on a box). Only a live run asks: with
+        # none listed, the second request is not made (an empty list answers in one round trip).
+        live = any((t["latestRun"] or {}).get("status") in ("queued", "starting", "running") for t in listed)
+        if live and not quiet and not as_json:
             client.environment_id = None
             asking = {v["threadId"]: v["id"] for v in client.call("GET", "/v1/approvals")["items"]}
             for t in listed:
