@@ -43,6 +43,9 @@ from peerd.core.text import path_segment
 from peerd.errors import PeerdError
 from peerd.present import ago, one_line, when
 
+# A run in one of these may be waiting for a person (only a live run asks).
+LIVE_RUN = ("queued", "starting", "running")
+
 
 @click.group(cls=PeerdGroup)
 def thread() -> None:
@@ -262,7 +265,7 @@ def thread_list(
         listed = everything(client)
         # A question waiting for you marks its thread (here or on a box). Only a live run asks: with
         # none listed, the second request is not made (an empty list answers in one round trip).
-        live = any((t["latestRun"] or {}).get("status") in ("queued", "starting", "running") for t in listed)
+        live = any((t["latestRun"] or {}).get("status") in LIVE_RUN for t in listed)
         if live and not quiet and not as_json:
             client.environment_id = None
             asking = {v["threadId"]: v["id"] for v in client.call("GET", "/v1/approvals")["items"]}
@@ -318,7 +321,7 @@ def thread_show(ctx: click.Context, thread_id: str, run_id: str | None, as_json:
         info = client.call("GET", f"/v1/threads/{path_segment(whole)}")
         shown |= {"thread": info, "items": items_after(client, whole, None, run_id=run_id)}
         latest = info.get("latestRun") or {}
-        if latest.get("status") in ("queued", "starting", "running"):  # a question waiting for you?
+        if latest.get("status") in LIVE_RUN:  # a question waiting for you?
             now = client.call("GET", f"/v1/threads/{path_segment(info['id'])}/wait", params={"timeout": 0})
             shown["awaitingApproval"] = now.get("awaitingApproval")
         return shown
